@@ -1,0 +1,38 @@
+"""hierdp: differentially private release of hierarchical counts."""
+
+from hierdp import registry
+from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, PluginError,
+                           PrivacyError, SpecError)
+from hierdp.postprocess.base import Estimate
+from hierdp.tree import Tree
+
+__version__ = "0.1.0"
+
+__all__ = ["Tree", "Estimate", "registry", "postprocess", "HierDPError", "SpecError",
+           "HierarchyError", "BudgetError", "PluginError", "PrivacyError", "DataError"]
+
+
+def postprocess(name: str, tree: Tree, values, variance=None, **params) -> Estimate:
+    """Run the post-processor ``name`` on external-order node ``values`` (and ``variance``).
+
+    >>> import numpy as np, hierdp
+    >>> t = hierdp.Tree.complete(fanout=2, height=2)
+    >>> est = hierdp.postprocess("blue", t, np.array([10., 4., 5.]), variance=np.ones(3))
+    >>> np.round(est.values, 6).tolist()
+    [9.666667, 4.333333, 5.333333]
+    """
+    import numpy as np
+
+    pp = registry.create("postprocessor", name, **params)
+    vals = tree.to_internal(np.asarray(values))
+    var = None if variance is None else (
+        np.broadcast_to(np.asarray(variance, dtype=float), (tree.n_nodes,)) if np.ndim(variance) == 0
+        else tree.to_internal(np.asarray(variance, dtype=float)))
+    if var is None and pp.requires_variance:
+        var = np.ones(tree.n_nodes)
+    est = pp.apply(tree, Estimate(vals, var))
+    return Estimate(
+        values=tree.to_external(est.values),
+        variance=None if est.variance is None else tree.to_external(est.variance),
+        info=est.info,
+    )

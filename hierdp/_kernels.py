@@ -1,0 +1,217 @@
+"""Compiled O(n) passes over trees numbered so that every parent precedes its children.
+
+Every kernel here is a single loop over node indices: a reverse loop visits children
+before parents (bottom-up), a forward loop visits parents before children (top-down).
+numba compiles them on first use and caches the machine code on disk.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_jit = nb.njit(cache=True, nogil=True)
+
+
+@_jit
+def depths_checked(parent):
+    """Depth of every node of an arbitrarily numbered parent array.
+
+    Returns ``(depth, bad)``: ``bad`` is -1 when the array is a tree, else a node on a cycle.
+    """
+    n = parent.shape[0]
+    depth = np.full(n, -1, np.int64)
+    state = np.zeros(n, np.int8)  # 0 unseen, 1 on the current path, 2 done
+    stack = np.empty(n, np.int64)
+    for i in range(n):
+        if state[i] == 2:
+            continue
+        top = 0
+        j = i
+        while j != -1 and state[j] == 0:
+            state[j] = 1
+            stack[top] = j
+            top += 1
+            j = parent[j]
+        if j != -1 and state[j] == 1:
+            return depth, j
+        base = -1 if j == -1 else depth[j]
+        while top > 0:
+            top -= 1
+            k = stack[top]
+            base += 1
+            depth[k] = base
+            state[k] = 2
+    return depth, -1
+
+
+@_jit
+def heights_in_order(parent, order):
+    """Node heights (leaves = 1, Generation Matrix Def. 2) visiting ``order`` (children first)."""
+    n = parent.shape[0]
+    h = np.ones(n, np.int64)
+    for t in range(n):
+        i = order[t]
+        p = parent[i]
+        if p >= 0 and h[p] < h[i] + 1:
+            h[p] = h[i] + 1
+    return h
+
+
+@_jit
+def depth_topological(parent):
+    n = parent.shape[0]
+    d = np.zeros(n, np.int64)
+    for i in range(1, n):
+        d[i] = d[parent[i]] + 1
+    return d
+
+
+@_jit
+def height_topological(parent):
+    n = parent.shape[0]
+    h = np.ones(n, np.int64)
+    for i in range(n - 1, 0, -1):
+        p = parent[i]
+        if h[p] < h[i] + 1:
+            h[p] = h[i] + 1
+    return h
+
+
+@_jit
+def sum_up_2d(parent, values, out):
+    """out[v] = sum of ``values`` over the subtree of v; values/out shape (n, k)."""
+    n, k = values.shape
+    for i in range(n):
+        for c in range(k):
+            out[i, c] = values[i, c]
+    for i in range(n - 1, 0, -1):
+        p = parent[i]
+        for c in range(k):
+            out[p, c] += out[i, c]
+    return out
+
+
+@_jit
+def sum_up_1d(parent, values, out):
+    n = values.shape[0]
+    for i in range(n):
+        out[i] = values[i]
+    for i in range(n - 1, 0, -1):
+        out[parent[i]] += out[i]
+    return out
+
+
+@_jit
+def ancestor_codes(parent, depth, codes, level):
+    """For each node, the code of its ancestor at depth ``level`` (-1 above that depth)."""
+    n = parent.shape[0]
+    out = np.full(n, -1, np.int64)
+    for i in range(n):
+        d = depth[i]
+        if d == level:
+            out[i] = codes[i]
+        elif d > level:
+            out[i] = out[parent[i]]
+    return out
+
+
+@_jit
+def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
+    """Two-pass BLUE on a tree (Dawson et al. 2023, Alg. 1 CombineEstimates + Alg. 2).
+
+    Parameters are in parent-before-child order. ``y`` (n, k) are measurements with
+    variances ``var`` (n, kv), kv in {1, k}; ``inf`` marks an unmeasured node (weight 0),
+    0 an exactly known one. ``leafcount`` (n,) counts the leaves below each node and
+    splits a residual among children that carry no information (a least-squares
+    solution; such nodes keep infinite variance). Writes the estimates to ``x`` (n, k)
+    and their exact variances to ``xvar`` (n, kv).
+
+    Pass 1 (bottom-up): z_v combines y_v with the sum of the children's z by inverse
+    variance; u_v is its variance. Pass 2 (top-down): x_c = z_c + u_c / U (x_v - S),
+    where S, U are the sums of the children's z and u, and
+    Var(x_c) = u_c - u_c^2 / U + (u_c / U)^2 Var(x_v).
+    """
+    n, k = y.shape
+    kv = var.shape[1]
+    inf = np.inf
+    z = np.empty((n, k))
+    u = np.empty((n, kv))
+    s = np.zeros((n, k))
+    su = np.zeros((n, kv))
+    ninf = np.zeros((n, kv), np.int64)  # leaves below children with infinite u
+    # ---- pass 1: bottom-up
+    for i in range(n - 1, -1, -1):
+        leaf = n_children[i] == 0
+        for c in range(k):
+            cv = c if kv > 1 else 0
+            vi = var[i, cv]
+            if leaf:
+                if vi == inf:
+                    z[i, c] = 0.0
+                else:
+                    z[i, c] = y[i, c]
+                if c == 0 or kv > 1:
+                    u[i, cv] = vi
+                continue
+            U = su[i, cv]
+            S = s[i, c]
+            if vi == inf:
+                zi = S
+                ui = U
+            elif U == inf:
+                zi = y[i, c]
+                ui = vi
+            elif vi == 0.0:
+                zi = y[i, c]
+                ui = 0.0
+            elif U == 0.0:
+                zi = S
+                ui = 0.0
+            else:
+                zi = (y[i, c] * U + S * vi) / (vi + U)
+                ui = vi * U / (vi + U)
+            z[i, c] = zi
+            if c == 0 or kv > 1:
+                u[i, cv] = ui
+        p = parent[i]
+        if p >= 0:
+            for c in range(k):
+                s[p, c] += z[i, c]
+            for cv in range(kv):
+                if u[i, cv] == inf:
+                    ninf[p, cv] += leafcount[i]
+                su[p, cv] += u[i, cv]
+    # ---- pass 2: top-down
+    for i in range(n):
+        p = parent[i]
+        if p < 0:
+            for c in range(k):
+                x[i, c] = z[i, c]
+            for cv in range(kv):
+                xvar[i, cv] = u[i, cv]
+            continue
+        for cv in range(kv):
+            ui = u[i, cv]
+            U = su[p, cv]
+            vp = xvar[p, cv]
+            if U == inf:
+                if ui == inf:
+                    w = leafcount[i] / ninf[p, cv]
+                    xvar[i, cv] = inf
+                else:
+                    w = 0.0
+                    xvar[i, cv] = ui
+            elif U == 0.0:
+                w = 1.0 / n_children[p]
+                xvar[i, cv] = 0.0
+            else:
+                w = ui / U
+                val = ui - ui * w + w * w * vp
+                xvar[i, cv] = val if val > 0.0 else 0.0
+            if kv == 1:
+                for c in range(k):
+                    x[i, c] = z[i, c] + w * (x[p, c] - s[p, c])
+            else:
+                x[i, cv] = z[i, cv] + w * (x[p, cv] - s[p, cv])
+    return x, xvar

@@ -1,0 +1,11 @@
+"""Budget strategies. Built-ins are registered through the ``hierdp_register_budgets`` hook."""
+
+from hierdp.budgets.base import BudgetStrategy, Equal, Leaves
+from hierdp.plugins.markers import hookimpl
+
+__all__ = ["BudgetStrategy", "Equal", "Leaves"]
+
+
+@hookimpl
+def hierdp_register_budgets():
+    return [Equal, Leaves]

@@ -1,0 +1,146 @@
+"""The privacy ledger: what a release spent, where, on whom, and on which structure.
+
+The ledger is public: it is written next to every output.  It never holds a true
+count; facts about the private data that a user may want to see (e.g. how many rows
+were dropped as out of domain) live in ``private_notes`` and are only rendered on
+request (``include_private=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = ["LevelSpend", "Ledger"]
+
+
+@dataclass
+class LevelSpend:
+    """Spend on one level of the tree (one measurement of all its nodes; parallel composition within the level)."""
+
+    level: str
+    depth: int
+    budget: float  # in the mechanism's unit (epsilon or rho)
+    unit: str  # "epsilon" | "rho"
+    mechanism: str
+    n_nodes: int
+    noise_variance: float  # per cell; inf when the level is not measured
+    sensitivity_l1: float = 1.0
+    sensitivity_l2: float = 1.0
+
+    @property
+    def measured(self) -> bool:
+        return self.budget > 0
+
+
+@dataclass
+class Ledger:
+    """Privacy accounting of one release (basic composition over levels)."""
+
+    guarantee: str  # "pure" | "zcdp" | "approx"
+    epsilon: float | None
+    delta: float | None = None
+    rho: float | None = None
+    privacy_unit: str = "one row = one individual"
+    max_contributions: int | None = None
+    mechanism: str = ""
+    budget_strategy: str = ""
+    levels: list[LevelSpend] = field(default_factory=list)
+    structure: dict[str, str] = field(default_factory=dict)  # level -> where its domain came from
+    postprocess: list[str] = field(default_factory=list)
+    seed: int | None = None
+    secure_randomness: bool = True
+    notes: list[str] = field(default_factory=list)
+    private_notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def for_publication(self) -> bool:
+        """False when a seed made the release reproducible (and therefore not private)."""
+        return self.seed is None and self.secure_randomness
+
+    @property
+    def spent(self) -> float:
+        """Total spend in the mechanism's unit (sum over levels: basic composition)."""
+        return float(math.fsum(ls.budget for ls in self.levels))
+
+    def by_level(self) -> dict[str, float]:
+        return {ls.level: ls.budget for ls in self.levels}
+
+    # -- serialisation -------------------------------------------------------------
+    def to_dict(self, include_private: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        d["for_publication"] = self.for_publication
+        d["spent"] = self.spent
+        if not include_private:
+            d.pop("private_notes")
+        return _json_safe(d)
+
+    def to_json(self, include_private: bool = False, **kwargs: Any) -> str:
+        kwargs.setdefault("indent", 2)
+        return json.dumps(self.to_dict(include_private=include_private), **kwargs)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ledger:
+        d = _json_restore(dict(d))
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        kwargs["levels"] = [LevelSpend(**ls) for ls in kwargs.get("levels", [])]
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> Ledger:
+        return cls.from_dict(json.loads(text))
+
+    def __str__(self) -> str:
+        if self.guarantee == "pure":
+            head = f"ε-DP, ε = {self.epsilon:g}"
+        elif self.guarantee == "zcdp":
+            head = f"ρ-zCDP, ρ = {self.rho:g}"
+            if self.epsilon is not None and self.delta is not None:
+                head += f" (⇒ ({self.epsilon:g}, {self.delta:g})-DP)"
+        else:
+            head = f"(ε, δ)-DP, ε = {self.epsilon:g}, δ = {self.delta:g}"
+        lines = [f"Privacy ledger: {head}", f"  privacy unit: {self.privacy_unit}"]
+        if self.max_contributions is not None:
+            lines.append(f"  max contributions per unit: {self.max_contributions}")
+        lines.append(f"  mechanism: {self.mechanism}; budget: {self.budget_strategy}")
+        for ls in self.levels:
+            spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"
+            src = self.structure.get(ls.level, "")
+            src = f"; domain: {src}" if src else ""
+            lines.append(f"  - {ls.level} (depth {ls.depth}, {ls.n_nodes} nodes): {spend}{src}")
+        if self.postprocess:
+            lines.append(f"  post-processing (no extra cost): {' -> '.join(self.postprocess)}")
+        if not self.for_publication:
+            lines.append(f"  NOT FOR PUBLICATION: seeded randomness (seed={self.seed})")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:  # pragma: no cover - notebook nicety
+        import html
+
+        return f"<pre>{html.escape(str(self))}</pre>"
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "inf" if obj > 0 else ("-inf" if obj < 0 else "nan")
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _json_safe(obj.item())
+    return obj
+
+
+def _json_restore(obj: Any) -> Any:
+    if obj in ("inf", "-inf", "nan") and isinstance(obj, str):
+        return float(obj)
+    if isinstance(obj, dict):
+        return {k: _json_restore(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_restore(v) for v in obj]
+    return obj

@@ -1,0 +1,78 @@
+"""The mechanism interface.
+
+A mechanism adds noise to the true counts of one level of the tree at a time. The
+release asks it for noisy values and for the exact variance of the noise it added, so
+that post-processors (e.g. BLUE, Dawson et al. Alg. 2) can weight the measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from hierdp.errors import BudgetError
+from hierdp.rng import RandomSource
+
+__all__ = ["Sensitivity", "Mechanism"]
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """Sensitivity of one level's node values to one privacy unit.
+
+    ``l1`` and ``l2`` are the norms of the largest change one unit can make to the
+    vector of node values of a level (all cells included). One row per person falling
+    in one leaf gives ``l1 = l2 = 1``; with at most ``c`` rows per unit, ``l1 = c`` and
+    ``l2 = c`` (all rows may land in the same node); ``linf`` bounds one cell.
+    """
+
+    l1: float = 1.0
+    l2: float = 1.0
+    linf: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("l1", "l2", "linf"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise BudgetError(f"sensitivity {name} must be a positive finite number, got {v!r}")
+
+    @classmethod
+    def bounded(cls, max_contributions: int, cells_per_row: int = 1) -> Sensitivity:
+        """Sensitivity when each unit contributes at most ``max_contributions`` rows."""
+        c = float(max_contributions) * cells_per_row
+        return cls(l1=c, l2=c, linf=float(max_contributions))
+
+
+class Mechanism(ABC):
+    """Base class of noise mechanisms (registered through ``hierdp_register_mechanisms``).
+
+    Subclasses set ``name`` (registry key), ``budget_unit`` (``"epsilon"`` for pure
+    ε-DP mechanisms, ``"rho"`` for ρ-zCDP ones) and ``integer`` (whether the output of
+    integer input is integer), and implement :meth:`variance` and :meth:`sample`.
+    Parameters of a mechanism are keyword arguments of its constructor.
+    """
+
+    name: ClassVar[str]
+    budget_unit: ClassVar[str] = "epsilon"
+    integer: ClassVar[bool] = False
+
+    def __init__(self, **params: Any) -> None:
+        if params:
+            raise TypeError(f"mechanism {self.name!r} takes no parameters, got {sorted(params)}")
+
+    @abstractmethod
+    def variance(self, budget: float, sensitivity: Sensitivity) -> float:
+        """Exact variance of the noise added to each cell at this per-level budget."""
+
+    @abstractmethod
+    def sample(
+        self, values: np.ndarray, budget: float, sensitivity: Sensitivity, rng: RandomSource
+    ) -> np.ndarray:
+        """Noisy copy of ``values`` (any shape), private at ``budget`` for ``sensitivity``."""
+
+    def __repr__(self) -> str:
+        return f"<mechanism {self.name!r}>"

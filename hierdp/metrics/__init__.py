@@ -1,0 +1,11 @@
+"""Error metrics. Built-ins are registered through the ``hierdp_register_metrics`` hook."""
+
+from hierdp.metrics.base import Metric
+from hierdp.plugins.markers import hookimpl
+
+__all__ = ["Metric"]
+
+
+@hookimpl
+def hierdp_register_metrics():
+    return []

@@ -1,0 +1,530 @@
+"""The public structure of a hierarchy: :class:`Tree`.
+
+Nodes are held in *descending order of height* (Cai et al., Generation Matrix, Def. 6):
+the root first, leaves last, ties broken by depth, then by parent, then by label. So
+every parent index is smaller than its children's, each height class is a contiguous
+slice and the k-order subtree T^(k) = {i : h_i > k} (Def. 3) is a prefix. Heights follow
+Def. 2: a leaf has height 1, so a complete tree with h levels has height h.
+
+All per-node data are numpy arrays; there is no Python object per node. Arrays passed to
+and returned from the public methods are indexed like the parent array the tree was built
+from ("external" numbering); the internal order is used by kernels and plugins through
+:meth:`Tree.to_internal` / :meth:`Tree.to_external` (free when the two coincide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hierdp import _kernels as K
+from hierdp.errors import HierarchyError
+
+__all__ = ["Tree"]
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+class Tree:
+    """Immutable public structure of a hierarchy.
+
+    Build with :meth:`from_parent`, :meth:`complete` or :meth:`from_frame`; do not call
+    the constructor directly.
+    """
+
+    __slots__ = ("_parent", "_perm", "_inv", "_level_names", "_level_labels", "_codes",
+                 "_provenance", "_cache", "__dict__")
+
+    def __init__(
+        self,
+        parent: np.ndarray,
+        *,
+        perm: np.ndarray | None = None,
+        level_names: Sequence[str] | None = None,
+        level_labels: Sequence[pd.Index] | None = None,
+        codes: np.ndarray | None = None,
+        provenance: dict[str, str] | None = None,
+        _check: bool = True,
+    ) -> None:
+        parent = np.ascontiguousarray(parent, dtype=np.int64)
+        if _check:
+            _check_internal_order(parent)
+        self._parent = _readonly(parent)
+        self._perm = None if perm is None else _readonly(np.ascontiguousarray(perm, dtype=np.int64))
+        self._inv = None
+        if self._perm is not None:
+            inv = np.empty_like(self._perm)
+            inv[self._perm] = np.arange(self._perm.size)
+            self._inv = _readonly(inv)
+        max_depth = int(self._depth.max()) if parent.size else 0
+        if level_names is None:
+            level_names = ["total"] + [f"level_{d}" for d in range(1, max_depth + 1)]
+        level_names = [str(x) for x in level_names]
+        if len(level_names) != max_depth + 1:
+            raise HierarchyError(
+                f"{len(level_names)} level names given for a tree with {max_depth + 1} levels (depths 0..{max_depth})"
+            )
+        if len(set(level_names)) != len(level_names):
+            dup = sorted({x for x in level_names if level_names.count(x) > 1})
+            raise HierarchyError(f"duplicate level names {dup}; every level needs its own name")
+        self._level_names = tuple(level_names)
+        self._level_labels = None if level_labels is None else tuple(level_labels)
+        self._codes = None if codes is None else _readonly(np.ascontiguousarray(codes, dtype=np.int64))
+        self._provenance = dict(provenance or {})
+        self._cache: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_parent(cls, parent: Sequence[int] | np.ndarray, labels: Sequence[Hashable] | None = None,
+                    level_names: Sequence[str] | None = None) -> Tree:
+        """A tree from any parent array (``parent[i]`` is the parent of node i, the root has -1).
+
+        Validates that there is exactly one root, that every index is in range and that
+        there is no cycle. ``labels`` (one per node) name the nodes; ``level_names`` name
+        the depths (default ``total, level_1, ...``).
+        """
+        try:
+            arr = np.asarray(parent)
+        except Exception as exc:  # pragma: no cover - defensive
+            raise HierarchyError(f"parent must be a 1-D integer array: {exc}") from None
+        if arr.ndim != 1 or arr.size == 0:
+            raise HierarchyError(f"parent must be a non-empty 1-D array, got shape {arr.shape}")
+        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or
+                                     (np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr)))):
+            raise HierarchyError(f"parent must hold integer node indices, got dtype {arr.dtype}")
+        p = arr.astype(np.int64)
+        n = p.size
+        bad = np.flatnonzero((p < -1) | (p >= n))
+        if bad.size:
+            raise HierarchyError(f"parent[{bad[0]}] = {p[bad[0]]} is out of range; indices must be in [-1, {n - 1}]")
+        roots = np.flatnonzero(p == -1)
+        if roots.size != 1:
+            what = "no root" if roots.size == 0 else f"{roots.size} roots (nodes {roots[:5].tolist()})"
+            raise HierarchyError(f"parent array has {what}; exactly one node must have parent -1")
+        selfloop = np.flatnonzero(p == np.arange(n))
+        if selfloop.size:
+            raise HierarchyError(f"node {selfloop[0]} is its own parent; the parent array has a cycle")
+        depth, on_cycle = K.depths_checked(p)
+        if on_cycle >= 0:
+            raise HierarchyError(f"parent array has a cycle through node {on_cycle}; a tree cannot contain cycles")
+        # heights, visiting deepest nodes first
+        by_depth = np.argsort(-depth, kind="stable")
+        height = K.heights_in_order(p, by_depth)
+        order = _descending_height_order(p, depth, height)
+        identity = bool(np.array_equal(order, np.arange(n)))
+        if identity:
+            parent_int = p
+            perm = None
+        else:
+            rank = np.empty(n, np.int64)
+            rank[order] = np.arange(n)
+            po = p[order]
+            parent_int = np.where(po >= 0, rank[np.maximum(po, 0)], -1)
+            perm = order
+        codes = level_labels = None
+        if labels is not None:
+            lab = np.asarray(labels, dtype=object) if not isinstance(labels, pd.Index) else labels.to_numpy()
+            if lab.shape != (n,):
+                raise HierarchyError(f"labels must have one entry per node ({n}), got shape {lab.shape}")
+            lab_int = lab if perm is None else lab[perm]
+            d_int = depth if perm is None else depth[perm]
+            codes = np.empty(n, np.int64)
+            level_labels = []
+            for d in range(int(d_int.max()) + 1):
+                sel = np.flatnonzero(d_int == d)
+                c, uniq = pd.factorize(pd.Index(lab_int[sel]), sort=False)
+                codes[sel] = c
+                level_labels.append(pd.Index(uniq))
+        return cls(parent_int, perm=perm, level_names=level_names, level_labels=level_labels,
+                   codes=codes, _check=False)
+
+    @classmethod
+    def complete(cls, fanout: int, height: int, level_names: Sequence[str] | None = None) -> Tree:
+        """The complete ``fanout``-ary tree with ``height`` levels (SynData: fanout 2, height 24).
+
+        Nodes are numbered breadth-first: the root is 0 and the children of node i are
+        ``fanout*i + 1 ... fanout*i + fanout``; this is already descending-height order.
+        """
+        for name, v, lo in (("fanout", fanout, 1), ("height", height, 1)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise HierarchyError(f"{name} must be an integer >= {lo}, got {v!r}")
+        fanout, height = int(fanout), int(height)
+        n = height if fanout == 1 else (fanout**height - 1) // (fanout - 1)
+        if n > 2**31:
+            raise HierarchyError(f"a complete tree with fanout {fanout} and height {height} has {n} nodes; too large")
+        parent = np.empty(n, np.int64)
+        parent[0] = -1
+        parent[1:] = (np.arange(1, n, dtype=np.int64) - 1) // fanout
+        return cls(parent, level_names=level_names, _check=False)
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, levels: Sequence[str], domains: Any = None, *,
+                   root: str = "total") -> Tree:
+        """The public structure of ``levels`` with their declared ``domains``.
+
+        See :func:`hierdp.frame.build` for the domain forms. Only the structure is
+        returned; counts are computed by ``df.dptree(...)``.
+        """
+        from hierdp.frame import build_structure
+
+        return build_structure(df, levels, domains, root=root).tree
+
+    # ------------------------------------------------------------------ internal arrays
+    @cached_property
+    def _depth(self) -> np.ndarray:
+        return _readonly(K.depth_topological(self._parent))
+
+    @cached_property
+    def _height(self) -> np.ndarray:
+        return _readonly(K.height_topological(self._parent))
+
+    @cached_property
+    def _n_children(self) -> np.ndarray:
+        return _readonly(np.bincount(self._parent[1:], minlength=self.n_nodes).astype(np.int64))
+
+    @cached_property
+    def _child_ptr(self) -> np.ndarray:
+        ptr = np.zeros(self.n_nodes + 1, np.int64)
+        np.cumsum(self._n_children, out=ptr[1:])
+        return _readonly(ptr)
+
+    @cached_property
+    def _child_idx(self) -> np.ndarray:
+        """Children of internal node v: ``_child_idx[_child_ptr[v]:_child_ptr[v+1]]`` (ascending)."""
+        order = np.argsort(self._parent[1:], kind="stable") + 1
+        return _readonly(order.astype(np.int64))
+
+    @cached_property
+    def _leafcount(self) -> np.ndarray:
+        """Number of leaves in the subtree of each internal node."""
+        leaf = (self._n_children == 0).astype(np.int64)
+        return _readonly(K.sum_up_1d(self._parent, leaf, np.empty_like(leaf)))
+
+    @cached_property
+    def _height_ptr(self) -> np.ndarray:
+        """Height class h occupies internal slice ``[_height_ptr[h+1], _height_ptr[h])``... see height_slice."""
+        h = self._height
+        # h is non-increasing; boundaries where it changes
+        H = int(h[0])
+        starts = np.searchsorted(-h, -np.arange(H, 0, -1), side="left")
+        return _readonly(np.append(starts, self.n_nodes).astype(np.int64))
+
+    def height_slice(self, h: int) -> slice:
+        """Internal slice of the nodes of height ``h`` (1 = leaves that are... of height 1)."""
+        H = self.height
+        if not 1 <= h <= H:
+            raise HierarchyError(f"height must be in 1..{H}, got {h}")
+        ptr = self._height_ptr
+        return slice(int(ptr[H - h]), int(ptr[H - h + 1]))
+
+    @cached_property
+    def _level_index(self) -> tuple:
+        """For each depth, a slice (when contiguous) or an index array of internal nodes."""
+        d = self._depth
+        out = []
+        order = None
+        if np.all(d[1:] >= d[:-1]):
+            bounds = np.searchsorted(d, np.arange(self.n_levels + 1), side="left")
+            return tuple(slice(int(bounds[i]), int(bounds[i + 1])) for i in range(self.n_levels))
+        order = np.argsort(d, kind="stable")
+        bounds = np.searchsorted(d[order], np.arange(self.n_levels + 1), side="left")
+        for i in range(self.n_levels):
+            out.append(_readonly(order[bounds[i]:bounds[i + 1]]))
+        return tuple(out)
+
+    def level_nodes(self, level: int | str, internal: bool = False) -> np.ndarray:
+        """Node ids at a level (depth or level name); external ids unless ``internal``."""
+        d = self.level_depth(level)
+        idx = self._level_index[d]
+        ids = np.arange(idx.start, idx.stop) if isinstance(idx, slice) else np.asarray(idx)
+        if internal or self._perm is None:
+            return ids
+        return np.sort(self._perm[ids])
+
+    def level_depth(self, level: int | str) -> int:
+        """Depth of a level given by name or depth."""
+        if isinstance(level, (int, np.integer)) and not isinstance(level, bool):
+            if 0 <= level < self.n_levels:
+                return int(level)
+            raise HierarchyError(f"level depth {level} out of range 0..{self.n_levels - 1}")
+        try:
+            return self._level_names.index(str(level))
+        except ValueError:
+            from hierdp.errors import expected_one_of
+
+            raise HierarchyError(expected_one_of("level", level, self._level_names)) from None
+
+    # ------------------------------------------------------------------ numbering
+    @property
+    def is_internal_order(self) -> bool:
+        """True when the external numbering already is descending-height order."""
+        return self._perm is None
+
+    def to_internal(self, values: np.ndarray) -> np.ndarray:
+        """Reorder an external-indexed array (first axis) to internal order (no copy if identical)."""
+        values = np.asarray(values)
+        self._check_len(values)
+        return values if self._perm is None else values[self._perm]
+
+    def to_external(self, values: np.ndarray) -> np.ndarray:
+        """Reorder an internal-indexed array (first axis) to external order (no copy if identical)."""
+        values = np.asarray(values)
+        self._check_len(values)
+        return values if self._inv is None else values[self._inv]
+
+    def _check_len(self, values: np.ndarray) -> None:
+        if values.ndim == 0 or values.shape[0] != self.n_nodes:
+            raise HierarchyError(
+                f"expected an array with one row per node ({self.n_nodes}), got shape {values.shape}"
+            )
+
+    def _ext(self, internal_ids: np.ndarray) -> np.ndarray:
+        return internal_ids if self._perm is None else self._perm[internal_ids]
+
+    def _int(self, external_ids: np.ndarray) -> np.ndarray:
+        return external_ids if self._inv is None else self._inv[external_ids]
+
+    # ------------------------------------------------------------------ public properties
+    @property
+    def n_nodes(self) -> int:
+        return int(self._parent.size)
+
+    @cached_property
+    def n_leaves(self) -> int:
+        return int(np.count_nonzero(self._n_children == 0))
+
+    @property
+    def height(self) -> int:
+        """Height of the root (leaves have height 1): the number of levels of a complete tree."""
+        return int(self._height[0])
+
+    @property
+    def n_levels(self) -> int:
+        """Number of depths (max depth + 1)."""
+        return len(self._level_names)
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return self._level_names
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        """Where each level's domain came from (declared list, per-parent, observed, ...)."""
+        return dict(self._provenance)
+
+    @cached_property
+    def parent(self) -> np.ndarray:
+        """Parent of each node (external numbering; the root has -1)."""
+        if self._perm is None:
+            return self._parent
+        p = self._parent[self._inv]
+        return _readonly(np.where(p >= 0, self._perm[np.maximum(p, 0)], -1))
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        return _readonly(self.to_external(self._depth).copy()) if self._perm is not None else self._depth
+
+    @cached_property
+    def heights(self) -> np.ndarray:
+        """Height of each node (Def. 2: leaves 1)."""
+        return _readonly(self.to_external(self._height).copy()) if self._perm is not None else self._height
+
+    @cached_property
+    def n_children(self) -> np.ndarray:
+        return _readonly(self.to_external(self._n_children).copy()) if self._perm is not None else self._n_children
+
+    @cached_property
+    def leaves(self) -> np.ndarray:
+        """Leaf node ids (external), ascending."""
+        return _readonly(np.sort(self._ext(np.flatnonzero(self._n_children == 0))))
+
+    @property
+    def root(self) -> int:
+        return int(self._ext(np.array([0]))[0])
+
+    def children(self, node: int) -> np.ndarray:
+        """Children of ``node`` (external ids, ascending)."""
+        v = self._int_node(node)
+        kids = self._child_idx[self._child_ptr[v]:self._child_ptr[v + 1]]
+        return np.sort(self._ext(kids))
+
+    def _int_node(self, node: int) -> int:
+        if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or not 0 <= node < self.n_nodes:
+            raise HierarchyError(f"node must be an integer in 0..{self.n_nodes - 1}, got {node!r}")
+        return int(self._int(np.array([node]))[0])
+
+    # ------------------------------------------------------------------ labels
+    @property
+    def has_labels(self) -> bool:
+        return self._codes is not None
+
+    def level_labels(self, level: int | str) -> pd.Index:
+        """The label values (domain) of a level; the root level has ``[root name]``."""
+        d = self.level_depth(level)
+        if self._level_labels is None:
+            return pd.Index(self.level_nodes(d))
+        return self._level_labels[d]
+
+    def path(self, node: int) -> tuple:
+        """Labels from depth 1 down to ``node`` (external id); ``()`` for the root."""
+        v = self._int_node(node)
+        out = []
+        while v > 0:
+            d = int(self._depth[v])
+            out.append(self._level_labels[d][self._codes[v]] if self._codes is not None else int(self._ext(np.array([v]))[0]))
+            v = int(self._parent[v])
+        return tuple(reversed(out))
+
+    def node_id(self, *path: Hashable) -> int:
+        """External id of the node reached by following ``path`` labels from the root."""
+        if len(path) == 1 and isinstance(path[0], tuple):
+            path = path[0]
+        v = 0
+        for d, lab in enumerate(path, start=1):
+            if d >= self.n_levels:
+                raise HierarchyError(f"path {path!r} is deeper than the tree ({self.n_levels - 1} levels below the root)")
+            kids = self._child_idx[self._child_ptr[v]:self._child_ptr[v + 1]]
+            if self._codes is None:
+                match = kids[self._ext(kids) == lab]
+            else:
+                idx = self._level_labels[d]
+                code = idx.get_indexer([lab])[0]
+                match = kids[self._codes[kids] == code] if code >= 0 else kids[:0]
+            if match.size != 1:
+                from hierdp.errors import did_you_mean
+
+                names = (list(self._level_labels[d][self._codes[kids]]) if self._codes is not None
+                         else list(self._ext(kids)))
+                raise HierarchyError(
+                    f"no node {lab!r} at level {self._level_names[d]!r} under {path[:d - 1]!r}"
+                    f"{did_you_mean(str(lab), map(str, names))}"
+                )
+            v = int(match[0])
+        return int(self._ext(np.array([v]))[0])
+
+    def label_columns(self) -> dict[str, pd.Categorical | np.ndarray]:
+        """Per level (depth >= 1), each node's ancestor label at that level, ``<NA>`` below
+        the node's level; internal order. Unlabelled trees get a single ``node`` column."""
+        cols: dict[str, Any] = {}
+        if self._codes is None:
+            return {"node": self._ext(np.arange(self.n_nodes))}
+        for d in range(1, self.n_levels):
+            codes = K.ancestor_codes(self._parent, self._depth, self._codes, d)
+            cols[self._level_names[d]] = pd.Categorical.from_codes(codes, categories=self._level_labels[d])
+        return cols
+
+    # ------------------------------------------------------------------ values
+    def aggregate(self, leaf_values: np.ndarray) -> np.ndarray:
+        """Node values (external order) from values on ``tree.leaves`` (in that order).
+
+        ``leaf_values`` has shape ``(n_leaves,)`` or ``(n_leaves, k)``; every node gets the
+        sum over the leaves of its subtree (one bottom-up pass).
+        """
+        lv = np.asarray(leaf_values)
+        if lv.ndim not in (1, 2) or lv.shape[0] != self.n_leaves:
+            raise HierarchyError(
+                f"leaf_values must have shape ({self.n_leaves},) or ({self.n_leaves}, k), got {lv.shape}"
+            )
+        dtype = np.result_type(lv.dtype, np.int64) if np.issubdtype(lv.dtype, np.integer) or lv.dtype == bool else np.float64
+        full = np.zeros((self.n_nodes,) + lv.shape[1:], dtype=dtype)
+        full[self._int(self.leaves)] = lv
+        return self.to_external(self._sum_up(full))
+
+    def _sum_up(self, values: np.ndarray) -> np.ndarray:
+        """Internal-order subtree sums of internal-order node values (leaf values elsewhere 0)."""
+        if values.ndim == 1:
+            return K.sum_up_1d(self._parent, values, np.empty_like(values))
+        return K.sum_up_2d(self._parent, np.ascontiguousarray(values), np.empty_like(values))
+
+    def is_consistent(self, values: np.ndarray, rtol: float = 1e-9, atol: float = 1e-6) -> bool:
+        """Whether every internal node equals the sum of its children (external order)."""
+        v = self.to_internal(np.asarray(values, dtype=np.float64))
+        s = np.zeros_like(v)
+        np.add.at(s, self._parent[1:], v[1:])
+        internal = self._n_children > 0
+        return bool(np.allclose(s[internal], v[internal], rtol=rtol, atol=atol))
+
+    def generation_matrix(self, *args: Any, **kwargs: Any):
+        """The Generation Matrix (Cai et al., Def. 7) as ``scipy.sparse``; see :mod:`hierdp.generation_matrix`."""
+        from hierdp import generation_matrix as gm
+
+        return gm.generation_matrix(self, *args, **kwargs)
+
+    # ------------------------------------------------------------------ misc
+    @property
+    def cache(self) -> dict[str, Any]:
+        """Per-tree cache for structure-only quantities (e.g. GMC weights); never private data."""
+        return self._cache
+
+    def __len__(self) -> int:
+        return self.n_nodes
+
+    def __repr__(self) -> str:
+        lv = " > ".join(self._level_names)
+        return f"<Tree: {self.n_nodes:,} nodes, {self.n_leaves:,} leaves, height {self.height}; levels {lv}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tree):
+            return NotImplemented
+        return (np.array_equal(self.parent, other.parent) and self._level_names == other._level_names)
+
+    __hash__ = object.__hash__
+
+    def __reduce__(self):
+        return (_rebuild, (self._parent, self._perm, self._level_names, self._level_labels, self._codes,
+                           self._provenance))
+
+
+def _rebuild(parent, perm, level_names, level_labels, codes, provenance):
+    return Tree(parent, perm=perm, level_names=level_names, level_labels=level_labels, codes=codes,
+                provenance=provenance, _check=False)
+
+
+def _check_internal_order(parent: np.ndarray) -> None:
+    n = parent.size
+    if n == 0 or parent[0] != -1:
+        raise HierarchyError("internal parent array must start with the root (-1)")
+    if n > 1 and (np.any(parent[1:] >= np.arange(1, n)) or np.any(parent[1:] < 0)):
+        raise HierarchyError("internal parent array must number every parent before its children")
+    h = K.height_topological(parent)
+    if np.any(h[1:] > h[:-1]):
+        raise HierarchyError("internal parent array is not in descending order of height")
+
+
+def _descending_height_order(parent: np.ndarray, depth: np.ndarray, height: np.ndarray) -> np.ndarray:
+    """Permutation (internal -> external) sorting by (-height, depth, rank of parent, id)."""
+    n = parent.size
+    ids = np.arange(n)
+    coarse = np.lexsort((ids, depth, -height))
+    h_sorted = height[coarse]
+    # fast path: parents already in increasing rank within the coarse order
+    rank = np.empty(n, np.int64)
+    rank[coarse] = ids
+    pr = np.where(parent >= 0, rank[np.maximum(parent, 0)], -1)
+    key_ok = True
+    if n > 1:
+        pc = pr[coarse]
+        same = (h_sorted[1:] == h_sorted[:-1]) & (depth[coarse][1:] == depth[coarse][:-1])
+        key_ok = not np.any(same & (pc[1:] < pc[:-1]))
+    if key_ok:
+        return coarse
+    # refine class by class (parents live in earlier classes, so their ranks are final)
+    bounds = np.flatnonzero(np.diff(h_sorted)) + 1
+    starts = np.concatenate(([0], bounds))
+    stops = np.concatenate((bounds, [n]))
+    order = coarse.copy()
+    for a, b in zip(starts, stops):
+        nodes = order[a:b]
+        par = parent[nodes]
+        prank = np.where(par >= 0, rank[np.maximum(par, 0)], -1)
+        sub = nodes[np.lexsort((nodes, prank, depth[nodes]))]
+        order[a:b] = sub
+        rank[sub] = np.arange(a, b)
+    return order

@@ -1,0 +1,20 @@
+"""Contract test-suites that every implementation of a plugin kind must pass.
+
+Subclass a suite in your plugin's tests and provide its fixtures (see each class's
+docstring); hierdp's built-ins run the very same suites.
+"""
+
+import importlib
+
+_SUITES = {
+    "BaseMechanismTests": "hierdp.testing.mechanisms",
+    "BasePostProcessorTests": "hierdp.testing.postprocessors",
+}
+
+__all__ = sorted(_SUITES)
+
+
+def __getattr__(name: str):
+    if name in _SUITES:
+        return getattr(importlib.import_module(_SUITES[name]), name)
+    raise AttributeError(f"module 'hierdp.testing' has no attribute {name!r}")

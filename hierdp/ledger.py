@@ -53,12 +53,13 @@ class Ledger:
     seed: int | None = None
     secure_randomness: bool = True
     notes: list[str] = field(default_factory=list)
+    non_private: list[str] = field(default_factory=list)  # reasons this release is not DP (e.g. oracle budget)
     private_notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def for_publication(self) -> bool:
         """False when a seed made the release reproducible (and therefore not private)."""
-        return self.seed is None and self.secure_randomness
+        return self.seed is None and self.secure_randomness and not self.non_private
 
     @property
     def spent(self) -> float:
@@ -113,8 +114,9 @@ class Ledger:
             lines.append(f"  - {ls.level} (depth {ls.depth}, {ls.n_nodes} nodes): {spend}{src}")
         if self.postprocess:
             lines.append(f"  post-processing (no extra cost): {' -> '.join(self.postprocess)}")
-        if not self.for_publication:
+        if self.seed is not None or not self.secure_randomness:
             lines.append(f"  NOT FOR PUBLICATION: seeded randomness (seed={self.seed})")
+        lines.extend(f"  NOT PRIVATE: {r}" for r in self.non_private)
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 

@@ -1,5 +1,6 @@
 """hierdp: differentially private release of hierarchical counts."""
 
+from hierdp import accessor as _accessor  # noqa: F401  (registers .dptree)
 from hierdp import registry
 from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, PluginError,
                            PrivacyError, SpecError)

@@ -1,0 +1,114 @@
+"""The outcome of a release: estimates, their uncertainty, the ledger, the tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hierdp.ledger import Ledger
+from hierdp.postprocess.base import Estimate
+from hierdp.tree import Tree
+
+__all__ = ["ReleaseResult"]
+
+
+@dataclass
+class ReleaseResult:
+    """A private release.
+
+    Attributes
+    ----------
+    tree : the public structure.
+    estimate : post-processed values (external order) and their variances (``inf``
+        where unknown, ``None`` when the chain does not track them).
+    measurements : the raw noisy measurements and their noise variances.
+    ledger : the privacy accounting (public, holds no true count).
+    """
+
+    tree: Tree
+    estimate: Estimate
+    measurements: Estimate
+    ledger: Ledger
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def values(self) -> np.ndarray:
+        """Released node values (external order)."""
+        return self.estimate.values
+
+    @property
+    def std(self) -> np.ndarray | None:
+        """Standard error of each released value (``None`` if not tracked)."""
+        v = self.estimate.variance
+        return None if v is None else np.sqrt(v)
+
+    def _frame(self, noisy: bool) -> pd.DataFrame:
+        tree = self.tree
+        cols: dict[str, Any] = {}
+        level_cat = pd.Categorical.from_codes(tree._depth.astype(np.int64), categories=list(tree.level_names),
+                                              ordered=True)
+        cols["level"] = level_cat
+        cols.update(tree.label_columns())
+        est = tree.to_internal(self.estimate.values)
+        var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
+        noisy_vals = tree.to_internal(self.measurements.values)
+        if est.ndim == 1:
+            cols["estimate"] = est
+            cols["std"] = np.sqrt(var) if var is not None else np.full(tree.n_nodes, np.nan)
+            if noisy:
+                cols["noisy"] = noisy_vals
+            return pd.DataFrame(cols)
+        # (n, k): one row per node and cell
+        k = est.shape[1]
+        base = pd.DataFrame(cols)
+        rep = base.loc[base.index.repeat(k)].reset_index(drop=True)
+        rep["cell"] = np.tile(np.arange(k), tree.n_nodes)
+        rep["estimate"] = est.reshape(-1)
+        if var is None:
+            rep["std"] = np.nan
+        else:
+            v = var if var.ndim == 2 else np.repeat(var[:, None], k, axis=1)
+            rep["std"] = np.sqrt(v).reshape(-1)
+        if noisy:
+            rep["noisy"] = noisy_vals.reshape(-1)
+        return rep
+
+    @cached_property
+    def frame(self) -> pd.DataFrame:
+        """Tidy table: one row per node (top level first), ``level``, the hierarchy columns
+        (``<NA>`` below the node's level), ``estimate`` and ``std``."""
+        return self._frame(noisy=False)
+
+    def to_frame(self, noisy: bool = False) -> pd.DataFrame:
+        """:attr:`frame`, optionally with the raw ``noisy`` measurements."""
+        return self._frame(noisy=noisy)
+
+    def to_xarray(self):
+        """An ``xarray.Dataset`` with a ``node`` dimension (and ``cell`` for histograms)."""
+        import xarray as xr
+
+        tree = self.tree
+        est = tree.to_internal(self.estimate.values)
+        var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
+        dims = ("node",) if est.ndim == 1 else ("node", "cell")
+        data: dict[str, Any] = {"estimate": (dims, est)}
+        if var is not None:
+            vdims = ("node",) if var.ndim == 1 else ("node", "cell")
+            data["std"] = (vdims, np.sqrt(var))
+        coords: dict[str, Any] = {"level": ("node", np.asarray(tree.level_names, dtype=object)[tree._depth])}
+        for name, col in tree.label_columns().items():
+            coords[name] = ("node", np.asarray(pd.Series(col, dtype=object).where(pd.notna(col), None)))
+        ds = xr.Dataset(data, coords=coords)
+        ds.attrs["ledger"] = self.ledger.to_json()
+        return ds
+
+    def __repr__(self) -> str:
+        L = self.ledger
+        budget = f"ε={L.epsilon:g}" if L.epsilon is not None else f"ρ={L.rho:g}"
+        flag = "" if L.for_publication else " [NOT FOR PUBLICATION]"
+        return (f"<ReleaseResult: {self.tree.n_nodes:,} nodes, {budget}, {L.mechanism}, "
+                f"post-processing {' -> '.join(L.postprocess) or 'none'}{flag}>")

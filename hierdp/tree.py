@@ -281,7 +281,9 @@ class Tree:
 
     def _check_len(self, values: np.ndarray) -> None:
         if values.ndim == 0 or values.shape[0] != self.n_nodes:
-            raise HierarchyError(
+            from hierdp.errors import DataError
+
+            raise DataError(
                 f"expected an array with one row per node ({self.n_nodes}), got shape {values.shape}"
             )
 

@@ -64,8 +64,13 @@ def _geometric_exp_neg_one(size: int, rng: RandomSource) -> np.ndarray:
 
 
 def discrete_laplace(scale: Fraction, size: int, rng: RandomSource) -> np.ndarray:
-    """Exact draws with P(Y = y) ∝ exp(-|y| / scale), for rational ``scale = s/t`` (CKS Alg. 2)."""
-    s, t = scale.numerator, scale.denominator
+    """Exact draws with P(Y = y) ∝ exp(-|y| / scale), for rational ``scale`` (CKS Alg. 2).
+
+    With ``scale = t/s``: X = U + t·V (U uniform on [0, t) kept with probability
+    exp(-U/t), V geometric) has P(X = x) ∝ exp(-x/t), so Y = floor(X/s) has
+    P(Y = y) ∝ exp(-y s/t); a random sign, rejecting "-0", makes it two-sided.
+    """
+    t, s = scale.numerator, scale.denominator
     size = int(size)
     out = np.empty(size, dtype=np.int64)
     todo = np.arange(size)

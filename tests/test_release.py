@@ -1,0 +1,169 @@
+"""End-to-end releases: accounting, randomness, budgets, calibration of declared errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+import hierdp
+from hierdp.budgets.base import BudgetStrategy
+from hierdp.ledger import Ledger
+from hierdp.plugins import hookimpl
+from hierdp.release import release
+from hierdp.rng import SecureRandom
+
+
+@pytest.fixture
+def tree_and_counts():
+    tree = hierdp.Tree.complete(fanout=3, height=4)
+    rng = np.random.default_rng(0)
+    return tree, tree.aggregate(rng.poisson(20, tree.n_leaves))
+
+
+def test_ledger_accounts_every_level(tree_and_counts):
+    tree, x = tree_and_counts
+    r = release(tree, x, epsilon=2.0, budget=[0.5, 0.5, 0.0, 1.0], seed=1)
+    L = r.ledger
+    assert L.guarantee == "pure" and L.epsilon == 2.0 and L.spent == pytest.approx(2.0)
+    assert L.by_level() == {"total": 0.5, "level_1": 0.5, "level_2": 0.0, "level_3": 1.0}
+    assert [ls.n_nodes for ls in L.levels] == [1, 3, 9, 27]
+    assert np.isinf(L.levels[2].noise_variance)
+    assert L.postprocess == ["blue"] and L.mechanism == "discrete_laplace"
+    again = Ledger.from_json(L.to_json())
+    assert again.by_level() == L.by_level() and np.isinf(again.levels[2].noise_variance)
+    json.loads(L.to_json())  # valid JSON (inf encoded as a string)
+
+
+def test_unmeasured_level_has_infinite_noise_and_is_estimated(tree_and_counts):
+    tree, x = tree_and_counts
+    r = release(tree, x, epsilon=1.0, budget={"level_3": 1.0}, seed=2)
+    assert np.all(np.isinf(r.measurements.variance[:13]))
+    assert np.all(np.isfinite(r.estimate.variance))
+    assert tree.is_consistent(r.values)
+
+
+def test_seed_reproducible_and_marked(tree_and_counts):
+    tree, x = tree_and_counts
+    a = release(tree, x, epsilon=1.0, seed=42)
+    b = release(tree, x, epsilon=1.0, seed=42)
+    assert np.array_equal(a.measurements.values, b.measurements.values)
+    assert not a.ledger.for_publication and "NOT FOR PUBLICATION" in str(a.ledger)
+    assert "NOT FOR PUBLICATION" in repr(a)
+
+
+def test_default_randomness_is_secure_and_fresh(tree_and_counts, monkeypatch):
+    tree, x = tree_and_counts
+    calls = []
+    orig = SecureRandom.words
+
+    def spy(self, size):
+        calls.append(size)
+        return orig(self, size)
+
+    monkeypatch.setattr(SecureRandom, "words", spy)
+    a = release(tree, x, epsilon=1.0)
+    b = release(tree, x, epsilon=1.0)
+    assert calls, "the secure source was not used"
+    assert a.ledger.for_publication and a.ledger.secure_randomness
+    assert not np.array_equal(a.measurements.values, b.measurements.values)
+
+
+def test_noise_is_integer_for_integer_counts(tree_and_counts):
+    tree, x = tree_and_counts
+    r = release(tree, x, epsilon=1.0, seed=0, postprocess=[])
+    assert r.measurements.values.dtype == np.int64
+    assert np.array_equal(r.values, r.measurements.values)
+
+
+def test_declared_std_is_calibrated():
+    """Monte Carlo: BLUE's declared variance matches the realised squared error."""
+    tree = hierdp.Tree.complete(fanout=4, height=4)
+    x = tree.aggregate(np.full(tree.n_leaves, 50))
+    errs, var = [], None
+    for s in range(300):
+        r = release(tree, x, epsilon=1.0, seed=s)
+        errs.append(r.values - x)
+        var = r.estimate.variance
+    mse = np.mean(np.square(errs), axis=0)
+    # per level: average over nodes of the level to reduce sampling error
+    for d in range(tree.n_levels):
+        nodes = tree.level_nodes(d)
+        ratio = mse[nodes].mean() / var[nodes].mean()
+        assert 0.8 < ratio < 1.2, (d, ratio)
+
+
+def test_leaves_strategy_and_ragged_error():
+    tree = hierdp.Tree.complete(2, 3)
+    x = tree.aggregate(np.arange(4))
+    r = release(tree, x, epsilon=1.0, budget="leaves", seed=0)
+    assert r.ledger.by_level() == {"total": 0.0, "level_1": 0.0, "level_2": 1.0}
+    np.testing.assert_allclose(r.values, tree.aggregate(r.measurements.values[tree.leaves]))
+    ragged = hierdp.Tree.from_parent([-1, 0, 0, 1])
+    with pytest.raises(hierdp.BudgetError, match="every leaf at the same depth"):
+        release(ragged, ragged.aggregate(np.array([1, 2])), epsilon=1.0, budget="leaves")
+
+
+class _Oracle(BudgetStrategy):
+    """Test strategy that peeks at true counts (must be flagged non-private)."""
+
+    name = "peek_oracle"
+    reads_true_counts = True
+    seen = None
+
+    def allocate(self, tree, total, *, mechanism, sensitivity, true_values=None):
+        type(self).seen = true_values
+        return {n: total / tree.n_levels for n in tree.level_names}
+
+
+class _OraclePlugin:
+    @hookimpl
+    def hierdp_register_budgets(self):
+        return [_Oracle]
+
+
+def test_strategies_reading_true_counts_are_flagged(tree_and_counts):
+    tree, x = tree_and_counts
+    hierdp.registry.register(_OraclePlugin(), name="oracle-test")
+    try:
+        r = release(tree, x, epsilon=1.0, budget="peek_oracle")
+        assert _Oracle.seen is not None
+        assert not r.ledger.for_publication and r.ledger.non_private
+        assert "NOT PRIVATE" in str(r.ledger)
+        # ordinary strategies never receive the true counts
+        seen = {}
+
+        class Spy(BudgetStrategy):
+            name = "spy"
+
+            def allocate(self, tree, total, *, mechanism, sensitivity, true_values=None):
+                seen["tv"] = true_values
+                return {n: total / tree.n_levels for n in tree.level_names}
+
+        release(tree, x, epsilon=1.0, budget=Spy(), seed=0)
+        assert seen["tv"] is None
+    finally:
+        hierdp.registry.unregister(name="oracle-test")
+
+
+def test_frame_and_xarray_outputs():
+    import pandas as pd
+
+    df = pd.DataFrame({"a": ["x", "x", "y"], "b": ["p", "q", "p"]})
+    r = df.dptree(levels=["a", "b"], domains="observed").release(epsilon=1.0, seed=0)
+    f = r.to_frame(noisy=True)
+    assert list(f.columns) == ["level", "a", "b", "estimate", "std", "noisy"]
+    ds = r.to_xarray()
+    assert ds.sizes["node"] == r.tree.n_nodes
+    np.testing.assert_allclose(ds["estimate"].values, r.frame["estimate"].values)
+    assert "ledger" in ds.attrs
+
+
+def test_two_dimensional_values():
+    tree = hierdp.Tree.complete(2, 3)
+    rng = np.random.default_rng(1)
+    x = tree.aggregate(rng.poisson(30, size=(tree.n_leaves, 3)))
+    r = release(tree, x, epsilon=1.0, seed=0)
+    assert r.values.shape == (tree.n_nodes, 3)
+    for c in range(3):
+        assert tree.is_consistent(r.values[:, c])
+    assert len(r.frame) == tree.n_nodes * 3 and "cell" in r.frame.columns

@@ -1,0 +1,115 @@
+"""The tree error RMSRE_τ(T) of a per-level budget split, computed analytically.
+
+Dawson et al. 2023 §3.2 define the tree error as the root of the level-averaged mean
+squared relative error, RMSRE_τ(T)² = 1/(d+1) Σ_i 1/|L_i| Σ_{v∈L_i} RMSRE_τ(c_v, ĉ_v)², and
+App. B notes that with unbiased estimates RMSRE_τ(c_v, x̂_v)² = var̂_v / max(τ, c_v)², so
+the error of a split follows from variances alone: the mechanism's per-level variance
+(``mechanism.variance(budget, sensitivity)``) and, after post-processing, the BLUE
+variances of :mod:`hierdp.budgets._variance`. The counts ``c`` are a prior (public or
+earlier, possibly noisy, data) or, for oracle strategies only, the true counts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierdp.budgets._variance import class_tree, class_variances
+from hierdp.errors import BudgetError
+
+if TYPE_CHECKING:
+    from hierdp.mechanisms.base import Mechanism, Sensitivity
+    from hierdp.tree import Tree
+
+__all__ = ["TreeErrorObjective", "as_counts"]
+
+
+def as_counts(tree: Tree, counts: Any, what: str = "prior") -> np.ndarray:
+    """Node counts in external order as float; accepts an array, a Series or a ReleaseResult."""
+    if counts is None:
+        raise BudgetError(f"no {what} counts given")
+    est = getattr(counts, "estimate", None)
+    if est is not None and hasattr(est, "values"):
+        other = getattr(counts, "tree", None)
+        if other is not None and other is not tree and other != tree:
+            raise BudgetError(f"the {what} release was made on a different tree; pass its values aligned to this tree")
+        counts = est.values
+    if hasattr(counts, "to_numpy"):
+        counts = counts.to_numpy()
+    c = np.asarray(counts, dtype=np.float64)
+    if c.ndim not in (1, 2) or c.shape[0] != tree.n_nodes:
+        raise BudgetError(
+            f"{what} counts must have one row per node ({tree.n_nodes}) in the tree's node order, got shape {c.shape}"
+        )
+    if not np.all(np.isfinite(c)):
+        raise BudgetError(f"{what} counts contain NaN or infinity; fill unknown nodes with 0")
+    return c
+
+
+class TreeErrorObjective:
+    """RMSRE_τ(T) as a function of per-level budgets (vectorised over candidate splits).
+
+    ``counts`` (external order, ``(n,)`` or ``(n, k)``) define the weights
+    1/max(τ, c_v)²; ``None`` weights every node by 1/τ² (a data-independent objective:
+    the level-averaged variance). ``postprocessed=True`` scores the BLUE estimates
+    (Dawson et al. Alg. 2), ``False`` the raw noisy measurements. ``n_evaluations``
+    counts the candidate splits scored so far, ``n_passes`` the kernel sweeps.
+    """
+
+    def __init__(self, tree: Tree, counts: np.ndarray | None, *, tau: float, mechanism: Mechanism,
+                 sensitivity: Sensitivity, postprocessed: bool = True) -> None:
+        if not (np.isfinite(tau) and tau > 0):
+            raise BudgetError(f"tau must be a positive number, got {tau!r}")
+        self.tree = tree
+        self.mechanism = mechanism
+        self.sensitivity = sensitivity
+        self.postprocessed = bool(postprocessed)
+        L = tree.n_levels
+        self.ct = class_tree(tree) if postprocessed else None
+        level_size = np.array([tree.level_nodes(d, internal=True).size for d in range(L)], dtype=np.float64)
+        norm = (level_size * L)[tree._depth]  # |L_i| (d+1) for each internal node
+        if counts is None:
+            q = np.full(tree.n_nodes, 1.0 / tau**2)
+        else:
+            c = tree.to_internal(np.asarray(counts, dtype=np.float64))
+            q = 1.0 / np.maximum(tau, c) ** 2
+            if q.ndim == 2:
+                q = q.mean(axis=1)
+        q = q / norm
+        if postprocessed:
+            self.weights = np.bincount(self.ct.node_class, weights=q, minlength=self.ct.n_classes)
+        else:
+            self.weights = np.bincount(tree._depth, weights=q, minlength=L)
+        self.n_evaluations = 0
+        self.n_passes = 0
+
+    def level_variances(self, budgets: np.ndarray) -> np.ndarray:
+        """Per-level input variances ``(L, C)`` for candidate budgets ``(C, L)`` (0 → inf)."""
+        b = np.atleast_2d(np.asarray(budgets, dtype=np.float64))
+        out = np.full(b.T.shape, np.inf)
+        cache: dict[float, float] = {}
+        for (c, lvl), val in np.ndenumerate(b):
+            if val > 0:
+                v = cache.get(val)
+                if v is None:
+                    v = cache[val] = float(self.mechanism.variance(float(val), self.sensitivity))
+                out[lvl, c] = v
+        return out
+
+    def mean_square(self, budgets: np.ndarray) -> np.ndarray:
+        """RMSRE_τ(T)² for each candidate split (rows of ``budgets``)."""
+        lv = self.level_variances(budgets)
+        self.n_evaluations += lv.shape[1]
+        self.n_passes += 1
+        if self.postprocessed:
+            var = class_variances(self.ct, lv)
+        else:
+            var = lv
+        with np.errstate(invalid="ignore"):
+            ms = self.weights @ np.where(np.isinf(var), np.inf, var)
+        return np.where(np.isnan(ms), np.inf, ms)
+
+    def __call__(self, budgets: np.ndarray) -> np.ndarray:
+        """RMSRE_τ(T) for each candidate split."""
+        return np.sqrt(self.mean_square(budgets))

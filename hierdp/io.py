@@ -1,0 +1,147 @@
+"""Reading sources and writing releases, atomically.
+
+Every file hierdp writes goes to a temporary file in the destination folder first and is
+moved into place with :func:`os.replace` (atomic on POSIX and Windows within one file
+system), so an interrupted release never leaves a partial output: the destination either
+keeps its previous content or gets the complete new one. A release writes its ledger
+first and the table last, so a table on disk always has its ledger beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hierdp.errors import DataError, MissingDependencyError
+
+__all__ = ["atomic_path", "atomic_write", "write_table", "write_text", "write_release", "read_table",
+           "ledger_path_for", "format_for"]
+
+FORMATS = ("csv", "parquet")
+
+
+def format_for(path: str | Path, fmt: str | None = None) -> str:
+    """The table format of ``path``: ``fmt`` if given, else from the extension."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise DataError(f"unknown table format {fmt!r}; expected 'csv' or 'parquet'")
+        return fmt
+    name = str(path).lower()
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    if name.endswith((".csv", ".csv.gz")):
+        return "csv"
+    raise DataError(f"cannot tell the format of {str(path)!r}; end it in .csv or .parquet, or pass the format")
+
+
+def ledger_path_for(path: str | Path) -> Path:
+    """Where the ledger of output ``path`` goes: ``<name without extension>.ledger.json`` beside it."""
+    p = Path(path)
+    name = p.name
+    for ext in (".csv.gz", ".csv", ".parquet", ".pq"):
+        if name.lower().endswith(ext):
+            name = name[: -len(ext)]
+            break
+    return p.with_name(name + ".ledger.json")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as fh:  # flush to disk before the rename makes it visible
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def atomic_write(path: str | Path, writer: Callable[[Path], Any]) -> Path:
+    """Call ``writer(tmp_path)`` and move the result to ``path`` atomically; returns ``path``."""
+    with atomic_path(path) as tmp:
+        writer(tmp)
+    return Path(path)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _writer(frame: pd.DataFrame, fmt: str, gzip: bool = False) -> Callable[[Path], None]:
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise MissingDependencyError("pyarrow", "parquet") from None
+
+        def write(tmp: Path) -> None:
+            frame.to_parquet(tmp, index=False)
+    else:
+        def write(tmp: Path) -> None:
+            frame.to_csv(tmp, index=False, compression="gzip" if gzip else None)
+    return write
+
+
+def write_table(frame: pd.DataFrame, path: str | Path, fmt: str | None = None) -> Path:
+    """Write ``frame`` as CSV or Parquet (format from the extension unless given), atomically."""
+    fmt = format_for(path, fmt)
+    dest = Path(path)
+    # compression follows the destination's name, not the temporary file's
+    return atomic_write(dest, _writer(frame, fmt, gzip=dest.name.lower().endswith(".gz")))
+
+
+def write_release(frame: pd.DataFrame, ledger_json: str, path: str | Path, fmt: str | None = None,
+                  ledger_path: str | Path | None = None) -> tuple[Path, Path]:
+    """Write a release table and its ledger JSON; the ledger lands first, the table last.
+
+    Both are staged in temporary files before either is moved into place, so a failure
+    while writing leaves neither a partial table nor a partial ledger.
+    """
+    dest = Path(path)
+    lpath = Path(ledger_path) if ledger_path is not None else ledger_path_for(dest)
+    fmt = format_for(dest, fmt)
+    with atomic_path(dest) as tmp_table:
+        _writer(frame, fmt, gzip=dest.name.lower().endswith(".gz"))(tmp_table)
+        write_text(lpath, ledger_json)
+    return dest, lpath
+
+
+def read_table(files: Sequence[str | Path], fmt: str, columns: Sequence[str] | None = None,
+               string_columns: Sequence[str] = ()) -> pd.DataFrame:
+    """Read and concatenate CSV/Parquet ``files`` (only ``columns`` when given).
+
+    ``string_columns`` are read as strings (labels such as ``"01"`` keep their zeros).
+    """
+    frames = []
+    cols = list(columns) if columns is not None else None
+    for f in files:
+        if fmt == "parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise MissingDependencyError("pyarrow", "parquet") from None
+            df = pd.read_parquet(f, columns=cols)
+        else:
+            df = pd.read_csv(f, usecols=cols, dtype={c: "string" for c in string_columns})
+        for c in string_columns:
+            if c in df.columns and not pd.api.types.is_string_dtype(df[c]):
+                df[c] = df[c].astype("string")
+        frames.append(df)
+    if not frames:
+        raise DataError("no input files to read")
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

@@ -1,0 +1,204 @@
+"""Reading a YAML spec with the line and column of every node.
+
+The loader is :class:`yaml.SafeLoader` (no Python objects can be built from a spec) with
+two additions: floats in exponent notation without a dot (``1e-6``) are read as floats,
+as YAML 1.2 does, and every mapping value, sequence item and mapping key gets its
+position recorded in a :class:`Marks` table keyed by its path (a tuple of keys and
+indices). Duplicate keys, which PyYAML silently collapses, are reported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["Issue", "Marks", "LoadedSpec", "load_text", "load_file", "format_path"]
+
+PathT = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem found in a spec: where it is, what is wrong, how to fix it."""
+
+    path: PathT
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def render(self, filename: str | None = None) -> str:
+        where = filename or "<spec>"
+        if self.line is not None:
+            where += f":{self.line}:{self.column}"
+        dotted = format_path(self.path)
+        return f"{where}: {dotted}: {self.message}" if dotted else f"{where}: {self.message}"
+
+
+def format_path(path: PathT) -> str:
+    """Dotted path: ``('hierarchy', 'levels', 1, 'domain')`` -> ``hierarchy.levels[1].domain``."""
+    out = ""
+    for p in path:
+        if isinstance(p, int) and not isinstance(p, bool):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out
+
+
+@dataclass
+class Marks:
+    """1-based (line, column) of spec nodes, by path; ``key`` marks are those of mapping keys."""
+
+    value: dict[PathT, tuple[int, int]] = field(default_factory=dict)
+    key: dict[PathT, tuple[int, int]] = field(default_factory=dict)
+
+    def at(self, path: PathT, prefer_key: bool = False) -> tuple[int | None, int | None]:
+        """Position of ``path``, or of its nearest recorded ancestor."""
+        path = tuple(path)
+        while True:
+            if prefer_key and path in self.key:
+                return self.key[path]
+            if path in self.value:
+                return self.value[path]
+            if path in self.key:
+                return self.key[path]
+            if not path:
+                return None, None
+            path = path[:-1]
+
+    def issue(self, path: PathT, message: str, prefer_key: bool = False) -> Issue:
+        line, col = self.at(path, prefer_key=prefer_key)
+        return Issue(tuple(path), message, line, col)
+
+
+@dataclass
+class LoadedSpec:
+    """A parsed spec: the plain data, the positions of its nodes and where it came from."""
+
+    data: Any
+    marks: Marks
+    filename: str | None = None
+    base_dir: Path | None = None
+    issues: list[Issue] = field(default_factory=list)  # problems found while loading
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e-6``/``5E3`` (no dot) as floats."""
+
+
+_FLOAT_EXP = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_EXP, list("-+0123456789"))
+
+
+def _pos(mark: yaml.Mark) -> tuple[int, int]:
+    return mark.line + 1, mark.column + 1
+
+
+def _syntax_issue(exc: yaml.YAMLError, text: str) -> Issue:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line, col = _pos(mark) if mark is not None else (None, None)
+    problem = str(getattr(exc, "problem", None) or exc).strip()
+    if "'\\t'" in problem or "\t" in problem or (
+        mark is not None and line is not None and "\t" in _line_of(text, line)[: max(col, 1)]
+    ):
+        msg = "YAML syntax error: a tab character is used for indentation; indent with spaces only"
+    else:
+        context = getattr(exc, "context", None)
+        detail = f"{context}, {problem}" if context else problem
+        msg = f"YAML syntax error: {detail}; check the indentation and quoting on this line"
+    return Issue((), msg, line, col)
+
+
+def _line_of(text: str, line: int) -> str:
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def load_text(text: str, filename: str | None = None, base_dir: Path | None = None) -> LoadedSpec:
+    """Parse spec ``text``; syntax problems are returned as ``issues`` (nothing raised)."""
+    marks = Marks()
+    spec = LoadedSpec(None, marks, filename, base_dir)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            spec.issues.append(Issue((), "the spec is empty; a spec starts with `hierdp: 1` "
+                                         "(see `hierdp schema` or docs/spec.md)", 1, 1))
+            return spec
+        data = loader.construct_document(node)
+        _record(loader, node, (), marks, spec.issues)
+    except yaml.YAMLError as exc:
+        spec.issues.append(_syntax_issue(exc, text))
+        return spec
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # e.g. bad timestamps
+        spec.issues.append(Issue((), f"YAML value error: {exc}; quote the value to keep it a string", 1, 1))
+        return spec
+    finally:
+        loader.dispose()
+    spec.data = data
+    return spec
+
+
+def load_file(path: str | Path) -> LoadedSpec:
+    """Read and parse the spec file ``path`` (UTF-8)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        spec = LoadedSpec(None, Marks(), str(path), p.parent)
+        spec.issues.append(Issue((), "spec file not found; check the path"))
+        return spec
+    except IsADirectoryError:
+        spec = LoadedSpec(None, Marks(), str(path), p.parent)
+        spec.issues.append(Issue((), "is a directory, not a spec file; give the path of a .yaml file"))
+        return spec
+    except OSError as exc:
+        spec = LoadedSpec(None, Marks(), str(path), p.parent)
+        spec.issues.append(Issue((), f"cannot read the spec file ({exc.strerror}); check its permissions"))
+        return spec
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        spec = LoadedSpec(None, Marks(), str(path), p.parent)
+        spec.issues.append(Issue((), f"the spec is not UTF-8 text (byte {exc.start}); save it as UTF-8"))
+        return spec
+    return load_text(text, filename=str(path), base_dir=p.parent)
+
+
+def _record(loader: yaml.SafeLoader, node: yaml.Node, path: PathT, marks: Marks, issues: list[Issue],
+            _seen: set[int] | None = None) -> None:
+    """Walk the composed node graph alongside the data, recording marks and duplicate keys."""
+    seen = set() if _seen is None else _seen
+    marks.value.setdefault(path, _pos(node.start_mark))
+    if id(node) in seen:  # an alias of an anchored node: positions already recorded
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys_seen: dict[Any, tuple[int, int]] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                try:
+                    key = loader.construct_object(key_node, deep=True)
+                except yaml.YAMLError:
+                    key = key_node.value
+            else:
+                key = f"<{key_node.id} key>"
+            try:
+                hash(key)
+            except TypeError:
+                key = repr(key)
+            kpos = _pos(key_node.start_mark)
+            if key in keys_seen:
+                first = keys_seen[key]
+                issues.append(Issue(path + (key,), f"duplicate key {key!r} (first given on line {first[0]}); "
+                                    "keep only one", *kpos))
+            keys_seen[key] = kpos
+            marks.key.setdefault(path + (key,), kpos)
+            _record(loader, value_node, path + (key,), marks, issues, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _record(loader, item, path + (i,), marks, issues, seen)

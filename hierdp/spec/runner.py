@@ -1,0 +1,452 @@
+"""Running a validated spec: read the source, build the public tree, release, write.
+
+The private source is read only here, after the spec has validated, and only the
+columns the release needs. Public inputs (domain files, public paths, the demo
+geography) are read in full.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import warnings
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hierdp.errors import DataError, NonPrivateWarning, SpecError
+from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
+from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
+
+__all__ = ["load_spec", "run_spec", "prepare", "release_frame", "write_outputs", "evaluate_spec"]
+
+
+# ------------------------------------------------------------------------ loading
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, Mapping):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base.get(k), v) if k in base else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(over)
+
+
+def load_spec(spec: Any, **overrides: Any) -> ReleaseSpec:
+    """Load and validate ``spec`` (path, YAML text, dict or :class:`ReleaseSpec`).
+
+    ``overrides`` are spec sections deep-merged over the file's before validation, e.g.
+    ``privacy={"epsilon": 2.0}``; ``output="x.csv"`` sets ``output.path`` and ``seed=3``
+    sets the seed.
+    """
+    if isinstance(spec, ReleaseSpec) and not overrides:
+        return spec
+    if isinstance(spec, ReleaseSpec):
+        loaded = LoadedSpec(spec.data, Marks(), spec.filename, spec.base_dir)
+    elif isinstance(spec, dict):
+        loaded = LoadedSpec(copy.deepcopy(spec), Marks(), None, Path.cwd())
+    elif isinstance(spec, (str, Path)) and ("\n" in str(spec) or str(spec).lstrip().startswith("hierdp:")):
+        loaded = load_text(str(spec), None, Path.cwd())
+    elif isinstance(spec, (str, Path)):
+        loaded = load_file(spec)
+    else:
+        raise SpecError(f"cannot read a spec from {type(spec).__name__}; give a path, YAML text or a dict")
+    raise_issues(loaded.issues, loaded.filename)
+    if overrides and isinstance(loaded.data, dict):
+        over = dict(overrides)
+        if isinstance(over.get("output"), (str, Path)):
+            over["output"] = {"path": str(over["output"])}
+        if over.get("seed", 0) is None:
+            over.pop("seed")
+        loaded.data = _merge(loaded.data, over)
+    return validate(loaded)
+
+
+# ------------------------------------------------------------------------ progress
+class _Steps:
+    """A progress bar over the named steps of a run (tqdm on stderr), silent when disabled."""
+
+    def __init__(self, names: list[str], enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:  # progress is a nicety
+                tqdm = None
+            if tqdm is not None:
+                self.bar = tqdm(total=len(names), file=sys.stderr, unit="step", leave=False, disable=None,
+                                bar_format="{desc:<28}{bar:20} {n_fmt}/{total_fmt} [{elapsed}]")
+
+    @contextmanager
+    def step(self, name: str):
+        if self.bar is not None:
+            self.bar.set_description_str(name)
+        yield
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ---------------------------------------------------------------- reading the data
+def _to_str_list(values: Any) -> list[str]:
+    return [str(v) for v in values]
+
+
+def _public_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    return pd.read_csv(path, dtype="string", usecols=columns, keep_default_na=False)
+
+
+def _paths_frame(spec: ReleaseSpec) -> pd.DataFrame | None:
+    if spec.paths is None:
+        return None
+    kind, ref = spec.paths
+    if kind == "demo":
+        from hierdp.data import demo_geography
+
+        frame = demo_geography(ref)
+    else:
+        frame = _public_table(ref)
+    cols = {lv.column: lv.name for lv in spec.levels if lv.domain == ("paths",)}
+    missing = [c for c in cols if c not in frame.columns]
+    if missing:
+        raise SpecError(f"hierarchy.paths: the public paths have no column {missing[0]!r}; add it")
+    return frame[list(cols)].rename(columns=cols).astype("string")
+
+
+def _domains(spec: ReleaseSpec) -> dict[str, Any]:
+    """dptree ``domains=`` from the spec's level declarations (reads public files only)."""
+    out: dict[str, Any] = {}
+    paths = _paths_frame(spec)
+    for i, lv in enumerate(spec.levels):
+        dom = lv.domain
+        kind = dom[0]
+        if kind == "observed":
+            out[lv.name] = "observed"
+        elif kind == "list":
+            out[lv.name] = _to_str_list(dom[1])
+        elif kind == "per_parent":
+            out[lv.name] = {str(k): _to_str_list(v) for k, v in dom[1].items()}
+        elif kind == "paths":
+            out[lv.name] = paths
+        elif kind == "file":
+            _, path, col, parent_col = dom
+            if col is None:  # .txt: one value per line
+                lines = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
+                out[lv.name] = [ln for ln in lines if ln]
+                continue
+            table = _public_table(path)
+            above = [p.column for p in spec.levels[:i]]
+            if parent_col is not None and all(c in table.columns for c in above):
+                ren = {p.column: p.name for p in spec.levels[:i]}
+                ren[col] = lv.name
+                out[lv.name] = table[above + [col]].rename(columns=ren)
+            elif parent_col is not None:
+                grouped = table.groupby(parent_col, sort=False)[col]
+                out[lv.name] = {str(k): list(pd.unique(v.to_numpy())) for k, v in grouped}
+            else:
+                out[lv.name] = list(pd.unique(table[col].to_numpy()))
+        else:  # pragma: no cover - validation rejects anything else
+            raise SpecError(f"level {lv.name!r}: unsupported domain {dom!r}")
+    return out
+
+
+def _apply_filters(df: pd.DataFrame, filters: list[dict[str, Any]]) -> pd.DataFrame:
+    mask = np.ones(len(df), dtype=bool)
+    for f in filters:
+        col = df[f["column"]]
+        val = f["value"]
+        if pd.api.types.is_string_dtype(col):
+            val = [str(v) for v in val] if isinstance(val, list) else str(val)
+        op = f["op"]
+        try:
+            if op == "in":
+                m = col.isin(val)
+            elif op == "not_in":
+                m = ~col.isin(val)
+            else:
+                m = {"==": col.__eq__, "!=": col.__ne__, "<": col.__lt__, "<=": col.__le__,
+                     ">": col.__gt__, ">=": col.__ge__}[op](val)
+        except TypeError:
+            raise DataError(f"source.filter: cannot compare column {f['column']!r} ({col.dtype}) with {val!r}; "
+                            "give a value of the column's type") from None
+        mask &= np.asarray(m.fillna(False), dtype=bool)
+    return df.loc[mask].reset_index(drop=True)
+
+
+def read_source(spec: ReleaseSpec) -> pd.DataFrame:
+    """The private records (only the needed columns), filtered, with level columns renamed to level names."""
+    cols = spec.needed_columns()
+    str_cols = [lv.column for lv in spec.levels] + ([spec.unit] if spec.unit else [])
+    if spec.source_demo is not None:
+        from hierdp.data import load_demo
+
+        df = load_demo(spec.source_demo)
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            raise DataError(f"demo {spec.source_demo!r} has no column {missing[0]!r}")
+        df = df[cols]
+    else:
+        from hierdp.io import read_table
+
+        df = read_table(spec.source_files, spec.source_format, columns=cols, string_columns=str_cols)
+    for c in str_cols:
+        if not pd.api.types.is_string_dtype(df[c]):
+            df[c] = df[c].astype("string")
+    df = _apply_filters(df, spec.filters)
+    return df.rename(columns={lv.column: lv.name for lv in spec.levels if lv.column != lv.name})
+
+
+def prepare(spec: ReleaseSpec, data: pd.DataFrame | None = None):
+    """The :class:`~hierdp.frame.DPTree` of a spec (``data`` replaces reading the source)."""
+    df = read_source(spec) if data is None else data
+    return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
+                     unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
+                     root=spec.root)
+
+
+# ------------------------------------------------------------------------- release
+def _budget_arg(spec: ReleaseSpec, dpt: Any) -> Any:
+    b = spec.budget
+    if isinstance(b, dict) and "per_level" in b:
+        return dict(b["per_level"])
+    if isinstance(b, dict) and "strategy" in b:
+        params = dict(b["params"])
+        if isinstance(params.get("prior"), dict):
+            params["prior"] = load_prior(spec, dpt.tree, params["prior"])
+        return {"strategy": b["strategy"], "params": params}
+    return b
+
+
+def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarray:
+    """Node values (external order) from a public prior table: ``{file: path, column: name}``.
+
+    The table has the hierarchy columns (named like the levels, ``<NA>`` below a node's
+    level, as a release's output has) and a value column (default ``estimate``); nodes
+    missing from the table get 0. A previous release's output is a valid prior.
+    """
+    if not isinstance(ref.get("file"), str):
+        raise SpecError("budget.params.prior needs `file:` (a CSV of node values, e.g. an earlier release)")
+    path = Path(ref["file"])
+    path = path if path.is_absolute() else spec.base_dir / path
+    if not path.is_file():
+        raise SpecError(f"budget.params.prior.file: file {ref['file']!r} does not exist (looked for {path})")
+    column = ref.get("column", "estimate")
+    names = [lv.name for lv in spec.levels]
+    table = pd.read_csv(path, dtype={n: "string" for n in names})
+    missing = [c for c in names + [column] if c not in table.columns]
+    if missing:
+        raise SpecError(f"budget.params.prior.file: {path.name!r} has no column {missing[0]!r}; "
+                        f"it needs the level columns {names} and {column!r}")
+    # label paths of the nodes, in the tree's internal order (as label_columns gives them)
+    cols = tree.label_columns()
+    labels = [pd.Series(cols[n], dtype=object) for n in names]
+    keys = list(zip(*[a.where(a.notna(), None).to_numpy() for a in labels]))
+    lookup = {k: i for i, k in enumerate(keys)}
+    rows = table[names].astype(object)
+    rows = rows.where(rows.notna(), None)
+    internal = np.zeros(tree.n_nodes)
+    for k, v in zip(map(tuple, rows.to_numpy()), pd.to_numeric(table[column], errors="coerce").to_numpy()):
+        i = lookup.get(k)
+        if i is not None and np.isfinite(v):
+            internal[i] = v
+    return tree.to_external(internal)
+
+
+def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | None = None):
+    return dpt.release(
+        epsilon=spec.epsilon if epsilon is None else epsilon,
+        delta=spec.delta, rho=spec.rho if epsilon is None else None,
+        mechanism={"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
+        budget=_budget_arg(spec, dpt),
+        postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
+        seed=seed,
+    )
+
+
+def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:
+    """The output table of a release: level and hierarchy columns plus the requested value columns."""
+    out = spec.output or {}
+    want = list(out.get("columns") or ["estimate", "std"])
+    frame = result.to_frame(noisy="noisy" in want)
+    keep = [c for c in frame.columns if c not in ("estimate", "std", "noisy")]
+    for c in want:
+        if c in ("estimate", "std", "noisy"):
+            keep.append(c)
+    table = frame[keep].copy()
+    if "ci" in want:
+        from scipy.stats import norm
+
+        level = float(out.get("ci_level") or 0.95)
+        z = float(norm.ppf(0.5 + level / 2))
+        std = frame["std"].to_numpy(dtype=float)
+        est = frame["estimate"].to_numpy(dtype=float)
+        table["ci_low"] = est - z * std
+        table["ci_high"] = est + z * std
+    return table
+
+
+def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None) -> tuple[Path, Path]:
+    """Write the table and the ledger (atomically); returns their paths."""
+    from hierdp.io import write_release
+
+    out = spec.output or {}
+    dest = path if path is not None else out.get("path")
+    if dest is None:
+        raise SpecError("no output path: set output.path in the spec or pass -o/--output")
+    fmt = out.get("format") if path is None else None
+    ledger = out.get("ledger") if path is None else None
+    return write_release(release_frame(spec, result), result.ledger.to_json(), dest, fmt=fmt, ledger_path=ledger)
+
+
+def run_spec(spec: Any, *, seed: int | None = None, output: str | Path | None = None, write: bool = True,
+             progress: bool = False, **overrides: Any):
+    """Validate and run a release spec; returns the :class:`~hierdp.result.ReleaseResult`.
+
+    Parameters
+    ----------
+    spec : path of a YAML spec, YAML text, a dict, or a validated ``ReleaseSpec``.
+    seed : fixed seed (tests only; the ledger marks the release not for publication).
+    output : output path overriding ``output.path``; the ledger goes beside it.
+    write : write the output files (when the spec or ``output`` names a path).
+    progress : show a progress bar on stderr.
+    overrides : spec sections deep-merged over the file's (e.g. ``privacy={"epsilon": 2}``).
+
+    >>> import hierdp
+    >>> r = hierdp.run_spec("specs/demo.yaml", seed=1, write=False)  # doctest: +SKIP
+    """
+    if seed is not None:
+        overrides["seed"] = seed
+    rs = load_spec(spec, **overrides)
+    steps = _Steps(["read", "tree", "release", "write"], progress)
+    try:
+        with steps.step("reading the source"):
+            df = read_source(rs)
+        with steps.step("building the public tree"):
+            dpt = prepare(rs, df)
+        with steps.step("measuring and post-processing"):
+            result = _release(rs, dpt, rs.seed)
+        with steps.step("writing"):
+            dest = output if output is not None else (rs.output or {}).get("path")
+            if write and dest is not None:
+                written = write_outputs(rs, result, output)
+                result.meta["written"] = [str(p) for p in written]
+    finally:
+        steps.close()
+    result.meta["spec"] = rs
+    return result
+
+
+# ------------------------------------------------------------------------ evaluate
+def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None = None,
+                  output: str | Path | None = None, write: bool = True, progress: bool = False,
+                  **overrides: Any) -> pd.DataFrame:
+    """NON-PRIVATE: run the spec's ``evaluate`` section and return the table of errors.
+
+    Repeats the release ``repetitions`` times at each ε of ``evaluate.epsilons`` (default:
+    the privacy section's total) and scores each run with every metric against the *true*
+    counts. Columns: ``epsilon, metric, level, mean, std_error, repetitions``. When
+    written, the table goes to CSV and a plot of error against ε to a PNG beside it.
+    """
+    rs = load_spec(spec, **overrides)
+    if rs.evaluate is None:
+        raise SpecError("the spec has no `evaluate:` section; add one with `metrics: [...]`")
+    ev = rs.evaluate
+    reps = int(repetitions or ev["repetitions"])
+    base_seed = seed if seed is not None else rs.seed
+    eps_list = ev.get("epsilons") or [rs.total]
+    from hierdp import registry
+
+    metrics = [(name, registry.create("metric", name), dict(params)) for name, params in ev["metrics"]]
+    warnings.warn("evaluation reads the TRUE counts: its results are not differentially private; "
+                  "do not publish them", NonPrivateWarning, stacklevel=2)
+    dpt = prepare(rs)
+    true = dpt.true_counts()
+    rows: list[dict[str, Any]] = []
+    bar = None
+    if progress:
+        try:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=reps * len(eps_list), file=sys.stderr, desc="evaluating", leave=False, disable=None)
+        except ImportError:
+            bar = None
+    try:
+        for j, eps in enumerate(eps_list):
+            scores: dict[tuple[str, str], list[float]] = {}
+            for r in range(reps):
+                s = None if base_seed is None else base_seed + 1_000_003 * j + r
+                res = _release(rs, dpt, s, epsilon=None if rs.rho is not None else float(eps))
+                for name, m, params in metrics:
+                    for level, value in _metric_values(m(true, res.values, tree=res.tree, **params)):
+                        scores.setdefault((name, level), []).append(value)
+                if bar is not None:
+                    bar.update(1)
+            for (name, level), vals in scores.items():
+                a = np.asarray(vals, dtype=float)
+                sem = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else float("nan")
+                rows.append({"epsilon": float(eps), "metric": name, "level": level, "mean": float(a.mean()),
+                             "std_error": sem, "repetitions": int(a.size)})
+    finally:
+        if bar is not None:
+            bar.close()
+    table = pd.DataFrame(rows, columns=["epsilon", "metric", "level", "mean", "std_error", "repetitions"])
+    dest = output if output is not None else ev.get("output")
+    if write and dest is not None:
+        from hierdp.io import write_table
+
+        write_table(table, dest, "csv")
+        plot_path = Path(dest).with_suffix(".png")
+        _plot(table, plot_path)
+        table.attrs["written"] = [str(dest), str(plot_path)]
+    return table
+
+
+def _metric_values(value: Any) -> list[tuple[str, float]]:
+    """Flatten a metric's result: a number -> [("all", v)]; per-level mappings/Series -> one per level."""
+    if isinstance(value, pd.Series):
+        value = value.to_dict()
+    if isinstance(value, Mapping):
+        return [(str(k), float(v)) for k, v in value.items()]
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim == 0:
+        return [("all", float(arr))]
+    return [("all", float(arr.mean()))]
+
+
+def _plot(table: pd.DataFrame, path: Path) -> None:
+    """Error against ε, one line per metric (and level), with ±1 standard error bars."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from hierdp.errors import MissingDependencyError
+
+        raise MissingDependencyError("matplotlib", "plot") from None
+    from hierdp.io import atomic_write
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    try:
+        for (metric, level), g in table.groupby(["metric", "level"], sort=True):
+            g = g.sort_values("epsilon")
+            label = metric if level == "all" else f"{metric} ({level})"
+            ax.errorbar(g["epsilon"], g["mean"], yerr=g["std_error"].fillna(0.0), marker="o", capsize=3, label=label)
+        ax.set_xlabel("total ε")
+        ax.set_ylabel("error (mean over repetitions)")
+        if table["epsilon"].nunique() > 1:
+            ax.set_xscale("log")
+        ax.set_title("NON-PRIVATE evaluation (reads true counts)")
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    finally:
+        plt.close(fig)
+

@@ -1,0 +1,693 @@
+"""Validation of release specs: every problem at once, each with its path, line and fix.
+
+:func:`validate` runs three passes and raises one :class:`~hierdp.errors.SpecError`
+listing every problem found (``SpecError.errors`` holds the rendered lines, and
+``SpecError.issues`` the :class:`~hierdp.spec.loader.Issue` objects):
+
+1. YAML syntax (with the loader's positions; tabs, duplicate keys, an empty file);
+2. the JSON Schema shipped in ``hierdp/spec/schema.json`` (unknown keys with the
+   closest valid key, types, ranges, finiteness);
+3. meaning: plugin names resolved through :mod:`hierdp.registry` and their parameters
+   checked against the plugin's ``params_schema``, the privacy definition against the
+   mechanism's budget unit, per-level budgets against the level names and the total,
+   files and columns. Only the *header* of a CSV source and the *schema* of a Parquet
+   source are read — never a private value.
+
+Unusual but valid settings (e.g. ε > 10, ``observed`` domains) produce warnings in
+``ReleaseSpec.warnings`` rather than errors.
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hierdp.errors import HierDPError, SpecError, did_you_mean
+from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
+from hierdp.spec.schema import check_against_schema, load_schema
+
+__all__ = ["ReleaseSpec", "LevelSpec", "validate", "raise_issues", "KNOWN_EXTENSIONS"]
+
+#: file extension -> format
+KNOWN_EXTENSIONS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_SUM_RTOL = 1e-9
+_LARGE_EPSILON = 10.0
+
+
+@dataclass
+class LevelSpec:
+    """One level of the hierarchy, normalised."""
+
+    name: str
+    column: str
+    domain: Any  # ("list", values) | ("observed",) | ("file", Path, column) | ("per_parent", mapping) | ("paths",)
+    attribute: str | None = None
+
+
+@dataclass
+class ReleaseSpec:
+    """A validated spec with defaults filled in and input paths resolved."""
+
+    data: dict[str, Any]
+    filename: str | None
+    base_dir: Path
+    source_files: list[Path]
+    source_demo: str | None
+    source_format: str
+    source_columns: list[str] | None
+    count: str | None
+    filters: list[dict[str, Any]]
+    root: str
+    levels: list[LevelSpec]
+    paths: tuple[str, Any] | None  # ("file", Path) | ("demo", name)
+    unknown: str
+    unit: str | None
+    max_contributions: int | None
+    epsilon: float | None
+    delta: float | None
+    rho: float | None
+    budget: Any  # strategy name | {"strategy", "params"} | {"per_level": {...}}
+    mechanism: tuple[str, dict[str, Any]]
+    postprocess: list[tuple[str, dict[str, Any]]]
+    output: dict[str, Any] | None
+    evaluate: dict[str, Any] | None
+    seed: int | None
+    description: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def level_names(self) -> list[str]:
+        """Level names, the root first."""
+        return [self.root] + [lv.name for lv in self.levels]
+
+    @property
+    def total(self) -> float:
+        """Total budget in the unit the mechanism uses (ε, or ρ when given)."""
+        return self.rho if self.rho is not None else self.epsilon  # type: ignore[return-value]
+
+    def needed_columns(self) -> list[str]:
+        """Source columns the release reads (levels, count, unit, filters, selection)."""
+        cols = [lv.column for lv in self.levels]
+        for c in [self.count, self.unit] + [f["column"] for f in self.filters] + list(self.source_columns or []):
+            if c is not None and c not in cols:
+                cols.append(c)
+        return cols
+
+
+def raise_issues(issues: list[Issue], filename: str | None) -> None:
+    """Raise one :class:`SpecError` listing ``issues`` (no-op when empty)."""
+    if not issues:
+        return
+    lines = [i.render(filename) for i in issues]
+    head = lines[0] if len(lines) == 1 else f"{len(lines)} problems in the spec:\n  " + "\n  ".join(lines)
+    err = SpecError(head, lines)
+    err.issues = list(issues)  # type: ignore[attr-defined]
+    raise err
+
+
+def _load(source: Any) -> LoadedSpec:
+    if isinstance(source, LoadedSpec):
+        return source
+    if isinstance(source, dict):
+        return LoadedSpec(source, Marks(), None, Path.cwd())
+    if isinstance(source, (str, Path)):
+        s = str(source)
+        if "\n" in s or (isinstance(source, str) and s.lstrip().startswith(("hierdp:", "{"))):
+            return load_text(s, filename=None, base_dir=Path.cwd())
+        return load_file(source)
+    raise SpecError(f"cannot read a spec from {type(source).__name__}; give a path, YAML text or a dict")
+
+
+def validate(source: Any, *, check_files: bool = True) -> ReleaseSpec:
+    """Validate a spec (a path, YAML text, a :class:`LoadedSpec` or a dict).
+
+    Returns the normalised :class:`ReleaseSpec`; raises :class:`SpecError` listing every
+    problem. With ``check_files`` the source header, domain files and output format are
+    checked too (nothing but column names is read from the private source).
+    """
+    loaded = _load(source)
+    fname = loaded.filename
+    raise_issues(loaded.issues, fname)
+    data, marks = loaded.data, loaded.marks
+    if not isinstance(data, dict):
+        raise_issues([Issue((), f"the spec must be a mapping of sections (hierdp, source, hierarchy, privacy, ...), "
+                               f"got {_kind(data)}; start the file with `hierdp: 1`", 1, 1)], fname)
+    if "hierdp" in data and data["hierdp"] != 1:
+        raise_issues([marks.issue(("hierdp",), f"unsupported spec version {data['hierdp']!r}; "
+                                               "this hierdp reads `hierdp: 1`")], fname)
+    issues = check_against_schema(data, load_schema(), marks)
+    ctx = _Checker(data, marks, loaded.base_dir or Path.cwd(), issues, check_files)
+    spec = ctx.run(fname)
+    issues.sort(key=lambda i: (i.line if i.line is not None else 0, i.column or 0))
+    raise_issues(issues, fname)
+    assert spec is not None
+    return spec
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(type(value),
+                                                                                          type(value).__name__)
+
+
+def _get(d: Any, key: str, typ: type | tuple = object, default: Any = None) -> Any:
+    """``d[key]`` when ``d`` is a dict and the value has type ``typ`` (else ``default``)."""
+    if isinstance(d, dict) and key in d and isinstance(d[key], typ) and not (
+            typ in (int, float, (int, float)) and isinstance(d[key], bool)):
+        return d[key]
+    return default
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+class _Checker:
+    """The semantic pass; appends to ``issues`` and builds the normalised spec."""
+
+    def __init__(self, data: dict, marks: Marks, base_dir: Path, issues: list[Issue], check_files: bool) -> None:
+        self.data, self.marks, self.base_dir, self.issues = data, marks, base_dir, issues
+        self.check_files = check_files
+        self.warnings: list[str] = []
+        self.header: list[str] | None = None  # source columns, when known
+
+    def err(self, path: tuple, msg: str, prefer_key: bool = False) -> None:
+        self.issues.append(self.marks.issue(path, msg, prefer_key=prefer_key))
+
+    # ------------------------------------------------------------------ driver
+    def run(self, fname: str | None) -> ReleaseSpec | None:
+        d = self.data
+        src = self.source()
+        levels, root, paths, unknown = self.hierarchy()
+        priv = self.privacy()
+        mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
+        self.check_mechanism_unit(mech, priv)
+        pps_raw = d.get("postprocess", ["blue"])
+        pps = []
+        if isinstance(pps_raw, list):
+            for i, item in enumerate(pps_raw):
+                pps.append(self.plugin(("postprocess", i), item, "postprocessor"))
+        budget = self.budget(levels, root, priv)
+        output = self.output()
+        evaluate = self.evaluate(priv)
+        eps = priv.get("epsilon")
+        if eps is not None and eps > _LARGE_EPSILON:
+            self.warnings.append(f"privacy.epsilon = {eps:g} is unusually large (> {_LARGE_EPSILON:g}): "
+                                 "the release protects individuals only weakly")
+        if self.issues:
+            return None
+        return ReleaseSpec(
+            data=d, filename=fname, base_dir=self.base_dir, source_files=src["files"], source_demo=src["demo"],
+            source_format=src["format"], source_columns=src["columns"], count=src["count"],
+            filters=src["filter"], root=root, levels=levels, paths=paths, unknown=unknown,
+            unit=priv.get("unit"), max_contributions=priv.get("max_contributions"),
+            epsilon=priv.get("epsilon"), delta=priv.get("delta"), rho=priv.get("rho"), budget=budget,
+            mechanism=mech or ("discrete_laplace", {}), postprocess=[p for p in pps if p is not None],
+            output=output, evaluate=evaluate, seed=_get(d, "seed", int),
+            description=_get(d, "description", str, ""), warnings=self.warnings,
+        )
+
+    # ------------------------------------------------------------------ source
+    def source(self) -> dict[str, Any]:
+        s = self.data.get("source")
+        out: dict[str, Any] = {"files": [], "demo": None, "format": "csv", "columns": None, "count": None,
+                               "filter": []}
+        if not isinstance(s, dict):
+            return out
+        path, demo = _get(s, "path", str), _get(s, "demo", str)
+        out["columns"] = _get(s, "columns", list)
+        out["count"] = _get(s, "count", str)
+        out["filter"] = [f for f in _get(s, "filter", list, []) if isinstance(f, dict)
+                         and isinstance(f.get("column"), str) and "op" in f and "value" in f]
+        if "path" in s and "demo" in s:
+            self.err(("source", "demo"), "give either source.path or source.demo, not both", prefer_key=True)
+            return out
+        if "path" not in s and "demo" not in s:
+            self.err(("source",), "the source needs `path:` (a CSV/Parquet file or glob) or `demo:` "
+                                  "(a bundled dataset, e.g. census)")
+            return out
+        for i, f in enumerate(_get(s, "filter", list, [])):
+            if isinstance(f, dict) and f.get("op") in ("in", "not_in") and "value" in f \
+                    and not isinstance(f["value"], list):
+                self.err(("source", "filter", i, "value"), f"operator {f['op']!r} needs a list of values, "
+                                                           f"got {_kind(f['value'])}; write value: [a, b]")
+            elif isinstance(f, dict) and f.get("op") not in ("in", "not_in") and isinstance(f.get("value"),
+                                                                                              (list, dict)):
+                self.err(("source", "filter", i, "value"), f"operator {f.get('op')!r} compares with one value, "
+                                                           f"got {_kind(f['value'])}; use op: in for a list")
+        if demo is not None:
+            from hierdp.data import DEMOS, load_demo
+
+            out["demo"] = demo
+            if demo not in DEMOS:
+                self.err(("source", "demo"), f"unknown demo dataset {demo!r}{did_you_mean(demo, DEMOS)}; "
+                                             f"bundled: {', '.join(sorted(DEMOS))}")
+                return out
+            if self.check_files:
+                self.header = [str(c) for c in load_demo(demo).columns]  # synthetic, bundled, public
+        elif path is not None:
+            files = self.resolve_glob(path, ("source", "path"))
+            out["files"] = files
+            fmt = _get(s, "format", str)
+            if fmt is None and files:
+                fmts = {_format_of(f) for f in files}
+                if None in fmts:
+                    bad = next(f for f in files if _format_of(f) is None)
+                    self.err(("source", "path"), f"cannot tell the format of {bad.name!r} from its extension; "
+                                                 "add `format: csv` or `format: parquet`")
+                    return out
+                if len(fmts) > 1:
+                    self.err(("source", "path"), "the glob matches both CSV and Parquet files; "
+                                                 "narrow the pattern to one format")
+                    return out
+                fmt = fmts.pop()
+            out["format"] = fmt or "csv"
+            if self.check_files and files:
+                self.header = self.read_header(files, out["format"], ("source", "path"))
+        if self.header is not None:
+            cols = set(self.header)
+            for i, c in enumerate(out["columns"] or []):
+                if isinstance(c, str) and c not in cols:
+                    self.err(("source", "columns", i), self.missing_col(c))
+            if out["count"] is not None and out["count"] not in cols:
+                self.err(("source", "count"), self.missing_col(out["count"]))
+            for i, f in enumerate(_get(s, "filter", list, [])):
+                if isinstance(f, dict) and isinstance(f.get("column"), str) and f["column"] not in cols:
+                    self.err(("source", "filter", i, "column"), self.missing_col(f["column"]))
+        return out
+
+    def missing_col(self, c: str) -> str:
+        avail = self.header or []
+        shown = ", ".join(repr(a) for a in avail[:12]) + (" ..." if len(avail) > 12 else "")
+        return f"column {c!r} is not in the source{did_you_mean(c, avail)} (its columns: {shown})"
+
+    def resolve(self, p: str) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else self.base_dir / q
+
+    def resolve_glob(self, p: str, path: tuple) -> list[Path]:
+        full = self.resolve(p)
+        if any(ch in p for ch in "*?["):
+            files = sorted(Path(f) for f in glob.glob(str(full)) if Path(f).is_file())
+            if not files:
+                self.err(path, f"no file matches {p!r} (looked in {full.parent}); check the pattern")
+            return files
+        if not full.exists():
+            self.err(path, f"file {p!r} does not exist (looked for {full}); check the path "
+                           "(relative paths are relative to the spec's folder)")
+            return []
+        if full.is_dir():
+            self.err(path, f"{p!r} is a folder; give a file or a glob such as '{p.rstrip('/')}/*.csv'")
+            return []
+        return [full]
+
+    def read_header(self, files: list[Path], fmt: str, path: tuple) -> list[str] | None:
+        """Column names only (CSV header row / Parquet schema); every file must have the first's columns."""
+        import pandas as pd
+
+        headers = []
+        for f in files:
+            try:
+                if fmt == "parquet":
+                    try:
+                        import pyarrow.parquet as pq
+                    except ImportError:
+                        self.err(path, "reading Parquet needs pyarrow: pip install 'hierdp[parquet]'")
+                        return None
+                    names = list(pq.read_schema(f).names)
+                else:
+                    names = [str(c) for c in pd.read_csv(f, nrows=0).columns]
+            except Exception as exc:  # unreadable/garbled file: report, do not crash
+                self.err(path, f"cannot read the header of {f.name!r} as {fmt} ({type(exc).__name__}); "
+                               "check the file and its format")
+                return None
+            headers.append(names)
+        for f, h in zip(files[1:], headers[1:]):
+            if set(h) != set(headers[0]):
+                self.err(path, f"{f.name!r} has other columns than {files[0].name!r}; "
+                               "all files of a glob need the same columns")
+                return None
+        return headers[0] if headers else None
+
+    # --------------------------------------------------------------- hierarchy
+    def hierarchy(self) -> tuple[list[LevelSpec], str, tuple | None, str]:
+        h = self.data.get("hierarchy")
+        root = _get(h, "root", str, "total")
+        unknown = _get(h, "unknown", str, "raise")
+        levels: list[LevelSpec] = []
+        if not isinstance(h, dict):
+            return levels, root, None, unknown
+        paths = None
+        p = _get(h, "paths", dict)
+        if p is not None:
+            if isinstance(p.get("file"), str):
+                files = self.resolve_glob(p["file"], ("hierarchy", "paths", "file"))
+                paths = ("file", files[0]) if files else None
+            elif isinstance(p.get("demo"), str):
+                from hierdp.data import DEMOS
+
+                if p["demo"] not in DEMOS:
+                    self.err(("hierarchy", "paths", "demo"), f"unknown demo geography {p['demo']!r}"
+                                                             f"{did_you_mean(p['demo'], DEMOS)}; bundled: "
+                                                             f"{', '.join(sorted(DEMOS))}")
+                else:
+                    paths = ("demo", p["demo"])
+        raw = _get(h, "levels", list, [])
+        names_seen: dict[str, int] = {}
+        cols_seen: dict[str, int] = {}
+        for i, lv in enumerate(raw):
+            if not isinstance(lv, dict) or not isinstance(lv.get("name"), str):
+                continue
+            name = lv["name"]
+            col = lv.get("column", name) if isinstance(lv.get("column", name), str) else name
+            here = ("hierarchy", "levels", i)
+            if name == root:
+                self.err(here + ("name",), f"level name {name!r} is the root's name; rename the level "
+                                           "or set hierarchy.root")
+            if name in names_seen:
+                self.err(here + ("name",), f"duplicate level name {name!r} (also level {names_seen[name]}); "
+                                           "each level needs its own name")
+            names_seen.setdefault(name, i)
+            if col in cols_seen:
+                self.err(here + ("column",) if "column" in lv else here + ("name",),
+                         f"column {col!r} is already used by level {cols_seen[col]}; each level needs its own column")
+            cols_seen.setdefault(col, i)
+            if self.header is not None and col not in self.header:
+                self.err(here + ("column",) if "column" in lv else here + ("name",),
+                         f"level column {col!r} is missing from the source" + self.missing_col(col)[len(
+                             f"column {col!r} is not in the source"):])
+            dom = self.domain(lv, i, levels, paths, col)
+            levels.append(LevelSpec(name=name, column=col, domain=dom, attribute=_get(lv, "attribute", str)))
+        if paths is not None and paths[0] == "file" and self.check_files:
+            hdr = self.read_header([paths[1]], "csv", ("hierarchy", "paths", "file"))
+            if hdr is not None:
+                for lv in levels:
+                    if lv.domain == ("paths",) and lv.column not in hdr:
+                        self.err(("hierarchy", "paths", "file"), f"the paths file has no column {lv.column!r}"
+                                                                  f"{did_you_mean(lv.column, hdr)}; it needs one "
+                                                                  "column per level")
+        return levels, root, paths, unknown
+
+    def domain(self, lv: dict, i: int, previous: list[LevelSpec], paths: tuple | None, col: str) -> Any:
+        here = ("hierarchy", "levels", i)
+        if "domain" not in lv:
+            if paths is not None or _get(self.data.get("hierarchy"), "paths", dict) is not None:
+                return ("paths",)
+            self.err(here, f"level {lv['name']!r} declares no domain; the tree's structure must be public: "
+                           "add `domain:` with a list of values, a file, a per-parent mapping, or `observed` "
+                           "to assert that the values seen in the data are public")
+            return None
+        dom = lv["domain"]
+        attr = lv.get("attribute")
+        if dom == "observed":
+            if attr == "unknown":
+                self.err(here + ("domain",), f"level {lv['name']!r} is an unknown attribute, so its values are "
+                                             "not public: declare its full domain instead of `observed`")
+            else:
+                self.warnings.append(f"level {lv['name']!r} uses `observed`: you assert that its values "
+                                     "present in the data are public knowledge")
+            return ("observed",)
+        if isinstance(dom, list):
+            return ("list", dom)
+        if not isinstance(dom, dict):
+            return None
+        keys = [k for k in ("values", "product", "file", "per_parent") if k in dom]
+        if len(keys) > 1:
+            self.err(here + ("domain",), f"the domain gives {' and '.join(keys)}; give exactly one of values, "
+                                         "product, file or per_parent")
+            return None
+        if "column" in dom and "file" not in dom:
+            self.err(here + ("domain", "column"), "`column` only applies to a domain file; add `file:` "
+                                                  "or remove it", prefer_key=True)
+        if not keys:
+            return None
+        k = keys[0]
+        if k in ("values", "product"):
+            return ("list", dom[k]) if isinstance(dom[k], list) else None
+        if k == "file":
+            if not isinstance(dom["file"], str):
+                return None
+            files = self.resolve_glob(dom["file"], here + ("domain", "file"))
+            if not files:
+                return None
+            f = files[0]
+            dcol = dom.get("column", col) if isinstance(dom.get("column", col), str) else col
+            parent_col = previous[-1].column if previous else None
+            if f.suffix.lower() == ".txt" and "column" not in dom:
+                return ("file", f, None, None)
+            hdr = self.read_header([f], "csv", here + ("domain", "file")) if self.check_files else [dcol]
+            if hdr is None:
+                return None
+            if dcol not in hdr:
+                self.err(here + ("domain", "file"), f"domain file {f.name!r} has no column {dcol!r}"
+                                                    f"{did_you_mean(dcol, hdr)}; name the column with "
+                                                    "`column:` (its columns: " + ", ".join(hdr) + ")")
+                return None
+            per_parent = parent_col if parent_col is not None and parent_col in hdr and parent_col != dcol else None
+            return ("file", f, dcol, per_parent)
+        # per_parent
+        mapping = dom["per_parent"]
+        if not isinstance(mapping, dict):
+            return None
+        if not previous:
+            self.err(here + ("domain", "per_parent"), f"level {lv['name']!r} is the first level, whose only "
+                                                      "parent is the root: give a list of values instead")
+            return None
+        parent = previous[-1]
+        if parent.domain is not None and parent.domain[0] == "list":
+            known = [str(x) for x in parent.domain[1]]
+            for key in mapping:
+                if str(key) not in known and key not in parent.domain[1]:
+                    self.err(here + ("domain", "per_parent", key),
+                             f"{key!r} is not a value of the parent level {parent.name!r}"
+                             f"{did_you_mean(str(key), known)}; every key must be a declared {parent.name} value",
+                             prefer_key=True)
+            missing = [v for v in parent.domain[1] if v not in mapping and str(v) not in map(str, mapping)]
+            if missing:
+                self.err(here + ("domain", "per_parent"),
+                         f"no entry for {parent.name} value(s) {missing[:3]}; add them (every parent needs a list)")
+        return ("per_parent", mapping)
+
+    # ----------------------------------------------------------------- privacy
+    def privacy(self) -> dict[str, Any]:
+        p = self.data.get("privacy")
+        out: dict[str, Any] = {}
+        if not isinstance(p, dict):
+            return out
+        eps, delta, rho = _num(p.get("epsilon")), p.get("delta"), _num(p.get("rho"))
+        delta = delta if isinstance(delta, float) and 0 < delta < 1 else None
+        if "epsilon" in p and "rho" in p:
+            self.err(("privacy", "rho"), "give either privacy.epsilon (with optional delta) or privacy.rho, "
+                                         "not both", prefer_key=True)
+        elif "epsilon" not in p and "rho" not in p:
+            self.err(("privacy",), "no privacy budget: add `epsilon: <number > 0>` (or `rho:` for zCDP mechanisms)")
+        if "delta" in p and "epsilon" not in p:
+            self.err(("privacy", "delta"), "delta only goes with epsilon ((ε, δ)-DP); add privacy.epsilon "
+                                           "or remove delta", prefer_key=True)
+        unit, mc = _get(p, "unit", str), _get(p, "max_contributions", int)
+        if "unit" in p and "max_contributions" not in p:
+            self.err(("privacy", "unit"), "privacy.unit needs privacy.max_contributions: the rows of one unit "
+                                          "must be bounded (e.g. max_contributions: 1)", prefer_key=True)
+        if "max_contributions" in p and "unit" not in p:
+            self.err(("privacy", "max_contributions"), "max_contributions needs privacy.unit, the column that "
+                                                       "identifies a person; without it each row is its own unit",
+                     prefer_key=True)
+        src = self.data.get("source")
+        if unit is not None and isinstance(src, dict) and "count" in src:
+            self.err(("privacy", "unit"), "a privacy unit cannot be combined with pre-aggregated counts "
+                                          "(source.count); bound contributions on record-level data",
+                     prefer_key=True)
+        if unit is not None and self.header is not None and unit not in self.header:
+            self.err(("privacy", "unit"), self.missing_col(unit))
+        out.update(epsilon=eps, delta=delta if eps is not None else None, rho=rho if "epsilon" not in p else None,
+                   unit=unit, max_contributions=mc)
+        return out
+
+    # ----------------------------------------------------------------- plugins
+    def plugin(self, path: tuple, ref: Any, kind: str, name_key: str = "name") -> tuple[str, dict[str, Any]] | None:
+        """Resolve ``name`` or ``{name, params}`` through the registry and check the params."""
+        from hierdp import registry
+
+        if isinstance(ref, str):
+            name, params, npath = ref, {}, path
+        elif isinstance(ref, dict) and isinstance(ref.get(name_key), str):
+            name, params, npath = ref[name_key], ref.get("params", {}), path + (name_key,)
+            if not isinstance(params, dict):
+                return None
+        else:
+            return None
+        try:
+            known = registry.names(kind)
+        except HierDPError as exc:
+            self.err(npath, f"cannot list the installed {kind}s: {exc}")
+            return None
+        if name not in known:
+            self.err(npath, f"unknown {kind} {name!r}{did_you_mean(name, known)} (installed: "
+                            f"{', '.join(known) or 'none'}; see `hierdp plugins`, a plugin package may be missing)")
+            return None
+        cls = registry.get(kind, name)
+        self.check_params(cls, kind, name, params, path + ("params",))
+        return name, dict(params)
+
+    def check_params(self, cls: type, kind: str, name: str, params: dict, path: tuple) -> None:
+        schema = getattr(cls, "params_schema", None)
+        if isinstance(schema, dict):
+            for issue in check_against_schema(params, schema, self.marks, path):
+                self.issues.append(Issue(issue.path, f"{kind} {name!r}: {issue.message}", issue.line, issue.column))
+            return
+        if not params:
+            return
+        try:
+            sig = inspect.signature(cls.__init__)
+        except (TypeError, ValueError):
+            return
+        ps = list(sig.parameters.values())[1:]
+        var_kw = any(p.kind is p.VAR_KEYWORD for p in ps)
+        named = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        base_init = _takes_no_params(cls)
+        if var_kw and not base_init:
+            return
+        for k in params:
+            if k not in named:
+                if not named:
+                    self.err(path + (k,), f"{kind} {name!r} takes no parameters; remove `{k}`", prefer_key=True)
+                else:
+                    self.err(path + (k,), f"{kind} {name!r} has no parameter {k!r}{did_you_mean(str(k), named)}; "
+                                          f"its parameters: {', '.join(named)}", prefer_key=True)
+        for p in ps:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty and p.name not in params:
+                self.err(path, f"{kind} {name!r} needs the parameter {p.name!r}; add it under params")
+
+    def check_mechanism_unit(self, mech: tuple | None, priv: dict) -> None:
+        from hierdp import registry
+
+        if mech is None or not priv:
+            return
+        unit = getattr(registry.get("mechanism", mech[0]), "budget_unit", "epsilon")
+        p = self.data.get("privacy", {})
+        path = ("mechanism",) if isinstance(self.data.get("mechanism"), str) else ("mechanism", "name")
+        if unit == "epsilon" and ("rho" in p or "delta" in p):
+            which = "privacy.rho" if "rho" in p else "privacy.delta"
+            self.err(path, f"mechanism {mech[0]!r} is pure ε-DP and is budgeted by epsilon alone: remove {which} "
+                           "and give privacy.epsilon, or choose a zCDP mechanism such as 'gaussian'")
+        if unit == "rho" and "epsilon" in p and "delta" not in p:
+            self.err(path, f"mechanism {mech[0]!r} (Gaussian noise) cannot give pure ε-DP: give privacy.rho, "
+                           "or privacy.epsilon together with privacy.delta, or use a Laplace mechanism")
+
+    # ------------------------------------------------------------------ budget
+    def budget(self, levels: list[LevelSpec], root: str, priv: dict) -> Any:
+        b = self.data.get("budget", "equal")
+        names = [root] + [lv.name for lv in levels]
+        total = priv.get("rho") if priv.get("rho") is not None else priv.get("epsilon")
+        if isinstance(b, str):
+            r = self.plugin(("budget",), b, "budget")
+            self.warn_oracle(b)
+            return r[0] if r else None
+        if not isinstance(b, dict):
+            return None
+        if "strategy" in b and "per_level" in b:
+            self.err(("budget", "per_level"), "give either budget.strategy or budget.per_level, not both",
+                     prefer_key=True)
+            return None
+        if "params" in b and "strategy" not in b:
+            self.err(("budget", "params"), "budget.params needs budget.strategy; remove params or name a strategy",
+                     prefer_key=True)
+            return None
+        if isinstance(b.get("strategy"), str):
+            r = self.plugin(("budget",), b, "budget", name_key="strategy")
+            self.warn_oracle(b["strategy"])
+            return {"strategy": r[0], "params": r[1]} if r else None
+        per = _get(b, "per_level", dict)
+        if per is None:
+            return None
+        ok = True
+        for k, v in per.items():
+            if k not in names:
+                ok = False
+                self.err(("budget", "per_level", k), f"{k!r} is not a level{did_you_mean(str(k), names)}; "
+                                                     f"levels: {', '.join(names)}", prefer_key=True)
+            if _num(v) is None or v < 0:
+                ok = False
+        if ok and total is not None:
+            s = math.fsum(float(v) for v in per.values())
+            unit = "rho" if priv.get("rho") is not None else "epsilon"
+            if not math.isclose(s, total, rel_tol=_SUM_RTOL, abs_tol=0.0):
+                self.err(("budget", "per_level"), f"per-level budgets sum to {s:g} but privacy.{unit} is "
+                                                  f"{total:g}; make them add up to the total "
+                                                  "(levels left out are not measured)")
+            elif s <= 0:
+                self.err(("budget", "per_level"), "every level has budget 0; give at least one level a positive budget")
+        return {"per_level": dict(per)}
+
+    def warn_oracle(self, name: str) -> None:
+        from hierdp import registry
+
+        try:
+            cls = registry.get("budget", name)
+        except HierDPError:
+            return
+        if getattr(cls, "reads_true_counts", False):
+            self.warnings.append(f"budget strategy {name!r} reads the TRUE counts: the release is not "
+                                 "differentially private and the ledger says so (evaluation only)")
+
+    # ------------------------------------------------------------------ output
+    def output(self) -> dict[str, Any] | None:
+        o = self.data.get("output")
+        if not isinstance(o, dict):
+            return None
+        out = {"path": _get(o, "path", str), "format": _get(o, "format", str),
+               "columns": _get(o, "columns", list, ["estimate", "std"]), "ci_level": _get(o, "ci_level", float, 0.95),
+               "ledger": _get(o, "ledger", str)}
+        if out["path"] is not None and out["format"] is None:
+            fmt = _format_of(Path(out["path"]))
+            if fmt is None or Path(out["path"]).suffix.lower() in (".txt", ".tsv"):
+                self.err(("output", "path"), f"cannot tell the output format from {out['path']!r}; end it in "
+                                             ".csv or .parquet, or add `format:`")
+            out["format"] = fmt
+        if out["format"] == "parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                self.err(("output", "format"), "writing Parquet needs pyarrow: pip install 'hierdp[parquet]'")
+        if "ci_level" in o and "ci" not in out["columns"]:
+            self.warnings.append("output.ci_level is set but output.columns has no 'ci'; no interval is written")
+        return out
+
+    # ---------------------------------------------------------------- evaluate
+    def evaluate(self, priv: dict) -> dict[str, Any] | None:
+        e = self.data.get("evaluate")
+        if not isinstance(e, dict):
+            return None
+        metrics = []
+        for i, m in enumerate(_get(e, "metrics", list, [])):
+            r = self.plugin(("evaluate", "metrics", i), m, "metric")
+            if r:
+                metrics.append(r)
+        if "epsilons" in e and priv.get("rho") is not None:
+            self.err(("evaluate", "epsilons"), "evaluate.epsilons sweeps ε, but this spec is budgeted in rho; "
+                                               "remove epsilons", prefer_key=True)
+        return {"metrics": metrics, "repetitions": _get(e, "repetitions", int, 10),
+                "epsilons": _get(e, "epsilons", list), "output": _get(e, "output", str)}
+
+
+def _takes_no_params(cls: type) -> bool:
+    """True when ``cls.__init__`` is a kind's base ``__init__`` that rejects every parameter."""
+    from hierdp.budgets.base import BudgetStrategy
+    from hierdp.mechanisms.base import Mechanism
+    from hierdp.postprocess.base import PostProcessor
+
+    return cls.__init__ in (Mechanism.__init__, PostProcessor.__init__, BudgetStrategy.__init__)
+
+
+def _format_of(p: Path) -> str | None:
+    name = p.name.lower()
+    for ext in sorted(KNOWN_EXTENSIONS, key=len, reverse=True):
+        if name.endswith(ext):
+            return KNOWN_EXTENSIONS[ext]
+    return None
+

@@ -37,3 +37,21 @@ def postprocess(name: str, tree: Tree, values, variance=None, **params) -> Estim
         variance=None if est.variance is None else tree.to_external(est.variance),
         info=est.info,
     )
+
+
+def metric(name: str, **params):
+    """The registered error metric ``name`` (callable), with default ``params``.
+
+    Metrics read true counts: evaluation only, never part of a release.
+
+    >>> import numpy as np, hierdp
+    >>> float(hierdp.metric("rmsre")(np.array([20.0]), np.array([22.0]), tau=10)[0])
+    0.1
+    """
+    return registry.create("metric", name, **params)
+
+
+from hierdp import plot  # noqa: E402  (matplotlib is imported only when a plot is drawn)
+from hierdp.evaluate import evaluate  # noqa: E402
+
+__all__ += ["metric", "evaluate", "plot"]

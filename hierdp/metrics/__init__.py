@@ -1,6 +1,7 @@
 """Error metrics. Built-ins are registered through the ``hierdp_register_metrics`` hook."""
 
 from hierdp.metrics.base import Metric
+from hierdp.metrics.errors import BUILTIN_METRICS
 from hierdp.plugins.markers import hookimpl
 
 __all__ = ["Metric"]
@@ -8,4 +9,4 @@ __all__ = ["Metric"]
 
 @hookimpl
 def hierdp_register_metrics():
-    return []
+    return list(BUILTIN_METRICS)

@@ -1,0 +1,110 @@
+"""Plots of :func:`hierdp.evaluate` results, drawn as the papers draw them.
+
+* :func:`error_vs_epsilon` — one line per configuration, error against the total budget
+  on log axes (Dawson et al. 2023, Figures 4-5: RMSRE_τ(T) vs ε);
+* :func:`error_by_level` — one line per configuration across the levels of the tree.
+
+matplotlib is optional (``pip install 'hierdp[plot]'``) and imported only when a plot is
+drawn. Without ``ax`` a new figure is made without pyplot (no global state); the axes
+are returned, ``ax.figure.savefig("plot.png")`` writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hierdp.errors import DataError, MissingDependencyError
+
+__all__ = ["error_vs_epsilon", "error_by_level"]
+
+
+def _axes(ax: Any, figsize: tuple[float, float]):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependencyError("matplotlib", "plot") from None
+    if ax is not None:
+        return ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig.add_subplot()
+
+
+def _pick_metric(results: pd.DataFrame, metric: str | None) -> str:
+    if not isinstance(results, pd.DataFrame) or "metric" not in results.columns:
+        raise DataError("expected the DataFrame returned by hierdp.evaluate(...)")
+    metrics = list(dict.fromkeys(results["metric"]))
+    if metric is None:
+        if len(metrics) != 1:
+            raise DataError(f"the results hold several metrics {metrics}; choose one with metric=...")
+        return metrics[0]
+    if metric not in metrics:
+        from hierdp.errors import expected_one_of
+
+        raise DataError(expected_one_of("metric", metric, metrics))
+    return metric
+
+
+def error_vs_epsilon(results: pd.DataFrame, metric: str | None = None, *, level: str = "all", ax: Any = None,
+                     logx: bool = True, logy: bool = True, errorbars: bool = True, title: str | None = None):
+    """Error (mean over repetitions, ± one standard error) against ε, one line per configuration."""
+    metric = _pick_metric(results, metric)
+    ax = _axes(ax, (6.0, 4.0))
+    sub = results[(results["metric"] == metric) & (results["level"] == level)]
+    if sub.empty:
+        raise DataError(f"no rows for metric {metric!r} at level {level!r}")
+    xcol = "epsilon" if sub["epsilon"].notna().any() else "rho"
+    markers = "osD^vP*X"
+    for i, (cfg, g) in enumerate(sub.groupby("config", sort=False)):
+        g = g.sort_values(xcol)
+        yerr = g["std_error"].to_numpy(dtype=float) if errorbars else None
+        if yerr is not None and np.all(np.isnan(yerr)):
+            yerr = None
+        ax.errorbar(g[xcol].to_numpy(dtype=float), g["mean"].to_numpy(dtype=float), yerr=yerr,
+                    marker=markers[i % len(markers)], capsize=3, label=str(cfg))
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("ε" if xcol == "epsilon" else "ρ")
+    ax.set_ylabel(metric)
+    ax.set_title(title if title is not None else f"{metric} vs {'ε' if xcol == 'epsilon' else 'ρ'}")
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+def error_by_level(results: pd.DataFrame, metric: str | None = None, *, epsilon: float | None = None,
+                   ax: Any = None, logy: bool = True, title: str | None = None):
+    """Error at each level of the tree, one line per configuration (needs ``by_level=True``)."""
+    metric = _pick_metric(results, metric)
+    ax = _axes(ax, (6.0, 4.0))
+    sub = results[(results["metric"] == metric) & (results["level"] != "all")]
+    if sub.empty:
+        raise DataError(f"no per-level rows for {metric!r}; run hierdp.evaluate(..., by_level=True)")
+    if epsilon is None:
+        eps = sub["epsilon"].dropna().unique()
+        if len(eps) > 1:
+            raise DataError(f"the results hold several ε {sorted(eps.tolist())}; choose one with epsilon=...")
+    else:
+        sub = sub[np.isclose(sub["epsilon"].to_numpy(dtype=float), float(epsilon))]
+        if sub.empty:
+            raise DataError(f"no rows at epsilon={epsilon}")
+    levels = list(dict.fromkeys(sub["level"]))
+    x = np.arange(len(levels))
+    for cfg, g in sub.groupby("config", sort=False):
+        g = g.set_index("level").reindex(levels)
+        se = g["std_error"].to_numpy(dtype=float)
+        ax.errorbar(x, g["mean"].to_numpy(dtype=float), yerr=None if np.all(np.isnan(se)) else se,
+                    marker="o", capsize=3, label=str(cfg))
+    ax.set_xticks(x, levels)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("level")
+    ax.set_ylabel(metric)
+    ax.set_title(title if title is not None else f"{metric} by level")
+    ax.legend(fontsize="small")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    return ax

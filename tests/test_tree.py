@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import hierdp
 from hierdp.errors import HierarchyError
-from tests.conftest import random_parent
+from tests.helpers import random_parent
 
 
 def brute_heights(parent):

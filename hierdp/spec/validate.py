@@ -542,26 +542,25 @@ class _Checker:
             return
         if not params:
             return
+        named = _init_params(cls)
+        if _takes_no_params(cls):
+            for k in params:
+                self.err(path + (k,), f"{kind} {name!r} takes no parameters; remove `{k}`", prefer_key=True)
+            return
+        # no declared schema: construct the plugin with the spec's parameters (public values only)
+        trial = {k: (None if k == "prior" and isinstance(v, dict) else v) for k, v in params.items()}
         try:
-            sig = inspect.signature(cls.__init__)
-        except (TypeError, ValueError):
-            return
-        ps = list(sig.parameters.values())[1:]
-        var_kw = any(p.kind is p.VAR_KEYWORD for p in ps)
-        named = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        base_init = _takes_no_params(cls)
-        if var_kw and not base_init:
-            return
-        for k in params:
-            if k not in named:
-                if not named:
-                    self.err(path + (k,), f"{kind} {name!r} takes no parameters; remove `{k}`", prefer_key=True)
-                else:
+            cls(**trial)
+        except TypeError as exc:
+            bad = [k for k in params if named and k not in named]
+            if bad:
+                for k in bad:
                     self.err(path + (k,), f"{kind} {name!r} has no parameter {k!r}{did_you_mean(str(k), named)}; "
                                           f"its parameters: {', '.join(named)}", prefer_key=True)
-        for p in ps:
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty and p.name not in params:
-                self.err(path, f"{kind} {name!r} needs the parameter {p.name!r}; add it under params")
+            else:
+                self.err(path, f"bad parameters for {kind} {name!r}: {exc}")
+        except Exception as exc:  # a plugin's own check (HierDPError, ValueError, ...)
+            self.err(path, f"bad parameters for {kind} {name!r}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
 
     def check_mechanism_unit(self, mech: tuple | None, priv: dict) -> None:
         from hierdp import registry
@@ -600,6 +599,9 @@ class _Checker:
             return None
         if isinstance(b.get("strategy"), str):
             r = self.plugin(("budget",), b, "budget", name_key="strategy")
+            prior = b.get("params", {}).get("prior") if isinstance(b.get("params"), dict) else None
+            if isinstance(prior, dict):
+                self.check_prior(prior, names)
             self.warn_oracle(b["strategy"])
             return {"strategy": r[0], "params": r[1]} if r else None
         per = _get(b, "per_level", dict)
@@ -623,6 +625,30 @@ class _Checker:
             elif s <= 0:
                 self.err(("budget", "per_level"), "every level has budget 0; give at least one level a positive budget")
         return {"per_level": dict(per)}
+
+    def check_prior(self, prior: dict, names: list[str]) -> None:
+        """``budget.params.prior: {file, column}``: a public table of node values (e.g. an earlier release)."""
+        here = ("budget", "params", "prior")
+        extra = [k for k in prior if k not in ("file", "column")]
+        for k in extra:
+            self.err(here + (k,), f"unknown key {k!r}{did_you_mean(str(k), ['file', 'column'])} "
+                                  "(valid keys here: file, column)", prefer_key=True)
+        if not isinstance(prior.get("file"), str):
+            self.err(here, "the prior needs `file:` (a CSV with the level columns and a value column, "
+                           "e.g. the output of an earlier release)")
+            return
+        if "column" in prior and not isinstance(prior["column"], str):
+            self.err(here + ("column",), f"must be a string, got {_kind(prior['column'])}")
+            return
+        files = self.resolve_glob(prior["file"], here + ("file",))
+        if files and self.check_files:
+            hdr = self.read_header(files[:1], "csv", here + ("file",))
+            if hdr is not None:
+                need = names[1:] + [prior.get("column", "estimate")]
+                for c in need:
+                    if c not in hdr:
+                        self.err(here + ("file",), f"the prior file has no column {c!r}{did_you_mean(c, hdr)}; "
+                                                   f"it needs the level columns and the value column")
 
     def warn_oracle(self, name: str) -> None:
         from hierdp import registry
@@ -673,6 +699,21 @@ class _Checker:
                                                "remove epsilons", prefer_key=True)
         return {"metrics": metrics, "repetitions": _get(e, "repetitions", int, 10),
                 "epsilons": _get(e, "epsilons", list), "output": _get(e, "output", str)}
+
+
+def _init_params(cls: type) -> list[str]:
+    """Keyword parameter names accepted along the ``__init__`` chain of ``cls``."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            ps = list(inspect.signature(init).parameters.values())[1:]
+        except (TypeError, ValueError):
+            continue
+        names += [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names]
+    return names
 
 
 def _takes_no_params(cls: type) -> bool:

@@ -129,8 +129,10 @@ def _translate(err: jsonschema.ValidationError, v, marks: Marks, prefix: tuple,
         return out
     if kw == "required" and isinstance(inst, dict):
         props = sch.get("properties", {})
+        extra = [str(x) for x in inst if x not in props]
+        # a misspelt key is reported once, as an unknown key with the suggestion
         return [marks.issue(path, f"missing required key {k!r}; add `{k}:`{_expected(props.get(k))}")
-                for k in val if k not in inst]
+                for k in val if k not in inst and not any(did_you_mean(x, [k]) for x in extra)]
     if kw == "type":
         return [marks.issue(path, f"must be {_type_words(val)}, got {_kind_of(inst)}{_expected(sch)}")]
     if kw == "const":

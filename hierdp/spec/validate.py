@@ -366,18 +366,23 @@ class _Checker:
             name = lv["name"]
             col = lv.get("column", name) if isinstance(lv.get("column", name), str) else name
             here = ("hierarchy", "levels", i)
+            name_ok = True
             if name == root:
+                name_ok = False
                 self.err(here + ("name",), f"level name {name!r} is the root's name; rename the level "
                                            "or set hierarchy.root")
             if name in names_seen:
+                name_ok = False
                 self.err(here + ("name",), f"duplicate level name {name!r} (also level {names_seen[name]}); "
                                            "each level needs its own name")
             names_seen.setdefault(name, i)
-            if col in cols_seen:
+            if not name_ok and "column" not in lv:
+                pass  # the column defaults to the (bad) name: one error is enough
+            elif col in cols_seen:
                 self.err(here + ("column",) if "column" in lv else here + ("name",),
                          f"column {col!r} is already used by level {cols_seen[col]}; each level needs its own column")
             cols_seen.setdefault(col, i)
-            if self.header is not None and col not in self.header:
+            if name_ok and self.header is not None and col not in self.header:
                 self.err(here + ("column",) if "column" in lv else here + ("name",),
                          f"level column {col!r} is missing from the source" + self.missing_col(col)[len(
                              f"column {col!r} is not in the source"):])
@@ -413,7 +418,7 @@ class _Checker:
                                      "present in the data are public knowledge")
             return ("observed",)
         if isinstance(dom, list):
-            return ("list", dom)
+            return ("list", dom) if _valid_list(dom) else None
         if not isinstance(dom, dict):
             return None
         keys = [k for k in ("values", "product", "file", "per_parent") if k in dom]
@@ -428,7 +433,7 @@ class _Checker:
             return None
         k = keys[0]
         if k in ("values", "product"):
-            return ("list", dom[k]) if isinstance(dom[k], list) else None
+            return ("list", dom[k]) if _valid_list(dom[k]) else None
         if k == "file":
             if not isinstance(dom["file"], str):
                 return None
@@ -484,7 +489,8 @@ class _Checker:
         if "epsilon" in p and "rho" in p:
             self.err(("privacy", "rho"), "give either privacy.epsilon (with optional delta) or privacy.rho, "
                                          "not both", prefer_key=True)
-        elif "epsilon" not in p and "rho" not in p:
+        elif "epsilon" not in p and "rho" not in p and not any(
+                did_you_mean(str(k), ["epsilon", "rho"]) for k in p):
             self.err(("privacy",), "no privacy budget: add `epsilon: <number > 0>` (or `rho:` for zCDP mechanisms)")
         if "delta" in p and "epsilon" not in p:
             self.err(("privacy", "delta"), "delta only goes with epsilon ((ε, δ)-DP); add privacy.epsilon "
@@ -567,6 +573,9 @@ class _Checker:
 
         if mech is None or not priv:
             return
+        p_raw = self.data.get("privacy", {})
+        if "epsilon" in p_raw and "rho" in p_raw:
+            return  # already reported: give one of them
         unit = getattr(registry.get("mechanism", mech[0]), "budget_unit", "epsilon")
         p = self.data.get("privacy", {})
         path = ("mechanism",) if isinstance(self.data.get("mechanism"), str) else ("mechanism", "name")
@@ -699,6 +708,15 @@ class _Checker:
                                                "remove epsilons", prefer_key=True)
         return {"metrics": metrics, "repetitions": _get(e, "repetitions", int, 10),
                 "epsilons": _get(e, "epsilons", list), "output": _get(e, "output", str)}
+
+
+def _valid_list(values: Any) -> bool:
+    """A domain list the schema accepts: non-empty, scalar items, no duplicates."""
+    if not isinstance(values, list) or not values:
+        return False
+    if not all(isinstance(v, (str, int, bool)) and not isinstance(v, float) for v in values):
+        return False
+    return len({(type(v), v) for v in values}) == len(values)
 
 
 def _init_params(cls: type) -> list[str]:

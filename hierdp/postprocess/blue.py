@@ -61,4 +61,7 @@ class BLUE(PostProcessor):
     consistent = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        return blue(tree, estimate.values, estimate.variance)
+        est = blue(tree, estimate.values, estimate.variance)
+        # later steps of a chain (nonneg, round) optimise against the original measurements
+        est.info["measurement_variance"] = estimate.info.get("measurement_variance", estimate.variance)
+        return est

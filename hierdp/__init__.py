@@ -55,3 +55,17 @@ from hierdp import plot  # noqa: E402  (matplotlib is imported only when a plot 
 from hierdp.evaluate import evaluate  # noqa: E402
 
 __all__ += ["metric", "evaluate", "plot"]
+
+
+def run_spec(path, **overrides):
+    """Validate and run the YAML release spec at ``path``; returns a ``ReleaseResult``.
+
+    ``overrides``: ``seed=``, ``output=``, ``write=``, ``progress=`` or spec sections
+    deep-merged over the file's (e.g. ``privacy={"epsilon": 2}``); see :mod:`hierdp.spec`.
+    """
+    from hierdp.spec.runner import run_spec as _run_spec
+
+    return _run_spec(path, **overrides)
+
+
+__all__ += ["run_spec"]

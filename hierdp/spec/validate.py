@@ -566,7 +566,8 @@ class _Checker:
             else:
                 self.err(path, f"bad parameters for {kind} {name!r}: {exc}")
         except Exception as exc:  # a plugin's own check (HierDPError, ValueError, ...)
-            self.err(path, f"bad parameters for {kind} {name!r}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+            text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else (str(exc) or repr(exc))
+            self.err(path, f"bad parameters for {kind} {name!r}: {text.splitlines()[0] if text else repr(exc)}")
 
     def check_mechanism_unit(self, mech: tuple | None, priv: dict) -> None:
         from hierdp import registry

@@ -1,0 +1,178 @@
+"""The ``hierdp`` command line: commands, outputs, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hierdp.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER, main
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "specs" / "demo.yaml"
+
+
+def test_release_writes_table_and_ledger(tmp_path, capsys):
+    out = tmp_path / "sub" / "demo.csv"
+    assert main(["release", str(DEMO), "-o", str(out), "--seed", "4"]) == EXIT_OK
+    stdout = capsys.readouterr().out
+    assert f"wrote {out}" in stdout and "Privacy ledger: ε-DP, ε = 1" in stdout
+    assert "NOT FOR PUBLICATION" in stdout
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["level", "state", "county", "tract", "estimate", "std"]
+    assert len(table) == 1 + 6 + 44 + 174
+    ledger = json.loads((tmp_path / "sub" / "demo.ledger.json").read_text())
+    assert ledger["spent"] == 1.0 and [lv["budget"] for lv in ledger["levels"]] == [0.25] * 4
+    assert ledger["seed"] == 4
+
+
+def test_release_parquet_and_quiet(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "demo.parquet"
+    assert main(["release", str(DEMO), "-o", str(out), "--seed", "1", "-q"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    assert len(pd.read_parquet(out)) == 225
+    assert (tmp_path / "demo.ledger.json").exists()
+
+
+def test_release_uses_the_spec_output_path_relative_to_the_working_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["release", str(DEMO), "--seed", "2", "-q"]) == EXIT_OK
+    assert (tmp_path / "out" / "demo.csv").exists() and (tmp_path / "out" / "demo.ledger.json").exists()
+
+
+def test_release_without_output_path_is_a_user_error(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(DEMO.read_text().split("output:")[0])
+    assert main(["release", str(spec)]) == EXIT_USER
+    assert "no output path; set output.path in the spec or pass -o OUT" in capsys.readouterr().err
+
+
+def test_validate(capsys):
+    assert main(["validate", str(DEMO)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith(f"{DEMO}: valid (total > state > county > tract; ε = 1; mechanism discrete_laplace")
+
+
+def test_plugins_table_lists_every_kind_with_its_package(capsys):
+    from hierdp import registry
+
+    assert main(["plugins"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["KIND", "NAME", "PACKAGE", "SUMMARY"]
+    rows = {(ln.split()[0], ln.split()[1]): ln for ln in lines[1:]}
+    for kind in ("mechanism", "postprocessor", "metric", "budget"):
+        for name in registry.names(kind):
+            assert (kind, name) in rows
+    assert "hierdp (built-in)" in rows[("mechanism", "discrete_laplace")]
+    assert main(["plugins", "--kind", "budget"]) == EXIT_OK
+    kinds = {ln.split()[0] for ln in capsys.readouterr().out.splitlines()[1:]}
+    assert kinds == {"budget"}
+
+
+def test_schema_prints_the_shipped_json_schema(capsys):
+    from hierdp.spec import load_schema
+
+    assert main(["schema"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out) == load_schema()
+
+
+def test_evaluate_writes_table_and_png(tmp_path, capsys):
+    spec = ROOT / "specs" / "attribution.yaml"
+    out = tmp_path / "ev.csv"
+    assert main(["evaluate", str(spec), "-o", str(out), "-r", "3", "--seed", "1"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert "TRUE counts" in captured.err
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["epsilon", "metric", "level", "mean", "std_error", "repetitions"]
+    assert sorted(table["epsilon"].unique()) == [0.5, 1.0, 2.0]
+    assert set(table["metric"]) == {"tree_rmsre", "rmsre"}
+    assert (table["repetitions"] == 3).all()
+    # more budget, less error (on average over the metrics)
+    by_eps = table.groupby("epsilon")["mean"].mean()
+    assert by_eps[0.5] > by_eps[2.0]
+    assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_without_section_is_a_user_error(capsys):
+    assert main(["evaluate", str(DEMO), "-o", "x.csv"]) == EXIT_USER
+    assert "no `evaluate:` section" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys):
+    assert main(["bogus"]) == EXIT_USER
+    assert main([]) == EXIT_USER
+    assert main(["release"]) == EXIT_USER
+    err = capsys.readouterr().err
+    assert "error: " in err and "Traceback" not in err
+
+
+def test_version_and_help_exit_0(capsys):
+    assert main(["--version"]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("hierdp ")
+    assert main(["release", "--help"]) == EXIT_OK
+    assert "--seed" in capsys.readouterr().out
+
+
+def test_data_error_is_a_user_error_without_traceback(tmp_path, capsys):
+    (tmp_path / "d.csv").write_text("region\nnorth\nwest\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text("hierdp: 1\nsource: {path: d.csv}\nhierarchy:\n  levels: [{name: region, domain: [north]}]\n"
+                    "privacy: {epsilon: 1}\n")
+    out = tmp_path / "o.csv"
+    assert main(["release", str(spec), "-o", str(out)]) == EXIT_USER
+    err = capsys.readouterr().err
+    assert err.startswith("error: the data have values outside the declared domains, e.g. region='west'")
+    assert "Traceback" not in err and not out.exists()
+    assert main(["release", str(spec), "-o", str(out), "--debug"]) == EXIT_USER
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_internal_error_exits_1_with_one_line(monkeypatch, tmp_path, capsys):
+    import hierdp.spec.runner as runner
+
+    def boom(*a, **k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(runner, "run_spec", boom)
+    assert main(["release", str(DEMO), "-o", str(tmp_path / "o.csv")]) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.startswith("internal error: RuntimeError: kaboom") and "--debug" in err
+    assert "Traceback" not in err
+
+
+def test_interrupt_exits_130_without_output(monkeypatch, tmp_path, capsys):
+    real = pd.DataFrame.to_csv
+
+    def interrupted(self, path, *a, **k):
+        real(self.head(2), path, *a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", interrupted)
+    out = tmp_path / "o.csv"
+    assert main(["release", str(DEMO), "-o", str(out), "--seed", "1"]) == EXIT_INTERRUPTED
+    assert "interrupted; no output was written" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_python_dash_m_and_console_script_entry_point(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hierdp", "validate", str(DEMO), "-q"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "hierdp", "validate", str(tmp_path / "missing.yaml")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {tmp_path / 'missing.yaml'}: spec file not found; check the path"
+    from importlib.metadata import PackageNotFoundError, entry_points
+
+    try:
+        eps = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name == "hierdp"}
+    except PackageNotFoundError:  # pragma: no cover
+        eps = {}
+    if eps:  # installed (CI installs the package): the script points at main
+        assert eps["hierdp"] == "hierdp.cli:main"

@@ -131,17 +131,50 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
     variance; u_v is its variance. Pass 2 (top-down): x_c = z_c + u_c / U (x_v - S),
     where S, U are the sums of the children's z and u, and
     Var(x_c) = u_c - u_c^2 / U + (u_c / U)^2 Var(x_v).
+
+    The trailing run of leaves ``[n1, n)`` (every leaf, in descending-height order) is
+    streamed by tight loops that store nothing per leaf (a leaf's z and u are its
+    measurement and variance); intermediates are kept for the prefix ``[0, n1)`` only.
     """
     n, k = y.shape
     kv = var.shape[1]
     inf = np.inf
-    z = np.empty((n, k))
-    u = np.empty((n, kv))
-    s = np.zeros((n, k))
-    su = np.zeros((n, kv))
-    ninf = np.zeros((n, kv), np.int64)  # leaves below children with infinite u
-    # ---- pass 1: bottom-up
-    for i in range(n - 1, -1, -1):
+    n1 = n
+    while n1 > 0 and n_children[n1 - 1] == 0:
+        n1 -= 1
+    if n1 == 0:  # a single node, the root, is a leaf
+        for c in range(k):
+            cv = c if kv > 1 else 0
+            x[0, c] = 0.0 if var[0, cv] == inf else y[0, c]
+        for cv in range(kv):
+            xvar[0, cv] = var[0, cv]
+        return x, xvar
+    z = np.empty((n1, k))
+    u = np.empty((n1, kv))
+    s = np.zeros((n1, k))
+    su = np.zeros((n1, kv))
+    ninf = np.zeros((n1, kv), np.int64)  # leaves below children with infinite u
+    # ---- pass 1a: trailing leaves (z = y, or 0 when unmeasured; u = var)
+    for i in range(n - 1, n1 - 1, -1):
+        p = parent[i]
+        if kv == 1:
+            vi = var[i, 0]
+            su[p, 0] += vi
+            if vi == inf:
+                ninf[p, 0] += 1
+            else:
+                for c in range(k):
+                    s[p, c] += y[i, c]
+        else:
+            for c in range(k):
+                vi = var[i, c]
+                su[p, c] += vi
+                if vi == inf:
+                    ninf[p, c] += 1
+                else:
+                    s[p, c] += y[i, c]
+    # ---- pass 1b: the prefix, bottom-up
+    for i in range(n1 - 1, -1, -1):
         leaf = n_children[i] == 0
         for c in range(k):
             cv = c if kv > 1 else 0
@@ -182,8 +215,8 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                 if u[i, cv] == inf:
                     ninf[p, cv] += leafcount[i]
                 su[p, cv] += u[i, cv]
-    # ---- pass 2: top-down
-    for i in range(n):
+    # ---- pass 2a: the prefix, top-down
+    for i in range(n1):
         p = parent[i]
         if p < 0:
             for c in range(k):
@@ -214,4 +247,34 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                     x[i, c] = z[i, c] + w * (x[p, c] - s[p, c])
             else:
                 x[i, cv] = z[i, cv] + w * (x[p, cv] - s[p, cv])
+    # ---- pass 2b: trailing leaves
+    for i in range(n1, n):
+        p = parent[i]
+        for cv in range(kv):
+            ui = var[i, cv]
+            U = su[p, cv]
+            if U == inf:
+                if ui == inf:
+                    w = 1.0 / ninf[p, cv]
+                    xvar[i, cv] = inf
+                else:
+                    w = 0.0
+                    xvar[i, cv] = ui
+            elif U == 0.0:
+                w = 1.0 / n_children[p]
+                xvar[i, cv] = 0.0
+            else:
+                w = ui / U
+                val = ui - ui * w + w * w * xvar[p, cv]
+                xvar[i, cv] = val if val > 0.0 else 0.0
+            if kv == 1:
+                if ui == inf:
+                    for c in range(k):
+                        x[i, c] = w * (x[p, c] - s[p, c])
+                else:
+                    for c in range(k):
+                        x[i, c] = y[i, c] + w * (x[p, c] - s[p, c])
+            else:
+                zi = 0.0 if ui == inf else y[i, cv]
+                x[i, cv] = zi + w * (x[p, cv] - s[p, cv])
     return x, xvar

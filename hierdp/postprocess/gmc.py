@@ -43,7 +43,7 @@ def _aligned_empty(shape: tuple, offset_lines: int) -> np.ndarray:
     avoids it.
     """
     n = int(np.prod(shape))
-    raw = np.empty(n + 4096 // 8 + 64, dtype=np.float64)
+    raw = np.empty(n + 4096 // 8 + 8 * offset_lines + 8, dtype=np.float64)
     addr = raw.__array_interface__["data"][0]
     skip = ((-addr) % 4096) // 8 + offset_lines * 8
     return raw[skip:skip + n].reshape(shape)
@@ -58,7 +58,9 @@ class GMCStructure:
     inv_theta: np.ndarray      # 1 / theta'
     leaf_starts: np.ndarray    # runs of sibling leaves
     leaf_parents: np.ndarray
+    parent1: np.ndarray        # parents of the non-leaf prefix (int32 when it fits)
     _unit_variance: np.ndarray | None = field(default=None, repr=False)
+    _pool: list = field(default_factory=list, repr=False)
 
     def unit_variance(self, tree: Tree) -> np.ndarray:
         """Diagonal of ``I - M (M^T M)^-1 M^T``: the variance of each GMC output per unit
@@ -81,7 +83,9 @@ def gmc_structure(tree: Tree) -> GMCStructure:
         theta = GK.gmc_theta(tree._parent, tree._n_children, n1)
         starts, pars = GK.leaf_runs(tree._parent, n1)
         inv = 1.0 / theta
-        st = GMCStructure(n1=n1, theta=theta, inv_theta=inv, leaf_starts=starts, leaf_parents=pars)
+        idx = np.int32 if tree.n_nodes < 2**31 - 1 else np.int64
+        st = GMCStructure(n1=n1, theta=theta, inv_theta=inv, leaf_starts=starts.astype(idx),
+                          leaf_parents=pars.astype(idx), parent1=tree._parent[:n1].astype(idx))
         tree.cache[_CACHE_KEY] = st
     return st
 
@@ -108,35 +112,56 @@ def _check_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray | Non
     return v
 
 
+def _work(st: GMCStructure, k: int) -> np.ndarray:
+    """A scratch (n1, k) buffer from the structure's pool (re-used: no page faults per call)."""
+    pool = st._pool
+    try:
+        buf = pool.pop()
+    except IndexError:
+        buf = None
+    if buf is None or buf.shape[1] != k:
+        buf = _aligned_empty((st.n1, k), 5)
+    return buf
+
+
 def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | None = None) -> np.ndarray:
     """Optimally consistent release for uniform noise (Alg. 2 step 5), internal order.
 
     ``formula=39`` (default) is the square-root-free form, ``36`` the original one. Values
     ``(n,)`` or ``(n, k)`` (k histograms in one pass). Returns the projection of
-    ``values`` onto the consistent subspace (formula 8).
+    ``values`` onto the consistent subspace (formula 8). Non-finite input is detected
+    after the pass: every value reaches the root's output.
     """
-    y = _check_values(tree, values)
-    st = gmc_structure(tree)
+    y = np.asarray(values, dtype=np.float64)
+    if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
+        raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
     if formula not in (36, 39):
         raise DataError(f"formula must be 36 or 39 (Cai et al.), got {formula!r}")
-    if y.ndim == 1 and formula == 39:
-        o = np.empty_like(y) if out is None else out
-        work = _aligned_empty((st.n1,), 5)
-        GK.gmc_39_1d(tree._parent, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents,
-                     np.ascontiguousarray(y), o, work)
-        return o
+    st = gmc_structure(tree)
+    if st.n1 == 0:
+        return _check_values(tree, y).copy()
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
-    o2 = np.empty_like(y2)
-    work = _aligned_empty((st.n1, y2.shape[1]), 5)
-    if formula == 39:
-        GK.gmc_39_2d(tree._parent, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents, y2, o2, work)
+    k = y2.shape[1]
+    if out is None:
+        o2 = _aligned_empty(y2.shape, 11)
     else:
-        GK.gmc_36_2d(tree._parent, st.n1, np.sqrt(st.theta), st.leaf_starts, st.leaf_parents, y2, o2, work)
-    res = o2.reshape(y.shape)
-    if out is not None:
-        out[...] = res
-        return out
-    return res
+        if out.shape != y.shape or out.dtype != np.float64 or not out.flags.c_contiguous:
+            raise DataError(f"out must be a C-contiguous float64 array of shape {y.shape}")
+        o2 = out.reshape(y2.shape)
+    work = _work(st, k)
+    try:
+        if formula == 39 and k == 1:
+            GK.gmc_39_1d(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents,
+                         y2.reshape(-1), o2.reshape(-1), work.reshape(-1))
+        elif formula == 39:
+            GK.gmc_39_2d(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents, y2, o2, work)
+        else:
+            GK.gmc_36_2d(st.parent1, st.n1, np.sqrt(st.theta), st.leaf_starts, st.leaf_parents, y2, o2, work)
+    finally:
+        st._pool.append(work)
+    if not np.all(np.isfinite(o2[0])):
+        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
+    return o2.reshape(y.shape)
 
 
 @dataclass
@@ -177,7 +202,7 @@ def _weighted_factors(tree: Tree, d2: np.ndarray) -> _WeightedFactors:
     rho = np.empty((n1, kv))
     u = np.empty((n1, kv))
     for c in range(kv):  # a loop over variance columns, each an O(n) pass
-        a, b, w = GK.gmc_weighted_stage1(tree._parent, n1, np.ascontiguousarray(d2[:, c]),
+        a, b, w = GK.gmc_weighted_stage1(st.parent1, n1, np.ascontiguousarray(d2[:, c]),
                                          st.leaf_starts, st.leaf_parents)
         inv[:, c], rho[:, c], u[:, c] = a, b, w
     f = _WeightedFactors(d=d2, inv_theta=inv, rho=rho, u=u)
@@ -206,7 +231,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     f = _weighted_factors(tree, d2)
     o2 = np.empty_like(y2)
     work = _aligned_empty((st.n1, y2.shape[1]), 5)
-    GK.gmc_weighted_2d(tree._parent, st.n1, f.d, f.inv_theta, f.rho, f.u, st.leaf_starts, st.leaf_parents,
+    GK.gmc_weighted_2d(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u, st.leaf_starts, st.leaf_parents,
                        y2, o2, work)
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
@@ -230,7 +255,9 @@ class GMC(PostProcessor):
         self.formula = formula
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        y = _check_values(tree, estimate.values)
+        y = np.asarray(estimate.values, dtype=np.float64)
+        if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
+            raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
         var = _check_variance(tree, estimate.variance, y.shape)
         info: dict[str, Any] = {"method": "gmc", "formula": self.formula}
         meas_var = estimate.info.get("measurement_variance", estimate.variance)
@@ -245,6 +272,7 @@ class GMC(PostProcessor):
             uv = st.unit_variance(tree) * float(var.flat[0])
             ov = uv if var.ndim == 1 else np.repeat(uv[:, None], var.shape[1], axis=1)
             return Estimate(out, ov, info)
+        y = _check_values(tree, y)
         if finite_pos:
             out, ov = gmc_weighted(tree, y, var)
             info["method"] = "gmc_weighted"

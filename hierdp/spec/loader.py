@@ -122,7 +122,14 @@ def load_text(text: str, filename: str | None = None, base_dir: Path | None = No
     """Parse spec ``text``; syntax problems are returned as ``issues`` (nothing raised)."""
     marks = Marks()
     spec = LoadedSpec(None, marks, filename, base_dir)
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:  # control characters, checked before parsing
+        line = text[: exc.position].count("\n") + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        spec.issues.append(Issue((), f"YAML syntax error: the character #x{exc.character:04x} is not allowed in "
+                                     "YAML; delete it (save the file as plain UTF-8 text)", line, col))
+        return spec
     try:
         node = loader.get_single_node()
         if node is None:

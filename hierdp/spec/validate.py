@@ -241,7 +241,7 @@ class _Checker:
                 self.err(("source", "filter", i, "value"), f"operator {f.get('op')!r} compares with one value, "
                                                            f"got {_kind(f['value'])}; use op: in for a list")
         if demo is not None:
-            from hierdp.data import DEMOS, load_demo
+            from hierdp.data import DEMOS
 
             out["demo"] = demo
             if demo not in DEMOS:
@@ -249,7 +249,7 @@ class _Checker:
                                              f"bundled: {', '.join(sorted(DEMOS))}")
                 return out
             if self.check_files:
-                self.header = [str(c) for c in load_demo(demo).columns]  # synthetic, bundled, public
+                self.header = _demo_columns(demo)
         elif path is not None:
             files = self.resolve_glob(path, ("source", "path"))
             out["files"] = files
@@ -709,6 +709,16 @@ class _Checker:
                                                "remove epsilons", prefer_key=True)
         return {"metrics": metrics, "repetitions": _get(e, "repetitions", int, 10),
                 "epsilons": _get(e, "epsilons", list), "output": _get(e, "output", str)}
+
+
+def _demo_columns(name: str) -> list[str]:
+    """Column names of a bundled demo dataset (its header row only)."""
+    import pandas as pd
+
+    from hierdp.data import demo_path
+
+    with demo_path(name).open("rb") as fh:
+        return [str(c) for c in pd.read_csv(fh, compression="gzip", nrows=0).columns]
 
 
 def _valid_list(values: Any) -> bool:

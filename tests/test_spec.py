@@ -356,3 +356,33 @@ def test_interrupted_write_keeps_the_previous_output(tmp_path, monkeypatch):
         run_spec(SPECS / "demo.yaml", seed=2, output=out)
     assert (out.read_bytes(), (tmp_path / "demo.ledger.json").read_bytes()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.csv", "demo.ledger.json"]
+
+
+# ------------------------------------------------------------------------- the docs
+def _yaml_blocks(md: Path) -> list[str]:
+    import re
+
+    return [b for b in re.findall(r"```yaml\n(.*?)```", md.read_text(), flags=re.S) if b.startswith("hierdp: 1")]
+
+
+def test_docs_spec_examples_validate():
+    from hierdp.spec import load_text
+
+    blocks = _yaml_blocks(ROOT / "docs" / "spec.md")
+    assert blocks
+    for b in blocks:
+        spec = validate(load_text(b, "docs/spec.md", ROOT / "docs"))
+        assert spec.level_names[0] == "total"
+
+
+def test_docs_plugin_error_example_is_what_validation_prints(example_plugin):
+    import re
+
+    from hierdp.spec import load_text
+
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    expected = re.search(r"^error: (spec\.yaml:.*)$", doc, flags=re.M).group(1)
+    text = (SPECS / "plugin-mechanism.yaml").read_text().replace("tau: 10", "tau: -1")
+    with pytest.raises(SpecError) as info:
+        validate(load_text(text, "spec.yaml", SPECS))
+    assert info.value.errors == [expected]

@@ -386,3 +386,32 @@ def test_docs_plugin_error_example_is_what_validation_prints(example_plugin):
     with pytest.raises(SpecError) as info:
         validate(load_text(text, "spec.yaml", SPECS))
     assert info.value.errors == [expected]
+
+
+def test_public_paths_file_glob_source_and_unknown_drop(tmp_path):
+    (tmp_path / "a.csv").write_text("st,co\nA,x\nA,y\nB,z\n")
+    (tmp_path / "b.csv").write_text("st,co\nB,z\nC,q\n")  # C is outside the declared domain: dropped
+    (tmp_path / "public").mkdir()
+    (tmp_path / "public" / "geo.csv").write_text("st,co\nA,x\nA,y\nB,z\nB,w\n")
+    base = ("hierdp: 1\nsource: {path: '*.csv'}\nhierarchy:\n  unknown: drop\n  LEVELS\n"
+            "privacy: {epsilon: 3000}\nbudget: {per_level: {state: 1000, county: 2000}}\npostprocess: []\n")
+    specs = {
+        # (a) the public paths of every level at once
+        "paths": "paths: {file: public/geo.csv}\n  levels:\n    - {name: state, column: st}\n"
+                 "    - {name: county, column: co}",
+        # (b) a domain file with the level's and every ancestor's column: public paths of that level
+        "file": "levels:\n    - {name: state, column: st, domain: [A, B]}\n"
+                "    - {name: county, column: co, domain: {file: public/geo.csv}}",
+    }
+    for name, levels in specs.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(base.replace("LEVELS", levels))
+        spec = validate(path)
+        assert [p.name for p in spec.source_files] == ["a.csv", "b.csv"]
+        result = run_spec(path, seed=1, write=False)
+        got = {(r.state, None if pd.isna(r.county) else r.county): r.estimate for r in result.frame.itertuples()
+               if r.level != "total"}
+        # ε >= 1000 per level: the discrete Laplace noise is 0 (P(0) = tanh(500) = 1 in floating point)
+        assert got == {("A", None): 2, ("B", None): 2, ("A", "x"): 1, ("A", "y"): 1, ("B", "z"): 2,
+                       ("B", "w"): 0}, name
+        assert any("dropped" in n for n in result.ledger.notes)

@@ -225,6 +225,8 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     if v is None or not np.all(np.isfinite(v)) or np.any(v <= 0):
         raise DataError("gmc_weighted needs finite, positive variances; use 'blue' for unmeasured or exact nodes")
     st = gmc_structure(tree)
+    if st.n1 == 0:  # a single node: nothing to reconcile
+        return y.copy(), v.copy()
     n = tree.n_nodes
     y2 = np.ascontiguousarray(y.reshape(n, -1))
     d2 = np.ascontiguousarray(v.reshape(n, -1))

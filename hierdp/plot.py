@@ -47,9 +47,24 @@ def _pick_metric(results: pd.DataFrame, metric: str | None) -> str:
     return metric
 
 
+def _ycol(y: str) -> str:
+    if y not in ("mean", "value", "analytic"):
+        from hierdp.errors import expected_one_of
+
+        raise DataError(expected_one_of("y column", y, ["mean", "value", "analytic"]))
+    return y
+
+
 def error_vs_epsilon(results: pd.DataFrame, metric: str | None = None, *, level: str = "all", ax: Any = None,
-                     logx: bool = True, logy: bool = True, errorbars: bool = True, title: str | None = None):
-    """Error (mean over repetitions, ± one standard error) against ε, one line per configuration."""
+                     y: str = "mean", logx: bool = True, logy: bool = True, errorbars: bool = True,
+                     title: str | None = None):
+    """Error against ε, one line per configuration.
+
+    ``y``: ``"mean"`` (mean of the per-repetition values, ± one standard error),
+    ``"value"`` (the metric of all repetitions together, i.e. with the expectation of the
+    definition inside the root) or ``"analytic"`` (closed form from the variances).
+    """
+    y = _ycol(y)
     metric = _pick_metric(results, metric)
     ax = _axes(ax, (6.0, 4.0))
     sub = results[(results["metric"] == metric) & (results["level"] == level)]
@@ -59,10 +74,10 @@ def error_vs_epsilon(results: pd.DataFrame, metric: str | None = None, *, level:
     markers = "osD^vP*X"
     for i, (cfg, g) in enumerate(sub.groupby("config", sort=False)):
         g = g.sort_values(xcol)
-        yerr = g["std_error"].to_numpy(dtype=float) if errorbars else None
+        yerr = g["std_error"].to_numpy(dtype=float) if (errorbars and y == "mean") else None
         if yerr is not None and np.all(np.isnan(yerr)):
             yerr = None
-        ax.errorbar(g[xcol].to_numpy(dtype=float), g["mean"].to_numpy(dtype=float), yerr=yerr,
+        ax.errorbar(g[xcol].to_numpy(dtype=float), g[y].to_numpy(dtype=float), yerr=yerr,
                     marker=markers[i % len(markers)], capsize=3, label=str(cfg))
     if logx:
         ax.set_xscale("log")
@@ -77,8 +92,10 @@ def error_vs_epsilon(results: pd.DataFrame, metric: str | None = None, *, level:
 
 
 def error_by_level(results: pd.DataFrame, metric: str | None = None, *, epsilon: float | None = None,
-                   ax: Any = None, logy: bool = True, title: str | None = None):
-    """Error at each level of the tree, one line per configuration (needs ``by_level=True``)."""
+                   ax: Any = None, y: str = "mean", logy: bool = True, title: str | None = None):
+    """Error at each level of the tree, one line per configuration (needs ``by_level=True``);
+    ``y`` as in :func:`error_vs_epsilon` (``"mean"`` or ``"value"``)."""
+    y = _ycol(y)
     metric = _pick_metric(results, metric)
     ax = _axes(ax, (6.0, 4.0))
     sub = results[(results["metric"] == metric) & (results["level"] != "all")]
@@ -97,7 +114,7 @@ def error_by_level(results: pd.DataFrame, metric: str | None = None, *, epsilon:
     for cfg, g in sub.groupby("config", sort=False):
         g = g.set_index("level").reindex(levels)
         se = g["std_error"].to_numpy(dtype=float)
-        ax.errorbar(x, g["mean"].to_numpy(dtype=float), yerr=None if np.all(np.isnan(se)) else se,
+        ax.errorbar(x, g[y].to_numpy(dtype=float), yerr=None if (y != "mean" or np.all(np.isnan(se))) else se,
                     marker="o", capsize=3, label=str(cfg))
     ax.set_xticks(x, levels)
     if logy:

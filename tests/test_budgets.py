@@ -158,7 +158,8 @@ def test_greedy_equals_brute_force_on_small_grid(seed, postprocessed):
 @pytest.mark.parametrize("seed", range(8))
 def test_optimiser_never_worse_than_greedy(seed):
     rng = np.random.default_rng(100 + seed)
-    t = random_tree(rng, int(rng.integers(20, 200)))
+    n = int(rng.integers(20, 200))
+    t = random_tree(rng, n, window=n)  # random recursive tree: depth ~ e ln n
     c = t.aggregate(rng.poisson(rng.choice([1, 10, 100, 1000]), t.n_leaves))
     tau = float(rng.choice([5.0, 10.0]))
     obj = TreeErrorObjective(t, c, tau=tau, mechanism=MECH, sensitivity=SENS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numba as nb
 import numpy as np
 
 from hierdp.budgets._variance import class_tree, class_variances
@@ -47,6 +48,19 @@ def as_counts(tree: Tree, counts: Any, what: str = "prior") -> np.ndarray:
     return c
 
 
+def _count(idx) -> int:
+    return idx.stop - idx.start if isinstance(idx, slice) else int(np.size(idx))
+
+
+@nb.njit(cache=True, nogil=True)
+def _group_weights(group, depth, counts, tau, inv_norm, out):
+    """out[g] = Σ_{v in g} 1 / (max(τ, c_v)² |L_{d(v)}| (d+1)), one pass."""
+    for i in range(counts.shape[0]):
+        den = counts[i] if counts[i] > tau else tau
+        out[group[i]] += inv_norm[depth[i]] / (den * den)
+    return out
+
+
 class TreeErrorObjective:
     """RMSRE_τ(T) as a function of per-level budgets (vectorised over candidate splits).
 
@@ -67,35 +81,35 @@ class TreeErrorObjective:
         self.postprocessed = bool(postprocessed)
         L = tree.n_levels
         self.ct = class_tree(tree) if postprocessed else None
-        level_size = np.array([tree.level_nodes(d, internal=True).size for d in range(L)], dtype=np.float64)
-        norm = (level_size * L)[tree._depth]  # |L_i| (d+1) for each internal node
-        if counts is None:
-            q = np.full(tree.n_nodes, 1.0 / tau**2)
+        level_size = np.array([_count(idx) for idx in tree._level_index], dtype=np.float64)
+        inv_norm = 1.0 / (level_size * L)  # 1 / (|L_i| (d+1))
+        group = self.ct.node_class if postprocessed else tree._depth
+        n_groups = self.ct.n_classes if postprocessed else L
+        if counts is None:  # every node weighs 1/tau^2: class sizes suffice, no pass over the nodes
+            if postprocessed:
+                self.weights = self.ct.size * inv_norm[self.ct.depth] / tau**2
+            else:
+                self.weights = level_size * inv_norm / tau**2
         else:
             c = tree.to_internal(np.asarray(counts, dtype=np.float64))
-            q = 1.0 / np.maximum(tau, c) ** 2
-            if q.ndim == 2:
-                q = q.mean(axis=1)
-        q = q / norm
-        if postprocessed:
-            self.weights = np.bincount(self.ct.node_class, weights=q, minlength=self.ct.n_classes)
-        else:
-            self.weights = np.bincount(tree._depth, weights=q, minlength=L)
+            if c.ndim == 1:
+                self.weights = _group_weights(group, tree._depth, np.ascontiguousarray(c), float(tau), inv_norm,
+                                              np.zeros(n_groups))
+            else:
+                q = (1.0 / np.maximum(tau, c) ** 2).mean(axis=1) * inv_norm[tree._depth]
+                self.weights = np.bincount(group, weights=q, minlength=n_groups)
         self.n_evaluations = 0
         self.n_passes = 0
 
     def level_variances(self, budgets: np.ndarray) -> np.ndarray:
         """Per-level input variances ``(L, C)`` for candidate budgets ``(C, L)`` (0 → inf)."""
         b = np.atleast_2d(np.asarray(budgets, dtype=np.float64))
-        out = np.full(b.T.shape, np.inf)
-        cache: dict[float, float] = {}
-        for (c, lvl), val in np.ndenumerate(b):
-            if val > 0:
-                v = cache.get(val)
-                if v is None:
-                    v = cache[val] = float(self.mechanism.variance(float(val), self.sensitivity))
-                out[lvl, c] = v
-        return out
+        vals, inv = np.unique(b, return_inverse=True)
+        var = np.full(vals.shape, np.inf)
+        for i, x in enumerate(vals):
+            if x > 0:
+                var[i] = float(self.mechanism.variance(float(x), self.sensitivity))
+        return var[inv.reshape(b.shape)].T
 
     def mean_square(self, budgets: np.ndarray) -> np.ndarray:
         """RMSRE_τ(T)² for each candidate split (rows of ``budgets``)."""
@@ -103,11 +117,11 @@ class TreeErrorObjective:
         self.n_evaluations += lv.shape[1]
         self.n_passes += 1
         if self.postprocessed:
-            var = class_variances(self.ct, lv)
+            var = class_variances(self.ct, lv, copy=False)
         else:
             var = lv
         with np.errstate(invalid="ignore"):
-            ms = self.weights @ np.where(np.isinf(var), np.inf, var)
+            ms = (var @ self.weights) if self.postprocessed else (self.weights @ var)
         return np.where(np.isnan(ms), np.inf, ms)
 
     def __call__(self, budgets: np.ndarray) -> np.ndarray:

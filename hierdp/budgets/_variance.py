@@ -23,7 +23,7 @@ budget optimisers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numba as nb
@@ -54,6 +54,7 @@ class ClassTree:
     mult: np.ndarray
     size: np.ndarray
     uniform: bool
+    work: list = field(default_factory=lambda: [None, None, None], repr=False, compare=False)
 
     @property
     def n_classes(self) -> int:
@@ -122,6 +123,69 @@ def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, int]:
     return ids, int(ids_sorted[-1]) + 1
 
 
+def _pair_ids(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ids of the pairs (a, b) of non-negative integers, in sorted pair order.
+
+    O(len) with a presence table when the key range is small (e.g. the leaf level, where
+    every node has the same shape), else one sort of a single int64 key.
+    """
+    a = a - a.min()
+    b = b - b.min()
+    na = int(a.max()) + 1
+    nb = int(b.max()) + 1
+    key = a * np.int64(nb) + b
+    K = na * nb
+    if K <= 4 * key.size + 1024:
+        present = np.zeros(K, np.bool_)
+        present[key] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        return rank[key], int(rank[-1]) + 1
+    uniq, inv = np.unique(key, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), int(uniq.size)
+
+
+@nb.njit(cache=True, nogil=True)
+def _table_classes(start, stop, ids, par, node_class, shape, nc, prev_start, next_cls):
+    """Classes of one depth in one pass: (parent class, shape) pairs numbered in order of
+    first appearance through a direct table (parent classes of the previous depth are
+    the contiguous ids ``prev_start .. next_cls-1``). Returns ``g = -1`` when the table
+    would exceed 4x the level size (the caller then sorts)."""
+    n = stop - start
+    use_ids = ids.shape[0] > 0
+    s_lo = np.int64(1) << 62
+    s_hi = np.int64(-1)
+    for t in range(n):
+        i = ids[t] if use_ids else start + t
+        v = shape[i]
+        if v < s_lo:
+            s_lo = v
+        if v > s_hi:
+            s_hi = v
+    nb_ = s_hi - s_lo + 1
+    K = (next_cls - prev_start) * nb_
+    if K > 4 * n + 1024:
+        return -1, np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.int64)
+    table = np.full(K, -1, np.int64)
+    cp = np.empty(n, np.int64)
+    lf = np.empty(n, np.bool_)
+    size = np.zeros(n, np.int64)
+    g = 0
+    for t in range(n):
+        i = ids[t] if use_ids else start + t
+        pcl = node_class[par[i]]
+        key = (pcl - prev_start) * nb_ + (shape[i] - s_lo)
+        c = table[key]
+        if c < 0:
+            c = g
+            table[key] = g
+            cp[g] = pcl
+            lf[g] = nc[i] == 0
+            g += 1
+        size[c] += 1
+        node_class[i] = next_cls + c
+    return g, cp[:g].copy(), lf[:g].copy(), size[:g].copy()
+
+
 def _general_classes(tree: Tree) -> ClassTree:
     n = tree.n_nodes
     ptr, kids, nc = tree._child_ptr, tree._child_idx, tree._n_children
@@ -133,8 +197,15 @@ def _general_classes(tree: Tree) -> ClassTree:
         ch = kids[ptr[a]:ptr[b]]
         cs = shape[ch]
         starts = ptr[a:b] - ptr[a]
-        h1 = np.add.reduceat(_mix(cs, 0x9E3779B97F4A7C15), starts)
-        h2 = np.add.reduceat(_mix(cs, 0x632BE59BD9B4E019), starts)
+        r1 = _mix(np.arange(next_shape, dtype=np.uint64), 0x9E3779B97F4A7C15)
+        r2 = _mix(np.arange(next_shape, dtype=np.uint64), 0x632BE59BD9B4E019)
+        lo_s, hi_s = int(cs.min()), int(cs.max())
+        if lo_s == hi_s:  # e.g. every child a leaf: the multiset is fixed by the child count
+            cnt = nc[a:b].astype(np.uint64)
+            h1, h2 = cnt * r1[lo_s], cnt * r2[lo_s]
+        else:
+            h1 = np.add.reduceat(r1[cs], starts)
+            h2 = np.add.reduceat(r2[cs], starts)
         ids, g = _group_ids(nc[a:b], h1, h2)
         shape[a:b] = ids + next_shape
         next_shape += g
@@ -144,19 +215,30 @@ def _general_classes(tree: Tree) -> ClassTree:
     cls_parent, cls_depth, cls_leaf, cls_size = [np.array([-1])], [np.array([0])], \
         [np.array([nc[0] == 0])], [np.array([1])]
     next_cls = 1
+    prev_start = 0
     for d in range(1, tree.n_levels):
         idx = tree._level_index[d]
-        ids_nodes = np.arange(idx.start, idx.stop) if isinstance(idx, slice) else np.asarray(idx)
-        pc = node_class[par[ids_nodes]]
-        sh = shape[ids_nodes]
-        gid, g = _group_ids(pc, sh)
-        node_class[ids_nodes] = gid + next_cls
-        _, first = np.unique(gid, return_index=True)
-        rep = ids_nodes[first]
-        cls_parent.append(node_class[par[rep]])
+        if isinstance(idx, slice):
+            start, stop, ids = idx.start, idx.stop, np.empty(0, np.int64)
+        else:
+            start, stop, ids = 0, int(np.size(idx)), np.asarray(idx, dtype=np.int64)
+        g, cp, lf, sz = _table_classes(start, stop, ids, par, node_class, shape, nc, prev_start, next_cls)
+        if g < 0:  # too many (parent class, shape) pairs for a table: sort instead
+            ids_nodes = np.arange(start, stop) if ids.size == 0 else ids
+            pc = node_class[par[ids_nodes]]
+            gid, g = _pair_ids(pc, shape[ids_nodes])
+            node_class[ids_nodes] = gid + next_cls
+            # every member of a class has the same parent class and shape: any write wins
+            cp = np.empty(g, np.int64)
+            cp[gid] = pc
+            lf = np.empty(g, np.bool_)
+            lf[gid] = nc[ids_nodes] == 0
+            sz = np.bincount(gid, minlength=g)
+        cls_parent.append(cp)
         cls_depth.append(np.full(g, d))
-        cls_leaf.append(nc[rep] == 0)
-        cls_size.append(np.bincount(gid, minlength=g))
+        cls_leaf.append(lf)
+        cls_size.append(sz)
+        prev_start = next_cls
         next_cls += g
     parent = np.concatenate(cls_parent).astype(np.int64)
     size = np.concatenate(cls_size).astype(np.int64)
@@ -167,27 +249,29 @@ def _general_classes(tree: Tree) -> ClassTree:
 
 
 @nb.njit(cache=True, nogil=True)
-def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, out):
-    """Dawson et al. Alg. 2, variances only, on the class tree for C candidates at once.
+def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, u, su, out):
+    """Dawson et al. Alg. 2, variances only, on the class tree for C candidates.
 
     ``lvar`` (n_levels, C): input variance of every node of a level (inf = unmeasured,
-    0 = exact). Writes the BLUE variance of each class and candidate to ``out`` (m, C).
-    Same case analysis as :func:`hierdp._kernels.blue_2d`.
+    0 = exact). Work arrays ``u``, ``su`` and the result ``out`` have shape (C, m): one
+    contiguous row per candidate, swept one candidate at a time (cache friendly). Same
+    case analysis as :func:`hierdp._kernels.blue_2d`.
     """
     m = cparent.shape[0]
     C = lvar.shape[1]
     inf = np.inf
-    u = np.empty((m, C))
-    su = np.zeros((m, C))
-    for i in range(m - 1, -1, -1):
-        p = cparent[i]
-        d = cdepth[i]
-        for c in range(C):
-            vi = lvar[d, c]
+    for c in range(C):
+        uc = u[c]
+        sc = su[c]
+        oc = out[c]
+        for i in range(m):
+            sc[i] = 0.0
+        for i in range(m - 1, -1, -1):
+            vi = lvar[cdepth[i], c]
             if cleaf[i]:
                 ui = vi
             else:
-                U = su[i, c]
+                U = sc[i]
                 if vi == inf:
                     ui = U
                 elif U == inf:
@@ -196,36 +280,43 @@ def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, out):
                     ui = 0.0
                 else:
                     ui = vi * U / (vi + U)
-            u[i, c] = ui
+            uc[i] = ui
+            p = cparent[i]
             if p >= 0:
-                su[p, c] += cmult[i] * ui
-    for i in range(m):
-        p = cparent[i]
-        for c in range(C):
-            ui = u[i, c]
+                sc[p] += cmult[i] * ui
+        for i in range(m):
+            p = cparent[i]
+            ui = uc[i]
             if p < 0:
-                out[i, c] = ui
+                oc[i] = ui
                 continue
-            U = su[p, c]
+            U = sc[p]
             if U == inf:
-                out[i, c] = inf if ui == inf else ui
+                oc[i] = inf if ui == inf else ui
             elif U == 0.0:
-                out[i, c] = 0.0
+                oc[i] = 0.0
             else:
                 w = ui / U
-                val = ui - ui * w + w * w * out[p, c]
-                out[i, c] = val if val > 0.0 else 0.0
+                val = ui - ui * w + w * w * oc[p]
+                oc[i] = val if val > 0.0 else 0.0
     return out
 
 
-def class_variances(ct: ClassTree, level_variance: np.ndarray) -> np.ndarray:
-    """BLUE variance per class for per-level input variances ``(L,)`` or candidates ``(L, C)``."""
+def class_variances(ct: ClassTree, level_variance: np.ndarray, *, copy: bool = True) -> np.ndarray:
+    """BLUE variance per class for per-level input variances ``(L,)`` -> ``(m,)`` or
+    candidates ``(L, C)`` -> ``(C, m)``. Work buffers are kept per class tree (first
+    touch of fresh memory is what a sweep would otherwise pay for); with
+    ``copy=False`` the result is a view of them, valid until the next call."""
     lv = np.asarray(level_variance, dtype=np.float64)
     one = lv.ndim == 1
     lv2 = np.ascontiguousarray(lv.reshape(lv.shape[0], -1))
-    out = np.empty((ct.n_classes, lv2.shape[1]))
-    _class_blue_variance(ct.parent, ct.depth, ct.leaf, ct.mult, lv2, out)
-    return out[:, 0] if one else out
+    C, m = lv2.shape[1], ct.n_classes
+    work = ct.work
+    if work[0] is None or work[0].shape[0] < C:
+        work[0], work[1], work[2] = (np.empty((C, m)) for _ in range(3))
+    out = work[2][:C]
+    _class_blue_variance(ct.parent, ct.depth, ct.leaf, ct.mult, lv2, work[0], work[1], out)
+    return (out[0] if one else out).copy() if copy else (out[0] if one else out)
 
 
 def blue_variance(tree: Tree, level_variance: np.ndarray) -> np.ndarray:

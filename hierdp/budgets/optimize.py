@@ -3,8 +3,11 @@
 Dawson et al. (2023, §5) optimise the split greedily on a grid of k units (Alg. 3);
 here the same objective — the tree error computed from BLUE (or raw) variances — is
 minimised over the continuous simplex {b ≥ b_min, Σ b = total} with SLSQP (scipy),
-started from the greedy split and from the equal split. The result is never worse than
-greedy: the greedy split is returned if no start improves on it.
+started from the greedy split, the equal split and the two best "all on one level" splits. The
+objective is not convex in the budgets (the discrete Laplace variance falls
+exponentially in ε, so concentrating budget can pay off more than greedy unit steps
+see), hence the several starts. The result is never worse than greedy: the greedy split
+is returned if no start improves on it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
     """Minimise RMSRE_τ(T)² over per-level budgets summing to ``total``.
 
     Gradients are forward differences, all levels scored in one sweep of the variance
-    kernel. Each level keeps at least γ·total/(d+1), as in Alg. 3.
+    kernel. Each level keeps at least γ·total/(d+1), as in Alg. 3. Starts: the greedy
+    split, the equal split and the two best vertices (all but the floor on one level).
     """
     L = objective.tree.n_levels
     start = greedy_split(objective, total, phases=phases, gamma=gamma)
@@ -48,7 +52,11 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
         return float(f0), grad
 
     cons = ({"type": "eq", "fun": lambda x: np.sum(x) - total, "jac": lambda x: np.ones(L)},)
-    for x0 in (start, np.full(L, total / L)):
+    vertices = np.full((L, L), lo) + np.eye(L) * (total - L * lo)
+    starts = [start, np.full(L, total / L)]
+    ms_v = objective.mean_square(vertices)
+    starts += [vertices[i] for i in np.argsort(ms_v)[:2] if np.isfinite(ms_v[i])]
+    for x0 in starts:
         res = minimize(fun, x0, jac=True, method="SLSQP", bounds=[(lo, total)] * L, constraints=cons,
                        options={"maxiter": maxiter, "ftol": 1e-12})
         x = np.clip(res.x, lo, None)

@@ -1,24 +1,117 @@
-"""Privacy accounting: the total budget of a release and the guarantee it gives.
+"""Privacy accounting: guarantees, conversions and composition.
 
-Pure ε-DP mechanisms compose by adding ε over levels (basic composition; nodes of one
-level are disjoint, so a level costs its own ε by parallel composition).
+Three kinds of guarantee are tracked:
+
+* **pure ε-DP** — Laplace-type mechanisms. Basic composition adds ε; mechanisms on
+  disjoint parts of the data (the nodes of one tree level) compose in parallel: max.
+* **ρ-zCDP** (Bun & Steinke 2016, Def. 1.1) — Gaussian-type mechanisms. Composition
+  adds ρ (BS16 Lemma 2.3); parallel composition takes the max. ε-DP implies
+  (ε²/2)-zCDP (BS16 Prop. 1.4).
+* **(ε, δ)-DP** — reported for zCDP releases on request, via one of two conversions:
+
+  - ``"bs16"``  (Bun & Steinke 2016, Prop. 1.3):  ε = ρ + 2·sqrt(ρ·ln(1/δ));
+  - ``"cks20"`` (Canonne, Kamath & Steinke 2020, Cor. 13), tighter:
+    ε = min over α > 1 of  αρ + (ln(1/δ) + (α-1)·ln(1 - 1/α) - ln α) / (α - 1).
+
+  :func:`total_budget` uses ``bs16`` to turn an (ε, δ) target into a ρ budget because
+  it inverts in closed form: ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))².
+
+Per-level spend is recorded in :class:`hierdp.ledger.Ledger`; :class:`Accountant`
+composes arbitrary measurements (levels, SVT calls, ...).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from hierdp.errors import BudgetError, PrivacyError
 
-__all__ = ["total_budget", "check_epsilon"]
+__all__ = ["total_budget", "check_epsilon", "check_rho", "check_delta", "zcdp_to_approx_dp",
+           "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend"]
+
+_CONVERSIONS = ("bs16", "cks20")
+
+
+def _positive(x: object, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+        raise BudgetError(f"{name} must be a finite number > 0, got {x!r}")
+    return float(x)
 
 
 def check_epsilon(epsilon: object, name: str = "epsilon") -> float:
-    """Validate a privacy parameter: a finite number > 0."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
-            or epsilon <= 0:
-        raise BudgetError(f"{name} must be a finite number > 0, got {epsilon!r}")
-    return float(epsilon)
+    """Validate ε: a finite number > 0."""
+    return _positive(epsilon, name)
+
+
+def check_rho(rho: object) -> float:
+    """Validate ρ: a finite number > 0."""
+    return _positive(rho, "rho")
+
+
+def check_delta(delta: object) -> float:
+    """Validate δ: a number strictly between 0 and 1."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0 < delta < 1):
+        raise BudgetError(f"delta must be a number strictly between 0 and 1 (e.g. 1e-9), got {delta!r}")
+    return float(delta)
+
+
+def pure_to_zcdp(epsilon: float) -> float:
+    """ρ = ε²/2: an ε-DP mechanism is (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4)."""
+    return check_epsilon(epsilon) ** 2 / 2.0
+
+
+def _cks_eps(rho: float, log_inv_delta: float, alpha: float) -> float:
+    return alpha * rho + (log_inv_delta + (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)) / (alpha - 1)
+
+
+def zcdp_to_approx_dp(rho: float, delta: float, method: str = "cks20") -> float:
+    """ε such that ρ-zCDP implies (ε, δ)-DP (formulas in the module docstring)."""
+    rho = check_rho(rho)
+    delta = check_delta(delta)
+    L = math.log(1 / delta)
+    if method == "bs16":
+        return rho + 2.0 * math.sqrt(rho * L)
+    if method != "cks20":
+        raise BudgetError(f"unknown conversion {method!r}; expected one of 'bs16', 'cks20'")
+    # the objective is convex in α on (1, ∞): golden-section search on log(α - 1)
+    f = lambda la: _cks_eps(rho, L, 1.0 + math.exp(la))  # noqa: E731
+    lo, hi = -30.0, 40.0
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = f(a), f(b)
+    for _ in range(200):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = f(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = f(b)
+    return min(fa, fb, rho + 2.0 * math.sqrt(rho * L))
+
+
+def zcdp_delta(rho: float, epsilon: float) -> float:
+    """Smallest δ the CKS20 bound gives for ρ-zCDP at ε:
+    min over α > 1 of exp((α-1)(αρ-ε)) / (α-1) · (1 - 1/α)^α (capped at 1)."""
+    rho = check_rho(rho)
+    eps = check_epsilon(epsilon)
+    best = math.inf
+    # coarse log-grid then refine: cheap and robust
+    la = [x / 50.0 for x in range(-1500, 2001)]
+    for x in la:
+        a = 1.0 + math.exp(x)
+        v = (a - 1) * (a * rho - eps) - math.log(a - 1) + a * math.log1p(-1 / a)
+        best = min(best, v)
+    return min(1.0, math.exp(best))
+
+
+def approx_dp_to_zcdp(epsilon: float, delta: float) -> float:
+    """Largest ρ whose ``bs16`` conversion gives (ε, δ): ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))²."""
+    eps = check_epsilon(epsilon)
+    L = math.log(1 / check_delta(delta))
+    return (math.sqrt(L + eps) - math.sqrt(L)) ** 2
 
 
 def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None = None,
@@ -26,14 +119,125 @@ def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None
     """The total budget in the mechanism's ``unit`` and the guarantee fields of the ledger.
 
     Returns ``(total, {"guarantee": ..., "epsilon": ..., "delta": ..., "rho": ...})``.
+
+    * ``unit == "epsilon"`` (pure mechanisms): needs ``epsilon``; ``rho``/``delta`` are errors.
+    * ``unit == "rho"`` (Gaussian mechanisms, ρ-zCDP with L2 sensitivity):
+
+      - ``rho`` → guarantee ``"zcdp"`` (with ``delta`` too, the ledger also states the
+        (ε, δ) the CKS20 conversion gives);
+      - ``epsilon`` + ``delta`` → guarantee ``"approx"`` with the largest ρ whose Bun &
+        Steinke conversion ε = ρ + 2·sqrt(ρ ln(1/δ)) meets ε:
+        ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))²;
+      - ``epsilon`` alone → :class:`PrivacyError` (Gaussian noise cannot give pure ε-DP).
     """
+    who = f"mechanism {mechanism!r}" if mechanism else "this mechanism"
     if unit == "epsilon":
         if rho is not None:
-            raise PrivacyError(f"mechanism {mechanism!r} is pure ε-DP; give epsilon, not rho")
+            raise PrivacyError(f"{who} is pure ε-DP; give epsilon=..., not rho (or use a Gaussian mechanism)")
         if epsilon is None:
             raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
         eps = check_epsilon(epsilon)
         if delta is not None:
-            raise PrivacyError(f"mechanism {mechanism!r} is pure ε-DP; delta is not used (remove it)")
+            check_delta(delta)
+            raise PrivacyError(f"{who} is pure ε-DP; delta is not used (remove delta=...)")
         return eps, {"guarantee": "pure", "epsilon": eps, "delta": None, "rho": None}
-    raise PrivacyError(f"mechanism {mechanism!r} budgets in {unit!r}, which this version cannot account for")
+    if unit == "rho":
+        if rho is not None:
+            r = check_rho(rho)
+            if epsilon is not None:
+                raise BudgetError("give either rho=... or epsilon=... with delta=..., not both")
+            if delta is not None:
+                d = check_delta(delta)
+                return r, {"guarantee": "zcdp", "epsilon": zcdp_to_approx_dp(r, d), "delta": d, "rho": r}
+            return r, {"guarantee": "zcdp", "epsilon": None, "delta": None, "rho": r}
+        if epsilon is None:
+            raise BudgetError(f"no privacy budget given for {who}: pass rho=... or epsilon=... with delta=...")
+        eps = check_epsilon(epsilon)
+        if delta is None:
+            raise PrivacyError(f"{who} adds Gaussian noise, which cannot satisfy pure ε-DP; pass delta=... "
+                               "(e.g. 1e-9) for (ε, δ)-DP, give rho=... instead, or use mechanism='discrete_laplace'")
+        d = check_delta(delta)
+        r = approx_dp_to_zcdp(eps, d)
+        return r, {"guarantee": "approx", "epsilon": eps, "delta": d, "rho": r}
+    raise PrivacyError(f"{who} budgets in {unit!r}; expected 'epsilon' or 'rho'")
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One measurement: its cost, unit, label and (optional) parallel group."""
+
+    amount: float
+    unit: str
+    label: str = ""
+    group: str | None = None
+
+
+@dataclass
+class Accountant:
+    """Composes measurements in one unit (``"epsilon"`` pure DP, or ``"rho"`` zCDP).
+
+    ``spend(x, group=g)``: measurements sharing a group touch disjoint parts of the data
+    (e.g. the nodes of one tree level, or disjoint subtrees) and compose in *parallel*
+    (the group costs its maximum); groups and ungrouped spends compose *basically* (sum).
+    Both rules hold for ε-DP and for ρ-zCDP. Pure-ε spends may be added to a ρ
+    accountant with ``spend(eps, unit="epsilon")`` (converted by ρ = ε²/2).
+    """
+
+    unit: str = "epsilon"
+    budget: float | None = None
+    spends: list[Spend] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("epsilon", "rho"):
+            raise BudgetError(f"accountant unit must be 'epsilon' or 'rho', got {self.unit!r}")
+        if self.budget is not None:
+            _positive(self.budget, f"{self.unit} budget")
+
+    def spend(self, amount: float, *, label: str = "", group: str | None = None, unit: str | None = None) -> Spend:
+        unit = unit or self.unit
+        if unit == self.unit:
+            amt = _positive(amount, self.unit)
+        elif unit == "epsilon" and self.unit == "rho":
+            amt = pure_to_zcdp(amount)
+        else:
+            raise PrivacyError(f"cannot add a {unit!r} spend to a {self.unit!r} accountant "
+                               "(a zCDP cost has no pure-ε equivalent)")
+        s = Spend(amt, self.unit, label, group)
+        new_total = self._total(self.spends + [s])
+        if self.budget is not None and new_total > self.budget * (1 + 1e-12):
+            raise BudgetError(f"spending {amt:g} {self.unit} for {label or 'this measurement'} would exceed "
+                              f"the budget {self.budget:g} (already spent {self.total:g})")
+        self.spends.append(s)
+        return s
+
+    @staticmethod
+    def _total(spends: list[Spend]) -> float:
+        groups: dict[str, float] = {}
+        alone = []
+        for s in spends:
+            if s.group is None:
+                alone.append(s.amount)
+            else:
+                groups[s.group] = max(groups.get(s.group, 0.0), s.amount)
+        return math.fsum(alone) + math.fsum(groups.values())
+
+    @property
+    def total(self) -> float:
+        """Composed cost: sum over groups of the group maximum, plus ungrouped spends."""
+        return self._total(self.spends)
+
+    @property
+    def remaining(self) -> float:
+        if self.budget is None:
+            return math.inf
+        return max(0.0, self.budget - self.total)
+
+    def guarantee(self, delta: float | None = None, method: str = "cks20") -> dict:
+        """Ledger fields for the composed cost; for ρ with ``delta``, adds the (ε, δ) conversion."""
+        if self.unit == "epsilon":
+            return {"guarantee": "pure", "epsilon": self.total, "delta": None, "rho": None}
+        out = {"guarantee": "zcdp", "epsilon": None, "delta": None, "rho": self.total}
+        if delta is not None and self.total > 0:
+            out["delta"] = check_delta(delta)
+            out["epsilon"] = zcdp_to_approx_dp(self.total, out["delta"], method)
+        return out

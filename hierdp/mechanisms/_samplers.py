@@ -1,10 +1,26 @@
-"""Exact, vectorised samplers for discrete distributions.
+"""Exact, compiled samplers for the discrete Laplace and discrete Gaussian distributions.
 
 Implements Canonne, Kamath & Steinke (2020), "The Discrete Gaussian for Differential
-Privacy": Algorithm 1 (Bernoulli(exp(-γ)) for rational γ) and Algorithm 2 (discrete
-Laplace with rational scale s/t), with every Bernoulli decided by exact integer
-comparisons, so the output distribution is exactly the target (no floating point).
-The loops below run over *rounds of rejection* on shrinking batches, never over draws.
+Privacy": Algorithm 1 (Bernoulli(exp(-γ)) for rational γ), Algorithm 2 (discrete Laplace
+with rational parameter) and Algorithm 3 (discrete Gaussian with rational σ²). Every coin
+is decided by exact integer arithmetic on random bits, so the output distribution is
+exactly the target one; no floating point touches a sample.
+
+Speed. The samplers are numba kernels that run over a batch of random 64-bit words taken
+from a :class:`hierdp.rng.RandomSource` and spend them bit by bit:
+
+* a Bernoulli(p) with rational ``p = num/den`` compares the binary expansion of ``p``
+  (long division) with fresh random bits and stops at the first difference (2 bits on
+  average instead of a whole uniform integer);
+* uniform integers below ``n`` use ``bitlength(n - 1)`` bits with rejection.
+
+The kernel is a resumable state machine: when a batch of words runs out in the middle
+of a draw it stores its state and the caller resumes it on fresh words, exactly as if
+the stream were infinite (nothing is discarded, so nothing is biased).
+
+Integers are int64. A draw whose intermediate values would exceed 2**62 raises
+``OverflowError`` instead of wrapping; for the parameter ranges accepted below this
+needs an event of probability below exp(-2**20).
 """
 
 from __future__ import annotations
@@ -12,88 +28,514 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numba as nb
 import numpy as np
 
 from hierdp.rng import RandomSource
 
-__all__ = ["rational_scale", "bernoulli_exp_neg", "discrete_laplace", "discrete_laplace_variance"]
+__all__ = [
+    "DLapParams", "DGaussParams", "dlap_params", "dgauss_params",
+    "discrete_laplace", "discrete_gaussian", "sample_discrete_laplace", "sample_discrete_gaussian",
+    "discrete_laplace_variance", "discrete_gaussian_variance", "rational_scale",
+    "bernoulli_exp_neg_exact", "PRECISION_BITS",
+]
 
-SCALE_DENOMINATOR = 1 << 20
-
-
-def rational_scale(scale: float, denominator: int = SCALE_DENOMINATOR) -> Fraction:
-    """Smallest fraction ``s / denominator >= scale`` (rounding *up* keeps privacy)."""
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be positive and finite, got {scale!r}")
-    exact = Fraction(scale)
-    s = math.ceil(exact * denominator)
-    return Fraction(s, denominator)
-
-
-def bernoulli_exp_neg(num: np.ndarray, den: int, rng: RandomSource) -> np.ndarray:
-    """Exact Bernoulli(exp(-num/den)) draws for integers ``0 <= num <= den`` (CKS Alg. 1).
-
-    For γ = num/den in [0, 1]: draw A_k ~ Bernoulli(γ/k) for k = 1, 2, ... until the first
-    failure at k = K; return 1 iff K is odd.
-    """
-    num = np.asarray(num, dtype=np.int64)
-    size = num.shape[0]
-    out = np.zeros(size, dtype=bool)
-    active = np.arange(size)
-    k = 1
-    while active.size:
-        # A ~ Bernoulli(num / (den * k)) as integers(den * k) < num
-        a = rng.integers(den * k, active.size) < num[active]
-        stopped = active[~a]
-        out[stopped] = (k % 2) == 1
-        active = active[a]
-        k += 1
-    return out
+#: rational parameters are rounded (towards more noise) with relative error below 2**-PRECISION_BITS (discrete Laplace)
+PRECISION_BITS = 20
+_WORD_BATCH = 1 << 21  # random words requested from the source at a time
+_LIMIT = 1 << 62
 
 
-def _geometric_exp_neg_one(size: int, rng: RandomSource) -> np.ndarray:
-    """V with P(V = v) = (1 - e^-1) e^-v: the number of Bernoulli(e^-1) successes before a failure."""
-    v = np.zeros(size, dtype=np.int64)
-    active = np.arange(size)
-    ones = np.ones(size, dtype=np.int64)
-    while active.size:
-        a = bernoulli_exp_neg(ones[: active.size], 1, rng)
-        v[active[a]] += 1
-        active = active[a]
-    return v
+
+# --------------------------------------------------------------------------------------
+# The compiled kernel: one resumable state machine (no helper calls, so no per-call
+# reference counting of arrays). Each step either moves without randomness or takes a
+# few bits; when the batch of words is used up it stores its state and returns, and the
+# caller resumes it with fresh words (nothing is discarded or replayed).
+#
+# Phases. Bernoulli(exp(-gnum/gden)), 0 <= gnum <= gden (CKS Alg. 1), returns res to ret:
+#   E0: k = 1, start A_1 ~ Bernoulli(γ);  EF: one bit of Bernoulli(γ) by long division;
+#   EK: A_k's factor Bernoulli(1/k) (uniform in [0, k) == 0).
+# Discrete Laplace P(y) ∝ exp(-|y| s/t) (CKS Alg. 2): LU draw U, LD after Bernoulli(e^-U/t),
+#   LV geometric V with Bernoulli(e^-1) trials, LS sign and the "-0" rejection.
+# Discrete Gaussian σ² = t·mm/bb (CKS Alg. 3): GC exponent (|Y|bb - mm)²/den, split as
+#   q + r/den; G1 after each of the q Bernoulli(e^-1); GF after Bernoulli(e^-r/den).
+# --------------------------------------------------------------------------------------
+_E0, _EF, _EK, _LU, _LD, _LV, _LS, _GC, _G1, _GF = range(10)
+_NSTATE = 20
 
 
-def discrete_laplace(scale: Fraction, size: int, rng: RandomSource) -> np.ndarray:
-    """Exact draws with P(Y = y) ∝ exp(-|y| / scale), for rational ``scale`` (CKS Alg. 2).
+@nb.njit(cache=True)
+def _sq_divmod(c, d):
+    """(c*c // d, c*c % d) for 0 <= c < 2**62, 0 < d < 2**62; quotient -1 if >= 2**62."""
+    if c < 3037000499:  # c*c < 2**63
+        n = c * c
+        return n // d, n % d
+    # 128-bit square from 31-bit limbs (uint64), then bitwise long division
+    m31 = np.uint64((1 << 31) - 1)
+    cu = np.uint64(c)
+    c0 = cu & m31
+    c1 = cu >> np.uint64(31)
+    hi = np.uint64(0)
+    lo = np.uint64(0)
+    for j in range(3):
+        if j == 0:
+            x = c1 * c1
+            sh = 62
+        elif j == 1:
+            x = np.uint64(2) * c1 * c0
+            sh = 31
+        else:
+            x = c0 * c0
+            sh = 0
+        if sh == 0:
+            add_lo = x
+            add_hi = np.uint64(0)
+        else:
+            add_lo = x << np.uint64(sh)
+            add_hi = x >> np.uint64(64 - sh)
+        new_lo = lo + add_lo
+        carry = np.uint64(1) if new_lo < lo else np.uint64(0)
+        lo = new_lo
+        hi = hi + add_hi + carry
+    du = np.uint64(d)
+    if hi >= du:
+        return np.int64(-1), np.int64(0)
+    rem = hi
+    q = np.uint64(0)
+    for i in range(63, -1, -1):
+        rem = (rem << np.uint64(1)) | ((lo >> np.uint64(i)) & np.uint64(1))
+        q = q << np.uint64(1)
+        if rem >= du:
+            rem -= du
+            q |= np.uint64(1)
+    if q >= np.uint64(_LIMIT):
+        return np.int64(-1), np.int64(0)
+    return np.int64(q), np.int64(rem)
 
-    With ``scale = t/s``: X = U + t·V (U uniform on [0, t) kept with probability
-    exp(-U/t), V geometric) has P(X = x) ∝ exp(-x/t), so Y = floor(X/s) has
-    P(Y = y) ∝ exp(-y s/t); a random sign, rejecting "-0", makes it two-sided.
-    """
-    t, s = scale.numerator, scale.denominator
+
+@nb.njit(cache=True)
+def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
+    """Fill out[start:] with draws; returns (next index, status). State lives in ``st``."""
+    n = out.shape[0]
+    nw = words.shape[0]
+    pos = 0
+    i = start
+    phase = st[0]
+    nbits = st[1]
+    cur = st[2]
+    k = st[3]
+    rr = st[4]
+    gnum = st[5]
+    gden = st[6]
+    ret = st[7]
+    res = st[8]
+    u = st[9]
+    v = st[10]
+    y = st[11]
+    cnt = st[12]
+    rfrac = st[13]
+    vmax = (_LIMIT - t) // t
+    ymax = _LIMIT // bb - mm
+    status = 0
+    while i < n:
+        if phase == _EF:
+            # one bit of U vs gnum/gden
+            if nbits < 1:
+                if pos >= nw:
+                    status = 1
+                    break
+                cur = words[pos]
+                pos += 1
+                nbits = 64
+            ub = cur & 1
+            cur >>= 1
+            nbits -= 1
+            rr <<= 1
+            pb = 0
+            if rr >= gden:
+                pb = 1
+                rr -= gden
+            if ub != pb:
+                a = 1 if ub < pb else 0
+            elif rr == 0:
+                a = 0
+            else:
+                continue
+            if a == 0:
+                res = k & 1
+                phase = ret
+            else:
+                k += 1
+                phase = _EK
+        elif phase == _EK:
+            # Bernoulli(1/k): uniform in [0, k) equal to 0
+            kb = 0
+            x = k - 1
+            while x > 0:
+                x >>= 1
+                kb += 1
+            if nbits < kb:
+                if pos >= nw:
+                    status = 1
+                    break
+                cur = words[pos]
+                pos += 1
+                nbits = 64
+            r = cur & ((1 << kb) - 1)
+            cur >>= kb
+            nbits -= kb
+            if r >= k:
+                continue
+            if r != 0:
+                res = k & 1
+                phase = ret
+            else:
+                # A_k's second factor Bernoulli(gnum/gden)
+                if gnum >= gden:
+                    k += 1
+                elif gnum == 0:
+                    res = k & 1
+                    phase = ret
+                else:
+                    rr = gnum
+                    phase = _EF
+        elif phase == _E0:
+            k = 1
+            if gnum >= gden:
+                k = 2
+                phase = _EK
+            elif gnum == 0:
+                res = 1
+                phase = ret
+            else:
+                rr = gnum
+                phase = _EF
+        elif phase == _LU:
+            if t == 1:
+                u = 0
+            else:
+                if nbits < tbits:
+                    if pos >= nw:
+                        status = 1
+                        break
+                    cur = words[pos]
+                    pos += 1
+                    nbits = 64
+                u = cur & ((1 << tbits) - 1)
+                cur >>= tbits
+                nbits -= tbits
+                if u >= t:
+                    continue
+            gnum = u
+            gden = t
+            ret = _LD
+            phase = _E0
+        elif phase == _LD:
+            if res == 0:
+                phase = _LU
+            else:
+                v = 0
+                gnum = 1
+                gden = 1
+                ret = _LV
+                phase = _E0
+        elif phase == _LV:
+            if res == 1:
+                v += 1
+                if v > vmax:
+                    status = 2
+                    break
+                gnum = 1
+                gden = 1
+                phase = _E0
+            else:
+                y = (u + t * v) // s
+                phase = _LS
+        elif phase == _LS:
+            if nbits < 1:
+                if pos >= nw:
+                    status = 1
+                    break
+                cur = words[pos]
+                pos += 1
+                nbits = 64
+            b = cur & 1
+            cur >>= 1
+            nbits -= 1
+            if b == 1 and y == 0:
+                phase = _LU
+                continue
+            if b == 1:
+                y = -y
+            if gauss:
+                phase = _GC
+            else:
+                out[i] = y
+                i += 1
+                phase = _LU
+        elif phase == _GC:
+            ay = -y if y < 0 else y
+            if ay > ymax:
+                status = 2
+                break
+            c = ay * bb - mm
+            if c < 0:
+                c = -c
+            q, rfrac = _sq_divmod(c, den)
+            if q < 0:
+                status = 2
+                break
+            cnt = q
+            if cnt > 0:
+                gnum = 1
+                gden = 1
+                ret = _G1
+            else:
+                gnum = rfrac
+                gden = den
+                ret = _GF
+            phase = _E0
+        elif phase == _G1:
+            if res == 0:
+                phase = _LU
+            else:
+                cnt -= 1
+                if cnt > 0:
+                    gnum = 1
+                    gden = 1
+                    ret = _G1
+                else:
+                    gnum = rfrac
+                    gden = den
+                    ret = _GF
+                phase = _E0
+        else:  # _GF
+            if res == 1:
+                out[i] = y
+                i += 1
+            phase = _LU
+    st[0] = phase
+    st[1] = nbits
+    st[2] = cur
+    st[3] = k
+    st[4] = rr
+    st[5] = gnum
+    st[6] = gden
+    st[7] = ret
+    st[8] = res
+    st[9] = u
+    st[10] = v
+    st[11] = y
+    st[12] = cnt
+    st[13] = rfrac
+    return i, status
+
+
+def _run(gauss: bool, params: tuple[int, ...], size: int, rng: RandomSource, words_per_draw: float) -> np.ndarray:
     size = int(size)
     out = np.empty(size, dtype=np.int64)
-    todo = np.arange(size)
-    while todo.size:
-        m = todo.size
-        u = rng.integers(t, m)
-        keep = bernoulli_exp_neg(u, t, rng)
-        u = u[keep]
-        v = _geometric_exp_neg_one(u.size, rng)
-        x = u + t * v
-        y = x // s
-        b = (rng.words(u.size) & np.uint64(1)).astype(bool)
-        ok = ~(b & (y == 0))
-        y = np.where(b, -y, y)[ok]
-        idx = todo[keep][ok]
-        out[idx] = y
-        done = np.zeros(m, dtype=bool)
-        done[np.flatnonzero(keep)[ok]] = True
-        todo = todo[~done]
-    return out
+    if size == 0:
+        return out
+    s, t, tbits, mm, bb, den = (int(x) for x in params)
+    st = np.zeros(_NSTATE, dtype=np.int64)
+    st[0] = _LU
+    i = 0
+    while True:
+        need = int(min(_WORD_BATCH, (size - i) * words_per_draw * 1.05 + 16))
+        words = rng.words(need).view(np.int64)
+        i, status = _fill(gauss, out, i, s, t, tbits, mm, bb, den, words, st)
+        if status == 2:
+            raise OverflowError("an exact sampler hit an intermediate value above 2**62; "
+                                "this should not happen for supported parameters (report it)")
+        if i >= size:
+            return out
 
 
-def discrete_laplace_variance(scale: Fraction | float) -> float:
-    """Variance 2α/(1-α)² of the discrete Laplace with α = exp(-1/scale)."""
-    a = math.exp(-1.0 / float(scale))
-    return 2.0 * a / (1.0 - a) ** 2
+# --------------------------------------------------------------------------------------
+# parameters
+# --------------------------------------------------------------------------------------
+def _as_fraction(x: float | int | Fraction, name: str) -> Fraction:
+    if isinstance(x, Fraction):
+        f = x
+    else:
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(float(x)):
+            raise ValueError(f"{name} must be a finite number, got {x!r}")
+        f = Fraction(float(x)) if isinstance(x, (float, np.floating)) else Fraction(int(x))
+    if f <= 0:
+        raise ValueError(f"{name} must be positive, got {x!r}")
+    return f
+
+
+class DLapParams:
+    """Discrete Laplace with P(y) ∝ exp(-|y|·s/t): the rational ``1/scale = s/t``."""
+
+    __slots__ = ("s", "t")
+
+    def __init__(self, s: int, t: int) -> None:
+        if not (0 < s < _LIMIT and 0 < t < _LIMIT):
+            raise ValueError("discrete Laplace parameters out of range")
+        self.s, self.t = int(s), int(t)
+
+    @property
+    def scale(self) -> Fraction:
+        return Fraction(self.t, self.s)
+
+    def __repr__(self) -> str:
+        return f"DLapParams(scale={self.t}/{self.s}≈{self.t / self.s:.6g})"
+
+
+def dlap_params(scale: float | Fraction) -> DLapParams:
+    """Exact parameters for the discrete Laplace with scale at least ``scale``.
+
+    For ``scale <= 2**20``, ``1/scale`` is rounded *down* to ``s / 2**m`` with
+    ``s >= 2**20`` (a power-of-two ``t`` makes the uniform U of CKS Alg. 2 cost exactly
+    ``m`` bits); above, ``scale`` is rounded *up* to an integer ``t`` (``s = 1``). Either way
+    the noise is never smaller than asked and the relative rounding is below 2**-20.
+    Scales from 2**-30 to 2**40 are supported.
+    """
+    sc = _as_fraction(scale, "scale")
+    if not (Fraction(1, 1 << 30) <= sc <= (1 << 40)):
+        raise ValueError(f"discrete Laplace scale {float(scale):g} is outside [2**-30, 2**40]")
+    if sc > (1 << PRECISION_BITS):
+        return DLapParams(1, math.ceil(sc))
+    inv = 1 / sc
+    m = max(0, PRECISION_BITS + 1 - math.floor(math.log2(inv)))
+    t = 1 << m
+    return DLapParams(math.floor(inv * t), t)
+
+
+def rational_scale(scale: float) -> Fraction:
+    """The exact rational scale the discrete Laplace sampler uses for ``scale`` (>= scale)."""
+    return dlap_params(scale).scale
+
+
+class DGaussParams:
+    """Discrete Gaussian with σ² = t·mm/bb (t = ⌊σ⌋ + 1) as used by CKS Algorithm 3."""
+
+    __slots__ = ("t", "mm", "bb")
+
+    def __init__(self, t: int, mm: int, bb: int) -> None:
+        self.t, self.mm, self.bb = int(t), int(mm), int(bb)
+        if not (0 < self.t and 0 < self.mm and 0 < self.bb and self.den < _LIMIT):
+            raise ValueError("discrete Gaussian parameters out of range")
+
+    @property
+    def den(self) -> int:
+        return 2 * self.t * self.mm * self.bb
+
+    @property
+    def sigma2(self) -> Fraction:
+        return Fraction(self.t * self.mm, self.bb)
+
+    def __repr__(self) -> str:
+        return f"DGaussParams(sigma2≈{float(self.sigma2):.6g})"
+
+
+def dgauss_params(sigma2: float | Fraction) -> DGaussParams:
+    """Exact parameters with σ²_used >= ``sigma2`` and relative rounding below 2**-29.
+
+    σ² is written as t·mm/bb with t = ⌊σ⌋ + 1 and bb a power of two, so that σ²/t = mm/bb
+    and the acceptance exponent of CKS Alg. 3 is ``(|Y|·bb - mm)² / (2·t·mm·bb)``.
+    Supported: 2**-40 <= σ² <= 2**58.
+    """
+    s2 = _as_fraction(sigma2, "sigma2")
+    if not (Fraction(1, 1 << 40) <= s2 <= (1 << 58)):
+        raise ValueError(f"discrete Gaussian variance {float(sigma2):g} is outside [2**-40, 2**58]")
+    t = math.isqrt(math.floor(s2)) + 1
+    sigma = math.sqrt(float(s2))
+    j = max(0, 29 - math.floor(math.log2(sigma)))
+    while True:
+        bb = 1 << j
+        mm = math.ceil(s2 * bb / t)
+        if 2 * t * mm * bb < _LIMIT or j == 0:
+            return DGaussParams(t, mm, bb)
+        j -= 1
+
+
+# --------------------------------------------------------------------------------------
+# public samplers
+# --------------------------------------------------------------------------------------
+def sample_discrete_laplace(params: DLapParams, size: int, rng: RandomSource) -> np.ndarray:
+    """``size`` exact draws from the discrete Laplace ``params`` (int64)."""
+    bits_u = max(0, (params.t - 1).bit_length())
+    # words per draw: ~1.6 uniforms of bits_u bits + ~25 bits of coins, over 64-bit words
+    wpd = (1.6 * bits_u + 30 + (64 if params.t // params.s == 0 else 0)) / 64
+    return _run(False, (params.s, params.t, bits_u, 0, 1, 1), size, rng, wpd)
+
+
+def sample_discrete_gaussian(params: DGaussParams, size: int, rng: RandomSource) -> np.ndarray:
+    """``size`` exact draws from the discrete Gaussian ``params`` (int64)."""
+    bits_u = max(0, (params.t - 1).bit_length())
+    wpd = 2.0 * (1.6 * bits_u + 40) / 64
+    return _run(True, (1, params.t, bits_u, params.mm, params.bb, params.den), size, rng, wpd)
+
+
+def discrete_laplace(scale: float | Fraction, size: int, rng: RandomSource) -> np.ndarray:
+    """Exact draws with P(Y = y) ∝ exp(-|y|/b), b = ``scale`` rounded up (see :func:`dlap_params`)."""
+    return sample_discrete_laplace(dlap_params(scale), size, rng)
+
+
+def discrete_gaussian(sigma2: float | Fraction, size: int, rng: RandomSource) -> np.ndarray:
+    """Exact draws with P(Y = y) ∝ exp(-y²/(2σ²)), σ² = ``sigma2`` rounded up (see :func:`dgauss_params`)."""
+    return sample_discrete_gaussian(dgauss_params(sigma2), size, rng)
+
+
+def discrete_laplace_variance(scale: Fraction | float | DLapParams) -> float:
+    """Variance 2q/(1-q)² of the discrete Laplace with q = exp(-1/scale)."""
+    b = float(scale.scale if isinstance(scale, DLapParams) else scale)
+    a = 1.0 / b
+    q = math.exp(-a)
+    one_minus_q = -math.expm1(-a)
+    return 2.0 * q / (one_minus_q * one_minus_q)
+
+
+def discrete_gaussian_variance(sigma2: Fraction | float | DGaussParams) -> float:
+    """Variance of the discrete Gaussian N_Z(0, σ²): Σ y² e^{-y²/2σ²} / Σ e^{-y²/2σ²}.
+
+    Summed exactly (in float) for σ < 64; above that it equals σ² to far below double
+    precision (Poisson summation: the relative difference is about 4π²σ² e^{-2π²σ²}).
+    """
+    s2 = float(sigma2.sigma2 if isinstance(sigma2, DGaussParams) else sigma2)
+    if s2 >= 64.0**2:
+        return s2
+    ymax = int(math.ceil(math.sqrt(s2) * 40)) + 2
+    y = np.arange(-ymax, ymax + 1, dtype=np.float64)
+    w = np.exp(-(y * y) / (2.0 * s2))
+    return float(np.dot(y * y, w) / w.sum())
+
+
+def bernoulli_exp_neg_exact(gamma: Fraction, rng: RandomSource) -> bool:
+    """One exact Bernoulli(exp(-γ)) for rational γ >= 0, in pure Python (CKS Algorithm 1).
+
+    A slow reference used by tests to check the compiled kernels' logic.
+    """
+    gamma = Fraction(gamma)
+    if gamma < 0:
+        raise ValueError("gamma must be >= 0")
+    while gamma > 1:
+        if not bernoulli_exp_neg_exact(Fraction(1), rng):
+            return False
+        gamma -= 1
+    k = 1
+    while True:
+        # A ~ Bernoulli(γ/k) as uniform integer in [0, den·k) < num
+        num, den = gamma.numerator, gamma.denominator * k
+        if int(rng.integers(den, 1)[0]) >= num if den < (1 << 62) else _big_uniform(den, rng) >= num:
+            break
+        k += 1
+    return k % 2 == 1
+
+
+def _big_uniform(n: int, rng: RandomSource) -> int:
+    nbits = (n - 1).bit_length()
+    nwords = (nbits + 63) // 64
+    while True:
+        w = rng.words(nwords)
+        r = 0
+        for x in w:
+            r = (r << 64) | int(x)
+        r >>= 64 * nwords - nbits
+        if r < n:
+            return r

@@ -17,7 +17,7 @@ import numpy as np
 from hierdp.errors import BudgetError
 from hierdp.rng import RandomSource
 
-__all__ = ["Sensitivity", "Mechanism"]
+__all__ = ["Sensitivity", "Mechanism", "check_budget"]
 
 
 @dataclass(frozen=True)
@@ -74,5 +74,26 @@ class Mechanism(ABC):
     ) -> np.ndarray:
         """Noisy copy of ``values`` (any shape), private at ``budget`` for ``sensitivity``."""
 
+    def check_budget(self, budget: float) -> float:
+        """The budget as a float; :class:`BudgetError` unless it is finite and > 0."""
+        return check_budget(budget, self.budget_unit, self.name)
+
+    def audit_neighbours(self, sensitivity: Sensitivity) -> tuple[np.ndarray, np.ndarray]:
+        """Worst-case neighbouring inputs for :mod:`hierdp.audit`: one cell moved by the full
+        sensitivity (L1 for ε mechanisms, L2 for ρ ones). Override when another pair is worse."""
+        delta = sensitivity.l1 if self.budget_unit == "epsilon" else sensitivity.l2
+        return np.zeros(1, dtype=np.int64 if self.integer else np.float64), \
+            np.array([delta], dtype=np.int64 if self.integer else np.float64)
+
     def __repr__(self) -> str:
         return f"<mechanism {self.name!r}>"
+
+
+def check_budget(budget: object, unit: str = "epsilon", mechanism: str = "") -> float:
+    """Validate one per-level budget: a finite number > 0 (0 means "not measured" and is
+    handled by the caller, never by a mechanism)."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(float(budget)) or budget <= 0:
+        who = f" for mechanism {mechanism!r}" if mechanism else ""
+        raise BudgetError(f"{unit} budget{who} must be a finite number > 0, got {budget!r}")
+    return float(budget)

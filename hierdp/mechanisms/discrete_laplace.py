@@ -1,41 +1,59 @@
-"""The discrete Laplace mechanism (Dawson et al. 2023, §2: DLap; Canonne et al. 2020)."""
+"""The discrete Laplace mechanism (Dawson et al. 2023, §2: DLap; Canonne et al. 2020, Alg. 2)."""
 
 from __future__ import annotations
+
+import math
+from fractions import Fraction
 
 import numpy as np
 
 from hierdp.errors import DataError
-from hierdp.mechanisms._samplers import discrete_laplace, discrete_laplace_variance, rational_scale
+from hierdp.mechanisms._samplers import (DLapParams, discrete_laplace_variance, dlap_params,
+                                         sample_discrete_laplace)
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.rng import RandomSource
 
-__all__ = ["DiscreteLaplace"]
+__all__ = ["DiscreteLaplace", "as_integer_counts"]
+
+
+def as_integer_counts(values: np.ndarray, mechanism: str) -> np.ndarray:
+    """``values`` as int64, or :class:`DataError` if some value is not a finite integer."""
+    values = np.asarray(values)
+    if np.issubdtype(values.dtype, np.integer) or values.dtype == bool:
+        return values.astype(np.int64, copy=False)
+    if values.size and (not np.all(np.isfinite(values)) or np.any(values != np.round(values))):
+        raise DataError(f"{mechanism} needs integer counts; use a continuous mechanism "
+                        "('laplace' or 'gaussian') for real values")
+    return values.astype(np.int64)
 
 
 class DiscreteLaplace(Mechanism):
     """ε-DP integer noise with P(z) ∝ exp(-ε|z|/Δ₁), Δ₁ the level's L1 sensitivity.
 
-    The scale Δ₁/ε is rounded *up* to a multiple of 2⁻²⁰ so that it is rational and the
-    exact sampler applies; the privacy loss is therefore at most the stated ε.
+    The scale Δ₁/ε is rounded *up* (relative change below 2⁻²⁰) to a rational t/s so the
+    exact sampler of Canonne, Kamath & Steinke (2020, Alg. 2) applies; the privacy loss is
+    therefore at most the stated ε. Variance 2q/(1-q)² with q = exp(-s/t) (exact).
     """
 
     name = "discrete_laplace"
     budget_unit = "epsilon"
     integer = True
 
-    def scale(self, budget: float, sensitivity: Sensitivity):
-        return rational_scale(sensitivity.l1 / budget)
+    def params(self, budget: float, sensitivity: Sensitivity) -> DLapParams:
+        eps = self.check_budget(budget)
+        return dlap_params(Fraction(sensitivity.l1) / Fraction(eps))
+
+    def scale(self, budget: float, sensitivity: Sensitivity) -> Fraction:
+        """The exact (rational) noise scale used, >= Δ₁/ε."""
+        return self.params(budget, sensitivity).scale
 
     def variance(self, budget: float, sensitivity: Sensitivity) -> float:
-        return discrete_laplace_variance(self.scale(budget, sensitivity))
+        if budget == 0:
+            return math.inf
+        return discrete_laplace_variance(self.params(budget, sensitivity))
 
-    def sample(
-        self, values: np.ndarray, budget: float, sensitivity: Sensitivity, rng: RandomSource
-    ) -> np.ndarray:
-        values = np.asarray(values)
-        if values.size and not np.issubdtype(values.dtype, np.integer):
-            if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-                raise DataError("discrete_laplace needs integer counts; use mechanism='laplace' for real values")
-            values = values.astype(np.int64)
-        noise = discrete_laplace(self.scale(budget, sensitivity), values.size, rng)
-        return values.astype(np.int64) + noise.reshape(values.shape)
+    def sample(self, values: np.ndarray, budget: float, sensitivity: Sensitivity,
+               rng: RandomSource) -> np.ndarray:
+        vals = as_integer_counts(values, self.name)
+        noise = sample_discrete_laplace(self.params(budget, sensitivity), vals.size, rng)
+        return vals + noise.reshape(vals.shape)

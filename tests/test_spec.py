@@ -415,3 +415,13 @@ def test_public_paths_file_glob_source_and_unknown_drop(tmp_path):
         assert got == {("A", None): 2, ("B", None): 2, ("A", "x"): 1, ("A", "y"): 1, ("B", "z"): 2,
                        ("B", "w"): 0}, name
         assert any("dropped" in n for n in result.ledger.notes)
+
+
+def test_yaml_anchors_and_aliases_are_allowed():
+    text = ("hierdp: 1\nsource: {demo: census}\nhierarchy:\n  levels:\n"
+            "    - {name: state, domain: &states ['01', '02', '03', '04', '05', '06']}\n"
+            "    - {name: age_group, domain: observed}\n"
+            "privacy: {epsilon: 1}\nbudget: {per_level: {total: 0.5, state: 0.5}}\n")
+    spec = validate(text)
+    assert spec.levels[0].domain == ("list", ["01", "02", "03", "04", "05", "06"])
+    assert validate(text.replace("domain: observed", "domain: *states")).levels[1].domain[0] == "list"

@@ -1,0 +1,64 @@
+"""hierdp.io: atomic writes, formats, the ledger's place beside the output."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hierdp.errors import DataError
+from hierdp.io import atomic_write, format_for, ledger_path_for, read_table, write_release, write_table
+
+
+@pytest.mark.parametrize("name,ledger", [("r.csv", "r.ledger.json"), ("r.csv.gz", "r.ledger.json"),
+                                         ("r.parquet", "r.ledger.json"), ("x.y.csv", "x.y.ledger.json")])
+def test_ledger_goes_beside_the_output(name, ledger):
+    assert ledger_path_for(Path("out") / name) == Path("out") / ledger
+
+
+def test_format_from_extension_or_argument():
+    assert format_for("a.CSV") == "csv" and format_for("a.csv.gz") == "csv"
+    assert format_for("a.pq") == "parquet" and format_for("a.dat", "parquet") == "parquet"
+    with pytest.raises(DataError, match=r"cannot tell the format of 'a\.xlsx'; end it in \.csv or \.parquet"):
+        format_for("a.xlsx")
+    with pytest.raises(DataError, match=r"unknown table format 'xls'"):
+        format_for("a.csv", "xls")
+
+
+def test_gzip_csv_follows_the_destination_name(tmp_path):
+    df = pd.DataFrame({"level": ["total", "a"], "estimate": [3.0, 1.5]})
+    write_table(df, tmp_path / "t.csv.gz")
+    with gzip.open(tmp_path / "t.csv.gz", "rt") as fh:
+        assert fh.read().splitlines() == ["level,estimate", "total,3.0", "a,1.5"]
+
+
+def test_failed_writer_leaves_nothing_and_keeps_the_old_file(tmp_path):
+    dest = tmp_path / "keep.txt"
+    dest.write_text("old")
+
+    def half(tmp: Path) -> None:
+        tmp.write_text("new but incomplete")
+        raise RuntimeError("disk vanished")
+
+    with pytest.raises(RuntimeError, match="disk vanished"):
+        atomic_write(dest, half)
+    assert dest.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_write_release_puts_both_files_in_place(tmp_path):
+    df = pd.DataFrame({"level": ["total"], "estimate": [1.0]})
+    table, ledger = write_release(df, '{"spent": 1.0}', tmp_path / "deep" / "r.csv")
+    assert table.read_text() == "level,estimate\ntotal,1.0\n"
+    assert ledger == tmp_path / "deep" / "r.ledger.json" and ledger.read_text() == '{"spent": 1.0}'
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["r.csv", "r.ledger.json"]
+
+
+def test_read_table_keeps_leading_zeros_and_concatenates(tmp_path):
+    (tmp_path / "a.csv").write_text("state,n\n01,3\n")
+    (tmp_path / "b.csv").write_text("state,n\n02,4\n")
+    df = read_table([tmp_path / "a.csv", tmp_path / "b.csv"], "csv", columns=["state", "n"],
+                    string_columns=["state"])
+    assert df["state"].tolist() == ["01", "02"] and df["n"].tolist() == [3, 4]

@@ -46,6 +46,7 @@ class TruncatedLaplace(Mechanism):
     name = "truncated_laplace"
     budget_unit = "epsilon"
     integer = True
+    scale_family = False  # the truncation N depends on ε, not only on Δ/ε
 
     def __init__(self, delta: float = 1e-9) -> None:
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0 < delta < 1):

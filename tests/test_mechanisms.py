@@ -1,0 +1,113 @@
+"""Every registered mechanism passes the contract suite; mechanism-specific facts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import hierdp
+from hierdp.errors import DataError
+from hierdp.mechanisms import (DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Sensitivity,
+                               TruncatedLaplace)
+from hierdp.mechanisms.continuous import grid_step
+from hierdp.mechanisms.truncated_laplace import truncation_radius
+from hierdp.rng import SeededRandom
+from hierdp.testing import BaseMechanismTests
+
+
+@pytest.fixture(params=hierdp.registry.names("mechanism"))
+def registered(request):
+    return hierdp.registry.create("mechanism", request.param)
+
+
+class TestRegisteredMechanisms(BaseMechanismTests):
+    @pytest.fixture
+    def mechanism(self, registered):
+        return registered
+
+
+class TestTruncatedLaplaceContract(BaseMechanismTests):
+    """Truncated Laplace is not a release mechanism, but it honours the same contract."""
+
+    @pytest.fixture
+    def mechanism(self):
+        return TruncatedLaplace(delta=1e-6)
+
+
+def test_builtins_are_registered():
+    assert {"laplace", "discrete_laplace", "gaussian", "discrete_gaussian"} <= set(
+        hierdp.registry.names("mechanism"))
+    units = {n: hierdp.registry.get("mechanism", n).budget_unit for n in hierdp.registry.names("mechanism")}
+    assert units["laplace"] == units["discrete_laplace"] == "epsilon"
+    assert units["gaussian"] == units["discrete_gaussian"] == "rho"
+
+
+def test_discrete_laplace_variance_formula():
+    # Var = 2q/(1-q)^2 with q = exp(-ε/Δ); ε = 1: q = e^-1 -> 2e^-1/(1-e^-1)^2 = 1.8413...
+    q = math.exp(-1.0)
+    assert DiscreteLaplace().variance(1.0, Sensitivity()) == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-6)
+    # the scale is rounded up, never down
+    assert DiscreteLaplace().scale(0.3, Sensitivity()) >= 1 / 0.3
+
+
+def test_discrete_gaussian_variance_large_sigma_is_sigma2():
+    # ρ = Δ²/(2σ²): ρ = 0.005 -> σ² = 100; for σ = 10 the discrete variance equals σ²
+    assert DiscreteGaussian().variance(0.005, Sensitivity()) == pytest.approx(100.0, rel=1e-8)
+
+
+def test_discrete_gaussian_variance_small_sigma_below_sigma2():
+    # σ² = 0.25 (ρ = 2): Var = 2Σ y² e^{-2y²} / Σ e^{-2y²}, computed by hand to 1e-12
+    num = 2 * sum(y * y * math.exp(-2 * y * y) for y in range(1, 40))
+    den = 1 + 2 * sum(math.exp(-2 * y * y) for y in range(1, 40))
+    assert DiscreteGaussian().variance(2.0, Sensitivity()) == pytest.approx(num / den, rel=1e-7)
+
+
+def test_continuous_variances_match_textbook():
+    # Laplace(b = Δ/ε) has variance 2b²; Gaussian σ² = Δ²/(2ρ); the exact grid and
+    # rational rounding change them by less than 2e-6 relative
+    assert Laplace().variance(0.5, Sensitivity()) == pytest.approx(8.0, rel=2e-6)
+    assert Gaussian().variance(0.125, Sensitivity()) == pytest.approx(4.0, rel=2e-6)
+
+
+def test_continuous_outputs_on_public_grid():
+    """Mironov's attack needs outputs off the noise grid; ours are exact multiples of g."""
+    m = Laplace()
+    g = m.grid(1.0, Sensitivity())
+    assert g == float(grid_step(1.0)) and g <= 2.0 ** -20
+    out = m.sample(np.array([3, 5, 7] * 1000), 1.0, Sensitivity(), SeededRandom(0))
+    assert np.all(out / g == np.rint(out / g))
+    out = Gaussian().sample(np.array([0.3, 1e6]), 0.5, Sensitivity(), SeededRandom(0))
+    g2 = Gaussian().grid(0.5, Sensitivity())
+    assert np.all(out / g2 == np.rint(out / g2))
+
+
+def test_integer_mechanisms_reject_fractional_counts():
+    for m in (DiscreteLaplace(), DiscreteGaussian()):
+        budget = 1.0 if m.budget_unit == "epsilon" else 0.5
+        with pytest.raises(DataError, match="integer counts"):
+            m.sample(np.array([1.5, 2.0]), budget, Sensitivity(), SeededRandom(0))
+    # integral floats are accepted
+    out = DiscreteLaplace().sample(np.array([1.0, 2.0]), 1.0, Sensitivity(), SeededRandom(0))
+    assert out.dtype == np.int64
+
+
+def test_truncated_laplace_bound_follows_lemma_16():
+    # R = (1/ε) ln(1 + (e^ε - 1)/(2δ)); ε = 1, δ = 1e-6: ln(1 + 1.71828/2e-6) = 13.6636
+    assert truncation_radius(1.0, 1e-6) == pytest.approx(math.log(1 + (math.e - 1) / 2e-6), rel=1e-12)
+    t = TruncatedLaplace(delta=1e-6)
+    n = t.bound(1.0, Sensitivity())
+    assert 13.6636 <= n <= 15
+    z = t.sample(np.zeros(300_000, dtype=np.int64), 1.0, Sensitivity(), SeededRandom(4))
+    assert np.abs(z).max() <= n
+    # the edge value is hit (the bound is not loose by orders of magnitude): P(|z| = N) ~ 1e-6 * 2
+    z = t.sample(np.zeros(200_000, dtype=np.int64), 0.2, Sensitivity(), SeededRandom(5))
+    assert np.abs(z).max() == t.bound(0.2, Sensitivity()) or np.abs(z).max() >= t.bound(0.2, Sensitivity()) - 20
+
+
+def test_truncated_laplace_delta_validation():
+    with pytest.raises(hierdp.BudgetError, match="delta"):
+        TruncatedLaplace(delta=0.0)
+    with pytest.raises(hierdp.BudgetError, match="delta"):
+        TruncatedLaplace(delta=1.5)

@@ -93,9 +93,11 @@ def test_evaluate_writes_table_and_png(tmp_path, capsys):
     assert sorted(table["epsilon"].unique()) == [0.5, 1.0, 2.0]
     assert set(table["metric"]) == {"tree_rmsre", "rmsre"}
     assert (table["repetitions"] == 3).all()
-    # more budget, less error (on average over the metrics)
-    by_eps = table.groupby("epsilon")["mean"].mean()
-    assert by_eps[0.5] > by_eps[2.0]
+    assert set(table["level"]) == {"all", "total", "campaign", "location", "delay"}
+    # more budget, less error
+    overall = table[table["level"] == "all"].set_index(["metric", "epsilon"])["mean"]
+    for m in ("tree_rmsre", "rmsre"):
+        assert overall[(m, 0.5)] > overall[(m, 2.0)]
     assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -351,8 +351,9 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
 
     Repeats the release ``repetitions`` times at each ε of ``evaluate.epsilons`` (default:
     the privacy section's total) and scores each run with every metric against the *true*
-    counts. Columns: ``epsilon, metric, level, mean, std_error, repetitions``. When
-    written, the table goes to CSV and a plot of error against ε to a PNG beside it.
+    counts. Columns: ``epsilon, metric, level, mean, std_error, repetitions`` (``level`` is
+    ``all``, or a level name for metrics with a per-level breakdown). When written, the
+    table goes to CSV and a plot of error against ε to a PNG beside it.
     """
     rs = load_spec(spec, **overrides)
     if rs.evaluate is None:
@@ -383,8 +384,8 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
             for r in range(reps):
                 s = None if base_seed is None else base_seed + 1_000_003 * j + r
                 res = _release(rs, dpt, s, epsilon=None if rs.rho is not None else float(eps))
-                for name, m, params in metrics:
-                    for level, value in _metric_values(m(true, res.values, tree=res.tree, **params)):
+                for name, m, _params in metrics:
+                    for level, value in _score(m, true, res.values, res.tree):
                         scores.setdefault((name, level), []).append(value)
                 if bar is not None:
                     bar.update(1)
@@ -408,6 +409,19 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
     return table
 
 
+def _score(metric: Any, true: np.ndarray, estimate: np.ndarray, tree: Any) -> list[tuple[str, float]]:
+    """(level, value) pairs of one release: ``"all"`` first, then each level when the metric
+    has a per-level breakdown. hierdp's metrics reduce with their own ``summary`` (e.g. the
+    root mean square of RMSRE_τ); a plain :class:`~hierdp.metrics.base.Metric` is called."""
+    if hasattr(metric, "summary"):
+        rows = [("all", float(metric.summary(true, estimate, tree=tree)))]
+        if getattr(metric, "has_levels", False) and hasattr(metric, "by_level"):
+            per = np.asarray(metric.by_level(true, estimate, tree=tree), dtype=float)
+            rows += [(str(lvl), float(v)) for lvl, v in zip(tree.level_names, per)]
+        return rows
+    return _metric_values(metric(true, estimate, tree=tree))
+
+
 def _metric_values(value: Any) -> list[tuple[str, float]]:
     """Flatten a metric's result: a number -> [("all", v)]; per-level mappings/Series -> one per level."""
     if isinstance(value, pd.Series):
@@ -421,7 +435,7 @@ def _metric_values(value: Any) -> list[tuple[str, float]]:
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
-    """Error against ε, one line per metric (and level), with ±1 standard error bars."""
+    """Error against ε, one line per metric (all nodes), with ±1 standard error bars."""
     try:
         import matplotlib
 
@@ -435,10 +449,10 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     try:
-        for (metric, level), g in table.groupby(["metric", "level"], sort=True):
+        for metric, g in table[table["level"] == "all"].groupby("metric", sort=False):
             g = g.sort_values("epsilon")
-            label = metric if level == "all" else f"{metric} ({level})"
-            ax.errorbar(g["epsilon"], g["mean"], yerr=g["std_error"].fillna(0.0), marker="o", capsize=3, label=label)
+            ax.errorbar(g["epsilon"], g["mean"], yerr=g["std_error"].fillna(0.0), marker="o", capsize=3,
+                        label=metric)
         ax.set_xlabel("total ε")
         ax.set_ylabel("error (mean over repetitions)")
         if table["epsilon"].nunique() > 1:

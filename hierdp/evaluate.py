@@ -41,7 +41,8 @@ def _norm_configs(configs: Any) -> list[tuple[str, dict[str, Any]]]:
             c = dict(c)
             items.append((str(c.pop("name", f"config_{i}")), c))
     else:
-        raise SpecError(f"configs must be a dict name -> release keywords or a list of dicts, got {type(configs).__name__}")
+        raise SpecError("configs must be a dict name -> release keywords or a list of dicts, "
+                        f"got {type(configs).__name__}")
     if not items:
         raise SpecError("configs is empty; give at least one release configuration")
     names = [n for n, _ in items]

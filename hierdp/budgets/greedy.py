@@ -9,6 +9,7 @@ release marks its ledger so.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -61,8 +62,9 @@ class _GreedyBase(BudgetStrategy):
         self.postprocessed = bool(postprocessed)
         self.last_objective: TreeErrorObjective | None = None
 
+    @abstractmethod
     def _counts(self, tree: Tree, true_values: np.ndarray | None) -> np.ndarray | None:
-        raise NotImplementedError  # pragma: no cover - overridden by both subclasses
+        """The counts that weigh the nodes: the prior, or the true counts for oracles."""
 
     def _objective(self, tree: Tree, mechanism: Mechanism, sensitivity: Sensitivity,
                    true_values: np.ndarray | None) -> TreeErrorObjective:

@@ -22,6 +22,7 @@ import pytest
 
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.rng import make_rng
+from hierdp.testing import BaseMechanismTests
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "examples" / "hierdp-example-plugin"
@@ -105,6 +106,14 @@ def _example_mechanism():
     finally:
         sys.path.remove(str(PLUGIN))
     return ExampleGeometric()
+
+
+class TestExampleMechanismContract(BaseMechanismTests):
+    """The plugin's mechanism passes the contract suite hierdp's built-ins pass."""
+
+    @pytest.fixture
+    def mechanism(self):
+        return _example_mechanism()
 
 
 def test_example_mechanism_matches_the_two_sided_geometric_law():

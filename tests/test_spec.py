@@ -418,3 +418,30 @@ def test_yaml_anchors_and_aliases_are_allowed():
     spec = validate(text)
     assert spec.levels[0].domain == ("list", ["01", "02", "03", "04", "05", "06"])
     assert validate(text.replace("domain: observed", "domain: *states")).levels[1].domain[0] == "list"
+
+
+def _zcdp_spec(privacy: str, mechanism: str) -> str:
+    return ("hierdp: 1\nsource: {demo: census}\nhierarchy: {paths: {demo: census}, levels: [{name: state}, "
+            f"{{name: county}}]}}\nprivacy: {privacy}\nmechanism: {mechanism}\n")
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "discrete_gaussian"])
+def test_gaussian_mechanisms_need_rho_or_epsilon_delta(mechanism):
+    if mechanism not in registry.names("mechanism"):
+        pytest.skip(f"{mechanism} is not installed")
+    with pytest.raises(SpecError, match=rf"<spec>:5:12: mechanism: mechanism '{mechanism}' \(Gaussian noise\) "
+                                        r"cannot give pure ε-DP: give privacy\.rho, or privacy\.epsilon together "
+                                        r"with privacy\.delta"):
+        validate(_zcdp_spec("{epsilon: 1.0}", mechanism))
+    r = run_spec(_zcdp_spec("{rho: 0.5}", mechanism), seed=3, write=False)
+    assert r.ledger.guarantee == "zcdp" and r.ledger.rho == 0.5
+    assert math.isclose(r.ledger.spent, 0.5, rel_tol=1e-12)
+    r = run_spec(_zcdp_spec("{epsilon: 1.0, delta: 1e-6}", mechanism), seed=3, write=False)
+    assert r.ledger.epsilon == 1.0 and r.ledger.delta == 1e-6
+    # the ρ spent per level adds up to the ρ that gives (1, 1e-6)-DP, which is below ε²/2
+    assert 0 < r.ledger.spent < 0.5
+
+
+def test_pure_mechanisms_refuse_rho():
+    with pytest.raises(SpecError, match=r"mechanism 'laplace' is pure ε-DP .* remove privacy\.rho"):
+        validate(_zcdp_spec("{rho: 0.5}", "laplace"))

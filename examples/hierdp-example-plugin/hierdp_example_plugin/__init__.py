@@ -32,9 +32,11 @@ class ExampleGeometric(Mechanism):
     integer = True
 
     def _alpha(self, budget: float, sensitivity: Sensitivity) -> float:
-        return math.exp(-budget / sensitivity.l1)
+        return math.exp(-self.check_budget(budget) / sensitivity.l1)  # BudgetError unless finite > 0
 
     def variance(self, budget: float, sensitivity: Sensitivity) -> float:
+        if isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget == 0:
+            return math.inf  # a level with budget 0 is not measured
         a = self._alpha(budget, sensitivity)
         return 2.0 * a / (1.0 - a) ** 2
 

@@ -85,6 +85,8 @@ class Ledger:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Ledger:
         d = _json_restore(dict(d))
+        d.pop("for_publication", None)
+        d.pop("spent", None)
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         kwargs["levels"] = [LevelSpend(**ls) for ls in kwargs.get("levels", [])]
@@ -93,6 +95,33 @@ class Ledger:
     @classmethod
     def from_json(cls, text: str) -> Ledger:
         return cls.from_dict(json.loads(text))
+
+    def to_yaml(self, include_private: bool = False) -> str:
+        """YAML rendering (same content as :meth:`to_json`; key order kept)."""
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(include_private=include_private), sort_keys=False,
+                              allow_unicode=True)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> Ledger:
+        import yaml
+
+        return cls.from_dict(yaml.safe_load(text))
+
+    def accountant(self):
+        """An :class:`hierdp.accounting.Accountant` holding one spend per measured level
+        (levels compose basically: the total equals :attr:`spent`)."""
+        from hierdp.accounting import Accountant
+
+        units = {ls.unit for ls in self.levels if ls.measured}
+        if len(units) > 1:
+            raise ValueError(f"levels are budgeted in several units {sorted(units)}")
+        acc = Accountant(unit=units.pop() if units else ("rho" if self.guarantee != "pure" else "epsilon"))
+        for ls in self.levels:
+            if ls.measured:
+                acc.spend(ls.budget, label=ls.level)
+        return acc
 
     def __str__(self) -> str:
         if self.guarantee == "pure":

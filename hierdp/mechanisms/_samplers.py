@@ -434,7 +434,8 @@ class DGaussParams:
 
 
 def dgauss_params(sigma2: float | Fraction) -> DGaussParams:
-    """Exact parameters with σ²_used >= ``sigma2`` and relative rounding below 2**-29.
+    """Exact parameters with σ²_used >= ``sigma2``; relative rounding below 2**-28 for
+    σ >= 1 (below 1/mm, about 2**-30/σ, for smaller σ, where the noise is almost all 0).
 
     σ² is written as t·mm/bb with t = ⌊σ⌋ + 1 and bb a power of two, so that σ²/t = mm/bb
     and the acceptance exponent of CKS Alg. 3 is ``(|Y|·bb - mm)² / (2·t·mm·bb)``.

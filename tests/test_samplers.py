@@ -1,0 +1,190 @@
+"""The exact samplers against their exact distributions (chi-square, KS) and the kernel's
+arithmetic against brute force."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from hierdp.mechanisms import _samplers as S
+from hierdp.mechanisms.base import Sensitivity
+from hierdp.mechanisms.continuous import Gaussian, Laplace
+from hierdp.rng import SecureRandom, SeededRandom, make_rng
+
+N = 1_000_000
+
+
+def _chi2_by_cdf(x: np.ndarray, cdf, support_lo: int, support_hi: int, n_bins: int = 60) -> float:
+    """Chi-square p-value of integer draws against an exact CDF, bins of >= 5 expected."""
+    qs = np.unique(np.quantile(x, np.linspace(0, 1, n_bins + 1)[1:-1], method="nearest"))
+    edges = np.r_[support_lo - 1, qs, support_hi]  # bins (e_i, e_{i+1}]
+    probs = np.diff([cdf(e) for e in edges])
+    obs = np.histogram(x, bins=np.r_[edges[:-1] + 0.5, edges[-1] + 0.5])[0]
+    keep = probs * x.size >= 5
+    # merge small bins into their neighbour
+    p2, o2 = [], []
+    acc_p = acc_o = 0.0
+    for p, o, k in zip(probs, obs, keep):
+        acc_p += p
+        acc_o += o
+        if acc_p * x.size >= 5:
+            p2.append(acc_p)
+            o2.append(acc_o)
+            acc_p = acc_o = 0.0
+    if acc_p and p2:
+        p2[-1] += acc_p
+        o2[-1] += acc_o
+    p2 = np.array(p2)
+    o2 = np.array(o2)
+    assert o2.sum() == x.size
+    return stats.chisquare(o2, p2 / p2.sum() * x.size).pvalue
+
+
+def _dlap_cdf(q: float):
+    # P(Y = y) = (1-q)/(1+q) q^|y|;  P(Y <= y) = q^{-y}/(1+q) for y < 0, 1 - q^{y+1}/(1+q) for y >= 0
+    def cdf(y):
+        y = int(y)
+        return q ** (-y) / (1 + q) if y < 0 else 1 - q ** (y + 1) / (1 + q)
+    return cdf
+
+
+@pytest.mark.parametrize("scale", [0.3, 1.0, 7.5, 1e4, 3e7])
+def test_discrete_laplace_matches_pmf(scale):
+    p = S.dlap_params(scale)
+    q = math.exp(-p.s / p.t)
+    x = S.sample_discrete_laplace(p, N, SeededRandom(int(scale * 10)))
+    pv = _chi2_by_cdf(x, _dlap_cdf(q), int(x.min()), int(x.max()))
+    assert pv > 1e-4, pv
+    # exact point masses where they are large: P(0) = (1-q)/(1+q)
+    p0 = (1 - q) / (1 + q)
+    assert abs(np.mean(x == 0) - p0) < 6 * math.sqrt(p0 * (1 - p0) / N)
+
+
+def test_discrete_laplace_tiny_scale_point_masses():
+    # scale 0.05: P(±1) = (1-q)/(1+q)·q with q = e^-20; 2e6 draws must be (almost) all 0,
+    # and P(Y = 0) = (1-q)/(1+q) = 1 - 4e-9
+    x = S.discrete_laplace(0.05, 2 * N, SeededRandom(3))
+    assert np.count_nonzero(x) <= 2
+
+
+def _dg_cdf(sigma2: float, lo: int, hi: int):
+    ys = np.arange(lo, hi + 1)
+    w = np.exp(-(ys.astype(np.float64) ** 2) / (2 * sigma2))
+    c = np.cumsum(w)
+    total = c[-1]
+
+    def cdf(y):
+        y = int(y)
+        if y < lo:
+            return 0.0
+        if y >= hi:
+            return 1.0
+        return c[y - lo] / total
+    return cdf
+
+
+@pytest.mark.parametrize("sigma2", [0.25, 1.0, 30.25, 1e10])
+def test_discrete_gaussian_matches_pmf(sigma2):
+    p = S.dgauss_params(sigma2)
+    s2 = float(p.sigma2)
+    x = S.sample_discrete_gaussian(p, N, SeededRandom(int(sigma2) + 5))
+    if sigma2 > 1e6:
+        # N_Z(0, σ²) for huge σ: exact CDF = normal CDF at half-integers to ~1e-300
+        sd = math.sqrt(s2)
+
+        def cdf(y):
+            return stats.norm.cdf((int(y) + 0.5) / sd)
+    else:
+        half = int(40 * math.sqrt(s2)) + 5
+        cdf = _dg_cdf(s2, -half, half)
+    pv = _chi2_by_cdf(x, cdf, int(x.min()), int(x.max()))
+    assert pv > 1e-4, pv
+    assert x.var() == pytest.approx(S.discrete_gaussian_variance(p), rel=6 * math.sqrt(2 / N) + 1e-3)
+
+
+def test_discrete_gaussian_tiny_sigma_point_masses():
+    # σ = 0.2: P(±1) = e^{-12.5}/Z ≈ 3.73e-6 each side; Z = 1 + 2e^{-12.5} + ...
+    x = S.discrete_gaussian(0.04, 2 * N, SeededRandom(9))
+    p1 = math.exp(-12.5) / (1 + 2 * math.exp(-12.5))
+    k = int(np.count_nonzero(x == 1) + np.count_nonzero(x == -1))
+    lam = 2 * N * 2 * p1  # ~14.9
+    assert stats.poisson.cdf(k, lam) > 1e-4 and stats.poisson.sf(k - 1, lam) > 1e-4
+    assert np.all(np.abs(x) <= 1)
+
+
+def test_resuming_on_new_words_is_exact(monkeypatch):
+    """The kernel stops when a batch of words is used up and resumes on the next batch:
+    the output is the same function of the word stream whatever the batch size."""
+    p = S.dlap_params(3.7)
+    g = S.dgauss_params(12.0)
+    ref_l = S.sample_discrete_laplace(p, 5000, SeededRandom(1))
+    ref_g = S.sample_discrete_gaussian(g, 5000, SeededRandom(2))
+    monkeypatch.setattr(S, "_WORD_BATCH", 3)
+    np.testing.assert_array_equal(S.sample_discrete_laplace(p, 5000, SeededRandom(1)), ref_l)
+    np.testing.assert_array_equal(S.sample_discrete_gaussian(g, 5000, SeededRandom(2)), ref_g)
+
+
+@pytest.mark.parametrize("c", [0, 1, 12345, 3037000498, 3037000499, 3037000500, 2**40 + 7, 2**61 + 12345])
+@pytest.mark.parametrize("d", [1, 3, 2**31 - 1, 2**59 + 17, 2**61 + 1])
+def test_square_divmod_against_python_ints(c, d):
+    q, r = S._sq_divmod(c, d)
+    qq, rr = divmod(c * c, d)
+    if q == -1:  # only allowed when the quotient does not fit in 62 bits
+        assert qq >= 2**62
+    else:
+        assert (q, r) == (qq, rr)
+
+
+def test_parameters_round_towards_more_noise():
+    for scale in (1e-3, 0.3, 1.0, 2.0 / 3.0, 10.0, 12345.678, 2.0**21 + 0.5):
+        p = S.dlap_params(scale)
+        assert p.scale >= Fraction(scale)
+        assert float(p.scale) <= scale * (1 + 2.0**-19)
+    for s2 in (1e-6, 0.04, 1.0, 2.0, 1e5 / 3, 1e12):
+        g = S.dgauss_params(s2)
+        assert g.sigma2 >= Fraction(s2)
+        # relative rounding below 2^-28, or 1/mm for tiny σ (where σ²/t = mm/bb)
+        assert float(g.sigma2) <= s2 * (1 + max(2.0**-28, 1.0 / g.mm))
+        assert g.mm >= 2**18
+        assert g.den < 2**62
+    with pytest.raises(ValueError, match="outside"):
+        S.dlap_params(2.0**50)
+    with pytest.raises(ValueError, match="positive"):
+        S.dlap_params(-1.0)
+
+
+def test_bernoulli_exp_neg_reference():
+    """The pure-Python CKS Alg. 1 (reference) has mean exp(-γ), also for γ > 1."""
+    rng = SeededRandom(4)
+    for gamma, n in ((Fraction(1, 3), 8000), (Fraction(5, 2), 8000)):
+        hits = sum(S.bernoulli_exp_neg_exact(gamma, rng) for _ in range(n))
+        p = math.exp(-float(gamma))
+        assert abs(hits / n - p) < 5 * math.sqrt(p * (1 - p) / n)
+
+
+def test_secure_source_is_default_and_samples():
+    rng = make_rng(None)
+    assert isinstance(rng, SecureRandom) and rng.secure and rng.seed is None
+    x = S.discrete_laplace(2.0, 200_000, rng)
+    p = S.dlap_params(2.0)
+    assert x.var() == pytest.approx(S.discrete_laplace_variance(p), rel=0.05)
+
+
+@pytest.mark.parametrize("scale", [0.5, 40.0])
+def test_laplace_mechanism_ks(scale):
+    eps = 1.0 / scale
+    z = Laplace().sample(np.zeros(N), eps, Sensitivity(), SeededRandom(6))
+    res = stats.kstest(z, stats.laplace(scale=scale).cdf)
+    assert res.pvalue > 1e-4, res
+
+
+@pytest.mark.parametrize("sigma", [0.3, 25.0])
+def test_gaussian_mechanism_ks(sigma):
+    rho = 1.0 / (2 * sigma * sigma)
+    z = Gaussian().sample(np.zeros(N), rho, Sensitivity(), SeededRandom(8))
+    res = stats.kstest(z, stats.norm(scale=sigma).cdf)
+    assert res.pvalue > 1e-4, res

@@ -165,12 +165,12 @@ def audit_mechanism(mechanism: Mechanism, budget: float, sensitivity: Sensitivit
 
     The statistic is the noisy value of the cells where the neighbours differ, weighted
     by the direction of the difference (optimal for noise that is monotone likelihood
-    ratio, as Laplace and Gaussian are). ``delta`` defaults to 0 for ε mechanisms and
-    1e-6 for ρ mechanisms.
+    ratio, as Laplace and Gaussian are). ``delta`` defaults to the mechanism's own
+    ``delta`` attribute (0 if none) for ε mechanisms and 1e-6 for ρ mechanisms.
     """
     sens = sensitivity or Sensitivity()
     if delta is None:
-        delta = 0.0 if mechanism.budget_unit == "epsilon" else 1e-6
+        delta = float(getattr(mechanism, "delta", 0.0)) if mechanism.budget_unit == "epsilon" else 1e-6
     x0, x1 = (np.asarray(x) for x in mechanism.audit_neighbours(sens))
     diff = (x1 - x0).astype(np.float64).reshape(-1)
 

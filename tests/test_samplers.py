@@ -188,3 +188,59 @@ def test_gaussian_mechanism_ks(sigma):
     z = Gaussian().sample(np.zeros(N), rho, Sensitivity(), SeededRandom(8))
     res = stats.kstest(z, stats.norm(scale=sigma).cdf)
     assert res.pvalue > 1e-4, res
+
+
+class _StreamSource:
+    """A fixed stream of words (for exactness tests of the kernel's control flow)."""
+
+    secure = False
+    seed = None
+
+    def __init__(self, words: np.ndarray) -> None:
+        self._w = words.astype(np.uint64)
+        self._pos = 0
+
+    def words(self, size: int) -> np.ndarray:
+        out = self._w[self._pos:self._pos + size]
+        if out.size < size:
+            raise RuntimeError("stream exhausted")
+        self._pos += size
+        return out
+
+
+def test_precision_extension_is_exact(monkeypatch):
+    """Force a comparison to exhaust a 64-bit table: the first random word mirrors the
+    expansion of p_0 chunk by chunk. The kernel must pause, get a 128-bit table and give
+    exactly the draws it gives with the 128-bit table from the start."""
+    p = S.dlap_params(10.0)
+    jbits, g0, *_ = S._core(p.s, p.t)
+    c0 = int(S._table(p.s, p.t, jbits, g0, 1)[0, 0].view(np.uint64))
+    crafted = 0
+    for i in range(16):  # the kernel reads chunk i from bits 4i..4i+3 of the word
+        crafted |= ((c0 >> (60 - 4 * i)) & 15) << (4 * i)
+    stream = np.r_[np.uint64(crafted), np.random.PCG64(5).random_raw(200_000)]
+    ref = S.sample_discrete_laplace(p, 1000, _StreamSource(stream))
+    monkeypatch.setattr(S, "_TABLE_WORDS", 1)
+    calls = []
+    orig = S._table
+
+    def spy(*args):
+        calls.append(args[-1])
+        return orig(*args)
+
+    monkeypatch.setattr(S, "_table", spy)
+    got = S.sample_discrete_laplace(p, 1000, _StreamSource(stream))
+    assert calls == [1, 2]
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_tabulated_constants_are_exact_bits():
+    # e^-1 to 128 bits from the alternating series Σ (-1)^k / k! (error < 1/60!)
+    e_inv = sum(Fraction((-1) ** k, math.factorial(k)) for k in range(60))
+    bits = math.floor(e_inv * 2**128)
+    tab = S._table(1, 3, 5, 8, 2).view(np.uint64)
+    assert (int(tab[-1, 0]) << 64) | int(tab[-1, 1]) == bits
+    e8 = sum(Fraction((-8) ** k, math.factorial(k)) for k in range(120))
+    assert (int(tab[-2, 0]) << 64) | int(tab[-2, 1]) == math.floor(e8 * 2**128)
+    # p_0 = 1/(1 + e^{1/3}): check against a float to 50 bits
+    assert int(tab[0, 0]) / 2.0**64 == pytest.approx(1 / (1 + math.exp(1 / 3)), rel=1e-15)

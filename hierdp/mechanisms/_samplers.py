@@ -7,12 +7,20 @@ is decided by exact integer arithmetic on random bits, so the output distributio
 exactly the target one; no floating point touches a sample.
 
 Speed. The samplers are numba kernels that run over a batch of random 64-bit words taken
-from a :class:`hierdp.rng.RandomSource` and spend them bit by bit:
+from a :class:`hierdp.rng.RandomSource` and spend them a few bits at a time:
 
-* a Bernoulli(p) with rational ``p = num/den`` compares the binary expansion of ``p``
-  (long division) with fresh random bits and stops at the first difference (2 bits on
-  average instead of a whole uniform integer);
-* uniform integers below ``n`` use ``bitlength(n - 1)`` bits with rejection.
+* the magnitude of a discrete Laplace variable with P(y) ∝ e^{-a|y|} is written in
+  binary, Y = Σ_{j<J} b_j 2^j + 2^J·H: the bits b_j are *independent* Bernoulli
+  1/(1 + e^{a 2^j}) and H is geometric with ratio e^{-a 2^J} (J is the first power with
+  a 2^J >= 8, so H is almost always 0). This replaces the rejection loop over a uniform
+  U of CKS Alg. 2 by J + 1 coin flips;
+* a Bernoulli(p) with a transcendental p (the 1/(1 + e^{a 2^j}), e^{-1}, e^{-8}) compares
+  4-bit chunks of fresh random bits with the binary expansion of p and stops at the first
+  difference. The expansions are computed with ``decimal`` to a certified precision
+  (128 bits); in the event (probability below 2**-100) that a comparison needs more, the
+  kernel pauses and resumes with a table twice as long, so the result stays exact;
+* a Bernoulli(p) with rational ``p = num/den`` (the fractional part of the exponent,
+  CKS Alg. 1) compares the binary expansion of ``p`` (long division) bit by bit.
 
 The kernel is a resumable state machine: when a batch of words runs out in the middle
 of a draw it stores its state and the caller resumes it on fresh words, exactly as if
@@ -25,7 +33,9 @@ needs an event of probability below exp(-2**20).
 
 from __future__ import annotations
 
+import functools
 import math
+from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 
 import numba as nb
@@ -43,6 +53,7 @@ __all__ = [
 #: rational parameters are rounded (towards more noise) with relative error below 2**-PRECISION_BITS (discrete Laplace)
 PRECISION_BITS = 20
 _WORD_BATCH = 1 << 21  # random words requested from the source at a time
+_TABLE_WORDS = 2  # initial precision (64-bit words) of tabulated Bernoulli parameters
 _LIMIT = 1 << 62
 
 
@@ -61,8 +72,9 @@ _LIMIT = 1 << 62
 # Discrete Gaussian σ² = t·mm/bb (CKS Alg. 3): GC exponent (|Y|bb - mm)²/den, split as
 #   q + r/den; G1 after each of the q Bernoulli(e^-1); GF after Bernoulli(e^-r/den).
 # --------------------------------------------------------------------------------------
-_E0, _EF, _EK, _LU, _LD, _LV, _LS, _GC, _G1, _GF = range(10)
-_NSTATE = 20
+_E0, _EF, _EK, _YB, _YH, _YH1, _YH2, _LS, _GC, _G1, _GF = range(11)
+_NSTATE = 24
+_ST_OK, _ST_WORDS, _ST_OVERFLOW, _ST_PRECISION = 0, 1, 2, 3
 
 
 @nb.njit(cache=True)
@@ -115,11 +127,22 @@ def _sq_divmod(c, d):
 
 
 @nb.njit(cache=True)
-def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
-    """Fill out[start:] with draws; returns (next index, status). State lives in ``st``."""
+def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words, st):
+    """Fill out[start:] with draws; returns (next index, status). State lives in ``st``.
+
+    Magnitude of the discrete Laplace core: Y = Σ_{j<J} b_j 2^j + 2^J·H with independent
+    b_j ~ Bernoulli(1/(1 + e^{a 2^j})) (rows 0..J-1 of ``cb``) and H geometric with
+    P(H >= h) = e^{-a 2^J h}; a 2^J = gint + fnum/fden is tested as
+    Bernoulli(e^{-g0}) (row J), gint - g0 Bernoulli(e^{-1}) (row J+1) and CKS Alg. 1 for
+    the fraction. Each Bernoulli(p) with a tabulated p compares 4-bit chunks of fresh
+    random bits with the binary expansion of p (first difference decides).
+    """
     n = out.shape[0]
     nw = words.shape[0]
-    pos = 0
+    wcb = cb.shape[1]
+    row_g0 = jbits
+    row_e1 = jbits + 1
+    pos = st[16]
     i = start
     phase = st[0]
     nbits = st[1]
@@ -130,16 +153,109 @@ def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
     gden = st[6]
     ret = st[7]
     res = st[8]
-    u = st[9]
-    v = st[10]
+    jj = st[9]
+    ci = st[10]
     y = st[11]
     cnt = st[12]
     rfrac = st[13]
-    vmax = (_LIMIT - t) // t
+    h = st[14]
+    sub = st[15]
+    hmax = (_LIMIT >> jbits) - 1
     ymax = _LIMIT // bb - mm
     status = 0
     while i < n:
-        if phase == _EF:
+        if phase == _YB:
+            # bits of the magnitude, one tabulated Bernoulli per bit
+            while jj < jbits:
+                if ci >= wcb * 16:
+                    status = 3
+                    break
+                if nbits < 4:
+                    if pos >= nw:
+                        status = 1
+                        break
+                    cur = words[pos]
+                    pos += 1
+                    nbits = 64
+                r4 = cur & 15
+                cur >>= 4
+                nbits -= 4
+                c4 = (cb[jj, ci >> 4] >> (60 - ((ci & 15) << 2))) & 15
+                if r4 == c4:
+                    ci += 1
+                    continue
+                if r4 < c4:
+                    y += np.int64(1) << jj
+                jj += 1
+                ci = 0
+            if status != 0:
+                break
+            h = 0
+            phase = _YH
+            sub = 0
+            ci = 0
+        elif phase == _YH or phase == _YH1:
+            # sub = 0: Bernoulli(e^{-g0}); then cnt x Bernoulli(e^{-1})
+            if phase == _YH and sub == 0:
+                if g0 == 0:
+                    sub = 1
+                    cnt = gint
+                    ci = 0
+                    continue
+                row = row_g0
+            else:
+                if cnt == 0:
+                    # integer part survived: the fraction by CKS Alg. 1
+                    if fnum == 0:
+                        res = 1
+                        phase = _YH2
+                    else:
+                        gnum = fnum
+                        gden = fden
+                        ret = _YH2
+                        phase = _E0
+                    continue
+                row = row_e1
+            if ci >= wcb * 16:
+                status = 3
+                break
+            if nbits < 4:
+                if pos >= nw:
+                    status = 1
+                    break
+                cur = words[pos]
+                pos += 1
+                nbits = 64
+            r4 = cur & 15
+            cur >>= 4
+            nbits -= 4
+            c4 = (cb[row, ci >> 4] >> (60 - ((ci & 15) << 2))) & 15
+            if r4 == c4:
+                ci += 1
+                continue
+            ci = 0
+            if r4 > c4:  # failure: H is complete
+                y += h << jbits
+                phase = _LS
+            elif sub == 0:
+                sub = 1
+                cnt = gint - g0
+                phase = _YH1
+            else:
+                cnt -= 1
+        elif phase == _YH2:
+            if res == 1:
+                h += 1
+                if h > hmax:
+                    status = 2
+                    break
+                phase = _YH
+                sub = 0
+                ci = 0
+            else:
+                y += h << jbits
+                phase = _LS
+        elif phase == _EF:
             # one bit of U vs gnum/gden
             if nbits < 1:
                 if pos >= nw:
@@ -191,7 +307,6 @@ def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
                 res = k & 1
                 phase = ret
             else:
-                # A_k's second factor Bernoulli(gnum/gden)
                 if gnum >= gden:
                     k += 1
                 elif gnum == 0:
@@ -211,47 +326,6 @@ def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
             else:
                 rr = gnum
                 phase = _EF
-        elif phase == _LU:
-            if t == 1:
-                u = 0
-            else:
-                if nbits < tbits:
-                    if pos >= nw:
-                        status = 1
-                        break
-                    cur = words[pos]
-                    pos += 1
-                    nbits = 64
-                u = cur & ((1 << tbits) - 1)
-                cur >>= tbits
-                nbits -= tbits
-                if u >= t:
-                    continue
-            gnum = u
-            gden = t
-            ret = _LD
-            phase = _E0
-        elif phase == _LD:
-            if res == 0:
-                phase = _LU
-            else:
-                v = 0
-                gnum = 1
-                gden = 1
-                ret = _LV
-                phase = _E0
-        elif phase == _LV:
-            if res == 1:
-                v += 1
-                if v > vmax:
-                    status = 2
-                    break
-                gnum = 1
-                gden = 1
-                phase = _E0
-            else:
-                y = (u + t * v) // s
-                phase = _LS
         elif phase == _LS:
             if nbits < 1:
                 if pos >= nw:
@@ -264,7 +338,9 @@ def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
             cur >>= 1
             nbits -= 1
             if b == 1 and y == 0:
-                phase = _LU
+                phase = _YB
+                jj = 0
+                ci = 0
                 continue
             if b == 1:
                 y = -y
@@ -273,7 +349,10 @@ def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
             else:
                 out[i] = y
                 i += 1
-                phase = _LU
+                phase = _YB
+                jj = 0
+                ci = 0
+                y = 0
         elif phase == _GC:
             ay = -y if y < 0 else y
             if ay > ymax:
@@ -287,34 +366,47 @@ def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
                 status = 2
                 break
             cnt = q
-            if cnt > 0:
-                gnum = 1
-                gden = 1
-                ret = _G1
-            else:
+            ci = 0
+            phase = _G1
+        elif phase == _G1:
+            if cnt == 0:
                 gnum = rfrac
                 gden = den
                 ret = _GF
-            phase = _E0
-        elif phase == _G1:
-            if res == 0:
-                phase = _LU
+                phase = _E0
+                continue
+            if ci >= wcb * 16:
+                status = 3
+                break
+            if nbits < 4:
+                if pos >= nw:
+                    status = 1
+                    break
+                cur = words[pos]
+                pos += 1
+                nbits = 64
+            r4 = cur & 15
+            cur >>= 4
+            nbits -= 4
+            c4 = (cb[row_e1, ci >> 4] >> (60 - ((ci & 15) << 2))) & 15
+            if r4 == c4:
+                ci += 1
+                continue
+            ci = 0
+            if r4 > c4:  # rejected
+                phase = _YB
+                jj = 0
+                y = 0
             else:
                 cnt -= 1
-                if cnt > 0:
-                    gnum = 1
-                    gden = 1
-                    ret = _G1
-                else:
-                    gnum = rfrac
-                    gden = den
-                    ret = _GF
-                phase = _E0
         else:  # _GF
             if res == 1:
                 out[i] = y
                 i += 1
-            phase = _LU
+            phase = _YB
+            jj = 0
+            ci = 0
+            y = 0
     st[0] = phase
     st[1] = nbits
     st[2] = cur
@@ -324,32 +416,87 @@ def _fill(gauss, out, start, s, t, tbits, mm, bb, den, words, st):
     st[6] = gden
     st[7] = ret
     st[8] = res
-    st[9] = u
-    st[10] = v
+    st[9] = jj
+    st[10] = ci
     st[11] = y
     st[12] = cnt
     st[13] = rfrac
+    st[14] = h
+    st[15] = sub
+    st[16] = pos
     return i, status
 
 
-def _run(gauss: bool, params: tuple[int, ...], size: int, rng: RandomSource, words_per_draw: float) -> np.ndarray:
+def _to_words(x: Decimal, err: Decimal, nwords: int) -> list[int] | None:
+    """The first 64·nwords bits of x in (0, 1), or None if ``x ± err`` straddles a boundary."""
+    scale = Decimal(2) ** (64 * nwords)
+    lo = int(((x - err) * scale).to_integral_value(rounding=ROUND_FLOOR))
+    hi = int(((x + err) * scale).to_integral_value(rounding=ROUND_FLOOR))
+    if lo != hi or lo < 0:
+        return None
+    return [(lo >> (64 * (nwords - 1 - w))) & ((1 << 64) - 1) for w in range(nwords)]
+
+
+@functools.lru_cache(maxsize=256)
+def _table(s: int, t: int, jbits: int, g0: int, nwords: int) -> np.ndarray:
+    """Rows: p_j = 1/(1 + e^{(s/t) 2^j}) for j < jbits, then e^{-g0}, then e^{-1};
+    each as ``nwords`` 64-bit words of its binary expansion (exact: certified by an
+    error bound at a precision 40 digits beyond what the bits need)."""
+    digits = int(64 * nwords * 0.30103) + 40
+    while True:
+        with localcontext() as ctx:
+            ctx.prec = digits
+            err = Decimal(10) ** (-(digits - 10))
+            vals = [1 / (1 + (Decimal(s) * (Decimal(2) ** j) / Decimal(t)).exp()) for j in range(jbits)]
+            vals.append((-Decimal(g0)).exp() if g0 > 0 else Decimal(1) - err * 4)
+            vals.append((-Decimal(1)).exp())
+            rows = [_to_words(v, err, nwords) for v in vals]
+        if all(r is not None for r in rows):
+            arr = np.array(rows, dtype=np.uint64).reshape(len(rows), nwords)
+            return arr.view(np.int64)
+        digits *= 2
+
+
+def _core(a_num: int, a_den: int) -> tuple[int, int, int, int, int]:
+    """Split the geometric rate a = a_num/a_den: J bits, then a·2^J = gint + fnum/a_den."""
+    j = 0
+    while a_num * (1 << j) < 8 * a_den and j < 60:
+        j += 1
+    g_num = a_num << j
+    gint, fnum = divmod(g_num, a_den)
+    return j, min(gint, 8), gint, fnum, a_den
+
+
+def _run(gauss: bool, a_num: int, a_den: int, dg: tuple[int, int, int], size: int,
+         rng: RandomSource, words_per_draw: float) -> np.ndarray:
     size = int(size)
     out = np.empty(size, dtype=np.int64)
     if size == 0:
         return out
-    s, t, tbits, mm, bb, den = (int(x) for x in params)
+    jbits, g0, gint, fnum, fden = _core(a_num, a_den)
+    mm, bb, den = dg
+    nwords = _TABLE_WORDS
+    cb = _table(a_num, a_den, jbits, g0, nwords)
     st = np.zeros(_NSTATE, dtype=np.int64)
-    st[0] = _LU
+    st[0] = _YB
     i = 0
+    words = np.empty(0, dtype=np.int64)
     while True:
-        need = int(min(_WORD_BATCH, (size - i) * words_per_draw * 1.05 + 16))
-        words = rng.words(need).view(np.int64)
-        i, status = _fill(gauss, out, i, s, t, tbits, mm, bb, den, words, st)
-        if status == 2:
+        if not words.size:
+            need = int(min(_WORD_BATCH, (size - i) * words_per_draw * 1.05 + 16))
+            words = rng.words(need).view(np.int64)
+        i, status = _fill(gauss, out, i, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words, st)
+        if status == _ST_OVERFLOW:
             raise OverflowError("an exact sampler hit an intermediate value above 2**62; "
                                 "this should not happen for supported parameters (report it)")
+        if status == _ST_PRECISION:  # a comparison needs more bits of a constant (p < 2**-100)
+            nwords *= 2
+            cb = _table(a_num, a_den, jbits, g0, nwords)
+            continue
         if i >= size:
             return out
+        words = np.empty(0, dtype=np.int64)
+        st[16] = 0
 
 
 # --------------------------------------------------------------------------------------
@@ -458,19 +605,21 @@ def dgauss_params(sigma2: float | Fraction) -> DGaussParams:
 # --------------------------------------------------------------------------------------
 # public samplers
 # --------------------------------------------------------------------------------------
+def _words_per_draw(a_num: int, a_den: int) -> float:
+    jbits = _core(a_num, a_den)[0]
+    tries = 2.0 if a_num > a_den else 1.2
+    return ((jbits + 2) * 4.5 + 2) * tries / 64
+
+
 def sample_discrete_laplace(params: DLapParams, size: int, rng: RandomSource) -> np.ndarray:
     """``size`` exact draws from the discrete Laplace ``params`` (int64)."""
-    bits_u = max(0, (params.t - 1).bit_length())
-    # words per draw: ~1.6 uniforms of bits_u bits + ~25 bits of coins, over 64-bit words
-    wpd = (1.6 * bits_u + 30 + (64 if params.t // params.s == 0 else 0)) / 64
-    return _run(False, (params.s, params.t, bits_u, 0, 1, 1), size, rng, wpd)
+    return _run(False, params.s, params.t, (0, 1, 1), size, rng, _words_per_draw(params.s, params.t))
 
 
 def sample_discrete_gaussian(params: DGaussParams, size: int, rng: RandomSource) -> np.ndarray:
     """``size`` exact draws from the discrete Gaussian ``params`` (int64)."""
-    bits_u = max(0, (params.t - 1).bit_length())
-    wpd = 2.0 * (1.6 * bits_u + 40) / 64
-    return _run(True, (1, params.t, bits_u, params.mm, params.bb, params.den), size, rng, wpd)
+    wpd = 2.0 * _words_per_draw(1, params.t) + 0.2
+    return _run(True, 1, params.t, (params.mm, params.bb, params.den), size, rng, wpd)
 
 
 def discrete_laplace(scale: float | Fraction, size: int, rng: RandomSource) -> np.ndarray:

@@ -83,6 +83,14 @@ def test_seeded_runs_are_reproducible_and_configs_validated(setup):
         hierdp.evaluate(t, {"x": {"epsilon": 1.0}})
 
 
+def test_progress_bar_reports_the_releases(setup, capsys):
+    t, v = setup
+    hierdp.evaluate(t, {"e": {"epsilon": [1.0, 2.0]}}, values=v, repetitions=3, metrics="rmse_node", seed=0,
+                    progress=True)
+    err = capsys.readouterr().err
+    assert "6/6" in err and "release" in err
+
+
 def test_evaluate_reads_a_dptree():
     df = pd.DataFrame({"state": list("AAABBC"), "county": ["x", "y", "y", "z", "z", "w"]})
     dpt = df.dptree(levels=["state", "county"], domains="observed")

@@ -160,6 +160,22 @@ def test_relative_error_with_smoothing():
                                [10 / 1000, 10 / 600, 1 / 400, 3 / 50])
 
 
+def test_relative_error_over_all_leaf_ranges_by_brute_force():
+    t = Tree.complete(2, 3)  # 4 leaves -> 10 ranges
+    rng = np.random.default_rng(7)
+    true = t.aggregate(rng.poisson(50, 4)).astype(float)
+    est = true + rng.normal(0, 4, t.n_nodes)
+    lv = t.leaves
+    delta = 0.001 * true[t.root]
+    expect = [abs(est[lv[a:b + 1]].sum() - true[lv[a:b + 1]].sum()) / max(true[lv[a:b + 1]].sum(), delta)
+              for b in range(4) for a in range(b + 1)]  # ranges sorted by (b, a)
+    got = M("relative_error")(true, est, tree=t, ranges=100)
+    np.testing.assert_allclose(got, expect)
+    assert M("relative_error").summary(true, est, tree=t, ranges=100) == pytest.approx(np.mean(expect))
+    with pytest.raises(DataError, match="no per-level breakdown"):
+        M("relative_error").by_level(true, est, tree=t, ranges=5)
+
+
 def test_shape_and_parameter_errors():
     with pytest.raises(DataError, match="stack of repetitions"):
         M("rmsre")(np.zeros(3), np.zeros(4))

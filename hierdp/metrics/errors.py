@@ -377,12 +377,14 @@ class RelativeError(_Metric):
     """Relative error with smoothing (Zhang et al., PrivTree, §5):
     RE = |q̂ − q| / max(q, Δ), Δ = ``smoothing`` × the dataset cardinality (default 0.1%;
     the cardinality is the true root count when the tree is given, else the largest true
-    count), or an absolute ``delta``. One value per node (mean over repetitions);
-    ``summary``/``by_level`` average over nodes."""
+    count), or an absolute ``delta``. The queries are the nodes (one value per node, mean
+    over repetitions), or with ``ranges=q`` — as in the paper — ``q`` random distinct leaf
+    ranges (``seed``; leaves in ``tree.leaves`` order, answered from the released leaves).
+    ``summary`` averages over the queries, ``by_level`` over each level's nodes."""
 
     name = "relative_error"
     kind = "node"
-    defaults = {"smoothing": 0.001, "delta": None}
+    defaults = {"smoothing": 0.001, "delta": None, "ranges": None, "seed": 0}
 
     def _re(self, true, estimate, tree, p):
         t, e = _arrays(true, estimate)
@@ -393,7 +395,21 @@ class RelativeError(_Metric):
             delta = _positive("smoothing", p["smoothing"]) * card
             if delta <= 0:
                 raise DataError("the smoothing Δ is 0 (empty data); pass delta= explicitly")
-        return t, _per_node(np.abs(e - t) / np.maximum(t, delta))
+        if p["ranges"] is None:
+            return t, _per_node(np.abs(e - t) / np.maximum(t, delta))
+        _depth(tree, t.shape[0], self.name)
+        q = int(p["ranges"])
+        if q < 1:
+            raise DataError(f"ranges must be a positive number of range queries, got {p['ranges']!r}")
+        leaves = tree.leaves
+        a, b = random_ranges(leaves.size, q, p["seed"])
+        tl = t[leaves].reshape(leaves.size, -1)
+        el = e[:, leaves].reshape(e.shape[0], leaves.size, -1)
+        ct = np.concatenate([np.zeros((1, tl.shape[1])), np.cumsum(tl, axis=0)])
+        ce = np.concatenate([np.zeros((el.shape[0], 1, el.shape[2])), np.cumsum(el, axis=1)], axis=1)
+        qt = ct[b + 1] - ct[a]
+        qe = ce[:, b + 1] - ce[:, a]
+        return t, _per_node(np.abs(qe - qt) / np.maximum(qt, delta))
 
     def __call__(self, true, estimate, *, tree=None, **params):
         return self._re(true, estimate, tree, self._params(params))[1]
@@ -402,7 +418,10 @@ class RelativeError(_Metric):
         return float(np.mean(self._re(true, estimate, tree, self._params(params))[1]))
 
     def by_level(self, true, estimate, *, tree, **params):
-        t, re = self._re(true, estimate, tree, self._params(params))
+        p = self._params(params)
+        if p["ranges"] is not None:
+            raise DataError("relative_error over leaf ranges has no per-level breakdown; drop ranges= for node queries")
+        t, re = self._re(true, estimate, tree, p)
         return _level_mean(re, _depth(tree, t.shape[0], self.name), tree.n_levels)
 
 

@@ -229,6 +229,15 @@ def test_prior_may_be_a_noisy_release():
     s = registry.create("budget", "greedy", prior=prior, tau=5.0)
     alloc = s.allocate(t, 2.0, mechanism=MECH, sensitivity=SENS)
     assert sum(alloc.values()) == pytest.approx(2.0)
+    # the same prior given as an array or a Series (node order) gives the same split
+    import pandas as pd
+
+    for same in (prior.values, pd.Series(prior.values)):
+        assert registry.create("budget", "greedy", prior=same, tau=5.0).allocate(
+            t, 2.0, mechanism=MECH, sensitivity=SENS) == alloc
+    other = release(Tree.complete(2, 3), np.arange(7), epsilon=1.0, seed=1)
+    with pytest.raises(BudgetError, match="different tree"):
+        registry.create("budget", "greedy", prior=other).allocate(t, 1.0, mechanism=MECH, sensitivity=SENS)
     with pytest.raises(BudgetError, match="one row per node"):
         registry.create("budget", "greedy", prior=truth[:-1]).allocate(t, 1.0, mechanism=MECH, sensitivity=SENS)
 

@@ -32,6 +32,12 @@ def _axes(ax: Any, figsize: tuple[float, float]):
     return fig.add_subplot()
 
 
+def _null_locator():
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
+
+
 def _pick_metric(results: pd.DataFrame, metric: str | None) -> str:
     if not isinstance(results, pd.DataFrame) or "metric" not in results.columns:
         raise DataError("expected the DataFrame returned by hierdp.evaluate(...)")
@@ -81,6 +87,9 @@ def error_vs_epsilon(results: pd.DataFrame, metric: str | None = None, *, level:
                     marker=markers[i % len(markers)], capsize=3, label=str(cfg))
     if logx:
         ax.set_xscale("log")
+        xs = np.sort(sub[xcol].dropna().unique())
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.xaxis.set_minor_locator(_null_locator())  # label the ε that were run, plainly
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel("ε" if xcol == "epsilon" else "ρ")

@@ -73,70 +73,57 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
                         "use 'blue' for exact constraints")
     y2 = np.ascontiguousarray(y.reshape(n, k))
     d2 = np.ascontiguousarray(np.broadcast_to(var.reshape(n, -1), (n, k)))
-    w2 = np.where(np.isinf(d2), 0.0, 1.0 / d2)
     xhat = _blue(tree, y2, d2)
-    leaves = np.flatnonzero(tree._n_children == 0)
-    scale = float(np.max(np.abs(xhat))) + 1.0
-    fixed = xhat[leaves] < 0.0                      # Z: leaves fixed at 0, per column
+    n1 = n - tree.n_leaves                       # leaves are the suffix [n1, n) (Def. 6 order)
+    if n1 == 0:  # a single node: the closest non-negative value
+        x1 = np.where(np.isinf(d2), 0.0, np.maximum(y2, 0.0))
+        return x1.reshape(y.shape), {"method": "nonneg", "iterations": 0, "converged": True,
+                                     "kkt_residual": 0.0, "complementarity": 0.0,
+                                     "objective": float(np.sum(np.where(np.isinf(d2), 0.0, (x1 - y2) ** 2 / d2))),
+                                     "n_zero_leaves": int(np.sum(x1 == 0))}
+    leaf_x = xhat[n1:]
+    # a free leaf may be negative by round-off only: relative to its own scale
+    ltol = tol * (np.abs(leaf_x) + np.sqrt(np.where(np.isinf(d2[n1:]), 1.0, d2[n1:])))
+    fixed = leaf_x < 0.0                          # Z: leaves held at 0, per column
     best = np.full(k, np.iinfo(np.int64).max)
     pivots = np.full(k, 3)
-    g = np.empty_like(y2)
-    gabs = np.empty_like(y2)
-    zeros = np.zeros_like(y2)
-    # gradient scale per leaf: the path sum of w (|x - xhat| + |xhat| + 1), the size of the
-    # terms whose sum is g, so that the relative tests below measure round-off correctly
-    floor = np.abs(xhat) + 1.0
+    bad = np.zeros_like(fixed)
+    x = np.empty_like(y2)
     it = 0
     converged = False
     while True:
         it += 1
-        yz = xhat.copy()
-        dz = d2.copy()
-        fr, fc = np.nonzero(fixed)
-        yz[leaves[fr], fc] = 0.0
-        dz[leaves[fr], fc] = 0.0
-        x = _blue(tree, yz, dz)
-        GK.leaf_gradient_2d(tree._parent, 0, w2, x, xhat, g)
-        GK.leaf_gradient_2d(tree._parent, 0, w2, np.abs(x - xhat) + floor, zeros, gabs)
-        lv = x[leaves]
-        gl = g[leaves]
-        gtol = tol * gabs[leaves]
-        bad = np.where(fixed, gl < -gtol, lv < -tol * scale)
-        nbad = bad.sum(axis=0)
+        nbad = GK.nnls_step_2d(tree._parent, tree._n_children, tree._leafcount, n1, xhat, d2, fixed, ltol,
+                               tol, x, bad)
         if not nbad.any():
             converged = True
             break
         if it >= max_iter:
             break
         for c in np.flatnonzero(nbad):  # a loop over columns, each vectorised
-            if nbad[c] < best[c]:
+            if nbad[c] < best[c]:       # block principal pivoting: exchange every violation
                 best[c] = nbad[c]
                 pivots[c] = 3
-                fixed[bad[:, c], c] ^= True
+                fixed[:, c] ^= bad[:, c]
             elif pivots[c] > 0:
                 pivots[c] -= 1
-                fixed[bad[:, c], c] ^= True
-            else:  # Murty's rule: flip the infeasible leaf with the largest index only
+                fixed[:, c] ^= bad[:, c]
+            else:  # Murty's rule: flip the violating leaf with the largest index only
                 j = np.flatnonzero(bad[:, c])[-1]
                 fixed[j, c] = not fixed[j, c]
     # final: exact zeros on fixed leaves, clip round-off on free ones, re-aggregate
-    lv = np.where(fixed, 0.0, np.maximum(x[leaves], 0.0))
     full = np.zeros_like(y2)
-    full[leaves] = lv
+    full[n1:] = np.where(fixed, 0.0, np.maximum(x[n1:], 0.0))
     out = K.sum_up_2d(tree._parent, full, np.empty_like(full))
-    GK.leaf_gradient_2d(tree._parent, 0, w2, out, xhat, g)
-    GK.leaf_gradient_2d(tree._parent, 0, w2, np.abs(out - xhat) + floor, zeros, gabs)
-    gl = g[leaves]
-    gs = gabs[leaves]
-    viol = np.where(fixed, np.maximum(-gl, 0.0), np.abs(gl)) / gs
-    resid = max(float(viol.max(initial=0.0)), float(np.max(np.maximum(-out, 0.0), initial=0.0)) / scale)
+    resid, comp = GK.nnls_kkt_2d(tree._parent, n1, xhat, d2, out, fixed)
+    w2 = np.where(np.isinf(d2), 0.0, 1.0 / d2)
     objective = float(np.sum(np.where(w2 > 0, w2 * (out - y2) ** 2, 0.0)))
     info: dict[str, Any] = {
         "method": "nonneg",
         "iterations": it,
         "converged": converged,
-        "kkt_residual": resid,
-        "complementarity": float(np.sum(np.abs(lv * gl))),
+        "kkt_residual": float(resid),
+        "complementarity": float(comp),
         "objective": objective,
         "n_zero_leaves": int(fixed.sum()),
     }

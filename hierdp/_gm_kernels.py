@@ -384,13 +384,41 @@ def leaf_gradient_2d(parent, n1, w, x, xhat, g):
 
 # --------------------------------------------------------------------------- rounding
 @_jit
+def _select_kth_smallest(a, lo, hi, kth):
+    """In-place quickselect on ``a[lo:hi]``: the value of rank ``kth`` (0-based) in it."""
+    lo_, hi_ = lo, hi - 1
+    target = lo + kth
+    while lo_ < hi_:
+        pivot = a[(lo_ + hi_) // 2]
+        i, j = lo_, hi_
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                t = a[i]
+                a[i] = a[j]
+                a[j] = t
+                i += 1
+                j -= 1
+        if target <= j:
+            hi_ = j
+        elif target >= i:
+            lo_ = i
+        else:
+            break
+    return a[target]
+
+
+@_jit
 def round_top_down_2d(child_ptr, child_idx, x, out, atol):
     """Top-down controlled rounding to consistent non-negative integers.
 
     Root: nearest integer of max(x, 0). For a node with integer target R and children
     with values x_c >= 0 (negatives count as 0): every child gets floor(x_c) and the
     D = R - sum floor(x_c) remaining units go, one each, to the children with the largest
-    fractional parts (found with a partition, O(#children)). When the input is consistent
+    fractional parts (found by quickselect, O(#children) expected). When the input is consistent
     0 <= D <= #fractional children, so every child stays strictly within 1 of its input
     and already integral children keep their value. Otherwise (inconsistent input) the
     surplus or deficit is spread as evenly as possible without going below 0.
@@ -403,6 +431,7 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
         if nc > maxc:
             maxc = nc
     frac = np.empty(maxc)
+    scratch = np.empty(maxc)
     base = np.empty(maxc, np.int64)
     for c in range(k):
         x0 = x[0, c]
@@ -437,7 +466,9 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
             if D > 0:
                 if D < nfrac:
                     # threshold = D-th largest fraction
-                    thr = np.partition(frac[:nc], nc - D)[nc - D]
+                    for t in range(nc):
+                        scratch[t] = frac[t]
+                    thr = _select_kth_smallest(scratch, 0, nc, nc - D)
                     # take every fraction > thr, then ties (lowest index first)
                     ngt = 0
                     for t in range(nc):

@@ -128,15 +128,38 @@ def test_resuming_on_new_words_is_exact(monkeypatch):
     np.testing.assert_array_equal(S.sample_discrete_gaussian(g, 5000, SeededRandom(2)), ref_g)
 
 
-@pytest.mark.parametrize("c", [0, 1, 12345, 3037000498, 3037000499, 3037000500, 2**40 + 7, 2**61 + 12345])
-@pytest.mark.parametrize("d", [1, 3, 2**31 - 1, 2**59 + 17, 2**61 + 1])
-def test_square_divmod_against_python_ints(c, d):
-    q, r = S._sq_divmod(c, d)
-    qq, rr = divmod(c * c, d)
-    if q == -1:  # only allowed when the quotient does not fit in 62 bits
-        assert qq >= 2**62
-    else:
-        assert (q, r) == (qq, rr)
+def test_exact_acceptance_path_matches_pmf(monkeypatch):
+    """Widen the float fast path's error margin so that most candidates of CKS Alg. 3
+    are decided by the exact (decimal, extra random bits) path: the output must still
+    follow the discrete Gaussian exactly."""
+    monkeypatch.setattr(S, "_ACCEPT_FUZZ", 0.3)
+    calls = []
+    orig = S._accept_exact
+
+    def spy(*args):
+        calls.append(1)
+        return orig(*args)
+
+    monkeypatch.setattr(S, "_accept_exact", spy)
+    p = S.dgauss_params(2.25)
+    x = S.sample_discrete_gaussian(p, 6000, SeededRandom(12))
+    assert len(calls) > 1000
+    half = 30
+    pv = _chi2_by_cdf(x, _dg_cdf(float(p.sigma2), -half, half), int(x.min()), int(x.max()), n_bins=12)
+    assert pv > 1e-4, pv
+
+
+def test_accept_exact_decides_against_exp():
+    # γ = c²/den = 1/4: p = e^{-1/4} = 0.7788007830714049; u32 prefixes far from p decide at once
+    rng = SeededRandom(0)
+    assert S._accept_exact(1, 4, int(0.5 * 2**32), rng) is True
+    assert S._accept_exact(1, 4, int(0.9 * 2**32), rng) is False
+    # the prefix containing p needs more bits; the answer is U < p, so its frequency is
+    # the position of p inside that prefix interval
+    u = int(math.exp(-0.25) * 2**32)
+    frac = math.exp(-0.25) * 2**32 - u
+    hits = sum(S._accept_exact(1, 4, u, SeededRandom(k)) for k in range(2000))
+    assert abs(hits / 2000 - frac) < 5 * math.sqrt(frac * (1 - frac) / 2000) + 1e-3
 
 
 def test_parameters_round_towards_more_noise():

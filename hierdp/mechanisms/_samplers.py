@@ -54,6 +54,7 @@ __all__ = [
 PRECISION_BITS = 20
 _WORD_BATCH = 1 << 21  # random words requested from the source at a time
 _TABLE_WORDS = 2  # initial precision (64-bit words) of tabulated Bernoulli parameters
+_ACCEPT_FUZZ = 1e-12  # relative error margin (x (1 + γ)) of the float fast path of CKS Alg. 3
 _LIMIT = 1 << 62
 
 
@@ -64,70 +65,18 @@ _LIMIT = 1 << 62
 # few bits; when the batch of words is used up it stores its state and returns, and the
 # caller resumes it with fresh words (nothing is discarded or replayed).
 #
-# Phases. Bernoulli(exp(-gnum/gden)), 0 <= gnum <= gden (CKS Alg. 1), returns res to ret:
-#   E0: k = 1, start A_1 ~ Bernoulli(γ);  EF: one bit of Bernoulli(γ) by long division;
-#   EK: A_k's factor Bernoulli(1/k) (uniform in [0, k) == 0).
-# Discrete Laplace P(y) ∝ exp(-|y| s/t) (CKS Alg. 2): LU draw U, LD after Bernoulli(e^-U/t),
-#   LV geometric V with Bernoulli(e^-1) trials, LS sign and the "-0" rejection.
-# Discrete Gaussian σ² = t·mm/bb (CKS Alg. 3): GC exponent (|Y|bb - mm)²/den, split as
-#   q + r/den; G1 after each of the q Bernoulli(e^-1); GF after Bernoulli(e^-r/den).
+# Phases. E0/EF: Bernoulli(exp(-gnum/gden)), 0 <= gnum <= gden, by CKS Alg. 1, result in
+#   res, then go to phase ret. YB: the J binary digits of the discrete Laplace magnitude.
+#   YH/YH1/YH2: its high part H (geometric). LS: sign and the "-0" rejection.
+#   GC: discrete Gaussian acceptance (CKS Alg. 3) of the candidate. GF: output or retry.
 # --------------------------------------------------------------------------------------
-_E0, _EF, _EK, _YB, _YH, _YH1, _YH2, _LS, _GC, _G1, _GF = range(11)
-_NSTATE = 24
-_ST_OK, _ST_WORDS, _ST_OVERFLOW, _ST_PRECISION = 0, 1, 2, 3
+_E0, _EF, _YB, _YH, _YH1, _YH2, _LS, _GC, _GF = range(9)
+_NSTATE = 24  # st[16] = next word index, st[17:19] = pending exact acceptance
+_ST_OK, _ST_WORDS, _ST_OVERFLOW, _ST_PRECISION, _ST_UNDECIDED = 0, 1, 2, 3, 4
 
 
 @nb.njit(cache=True)
-def _sq_divmod(c, d):
-    """(c*c // d, c*c % d) for 0 <= c < 2**62, 0 < d < 2**62; quotient -1 if >= 2**62."""
-    if c < 3037000499:  # c*c < 2**63
-        n = c * c
-        return n // d, n % d
-    # 128-bit square from 31-bit limbs (uint64), then bitwise long division
-    m31 = np.uint64((1 << 31) - 1)
-    cu = np.uint64(c)
-    c0 = cu & m31
-    c1 = cu >> np.uint64(31)
-    hi = np.uint64(0)
-    lo = np.uint64(0)
-    for j in range(3):
-        if j == 0:
-            x = c1 * c1
-            sh = 62
-        elif j == 1:
-            x = np.uint64(2) * c1 * c0
-            sh = 31
-        else:
-            x = c0 * c0
-            sh = 0
-        if sh == 0:
-            add_lo = x
-            add_hi = np.uint64(0)
-        else:
-            add_lo = x << np.uint64(sh)
-            add_hi = x >> np.uint64(64 - sh)
-        new_lo = lo + add_lo
-        carry = np.uint64(1) if new_lo < lo else np.uint64(0)
-        lo = new_lo
-        hi = hi + add_hi + carry
-    du = np.uint64(d)
-    if hi >= du:
-        return np.int64(-1), np.int64(0)
-    rem = hi
-    q = np.uint64(0)
-    for i in range(63, -1, -1):
-        rem = (rem << np.uint64(1)) | ((lo >> np.uint64(i)) & np.uint64(1))
-        q = q << np.uint64(1)
-        if rem >= du:
-            rem -= du
-            q |= np.uint64(1)
-    if q >= np.uint64(_LIMIT):
-        return np.int64(-1), np.int64(0)
-    return np.int64(q), np.int64(rem)
-
-
-@nb.njit(cache=True)
-def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words, st):
+def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, cb, words, st):
     """Fill out[start:] with draws; returns (next index, status). State lives in ``st``.
 
     Magnitude of the discrete Laplace core: Y = Σ_{j<J} b_j 2^j + 2^J·H with independent
@@ -184,8 +133,7 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words
                 if r4 == c4:
                     ci += 1
                     continue
-                if r4 < c4:
-                    y += np.int64(1) << jj
+                y += np.int64(r4 < c4) << jj  # branch-free: the digit is a fair-ish coin
                 jj += 1
                 ci = 0
             if status != 0:
@@ -243,89 +191,6 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words
                 phase = _YH1
             else:
                 cnt -= 1
-        elif phase == _YH2:
-            if res == 1:
-                h += 1
-                if h > hmax:
-                    status = 2
-                    break
-                phase = _YH
-                sub = 0
-                ci = 0
-            else:
-                y += h << jbits
-                phase = _LS
-        elif phase == _EF:
-            # one bit of U vs gnum/gden
-            if nbits < 1:
-                if pos >= nw:
-                    status = 1
-                    break
-                cur = words[pos]
-                pos += 1
-                nbits = 64
-            ub = cur & 1
-            cur >>= 1
-            nbits -= 1
-            rr <<= 1
-            pb = 0
-            if rr >= gden:
-                pb = 1
-                rr -= gden
-            if ub != pb:
-                a = 1 if ub < pb else 0
-            elif rr == 0:
-                a = 0
-            else:
-                continue
-            if a == 0:
-                res = k & 1
-                phase = ret
-            else:
-                k += 1
-                phase = _EK
-        elif phase == _EK:
-            # Bernoulli(1/k): uniform in [0, k) equal to 0
-            kb = 0
-            x = k - 1
-            while x > 0:
-                x >>= 1
-                kb += 1
-            if nbits < kb:
-                if pos >= nw:
-                    status = 1
-                    break
-                cur = words[pos]
-                pos += 1
-                nbits = 64
-            r = cur & ((1 << kb) - 1)
-            cur >>= kb
-            nbits -= kb
-            if r >= k:
-                continue
-            if r != 0:
-                res = k & 1
-                phase = ret
-            else:
-                if gnum >= gden:
-                    k += 1
-                elif gnum == 0:
-                    res = k & 1
-                    phase = ret
-                else:
-                    rr = gnum
-                    phase = _EF
-        elif phase == _E0:
-            k = 1
-            if gnum >= gden:
-                k = 2
-                phase = _EK
-            elif gnum == 0:
-                res = 1
-                phase = ret
-            else:
-                rr = gnum
-                phase = _EF
         elif phase == _LS:
             if nbits < 1:
                 if pos >= nw:
@@ -342,8 +207,7 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words
                 jj = 0
                 ci = 0
                 continue
-            if b == 1:
-                y = -y
+            y = (y ^ -b) + b  # branch-free sign: -y when b = 1
             if gauss:
                 phase = _GC
             else:
@@ -354,6 +218,11 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words
                 ci = 0
                 y = 0
         elif phase == _GC:
+            # accept Y with probability exp(-γ), γ = (|Y|·bb - mm)² / den (CKS Alg. 3):
+            # compare 32 fresh bits U with p = exp(-γ) evaluated in floating point with a
+            # certified error margin; if U's interval straddles [p(1-e), p(1+e)] (probability
+            # about 2**-31) pause with status 4: the caller decides exactly (rational γ,
+            # decimal exp, more random bits) and resumes at _GF.
             ay = -y if y < 0 else y
             if ay > ymax:
                 status = 2
@@ -361,44 +230,118 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words
             c = ay * bb - mm
             if c < 0:
                 c = -c
-            q, rfrac = _sq_divmod(c, den)
-            if q < 0:
-                status = 2
-                break
-            cnt = q
-            ci = 0
-            phase = _G1
-        elif phase == _G1:
-            if cnt == 0:
-                gnum = rfrac
-                gden = den
-                ret = _GF
-                phase = _E0
-                continue
-            if ci >= wcb * 16:
-                status = 3
-                break
-            if nbits < 4:
+            cf = float(c)
+            gf = cf * cf * inv_den
+            if gf > 700.0:
+                plo = 0.0
+                phi = 1e-300
+            else:
+                pf = math.exp(-gf)
+                epsr = fuzz * (1.0 + gf)
+                plo = pf * (1.0 - epsr)
+                phi = pf * (1.0 + epsr) + 1e-300
+            if nbits < 32:
                 if pos >= nw:
                     status = 1
                     break
                 cur = words[pos]
                 pos += 1
                 nbits = 64
-            r4 = cur & 15
-            cur >>= 4
-            nbits -= 4
-            c4 = (cb[row_e1, ci >> 4] >> (60 - ((ci & 15) << 2))) & 15
-            if r4 == c4:
-                ci += 1
-                continue
-            ci = 0
-            if r4 > c4:  # rejected
-                phase = _YB
-                jj = 0
-                y = 0
+            u = cur & 0xFFFFFFFF
+            cur >>= 32
+            nbits -= 32
+            ulo = u * 2.3283064365386963e-10  # exact: u / 2**32
+            uhi = (u + 1) * 2.3283064365386963e-10
+            if uhi <= plo:
+                res = 1
+                phase = _GF
+            elif ulo >= phi:
+                res = 0
+                phase = _GF
             else:
-                cnt -= 1
+                st[17] = u
+                st[18] = c
+                status = 4
+                break
+        elif phase == _YH2:
+            if res == 1:
+                h += 1
+                if h > hmax:
+                    status = 2
+                    break
+                phase = _YH
+                sub = 0
+                ci = 0
+            else:
+                y += h << jbits
+                phase = _LS
+        elif phase == _EF:
+            # CKS Alg. 1 for γ = gnum/gden in [0, 1]: A_k = Bernoulli(1/k)·Bernoulli(γ) for
+            # k = 1, 2, ... until the first failure at K; result K odd. sub = 0: next is
+            # the Bernoulli(1/k) factor (none for k = 1); sub = 1: comparing the bits of γ.
+            while True:
+                if sub == 0:
+                    if k > 1:
+                        kb = 0
+                        x = k - 1
+                        while x > 0:
+                            x >>= 1
+                            kb += 1
+                        if nbits < kb:
+                            if pos >= nw:
+                                status = 1
+                                break
+                            cur = words[pos]
+                            pos += 1
+                            nbits = 64
+                        r = cur & ((1 << kb) - 1)
+                        cur >>= kb
+                        nbits -= kb
+                        if r >= k:
+                            continue
+                        if r != 0:
+                            res = k & 1
+                            break
+                    if gnum >= gden:
+                        k += 1
+                        continue
+                    if gnum == 0:
+                        res = k & 1
+                        break
+                    rr = gnum
+                    sub = 1
+                if nbits < 1:
+                    if pos >= nw:
+                        status = 1
+                        break
+                    cur = words[pos]
+                    pos += 1
+                    nbits = 64
+                ub = cur & 1
+                cur >>= 1
+                nbits -= 1
+                rr <<= 1
+                pb = 0
+                if rr >= gden:
+                    pb = 1
+                    rr -= gden
+                if ub != pb:
+                    if ub < pb:
+                        k += 1
+                        sub = 0
+                        continue
+                    res = k & 1
+                    break
+                if rr == 0:
+                    res = k & 1
+                    break
+            if status != 0:
+                break
+            phase = ret
+        elif phase == _E0:
+            k = 1
+            sub = 0
+            phase = _EF
         else:  # _GF
             if res == 1:
                 out[i] = y
@@ -467,6 +410,32 @@ def _core(a_num: int, a_den: int) -> tuple[int, int, int, int, int]:
     return j, min(gint, 8), gint, fnum, a_den
 
 
+def _accept_exact(c: int, den: int, u32: int, rng: RandomSource) -> bool:
+    """Exactly decide U < exp(-c²/den) for U uniform on [u32/2**32, (u32+1)/2**32).
+
+    exp is evaluated with ``decimal`` (correctly rounded) at a precision whose error bound
+    is checked; U's further bits come from ``rng`` 64 at a time until U's interval lies
+    on one side of the certified interval around exp(-γ).
+    """
+    prefix, nbits, prec = u32, 32, 50
+    gamma_f = c * c / den
+    while True:
+        with localcontext() as ctx:
+            ctx.prec = prec
+            ctx.Emin = -(10 ** 12)
+            p = (-(Decimal(c * c) / Decimal(den))).exp()
+            err = p * Decimal(int(gamma_f) + 2) * Decimal(10) ** (-(prec - 5)) + Decimal(10) ** (-(10 ** 11))
+            scale = Decimal(2) ** nbits
+            lo, hi = Decimal(prefix) / scale, Decimal(prefix + 1) / scale
+            if hi <= p - err:
+                return True
+            if lo >= p + err:
+                return False
+        prefix = (prefix << 64) | int(rng.words(1)[0])
+        nbits += 64
+        prec = max(2 * prec, int(nbits * 0.302) + 40)
+
+
 def _run(gauss: bool, a_num: int, a_den: int, dg: tuple[int, int, int], size: int,
          rng: RandomSource, words_per_draw: float) -> np.ndarray:
     size = int(size)
@@ -485,13 +454,18 @@ def _run(gauss: bool, a_num: int, a_den: int, dg: tuple[int, int, int], size: in
         if not words.size:
             need = int(min(_WORD_BATCH, (size - i) * words_per_draw * 1.05 + 16))
             words = rng.words(need).view(np.int64)
-        i, status = _fill(gauss, out, i, jbits, g0, gint, fnum, fden, mm, bb, den, cb, words, st)
+        i, status = _fill(gauss, out, i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den, _ACCEPT_FUZZ,
+                          cb, words, st)
         if status == _ST_OVERFLOW:
             raise OverflowError("an exact sampler hit an intermediate value above 2**62; "
                                 "this should not happen for supported parameters (report it)")
         if status == _ST_PRECISION:  # a comparison needs more bits of a constant (p < 2**-100)
             nwords *= 2
             cb = _table(a_num, a_den, jbits, g0, nwords)
+            continue
+        if status == _ST_UNDECIDED:
+            st[8] = int(_accept_exact(int(st[18]), den, int(st[17]), rng))
+            st[0] = _GF
             continue
         if i >= size:
             return out

@@ -50,16 +50,18 @@ def _tree_from_level_parents(level_parents: list[np.ndarray], names: list[str]) 
 def census_like_tree(scale: float = 1.0, seed: int = 0) -> hierdp.Tree:
     """An 8-level tree with Census 2010-like level sizes (about 11.8M nodes at scale 1).
 
-    Level d has ``round(count_d * scale)`` nodes (at least as many as level d-1); each
-    parent gets one child and the rest are spread with log-normal (skewed) weights, so
-    fan-outs vary strongly as in the real geography. Children of a parent are contiguous.
+    Level d has ``round(count_d * scale)`` nodes (at least as many as level d-1; the 52
+    states are kept at every scale, so the root's fan-out -- which Boosting uses -- is the
+    real one); each parent gets one child and the rest are spread with log-normal (skewed)
+    weights, so fan-outs vary strongly as in the real geography. Children of a parent are
+    contiguous.
     """
     rng = np.random.default_rng(seed)
     names = [name for name, _ in CENSUS_LEVELS]
     level_parents = []
     prev = 1
-    for _, count in CENSUS_LEVELS[1:]:
-        size = max(prev, int(round(count * scale)))
+    for name, count in CENSUS_LEVELS[1:]:
+        size = count if name == "state" else max(prev, int(round(count * scale)))
         weights = rng.lognormal(0.0, 1.0, prev)
         extra = rng.multinomial(size - prev, weights / weights.sum())
         fan = extra + 1

@@ -132,6 +132,8 @@ class Ledger:
                 head += f" (⇒ ({self.epsilon:g}, {self.delta:g})-DP)"
         else:
             head = f"(ε, δ)-DP, ε = {self.epsilon:g}, δ = {self.delta:g}"
+            if self.rho is not None:
+                head += f" (via ρ-zCDP, ρ = {self.rho:.6g})"
         lines = [f"Privacy ledger: {head}", f"  privacy unit: {self.privacy_unit}"]
         if self.max_contributions is not None:
             lines.append(f"  max contributions per unit: {self.max_contributions}")

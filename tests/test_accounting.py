@@ -136,3 +136,8 @@ def test_ledger_round_trips_json_and_yaml():
 def test_ledger_accountant_sums_levels():
     acc = _ledger().accountant()
     assert acc.unit == "epsilon" and acc.total == pytest.approx(1.0) == _ledger().spent
+
+
+def test_ledger_text_states_the_zcdp_route():
+    led = Ledger(guarantee="approx", epsilon=1.0, delta=1e-6, rho=approx_dp_to_zcdp(1.0, 1e-6))
+    assert "(ε, δ)-DP, ε = 1, δ = 1e-06 (via ρ-zCDP, ρ = 0.0174689)" in str(led)

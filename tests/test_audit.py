@@ -145,3 +145,41 @@ def test_audit_argument_errors():
         audit(lambda x, m, r: np.zeros(m), 0, 1, alpha=1.5)
     with pytest.raises(hierdp.BudgetError, match="at least 20"):
         audit(lambda x, m, r: np.zeros(m), 0, 1, n=10)
+
+
+@pytest.mark.parametrize("name,total", [("discrete_laplace", 1.0), ("discrete_gaussian", 0.5)])
+def test_release_measurement_path_audits_below_total_claim(name, total):
+    """The release's own measurement step (``hierdp.release.measure``: one mechanism call
+    per level, equal split) on neighbouring trees; the replicates are the columns of a
+    ``(n, m)`` value array, so one call makes m independent releases."""
+    from hierdp.audit import claimed_epsilon
+    from hierdp.release import measure
+
+    tree = Tree.complete(3, 3)
+    leaves0 = np.array([4, 0, 2, 9, 1, 1, 0, 3, 5])
+    leaves1 = leaves0.copy()
+    leaves1[4] += 1
+    x0, x1 = tree.to_internal(tree.aggregate(leaves0)), tree.to_internal(tree.aggregate(leaves1))
+    mech = hierdp.registry.create("mechanism", name)
+    budgets = {lv: total / tree.n_levels for lv in tree.level_names}
+    diff = (x1 - x0).astype(np.float64)
+
+    def sample(x, m, rng):
+        noisy, _, spends = measure(tree, np.repeat(x[:, None], m, axis=1), budgets, mech, Sensitivity(), rng)
+        assert math.isclose(sum(s.budget for s in spends), total)
+        return noisy.T
+
+    if name == "discrete_laplace":
+        eps_l = total / tree.n_levels
+
+        def stat(out):  # log-likelihood ratio
+            return (np.abs(out - x0) - np.abs(out - x1)) @ np.full(x0.size, eps_l)
+    else:
+        def stat(out):  # Gaussian log-likelihood ratio is linear in the output
+            return out @ diff
+
+    claimed = claimed_epsilon(mech, total, 1e-6 if name == "discrete_gaussian" else 0.0)
+    res = audit(sample, x0, x1, statistic=stat, n=300_000, seed=17,
+                delta=1e-6 if name == "discrete_gaussian" else 0.0, claimed=claimed)
+    assert res.epsilon_lb <= claimed, str(res)
+    assert res.epsilon_lb > 0.3 * min(claimed, 1.0), str(res)

@@ -126,3 +126,86 @@ def test_continuous_noise_grid_and_rounding_of_real_inputs():
     x = np.array([0.1, 1 / 3, 2.5e6 + 0.123456789])
     out = m.sample(np.tile(x, (200_000, 1)), 1.0, Sensitivity(), SeededRandom(1))
     np.testing.assert_allclose(out.mean(axis=0), np.rint(x / g) * g, atol=6 * math.sqrt(2 / 200_000))
+
+
+# -- sparse vector technique (Ghazi et al. Lemma 17) -------------------------------------
+def test_sparse_accuracy_of_lemma_17():
+    """With Δ = 8c/ε·ln(2d/η), with probability >= 1 - η every answer before the c-th ⊤
+    is right about queries more than Δ away from τ."""
+    from hierdp.mechanisms.svt import BOTTOM, HALTED, TOP, sparse
+
+    d, c, eps, eta, tau = 40, 3, 1.0, 0.05, 1000
+    delta = 8 * c / eps * math.log(2 * d / eta)
+    high, low = tau + int(delta) + 1, tau - int(delta) - 1
+    rng = np.random.default_rng(0)
+    runs = 4000
+    vals = np.where(rng.random((runs, d)) < 0.05, high, low).astype(np.int64)
+    ans = sparse(vals, tau, c, eps, SeededRandom(3))
+    wrong = ((ans == TOP) & (vals == low)) | ((ans == BOTTOM) & (vals == high))
+    assert wrong.any(axis=1).mean() <= eta
+    # at most c ⊤ per run, then halted
+    assert ((ans == TOP).sum(axis=1) <= c).all()
+    after = np.cumsum(ans == TOP, axis=1) >= c
+    shifted = np.zeros_like(after)
+    shifted[:, 1:] = after[:, :-1]
+    assert (ans[shifted] == HALTED).all()
+
+
+def test_sparse_streaming_matches_batch_distribution():
+    from hierdp.mechanisms.svt import TOP, Sparse, sparse
+
+    vals = np.array([0, 3, 5, 8, 10, 12, 15], dtype=np.int64)
+    runs = 4000
+    batch = sparse(np.tile(vals, (runs, 1)), 9, 1, 0.5, SeededRandom(1))
+    first_b = np.where((batch == TOP).any(axis=1), (batch == TOP).argmax(axis=1), vals.size)
+    rng = SeededRandom(2)
+    first_s = []
+    for _ in range(runs):
+        s = Sparse(9, 1, 0.5, rng)
+        pos = vals.size
+        for i, v in enumerate(vals):
+            if s.query(int(v)):
+                pos = i
+                break
+        first_s.append(pos)
+    from scipy import stats
+
+    tab = np.array([np.bincount(first_b, minlength=vals.size + 1), np.bincount(first_s, minlength=vals.size + 1)])
+    tab = tab[:, tab.sum(axis=0) > 0]
+    assert stats.chi2_contingency(tab).pvalue > 1e-4
+
+
+def test_sparse_errors():
+    from hierdp.mechanisms.svt import Sparse, sparse
+
+    s = Sparse(0, 1, 1.0, SeededRandom(0))
+    s.query(10_000)
+    with pytest.raises(hierdp.BudgetError, match="halted"):
+        s.query(0)
+    with pytest.raises(hierdp.BudgetError, match="cutoff"):
+        sparse(np.zeros(3, dtype=np.int64), 0, 0, 1.0, SeededRandom(0))
+    with pytest.raises(hierdp.BudgetError, match="budget"):
+        sparse(np.zeros(3, dtype=np.int64), 0, 1, -1.0, SeededRandom(0))
+    with pytest.raises(DataError, match="integer"):
+        sparse(np.array([0.5]), 0, 1, 1.0, SeededRandom(0))
+
+
+def test_truncated_laplace_matches_pmf():
+    from scipy import stats
+
+    t = TruncatedLaplace(delta=1e-4)
+    p, n = t.params(0.7, Sensitivity())
+    q = math.exp(-p.s / p.t)
+    z = t.sample(np.zeros(1_000_000, dtype=np.int64), 0.7, Sensitivity(), SeededRandom(8))
+    ks = np.arange(-n, n + 1)
+    pmf = q ** np.abs(ks)
+    pmf /= pmf.sum()
+    obs = np.bincount(z + n, minlength=2 * n + 1)
+    assert obs.sum() == z.size
+    keep = pmf * z.size >= 5
+    exp = pmf * z.size
+    o, e = obs[keep], exp[keep]
+    if (~keep).any():
+        o, e = np.r_[o, obs[~keep].sum()], np.r_[e, exp[~keep].sum()]
+    stat = stats.chisquare(o, e)
+    assert stat.pvalue > 1e-4

@@ -180,15 +180,6 @@ def test_parameters_round_towards_more_noise():
         S.dlap_params(-1.0)
 
 
-def test_bernoulli_exp_neg_reference():
-    """The pure-Python CKS Alg. 1 (reference) has mean exp(-γ), also for γ > 1."""
-    rng = SeededRandom(4)
-    for gamma, n in ((Fraction(1, 3), 8000), (Fraction(5, 2), 8000)):
-        hits = sum(S.bernoulli_exp_neg_exact(gamma, rng) for _ in range(n))
-        p = math.exp(-float(gamma))
-        assert abs(hits / n - p) < 5 * math.sqrt(p * (1 - p) / n)
-
-
 def test_secure_source_is_default_and_samples():
     rng = make_rng(None)
     assert isinstance(rng, SecureRandom) and rng.secure and rng.seed is None

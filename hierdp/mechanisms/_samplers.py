@@ -3,8 +3,10 @@
 Implements Canonne, Kamath & Steinke (2020), "The Discrete Gaussian for Differential
 Privacy": Algorithm 1 (Bernoulli(exp(-γ)) for rational γ), Algorithm 2 (discrete Laplace
 with rational parameter) and Algorithm 3 (discrete Gaussian with rational σ²). Every coin
-is decided by exact integer arithmetic on random bits, so the output distribution is
-exactly the target one; no floating point touches a sample.
+is decided exactly: by integer arithmetic on random bits, by comparison with certified
+binary expansions, or (the discrete Gaussian acceptance) by a floating-point comparison
+only when a proven error margin makes it right, with an exact decimal fallback otherwise.
+The output distribution is exactly the target one.
 
 Speed. The samplers are numba kernels that run over a batch of random 64-bit words taken
 from a :class:`hierdp.rng.RandomSource` and spend them a few bits at a time:
@@ -20,7 +22,11 @@ from a :class:`hierdp.rng.RandomSource` and spend them a few bits at a time:
   (128 bits); in the event (probability below 2**-100) that a comparison needs more, the
   kernel pauses and resumes with a table twice as long, so the result stays exact;
 * a Bernoulli(p) with rational ``p = num/den`` (the fractional part of the exponent,
-  CKS Alg. 1) compares the binary expansion of ``p`` (long division) bit by bit.
+  CKS Alg. 1) compares the binary expansion of ``p`` (long division) bit by bit;
+* the discrete Gaussian acceptance U < exp(-γ) (CKS Alg. 3) compares 32 random bits with
+  ``exp(-γ)`` computed in floating point, whose relative error is below 1e-15·(1 + γ); a
+  margin of 1e-12·(1 + γ) is kept, and the rare straddling case (about 2**-31 of the
+  candidates) is decided exactly in Python (rational γ, ``decimal`` exp, more random bits).
 
 The kernel is a resumable state machine: when a batch of words runs out in the middle
 of a draw it stores its state and the caller resumes it on fresh words, exactly as if
@@ -46,11 +52,10 @@ from hierdp.rng import RandomSource
 __all__ = [
     "DLapParams", "DGaussParams", "dlap_params", "dgauss_params",
     "discrete_laplace", "discrete_gaussian", "sample_discrete_laplace", "sample_discrete_gaussian",
-    "discrete_laplace_variance", "discrete_gaussian_variance", "rational_scale",
-    "bernoulli_exp_neg_exact", "PRECISION_BITS",
+    "discrete_laplace_variance", "discrete_gaussian_variance", "rational_scale", "PRECISION_BITS",
 ]
 
-#: rational parameters are rounded (towards more noise) with relative error below 2**-PRECISION_BITS (discrete Laplace)
+#: discrete Laplace scales are rounded (towards more noise) by less than 2**-PRECISION_BITS
 PRECISION_BITS = 20
 _WORD_BATCH = 1 << 21  # random words requested from the source at a time
 _TABLE_WORDS = 2  # initial precision (64-bit words) of tabulated Bernoulli parameters
@@ -391,7 +396,7 @@ def _table(s: int, t: int, jbits: int, g0: int, nwords: int) -> np.ndarray:
             ctx.prec = digits
             err = Decimal(10) ** (-(digits - 10))
             vals = [1 / (1 + (Decimal(s) * (Decimal(2) ** j) / Decimal(t)).exp()) for j in range(jbits)]
-            vals.append((-Decimal(g0)).exp() if g0 > 0 else Decimal(1) - err * 4)
+            vals.append((-Decimal(g0)).exp() if g0 > 0 else Decimal(1) / 2)  # row unused if g0 = 0
             vals.append((-Decimal(1)).exp())
             rows = [_to_words(v, err, nwords) for v in vals]
         if all(r is not None for r in rows):
@@ -511,9 +516,8 @@ def dlap_params(scale: float | Fraction) -> DLapParams:
     """Exact parameters for the discrete Laplace with scale at least ``scale``.
 
     For ``scale <= 2**20``, ``1/scale`` is rounded *down* to ``s / 2**m`` with
-    ``s >= 2**20`` (a power-of-two ``t`` makes the uniform U of CKS Alg. 2 cost exactly
-    ``m`` bits); above, ``scale`` is rounded *up* to an integer ``t`` (``s = 1``). Either way
-    the noise is never smaller than asked and the relative rounding is below 2**-20.
+    ``s >= 2**20``; above, ``scale`` is rounded *up* to an integer ``t`` (``s = 1``). Either
+    way the noise is never smaller than asked and the relative rounding is below 2**-20.
     Scales from 2**-30 to 2**40 are supported.
     """
     sc = _as_fraction(scale, "scale")
@@ -628,38 +632,3 @@ def discrete_gaussian_variance(sigma2: Fraction | float | DGaussParams) -> float
     y = np.arange(-ymax, ymax + 1, dtype=np.float64)
     w = np.exp(-(y * y) / (2.0 * s2))
     return float(np.dot(y * y, w) / w.sum())
-
-
-def bernoulli_exp_neg_exact(gamma: Fraction, rng: RandomSource) -> bool:
-    """One exact Bernoulli(exp(-γ)) for rational γ >= 0, in pure Python (CKS Algorithm 1).
-
-    A slow reference used by tests to check the compiled kernels' logic.
-    """
-    gamma = Fraction(gamma)
-    if gamma < 0:
-        raise ValueError("gamma must be >= 0")
-    while gamma > 1:
-        if not bernoulli_exp_neg_exact(Fraction(1), rng):
-            return False
-        gamma -= 1
-    k = 1
-    while True:
-        # A ~ Bernoulli(γ/k) as uniform integer in [0, den·k) < num
-        num, den = gamma.numerator, gamma.denominator * k
-        if int(rng.integers(den, 1)[0]) >= num if den < (1 << 62) else _big_uniform(den, rng) >= num:
-            break
-        k += 1
-    return k % 2 == 1
-
-
-def _big_uniform(n: int, rng: RandomSource) -> int:
-    nbits = (n - 1).bit_length()
-    nwords = (nbits + 63) // 64
-    while True:
-        w = rng.words(nwords)
-        r = 0
-        for x in w:
-            r = (r << 64) | int(x)
-        r >>= 64 * nwords - nbits
-        if r < n:
-            return r

@@ -54,6 +54,12 @@ class Mechanism(ABC):
     ε-DP mechanisms, ``"rho"`` for ρ-zCDP ones) and ``integer`` (whether the output of
     integer input is integer), and implement :meth:`variance` and :meth:`sample`.
     Parameters of a mechanism are keyword arguments of its constructor.
+
+    Conventions checked by :class:`hierdp.testing.BaseMechanismTests`: ``variance`` is
+    the exact per-cell variance, ``inf`` at budget 0 (an unmeasured level); an invalid
+    budget raises :class:`~hierdp.errors.BudgetError` (use :meth:`check_budget`);
+    ``sample`` works on any shape and draws all randomness from ``rng``;
+    :meth:`audit_neighbours` gives the worst-case pair for :mod:`hierdp.audit`.
     """
 
     name: ClassVar[str]

@@ -134,7 +134,10 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
 
     The trailing run of leaves ``[n1, n)`` (every leaf, in descending-height order) is
     streamed by tight loops that store nothing per leaf (a leaf's z and u are its
-    measurement and variance); intermediates are kept for the prefix ``[0, n1)`` only.
+    measurement and variance). For the prefix ``[0, n1)``, z and u live in ``x`` and
+    ``xvar`` until pass 2 overwrites them, and the children's variance sum doubles as the
+    count of leaves below unmeasured children (stored negated once a child's u is inf),
+    so only the two sums S and U are allocated.
     """
     n, k = y.shape
     kv = var.shape[1]
@@ -149,31 +152,52 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
         for cv in range(kv):
             xvar[0, cv] = var[0, cv]
         return x, xvar
-    z = np.empty((n1, k))
-    u = np.empty((n1, kv))
     s = np.zeros((n1, k))
-    su = np.zeros((n1, kv))
-    ninf = np.zeros((n1, kv), np.int64)  # leaves below children with infinite u
+    su = np.zeros((n1, kv))  # sum of children's u; -(leaves below inf children) once one is inf
     # ---- pass 1a: trailing leaves (z = y, or 0 when unmeasured; u = var)
-    for i in range(n - 1, n1 - 1, -1):
-        p = parent[i]
-        if kv == 1:
-            vi = var[i, 0]
-            su[p, 0] += vi
-            if vi == inf:
-                ninf[p, 0] += 1
+    if kv == 1 and k == 1:
+        # leaves sharing a parent are usually contiguous: sum a run in registers
+        i = n - 1
+        while i >= n1:
+            p = parent[i]
+            ss = 0.0
+            uu = 0.0
+            cnt = 0.0
+            while i >= n1 and parent[i] == p:
+                vi = var[i, 0]
+                if vi == inf:
+                    cnt += 1.0
+                else:
+                    uu += vi
+                    ss += y[i, 0]
+                i -= 1
+            s[p, 0] += ss
+            if cnt > 0.0:
+                su[p, 0] = -cnt if su[p, 0] >= 0.0 else su[p, 0] - cnt
+            elif su[p, 0] >= 0.0:
+                su[p, 0] += uu
+    else:
+        for i in range(n - 1, n1 - 1, -1):
+            p = parent[i]
+            if kv == 1:
+                vi = var[i, 0]
+                if vi == inf:
+                    su[p, 0] = -1.0 if su[p, 0] >= 0.0 else su[p, 0] - 1.0
+                else:
+                    if su[p, 0] >= 0.0:
+                        su[p, 0] += vi
+                    for c in range(k):
+                        s[p, c] += y[i, c]
             else:
                 for c in range(k):
-                    s[p, c] += y[i, c]
-        else:
-            for c in range(k):
-                vi = var[i, c]
-                su[p, c] += vi
-                if vi == inf:
-                    ninf[p, c] += 1
-                else:
-                    s[p, c] += y[i, c]
-    # ---- pass 1b: the prefix, bottom-up
+                    vi = var[i, c]
+                    if vi == inf:
+                        su[p, c] = -1.0 if su[p, c] >= 0.0 else su[p, c] - 1.0
+                    else:
+                        if su[p, c] >= 0.0:
+                            su[p, c] += vi
+                        s[p, c] += y[i, c]
+    # ---- pass 1b: the prefix, bottom-up; z -> x[i], u -> xvar[i]
     for i in range(n1 - 1, -1, -1):
         leaf = n_children[i] == 0
         for c in range(k):
@@ -181,13 +205,15 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
             vi = var[i, cv]
             if leaf:
                 if vi == inf:
-                    z[i, c] = 0.0
+                    x[i, c] = 0.0
                 else:
-                    z[i, c] = y[i, c]
+                    x[i, c] = y[i, c]
                 if c == 0 or kv > 1:
-                    u[i, cv] = vi
+                    xvar[i, cv] = vi
                 continue
             U = su[i, cv]
+            if U < 0.0:
+                U = inf
             S = s[i, c]
             if vi == inf:
                 zi = S
@@ -204,33 +230,29 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
             else:
                 zi = (y[i, c] * U + S * vi) / (vi + U)
                 ui = vi * U / (vi + U)
-            z[i, c] = zi
+            x[i, c] = zi
             if c == 0 or kv > 1:
-                u[i, cv] = ui
+                xvar[i, cv] = ui
         p = parent[i]
         if p >= 0:
             for c in range(k):
-                s[p, c] += z[i, c]
+                s[p, c] += x[i, c]
             for cv in range(kv):
-                if u[i, cv] == inf:
-                    ninf[p, cv] += leafcount[i]
-                su[p, cv] += u[i, cv]
-    # ---- pass 2a: the prefix, top-down
-    for i in range(n1):
+                ui = xvar[i, cv]
+                if ui == inf:
+                    su[p, cv] = -float(leafcount[i]) if su[p, cv] >= 0.0 else su[p, cv] - leafcount[i]
+                elif su[p, cv] >= 0.0:
+                    su[p, cv] += ui
+    # ---- pass 2a: the prefix, top-down (the root keeps x = z, xvar = u)
+    for i in range(1, n1):
         p = parent[i]
-        if p < 0:
-            for c in range(k):
-                x[i, c] = z[i, c]
-            for cv in range(kv):
-                xvar[i, cv] = u[i, cv]
-            continue
         for cv in range(kv):
-            ui = u[i, cv]
+            ui = xvar[i, cv]
             U = su[p, cv]
             vp = xvar[p, cv]
-            if U == inf:
+            if U < 0.0:
                 if ui == inf:
-                    w = leafcount[i] / ninf[p, cv]
+                    w = leafcount[i] / (-U)
                     xvar[i, cv] = inf
                 else:
                     w = 0.0
@@ -244,18 +266,53 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                 xvar[i, cv] = val if val > 0.0 else 0.0
             if kv == 1:
                 for c in range(k):
-                    x[i, c] = z[i, c] + w * (x[p, c] - s[p, c])
+                    x[i, c] = x[i, c] + w * (x[p, c] - s[p, c])
             else:
-                x[i, cv] = z[i, cv] + w * (x[p, cv] - s[p, cv])
+                x[i, cv] = x[i, cv] + w * (x[p, cv] - s[p, cv])
     # ---- pass 2b: trailing leaves
+    if kv == 1 and k == 1:
+        pprev = -1
+        invU = 0.0
+        rp = 0.0
+        vp = 0.0
+        special = False
+        for i in range(n1, n):
+            p = parent[i]
+            if p != pprev:  # per-parent quantities, once per run of siblings
+                pprev = p
+                U = su[p, 0]
+                special = U <= 0.0
+                invU = 1.0 / U if not special else 0.0
+                rp = x[p, 0] - s[p, 0]
+                vp = xvar[p, 0]
+            ui = var[i, 0]
+            if not special:
+                w = ui * invU
+                val = ui - ui * w + w * w * vp
+                xvar[i, 0] = val if val > 0.0 else 0.0
+                x[i, 0] = y[i, 0] + w * rp
+            else:
+                U = su[p, 0]
+                if U < 0.0:
+                    if ui == inf:
+                        xvar[i, 0] = inf
+                        x[i, 0] = rp / (-U)
+                    else:
+                        xvar[i, 0] = ui
+                        x[i, 0] = y[i, 0]
+                else:
+                    xvar[i, 0] = 0.0
+                    x[i, 0] = (0.0 if ui == inf else y[i, 0]) + rp / n_children[p]
+        return x, xvar
+    # general shapes
     for i in range(n1, n):
         p = parent[i]
         for cv in range(kv):
             ui = var[i, cv]
             U = su[p, cv]
-            if U == inf:
+            if U < 0.0:
                 if ui == inf:
-                    w = 1.0 / ninf[p, cv]
+                    w = 1.0 / (-U)
                     xvar[i, cv] = inf
                 else:
                     w = 0.0

@@ -141,6 +141,14 @@ def run_shape(shape: str, mode: str, repeat: int) -> dict:
     res["gmc36_stage2_s"] = best_of(lambda: gmc(tree, noisy, formula=36), repeat)
     b = blue(tree, noisy, variance)
     res["blue_s"] = best_of(lambda: blue(tree, noisy, variance), repeat)
+    # the compiled two-pass kernel alone, outputs pre-allocated (as GMC stage 2 is timed)
+    from hierdp import _kernels as K
+
+    y2, v2 = noisy.reshape(n, 1), variance.reshape(n, 1)
+    xo, xv = np.empty_like(y2), np.empty_like(v2)
+    kargs = (tree._parent, tree._n_children, tree._leafcount, y2, v2, xo, xv)
+    res["blue_kernel_s"] = best_of(lambda: K.blue_2d(*kargs), repeat)
+    res["gmc_alloc_s"] = best_of(lambda: gmc(tree, noisy), repeat)
     np.testing.assert_allclose(b.values, out, rtol=1e-9, atol=1e-6 * (1 + np.abs(out).max()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -220,13 +228,16 @@ def report(res: dict) -> None:
     print(f"{'step':<28}{'seconds':>10}{'ns/node':>10}{'x numpy':>10}")
     rows = [("numpy pass y = x * 2.0", fl), ("GMC stage 1 (Alg. 1)", res["gmc_stage1_s"]),
             ("GMC stage 2 (formula 39)", res["gmc_stage2_s"]), ("GMC stage 2 (formula 36)", res["gmc36_stage2_s"]),
-            ("BLUE (Alg. 2)", res["blue_s"]), ("nonneg (exact)", res["nonneg_s"]), ("round", res["round_s"]),
+            ("GMC stage 2, allocating", res["gmc_alloc_s"]),
+            ("BLUE (Alg. 2), blue()", res["blue_s"]), ("BLUE kernel, no alloc", res["blue_kernel_s"]),
+            ("nonneg (exact)", res["nonneg_s"]), ("round", res["round_s"]),
             ("Boosting", res["boosting_s"]), ("scipy triangular solves", res["scipy_triangular_s"]),
             ("PrivTrie (extrapolated)", res["privtrie_extrapolated_s"])]
     for name, s in rows:
         print(f"{name:<28}{s:>10.4f}{s / n * 1e9:>10.2f}{s / fl:>10.1f}")
     g2, bl = res["gmc_stage2_s"], res["blue_s"]
-    print(f"ratios: GMC stage2 / numpy = {g2 / fl:.1f} (target <= 5), BLUE / numpy = {bl / fl:.1f} (target <= 8)")
+    print(f"ratios: GMC stage2 / numpy = {g2 / fl:.1f} (target <= 5), BLUE / numpy = {bl / fl:.1f} "
+          f"(kernel {res['blue_kernel_s'] / fl:.1f}; target <= 8)")
     print(f"        scipy / GMC = {res['scipy_triangular_s'] / g2:.0f}x, scipy / BLUE = {res['scipy_triangular_s'] / bl:.0f}x "
           f"(target >= 20)")
     print(f"        PrivTrie / GMC = {res['privtrie_extrapolated_s'] / g2:.0f}x, PrivTrie / BLUE = "
@@ -244,12 +255,17 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small trees (for CI / a smoke test)")
     ap.add_argument("--shapes", default="binary,census,random")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sizes", help="override sizes, e.g. binary=21,census=0.2,random=1000000")
     ap.add_argument("--json", help="write the results to this JSON file")
     ap.add_argument("--no-peak", action="store_true", help="skip the fresh-process peak-memory runs")
     ap.add_argument("--peak-child", help=argparse.SUPPRESS)
     ap.add_argument("--with-release", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     mode = "quick" if args.quick else "full"
+    if args.sizes:
+        for item in args.sizes.split(","):
+            key, val = item.split("=")
+            SIZES[mode][key.strip()] = float(val) if key.strip() == "census" else int(val)
     if args.peak_child:
         print(json.dumps(peak_child(args.peak_child, mode, args.with_release)))
         return 0
@@ -258,6 +274,8 @@ def main(argv=None) -> int:
     if not args.no_peak:  # fresh processes first, before this one grows
         for shape in shapes:
             cmd = [sys.executable, os.path.abspath(__file__), "--peak-child", shape] + (["--quick"] if args.quick else [])
+            if args.sizes:
+                cmd += ["--sizes", args.sizes]
             if shape == "binary":
                 cmd.append("--with-release")
             r = subprocess.run(cmd, capture_output=True, text=True, check=True)

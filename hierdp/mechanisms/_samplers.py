@@ -30,7 +30,10 @@ from a :class:`hierdp.rng.RandomSource` and spend them a few bits at a time:
 
 The kernel is a resumable state machine: when a batch of words runs out in the middle
 of a draw it stores its state and the caller resumes it on fresh words, exactly as if
-the stream were infinite (nothing is discarded, so nothing is biased).
+the stream were infinite (nothing is discarded, so nothing is biased). While the batch
+has enough words left for the worst case of a draw's binary digits, the digits are
+compared a byte at a time without any resumption point (the fast path); which path a
+draw takes depends only on how many words earlier draws used, never on its own bits.
 
 Integers are int64. A draw whose intermediate values would exceed 2**62 raises
 ``OverflowError`` instead of wrapping; for the parameter ranges accepted below this
@@ -60,6 +63,7 @@ PRECISION_BITS = 20
 _WORD_BATCH = 1 << 21  # random words requested from the source at a time
 _TABLE_WORDS = 2  # initial precision (64-bit words) of tabulated Bernoulli parameters
 _ACCEPT_FUZZ = 1e-12  # relative error margin (x (1 + γ)) of the float fast path of CKS Alg. 3
+_FAST_PATH = True  # byte-wide digit comparisons when the batch has words to spare
 _LIMIT = 1 << 62
 
 
@@ -81,7 +85,7 @@ _ST_OK, _ST_WORDS, _ST_OVERFLOW, _ST_PRECISION, _ST_UNDECIDED = 0, 1, 2, 3, 4
 
 
 @nb.njit(cache=True)
-def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, cb, words, st):
+def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, words, st):
     """Fill out[start:] with draws; returns (next index, status). State lives in ``st``.
 
     Magnitude of the discrete Laplace core: Y = Σ_{j<J} b_j 2^j + 2^J·H with independent
@@ -115,11 +119,54 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
     h = st[14]
     sub = st[15]
     hmax = (_LIMIT >> jbits) - 1
+    reserve = jbits * wcb + 2  # words the fast path may need for one draw's digits
     ymax = _LIMIT // bb - mm
     status = 0
     while i < n:
         if phase == _YB:
-            # bits of the magnitude, one tabulated Bernoulli per bit
+            if fast and jj == 0 and ci == 0 and pos + reserve <= nw:
+                # fast path (enough words reserved for the worst case of every digit):
+                # each digit compares 8 random bits with the top byte of p_j, branch-free;
+                # a tie (probability 1/256) continues that digit byte by byte.
+                j = 0
+                while j < jbits:
+                    if nbits < 8:
+                        cur = words[pos]
+                        pos += 1
+                        nbits = 64
+                    r8 = cur & 255
+                    cur >>= 8
+                    nbits -= 8
+                    c8 = (cb[j, 0] >> 56) & 255
+                    if r8 == c8:
+                        ci8 = 1
+                        while r8 == c8:
+                            if ci8 >= wcb * 8:
+                                break
+                            if nbits < 8:
+                                cur = words[pos]
+                                pos += 1
+                                nbits = 64
+                            r8 = cur & 255
+                            cur >>= 8
+                            nbits -= 8
+                            c8 = (cb[j, ci8 >> 3] >> (56 - ((ci8 & 7) << 3))) & 255
+                            ci8 += 1
+                        if r8 == c8:  # table exhausted: hand over to the slow path
+                            jj = j
+                            ci = 2 * ci8
+                            status = 3
+                            break
+                    y += np.int64(r8 < c8) << j
+                    j += 1
+                if status != 0:
+                    break
+                h = 0
+                phase = _YH
+                sub = 0
+                ci = 0
+                continue
+            # slow path (resumable anywhere): 4-bit chunks, one tabulated Bernoulli per bit
             while jj < jbits:
                 if ci >= wcb * 16:
                     status = 3
@@ -460,7 +507,7 @@ def _run(gauss: bool, a_num: int, a_den: int, dg: tuple[int, int, int], size: in
             need = int(min(_WORD_BATCH, (size - i) * words_per_draw * 1.05 + 16))
             words = rng.words(need).view(np.int64)
         i, status = _fill(gauss, out, i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den, _ACCEPT_FUZZ,
-                          cb, words, st)
+                          _FAST_PATH, cb, words, st)
         if status == _ST_OVERFLOW:
             raise OverflowError("an exact sampler hit an intermediate value above 2**62; "
                                 "this should not happen for supported parameters (report it)")

@@ -412,13 +412,84 @@ def _select_kth_smallest(a, lo, hi, kth):
 
 
 @_jit
+def _round_up_largest(frac, base, nc, D, counts, members):
+    """Add 1 to ``base[t]`` for the D largest ``frac[t]`` (ties: lowest t first), O(nc).
+
+    Small groups rank directly; larger ones bucket the fractions (in [0, 1)) into
+    ``B ~ nc`` buckets, take every bucket above the one holding the D-th largest, and rank
+    only the few members of that boundary bucket.
+    """
+    if nc <= 16:
+        for t in range(nc):
+            ft = frac[t]
+            if ft <= 0.0:
+                continue
+            rank = 0
+            for q in range(nc):
+                fq = frac[q]
+                if fq > ft or (fq == ft and q < t):
+                    rank += 1
+            if rank < D:
+                base[t] += 1
+        return
+    B = nc if nc < 1024 else 1024
+    for b in range(B):
+        counts[b] = 0
+    for t in range(nc):
+        ft = frac[t]
+        if ft > 0.0:
+            b = int(ft * B)
+            if b >= B:
+                b = B - 1
+            counts[b] += 1
+    above = 0
+    bb = B - 1
+    while bb >= 0 and above + counts[bb] < D:
+        above += counts[bb]
+        bb -= 1
+    need = D - above            # members of bucket bb that go up (1 <= need <= counts[bb])
+    m = 0
+    for t in range(nc):
+        ft = frac[t]
+        if ft <= 0.0:
+            continue
+        b = int(ft * B)
+        if b >= B:
+            b = B - 1
+        if b > bb:
+            base[t] += 1
+        elif b == bb:
+            members[m] = t
+            m += 1
+    if m > 32:  # many ties or clustered fractions: a stable sort of the boundary bucket
+        fm = np.empty(m)
+        for a in range(m):
+            fm[a] = -frac[members[a]]
+        order = np.argsort(fm, kind="mergesort")
+        for a in range(need):
+            base[members[order[a]]] += 1
+        return
+    for a in range(m):
+        t = members[a]
+        ft = frac[t]
+        rank = 0
+        for q in range(m):
+            u = members[q]
+            fq = frac[u]
+            if fq > ft or (fq == ft and u < t):
+                rank += 1
+        if rank < need:
+            base[t] += 1
+
+
+@_jit
 def round_top_down_2d(child_ptr, child_idx, x, out, atol):
     """Top-down controlled rounding to consistent non-negative integers.
 
     Root: nearest integer of max(x, 0). For a node with integer target R and children
     with values x_c >= 0 (negatives count as 0): every child gets floor(x_c) and the
     D = R - sum floor(x_c) remaining units go, one each, to the children with the largest
-    fractional parts (found by quickselect, O(#children) expected). When the input is consistent
+    fractional parts (bucket selection, O(#children)). When the input is consistent
     0 <= D <= #fractional children, so every child stays strictly within 1 of its input
     and already integral children keep their value. Otherwise (inconsistent input) the
     surplus or deficit is spread as evenly as possible without going below 0.
@@ -431,8 +502,9 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
         if nc > maxc:
             maxc = nc
     frac = np.empty(maxc)
-    scratch = np.empty(maxc)
     base = np.empty(maxc, np.int64)
+    counts = np.zeros(1025, np.int64)
+    members = np.empty(maxc, np.int64)
     for c in range(k):
         x0 = x[0, c]
         if x0 < 0.0:
@@ -465,22 +537,7 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
             D = out[i, c] - tot
             if D > 0:
                 if D < nfrac:
-                    # threshold = D-th largest fraction
-                    for t in range(nc):
-                        scratch[t] = frac[t]
-                    thr = _select_kth_smallest(scratch, 0, nc, nc - D)
-                    # take every fraction > thr, then ties (lowest index first)
-                    ngt = 0
-                    for t in range(nc):
-                        if frac[t] > thr:
-                            ngt += 1
-                    need_eq = D - ngt
-                    for t in range(nc):
-                        if frac[t] > thr:
-                            base[t] += 1
-                        elif frac[t] == thr and need_eq > 0:
-                            base[t] += 1
-                            need_eq -= 1
+                    _round_up_largest(frac, base, nc, D, counts, members)
                 else:
                     # all fractional children go up; spread any rest evenly
                     for t in range(nc):

@@ -184,3 +184,21 @@ def test_release_chain_blue_nonneg_round():
     v = res.estimate.values
     assert np.issubdtype(v.dtype, np.integer) and v.min() >= 0
     assert tree.is_consistent(v, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("nc", [5, 40, 700, 3000])
+@pytest.mark.parametrize("ties", [False, True])
+def test_round_gives_the_units_to_the_largest_fractions(nc, ties):
+    """A star: the root's rounding surplus goes to the children with the largest fractional
+    parts, ties to the lowest index (a sort-based reference)."""
+    rng = np.random.default_rng(nc)
+    tree = hierdp.Tree.from_parent(np.r_[-1, np.zeros(nc, np.int64)])
+    kids = np.floor(rng.exponential(3, nc)) + (np.full(nc, 0.5) if ties else rng.random(nc))
+    x = np.r_[kids.sum(), kids]
+    r = controlled_round(tree, x)
+    D = int(np.floor(x[0] + 0.5)) - int(np.floor(kids).sum())
+    order = np.lexsort((np.arange(nc), -(kids - np.floor(kids))))   # largest fraction first, then index
+    expect = np.floor(kids).astype(np.int64)
+    expect[order[:D]] += 1
+    np.testing.assert_array_equal(r[1:], expect)
+    assert r[0] == r[1:].sum()

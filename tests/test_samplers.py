@@ -243,3 +243,79 @@ def test_tabulated_constants_are_exact_bits():
     assert (int(tab[-2, 0]) << 64) | int(tab[-2, 1]) == math.floor(e8 * 2**128)
     # p_0 = 1/(1 + e^{1/3}): check against a float to 50 bits
     assert int(tab[0, 0]) / 2.0**64 == pytest.approx(1 / (1 + math.exp(1 / 3)), rel=1e-15)
+
+
+@pytest.mark.parametrize("method", ["blocks", "cks"])
+@pytest.mark.parametrize("sigma2", [0.16, 6.25, 4e6])
+def test_discrete_gaussian_methods_match_pmf(method, sigma2):
+    p = S.dgauss_params(sigma2)
+    s2 = float(p.sigma2)
+    x = S.sample_discrete_gaussian(p, N, SeededRandom(int(sigma2 * 7) + 1), method=method)
+    half = int(40 * math.sqrt(s2)) + 5
+    pv = _chi2_by_cdf(x, _dg_cdf(s2, -half, half), int(x.min()), int(x.max()))
+    assert pv > 1e-4, pv
+
+
+@pytest.mark.parametrize("sigma2", [0.25, 100.0, 1e7])
+def test_block_alias_table_is_exact(sigma2):
+    """Reconstruct each component's probability from the alias table: exactly its weight."""
+    z = S._zig(*(lambda p: (p.t, p.mm, p.bb))(S.dgauss_params(sigma2)))
+    weights, total = z.probs
+    pb, tb = int(z.zi[0]), int(z.zi[1])
+    n, cap = 1 << pb, 1 << tb
+    mass = np.zeros(n + 1, dtype=object)
+    for i in range(n):
+        mass[i] += int(z.thr[i])
+        mass[int(z.alias[i])] += cap - int(z.thr[i])
+    assert [int(m) for m in mass[:len(weights)]] == weights
+    assert int(mass[len(weights)]) == total - sum(weights)  # the padding slot
+    assert sum(int(m) for m in mass) == total == n * cap
+    # every block weight bounds the target from above: H_b / 2^k >= exp(-(b w)^2 / 2σ^2)
+    s2 = float(z.sigma2)
+    start = 1 if z.zero_direct else 0
+    for b in range(start, min(z.B, 200)):
+        assert z.H[b] / 2**z.K >= math.exp(-((b * z.w) ** 2) / (2 * s2))
+    assert z.a <= Fraction(z.M0) / z.sigma2
+
+
+@pytest.mark.parametrize("method", ["blocks", "cks"])
+def test_exact_acceptance_path_matches_pmf(monkeypatch, method):
+    """Widen the float fast path's error margin so that most candidates are decided by the
+    exact path (rational γ, decimal exp, more random bits): the output must still follow
+    the discrete Gaussian exactly."""
+    monkeypatch.setattr(S, "_ACCEPT_FUZZ", 0.3)
+    calls = []
+    if method == "cks":
+        orig = S._accept_exact
+
+        def spy(*args):
+            calls.append(1)
+            return orig(*args)
+
+        monkeypatch.setattr(S, "_accept_exact", spy)
+    else:
+        orig_m = S._Zig.accept_exact
+
+        def spy_m(self, *args):
+            calls.append(1)
+            return orig_m(self, *args)
+
+        monkeypatch.setattr(S._Zig, "accept_exact", spy_m)
+    p = S.dgauss_params(2.25)
+    x = S.sample_discrete_gaussian(p, 6000, SeededRandom(12), method=method)
+    assert len(calls) > 1000
+    pv = _chi2_by_cdf(x, _dg_cdf(float(p.sigma2), -30, 30), int(x.min()), int(x.max()), n_bins=12)
+    assert pv > 1e-4, pv
+
+
+def test_accept_exact_decides_against_exp():
+    # γ = c²/den = 1/4: p = e^{-1/4}; u32 prefixes far from p decide at once
+    rng = SeededRandom(0)
+    assert S._accept_exact(1, 4, int(0.5 * 2**32), rng) is True
+    assert S._accept_exact(1, 4, int(0.9 * 2**32), rng) is False
+    # the prefix containing p needs more bits; U < p then has probability equal to the
+    # position of p inside that prefix interval
+    u = int(math.exp(-0.25) * 2**32)
+    frac = math.exp(-0.25) * 2**32 - u
+    hits = sum(S._accept_exact(1, 4, u, SeededRandom(k)) for k in range(2000))
+    assert abs(hits / 2000 - frac) < 5 * math.sqrt(frac * (1 - frac) / 2000) + 1e-3

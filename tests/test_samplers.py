@@ -319,3 +319,24 @@ def test_accept_exact_decides_against_exp():
     frac = math.exp(-0.25) * 2**32 - u
     hits = sum(S._accept_exact(1, 4, u, SeededRandom(k)) for k in range(2000))
     assert abs(hits / 2000 - frac) < 5 * math.sqrt(frac * (1 - frac) / 2000) + 1e-3
+
+
+@pytest.mark.parametrize("sigma2,span", [(9.0, 1.2), (4e6, 0.8)])
+def test_block_sampler_tail_is_exact(sigma2, span):
+    """Shrink the body to ~1 standard deviation so that the geometric tail (discrete
+    Laplace core, its own acceptance) produces a large share of the draws."""
+    p = S.dgauss_params(sigma2)
+    z = S._Zig(p, span=span)
+    wpd = 2.0
+    x = S._run(2, z.a.numerator, z.a.denominator, (p.mm, p.bb, p.den), 400_000, SeededRandom(4), wpd, z)
+    s2 = float(p.sigma2)
+    assert np.mean(np.abs(x) >= z.M0) > 0.1
+    half = int(40 * math.sqrt(s2)) + 5
+    if sigma2 > 1e5:
+        sd = math.sqrt(s2)
+
+        def cdf(y):
+            return stats.norm.cdf((int(y) + 0.5) / sd)
+    else:
+        cdf = _dg_cdf(s2, -half, half)
+    assert _chi2_by_cdf(x, cdf, int(x.min()), int(x.max())) > 1e-4

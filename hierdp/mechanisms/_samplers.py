@@ -629,7 +629,8 @@ class _Zig:
     exp(-m²/2σ²) <= exp(-M0²/2σ²)·e^{-a(m - M0)}) and the tail's total weight W_T/2^k >=
     h_T/(1 - e^{-a}). The component (block, tail, or a padding slot up to a power of two)
     is chosen with an integer alias table (exact), the offset in a block is uniform, the
-    tail offset is the discrete Laplace core with rate a. The candidate is accepted with
+    tail offset is the discrete Laplace core with rate a (the body spans ``span`` = 12
+    standard deviations, so the tail is almost never used). The candidate is accepted with
     probability exp(-m²/2σ²)/h_b, resp. exp(-m²/2σ² + a(m - M0))/(W_T(1 - e^{-a})/2^k),
     which is <= 1 by construction; a random sign with the "-0" rejection makes it two-sided.
     Blocks are narrow (w <= 12σ/2048, at least 1), so about 97% or more of the candidates
@@ -638,13 +639,13 @@ class _Zig:
 
     K = 20
 
-    def __init__(self, p: DGaussParams) -> None:
+    def __init__(self, p: DGaussParams, span: float = 12.0) -> None:
         s2 = p.sigma2
         sigma = math.sqrt(float(s2))
         self.sigma2 = s2
-        self.L = max(0, math.ceil(math.log2(12 * sigma / 2048))) if 12 * sigma > 2048 else 0
+        self.L = max(0, math.ceil(math.log2(span * sigma / 2048))) if span * sigma > 2048 else 0
         self.w = 1 << self.L
-        self.B = math.ceil(12 * sigma / self.w) + 1
+        self.B = math.ceil(span * sigma / self.w) + 1
         self.M0 = self.B * self.w
         k = self.K
         with localcontext() as ctx:

@@ -2,7 +2,10 @@
 
 Implements Canonne, Kamath & Steinke (2020), "The Discrete Gaussian for Differential
 Privacy": Algorithm 1 (Bernoulli(exp(-γ)) for rational γ), Algorithm 2 (discrete Laplace
-with rational parameter) and Algorithm 3 (discrete Gaussian with rational σ²). Every coin
+with rational parameter) and Algorithm 3 (discrete Gaussian with rational σ², available
+as ``method="cks"``). The default discrete Gaussian sampler is an exact rejection sampler
+with a narrow-block proposal (see :class:`_Zig`): ~97% of its candidates are accepted
+instead of ~76% with CKS's discrete Laplace proposal. Every coin
 is decided exactly: by integer arithmetic on random bits, by comparison with certified
 binary expansions, or (the discrete Gaussian acceptance) by a floating-point comparison
 only when a proven error margin makes it right, with an exact decimal fallback otherwise.

@@ -20,8 +20,9 @@ class DiscreteGaussian(Mechanism):
     """ρ-zCDP integer noise N_Z(0, σ²) with σ² = Δ₂²/(2ρ), Δ₂ the level's L2 sensitivity.
 
     CKS 2020, Theorem 14: adding N_Z(0, σ²) to an integer vector with L2 sensitivity Δ₂
-    is (Δ₂²/2σ²)-zCDP. σ² is rounded *up* (relative change below 2⁻²⁹) to the rational
-    the exact sampler (CKS Alg. 3) uses. The declared variance is that of the discrete
+    is (Δ₂²/2σ²)-zCDP. σ² is rounded *up* (relative change below 2⁻²⁸) to the rational
+    the exact sampler uses (exact rejection sampling, see
+    :mod:`hierdp.mechanisms._samplers`). The declared variance is that of the discrete
     Gaussian itself (slightly below σ² for σ < 1), computed exactly.
     """
 

@@ -571,15 +571,16 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
 
 
 @_jit
-def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, ltol, gtol, x, bad):
+def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad):
     """One active-set step of the non-negative consistent least squares (``nonneg``).
 
     Solves min sum_i (x_i - xhat_i)^2 / d_i over consistent x with the leaves flagged in
     ``fixed`` (m, k; leaves are ``[n1, n)``) held at 0 -- the two-pass BLUE recursion of
     Dawson et al. (Alg. 2) with those leaves exactly known -- and, in the same top-down
     pass, the leaf gradient g_j = sum over the path root..j of (x_i - xhat_i) / d_i.
-    Flags in ``bad`` the KKT violations: a free leaf below ``-ltol[j]`` or a fixed leaf with
-    ``g_j < -gtol * gscale_j`` (gscale: the path sum of (|x - xhat| + |xhat| + 1) / d).
+    Flags in ``bad`` the KKT violations: a free leaf below ``-tol (|xhat_j| + sqrt(d_j))``
+    (round-off on its own scale) or a fixed leaf with ``g_j < -tol * gscale_j`` (gscale:
+    the path sum of (|x - xhat| + |xhat| + 1) / d, the size of the terms of g).
     ``d`` must be > 0 (``inf`` = unmeasured). Returns the number of violations per column.
     """
     n, k = xhat.shape
@@ -680,9 +681,9 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, ltol, gtol, 
                 gi = g[p, c] + r / vi
                 gai = ga[p, c] + (abs(r) + abs(xhat[i, c]) + 1.0) / vi
             if fixed[j, c]:
-                b = gi < -gtol * gai
+                b = gi < -tol * gai
             else:
-                b = xi < -ltol[j, c]
+                b = xi < -tol * (abs(xhat[i, c]) + (np.sqrt(vi) if vi != inf else 1.0))
             bad[j, c] = b
             if b:
                 nbad[c] += 1
@@ -690,19 +691,37 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, ltol, gtol, 
 
 
 @_jit
-def nnls_kkt_2d(parent, n1, xhat, d, x, fixed):
-    """KKT residual of a non-negative consistent ``x`` for the problem of :func:`nnls_step_2d`.
+def nnls_finish_2d(parent, n1, y, xhat, d, fixed, x):
+    """Finish ``nonneg``: exact zeros on fixed leaves, round-off clipped on free ones, the
+    non-leaves re-aggregated bottom-up (in place on ``x``); then the KKT residual.
 
-    Returns ``(residual, complementarity)``: the largest relative violation of g >= 0 on
-    fixed leaves and g = 0 on free ones (relative to the path sums of the terms of g), and
-    sum_j |l_j g_j| over the leaves.
+    Returns ``(residual, complementarity, objective)``: the largest relative violation of
+    g >= 0 on fixed leaves and g = 0 on free ones (relative to the path sums of the terms
+    of g), sum_j |l_j g_j| over the leaves, and sum_i (x_i - y_i)^2 / d_i (finite d).
     """
     n, k = xhat.shape
     inf = np.inf
+    for i in range(n1):
+        for c in range(k):
+            x[i, c] = 0.0
+    for i in range(n - 1, n1 - 1, -1):
+        p = parent[i]
+        for c in range(k):
+            v = x[i, c]
+            if fixed[i - n1, c] or v < 0.0:
+                v = 0.0
+            x[i, c] = v
+            if p >= 0:
+                x[p, c] += v
+    for i in range(n1 - 1, 0, -1):
+        p = parent[i]
+        for c in range(k):
+            x[p, c] += x[i, c]
     g = np.empty((n1, k))
     ga = np.empty((n1, k))
     res = 0.0
     comp = 0.0
+    obj = 0.0
     for i in range(n):
         p = parent[i]
         for c in range(k):
@@ -716,6 +735,8 @@ def nnls_kkt_2d(parent, n1, xhat, d, x, fixed):
                 r = x[i, c] - xhat[i, c]
                 gi = gp + r / vi
                 gai = gap + (abs(r) + abs(xhat[i, c]) + 1.0) / vi
+                e = x[i, c] - y[i, c]
+                obj += e * e / vi
             if i < n1:
                 g[i, c] = gi
                 ga[i, c] = gai
@@ -727,4 +748,4 @@ def nnls_kkt_2d(parent, n1, xhat, d, x, fixed):
                 if v > res:
                     res = v
                 comp += abs(x[i, c] * gi)
-    return res, comp
+    return res, comp, obj

@@ -81,10 +81,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
                                      "kkt_residual": 0.0, "complementarity": 0.0,
                                      "objective": float(np.sum(np.where(np.isinf(d2), 0.0, (x1 - y2) ** 2 / d2))),
                                      "n_zero_leaves": int(np.sum(x1 == 0))}
-    leaf_x = xhat[n1:]
-    # a free leaf may be negative by round-off only: relative to its own scale
-    ltol = tol * (np.abs(leaf_x) + np.sqrt(np.where(np.isinf(d2[n1:]), 1.0, d2[n1:])))
-    fixed = leaf_x < 0.0                          # Z: leaves held at 0, per column
+    fixed = xhat[n1:] < 0.0                       # Z: leaves held at 0, per column
     best = np.full(k, np.iinfo(np.int64).max)
     pivots = np.full(k, 3)
     bad = np.zeros_like(fixed)
@@ -93,8 +90,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     converged = False
     while True:
         it += 1
-        nbad = GK.nnls_step_2d(tree._parent, tree._n_children, tree._leafcount, n1, xhat, d2, fixed, ltol,
-                               tol, x, bad)
+        nbad = GK.nnls_step_2d(tree._parent, tree._n_children, tree._leafcount, n1, xhat, d2, fixed, tol, x, bad)
         if not nbad.any():
             converged = True
             break
@@ -111,20 +107,16 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
             else:  # Murty's rule: flip the violating leaf with the largest index only
                 j = np.flatnonzero(bad[:, c])[-1]
                 fixed[j, c] = not fixed[j, c]
-    # final: exact zeros on fixed leaves, clip round-off on free ones, re-aggregate
-    full = np.zeros_like(y2)
-    full[n1:] = np.where(fixed, 0.0, np.maximum(x[n1:], 0.0))
-    out = K.sum_up_2d(tree._parent, full, np.empty_like(full))
-    resid, comp = GK.nnls_kkt_2d(tree._parent, n1, xhat, d2, out, fixed)
-    w2 = np.where(np.isinf(d2), 0.0, 1.0 / d2)
-    objective = float(np.sum(np.where(w2 > 0, w2 * (out - y2) ** 2, 0.0)))
+    # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated (in place)
+    resid, comp, objective = GK.nnls_finish_2d(tree._parent, n1, y2, xhat, d2, fixed, x)
+    out = x
     info: dict[str, Any] = {
         "method": "nonneg",
         "iterations": it,
         "converged": converged,
         "kkt_residual": float(resid),
         "complementarity": float(comp),
-        "objective": objective,
+        "objective": float(objective),
         "n_zero_leaves": int(fixed.sum()),
     }
     if not converged:

@@ -174,6 +174,8 @@ def evaluate(
     from hierdp.release import release, resolve_budget, resolve_mechanism
 
     tree = getattr(data, "tree", data)
+    # how rows count (e.g. the sensitivity of unit-bounded data) applies to every release
+    defaults = data.release_defaults() if hasattr(data, "release_defaults") else {}
     if values is None:
         if not hasattr(data, "true_counts"):
             raise DataError("evaluate(tree, ...) needs values=<true node counts>; or pass df.dptree(...)")
@@ -197,6 +199,7 @@ def evaluate(
             from hierdp.accounting import total_budget
             from hierdp.mechanisms.base import Sensitivity
 
+            kw = {**{k: v for k, v in defaults.items() if k != "max_contributions"}, **kw}
             sens = kw.get("sensitivity") or Sensitivity()
             total, _ = total_budget(mech.budget_unit, epsilon=kw.get("epsilon"), delta=kw.get("delta"),
                                     rho=kw.get("rho"), mechanism=mech.name)

@@ -411,6 +411,19 @@ class DPTree:
             raise DataError("some rows stop above the leaf level; every row needs a value for every level")
         return tree.to_external(tree._sum_up(np.ascontiguousarray(internal))), notes
 
+    def release_defaults(self) -> dict[str, Any]:
+        """Release keywords implied by how rows count: the sensitivity (``Sensitivity.bounded(c)``
+        with ``unit=``/``max_contributions=c``), the privacy-unit text and the bound."""
+        from hierdp.mechanisms.base import Sensitivity
+
+        if self.unit is not None:
+            return {"sensitivity": Sensitivity.bounded(self.max_contributions),
+                    "privacy_unit": f"one value of column {self.unit!r}",
+                    "max_contributions": self.max_contributions}
+        if self.count is not None:
+            return {"privacy_unit": f"one individual counted in column {self.count!r}"}
+        return {}
+
     def true_counts(self) -> np.ndarray:
         """NON-PRIVATE: the exact node counts (external order), for evaluation only."""
         return self._node_values()[0]
@@ -424,7 +437,6 @@ class DPTree:
         >>> r.frame.columns.tolist()
         ['level', 'state', 'county', 'estimate', 'std']
         """
-        from hierdp.mechanisms.base import Sensitivity
         from hierdp.release import release
         from hierdp.rng import make_rng
 
@@ -434,12 +446,8 @@ class DPTree:
         notes = list(kwargs.pop("notes", ()))
         if "rows_dropped_out_of_domain" in private_notes:
             notes.append("rows outside the declared domains were dropped (unknown='drop'); their number is not public")
-        if self.unit is not None:
-            kwargs.setdefault("sensitivity", Sensitivity.bounded(self.max_contributions))
-            kwargs.setdefault("privacy_unit", f"one value of column {self.unit!r}")
-            kwargs.setdefault("max_contributions", self.max_contributions)
-        elif self.count is not None:
-            kwargs.setdefault("privacy_unit", f"one individual counted in column {self.count!r}")
+        for key, value in self.release_defaults().items():
+            kwargs.setdefault(key, value)
         return release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
 
     def __repr__(self) -> str:

@@ -89,14 +89,17 @@ def test_evaluate_writes_table_and_png(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "TRUE counts" in captured.err
     table = pd.read_csv(out)
-    assert list(table.columns) == ["epsilon", "metric", "level", "mean", "std_error", "repetitions"]
+    from hierdp.evaluate import COLUMNS
+
+    assert list(table.columns) == COLUMNS
+    assert set(table["config"]) == {"attribution"} and table["non_private"].all()
     assert sorted(table["epsilon"].unique()) == [0.5, 1.0, 2.0]
-    assert set(table["metric"]) == {"tree_rmsre", "rmsre"}
+    assert set(table["metric"]) == {"tree_rmsre(tau=10)", "rmsre(tau=10)"}
     assert (table["repetitions"] == 3).all()
     assert set(table["level"]) == {"all", "total", "campaign", "location", "delay"}
     # more budget, less error
     overall = table[table["level"] == "all"].set_index(["metric", "epsilon"])["mean"]
-    for m in ("tree_rmsre", "rmsre"):
+    for m in ("tree_rmsre(tau=10)", "rmsre(tau=10)"):
         assert overall[(m, 0.5)] > overall[(m, 2.0)]
     assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -84,7 +84,7 @@ def test_installed_plugin_is_found_and_runs_a_spec(installed, tmp_path):
     lines = out.read_text().splitlines()
     assert lines[0] == "level,state,county,estimate,std" and len(lines) == 1 + 1 + 6 + 44
     ev = (tmp_path / "ev.csv").read_text().splitlines()
-    assert ev[1].startswith("1.0,example_max_abs_error,all,")
+    assert ev[1].startswith("plugin-mechanism,1.0,,example_max_abs_error(tau=10),all,")
 
 
 def test_without_the_plugin_the_spec_names_what_is_missing():

@@ -31,5 +31,18 @@ class Metric(ABC):
     def __call__(self, true: np.ndarray, estimate: np.ndarray, *, tree: Any = None, **params: Any) -> Any:
         """The error of ``estimate`` against ``true``."""
 
+    #: whether :meth:`by_level` gives one value per depth (override both in subclasses)
+    has_levels: ClassVar[bool] = False
+
+    def summary(self, true: np.ndarray, estimate: np.ndarray, *, tree: Any = None, **params: Any) -> float:
+        """One number for the whole tree: the metric (averaged if it returns an array); for a
+        stack of repetitions ``(R, n)``, the mean over repetitions. Built-ins override this
+        with the reduction their definition prescribes (e.g. a root mean square)."""
+        t = np.asarray(true)
+        e = np.asarray(estimate)
+        if e.ndim == t.ndim + 1:
+            return float(np.mean([self.summary(true, x, tree=tree, **params) for x in e]))
+        return float(np.mean(self(true, estimate, tree=tree, **params)))
+
     def __repr__(self) -> str:
         return f"<metric {self.name!r}>"

@@ -349,55 +349,39 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
                   **overrides: Any) -> pd.DataFrame:
     """NON-PRIVATE: run the spec's ``evaluate`` section and return the table of errors.
 
-    Repeats the release ``repetitions`` times at each ε of ``evaluate.epsilons`` (default:
-    the privacy section's total) and scores each run with every metric against the *true*
-    counts. Columns: ``epsilon, metric, level, mean, std_error, repetitions`` (``level`` is
-    ``all``, or a level name for metrics with a per-level breakdown). When written, the
-    table goes to CSV and a plot of error against ε to a PNG beside it.
+    The spec's release (mechanism, budget, post-processing) is one configuration of
+    :func:`hierdp.evaluate`, repeated ``repetitions`` times at each ε of
+    ``evaluate.epsilons`` (default: the privacy section's total) and scored with every
+    metric against the *true* counts, per level where the metric has a breakdown. The
+    columns are those of :data:`hierdp.evaluate.COLUMNS`. When written, the table goes to
+    CSV and a plot of error against ε to a PNG beside it.
     """
+    from hierdp.evaluate import evaluate
+
     rs = load_spec(spec, **overrides)
     if rs.evaluate is None:
         raise SpecError("the spec has no `evaluate:` section; add one with `metrics: [...]`")
     ev = rs.evaluate
     reps = int(repetitions or ev["repetitions"])
     base_seed = seed if seed is not None else rs.seed
-    eps_list = ev.get("epsilons") or [rs.total]
-    from hierdp import registry
-
-    metrics = [(name, registry.create("metric", name), dict(params)) for name, params in ev["metrics"]]
     warnings.warn("evaluation reads the TRUE counts: its results are not differentially private; "
                   "do not publish them", NonPrivateWarning, stacklevel=2)
     dpt = prepare(rs)
-    true = dpt.true_counts()
-    rows: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=reps * len(eps_list), file=sys.stderr, desc="evaluating", leave=False, disable=None)
-        except ImportError:
-            bar = None
-    try:
-        for j, eps in enumerate(eps_list):
-            scores: dict[tuple[str, str], list[float]] = {}
-            for r in range(reps):
-                s = None if base_seed is None else base_seed + 1_000_003 * j + r
-                res = _release(rs, dpt, s, epsilon=None if rs.rho is not None else float(eps))
-                for name, m, _params in metrics:
-                    for level, value in _score(m, true, res.values, res.tree):
-                        scores.setdefault((name, level), []).append(value)
-                if bar is not None:
-                    bar.update(1)
-            for (name, level), vals in scores.items():
-                a = np.asarray(vals, dtype=float)
-                sem = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else float("nan")
-                rows.append({"epsilon": float(eps), "metric": name, "level": level, "mean": float(a.mean()),
-                             "std_error": sem, "repetitions": int(a.size)})
-    finally:
-        if bar is not None:
-            bar.close()
-    table = pd.DataFrame(rows, columns=["epsilon", "metric", "level", "mean", "std_error", "repetitions"])
+    config: dict[str, Any] = {
+        "mechanism": {"name": rs.mechanism[0], "params": dict(rs.mechanism[1])},
+        "budget": _budget_arg(rs, dpt),
+        "postprocess": [{"name": n, "params": dict(p)} for n, p in rs.postprocess],
+    }
+    grid = [float(e) for e in (ev.get("epsilons") or [rs.total])]
+    if rs.rho is not None:
+        config["rho"] = grid
+    else:
+        config["epsilon"] = grid
+        if rs.delta is not None:
+            config["delta"] = rs.delta
+    name = Path(rs.filename).stem if rs.filename else "spec"
+    table = evaluate(dpt, {name: config}, repetitions=reps, metrics=[(n, dict(p)) for n, p in ev["metrics"]],
+                     by_level=True, seed=base_seed, progress=progress)
     dest = output if output is not None else ev.get("output")
     if write and dest is not None:
         from hierdp.io import write_table
@@ -409,58 +393,15 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
     return table
 
 
-def _score(metric: Any, true: np.ndarray, estimate: np.ndarray, tree: Any) -> list[tuple[str, float]]:
-    """(level, value) pairs of one release: ``"all"`` first, then each level when the metric
-    has a per-level breakdown. hierdp's metrics reduce with their own ``summary`` (e.g. the
-    root mean square of RMSRE_τ); a plain :class:`~hierdp.metrics.base.Metric` is called."""
-    if hasattr(metric, "summary"):
-        rows = [("all", float(metric.summary(true, estimate, tree=tree)))]
-        if getattr(metric, "has_levels", False) and hasattr(metric, "by_level"):
-            per = np.asarray(metric.by_level(true, estimate, tree=tree), dtype=float)
-            rows += [(str(lvl), float(v)) for lvl, v in zip(tree.level_names, per)]
-        return rows
-    return _metric_values(metric(true, estimate, tree=tree))
-
-
-def _metric_values(value: Any) -> list[tuple[str, float]]:
-    """Flatten a metric's result: a number -> [("all", v)]; per-level mappings/Series -> one per level."""
-    if isinstance(value, pd.Series):
-        value = value.to_dict()
-    if isinstance(value, Mapping):
-        return [(str(k), float(v)) for k, v in value.items()]
-    arr = np.asarray(value, dtype=float)
-    if arr.ndim == 0:
-        return [("all", float(arr))]
-    return [("all", float(arr.mean()))]
-
-
 def _plot(table: pd.DataFrame, path: Path) -> None:
-    """Error against ε, one line per metric (all nodes), with ±1 standard error bars."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ImportError:
-        from hierdp.errors import MissingDependencyError
-
-        raise MissingDependencyError("matplotlib", "plot") from None
+    """Error against ε (:func:`hierdp.plot.error_vs_epsilon`), one panel per metric, written atomically."""
     from hierdp.io import atomic_write
+    from hierdp.plot import _axes, error_vs_epsilon
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    try:
-        for metric, g in table[table["level"] == "all"].groupby("metric", sort=False):
-            g = g.sort_values("epsilon")
-            ax.errorbar(g["epsilon"], g["mean"], yerr=g["std_error"].fillna(0.0), marker="o", capsize=3,
-                        label=metric)
-        ax.set_xlabel("total ε")
-        ax.set_ylabel("error (mean over repetitions)")
-        if table["epsilon"].nunique() > 1:
-            ax.set_xscale("log")
-        ax.set_title("NON-PRIVATE evaluation (reads true counts)")
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
-    finally:
-        plt.close(fig)
-
+    metrics = list(dict.fromkeys(table["metric"]))
+    fig = _axes(None, (6.0, 4.0 * len(metrics))).figure
+    fig.clear()
+    for i, m in enumerate(metrics, start=1):
+        error_vs_epsilon(table, m, ax=fig.add_subplot(len(metrics), 1, i),
+                         title=f"{m}  [NON-PRIVATE: true counts]")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))

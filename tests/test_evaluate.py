@@ -121,3 +121,21 @@ def test_plot_without_matplotlib_names_the_extra(setup, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(MissingDependencyError, match=r"hierdp\[plot\]"):
         hierdp.plot.error_vs_epsilon(df)
+
+
+def test_unit_bounded_data_keep_their_sensitivity_in_evaluations():
+    """With unit=/max_contributions=c the harness noises at sensitivity c, as the release does."""
+    import pandas as pd
+
+    import hierdp
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"g": rng.choice(["a", "b", "c"], 300), "person": rng.integers(0, 100, 300)})
+    cfg = {"eq": {"epsilon": 1.0, "postprocess": []}}
+    per_row = hierdp.evaluate(df.dptree(levels=["g"], domains="observed"), cfg, repetitions=2,
+                              metrics=[("tree_rmsre", {"tau": 1})], seed=0)
+    bounded = hierdp.evaluate(df.dptree(levels=["g"], domains="observed", unit="person", max_contributions=3),
+                              cfg, repetitions=2, metrics=[("tree_rmsre", {"tau": 1})], seed=0)
+    # RMSRE from variances scales with the noise scale, i.e. with the sensitivity
+    a, b = per_row["analytic"].iloc[0], bounded["analytic"].iloc[0]
+    assert b > 2.5 * a

@@ -117,6 +117,86 @@ def ancestor_codes(parent, depth, codes, level):
 
 
 @_jit
+def _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, n1):
+    """Passes 1b and 2a of :func:`blue_2d` for any k, kv (see there)."""
+    n, k = y.shape
+    kv = var.shape[1]
+    inf = np.inf
+    # ---- pass 1b: the prefix, bottom-up; z -> x[i], u -> xvar[i]
+    for i in range(n1 - 1, -1, -1):
+        leaf = n_children[i] == 0
+        for c in range(k):
+            cv = c if kv > 1 else 0
+            vi = var[i, cv]
+            if leaf:
+                if vi == inf:
+                    x[i, c] = 0.0
+                else:
+                    x[i, c] = y[i, c]
+                if c == 0 or kv > 1:
+                    xvar[i, cv] = vi
+                continue
+            U = su[i, cv]
+            if U < 0.0:
+                U = inf
+            S = s[i, c]
+            if vi == inf:
+                zi = S
+                ui = U
+            elif U == inf:
+                zi = y[i, c]
+                ui = vi
+            elif vi == 0.0:
+                zi = y[i, c]
+                ui = 0.0
+            elif U == 0.0:
+                zi = S
+                ui = 0.0
+            else:
+                zi = (y[i, c] * U + S * vi) / (vi + U)
+                ui = vi * U / (vi + U)
+            x[i, c] = zi
+            if c == 0 or kv > 1:
+                xvar[i, cv] = ui
+        p = parent[i]
+        if p >= 0:
+            for c in range(k):
+                s[p, c] += x[i, c]
+            for cv in range(kv):
+                ui = xvar[i, cv]
+                if ui == inf:
+                    su[p, cv] = -float(leafcount[i]) if su[p, cv] >= 0.0 else su[p, cv] - leafcount[i]
+                elif su[p, cv] >= 0.0:
+                    su[p, cv] += ui
+    # ---- pass 2a: the prefix, top-down (the root keeps x = z, xvar = u)
+    for i in range(1, n1):
+        p = parent[i]
+        for cv in range(kv):
+            ui = xvar[i, cv]
+            U = su[p, cv]
+            vp = xvar[p, cv]
+            if U < 0.0:
+                if ui == inf:
+                    w = leafcount[i] / (-U)
+                    xvar[i, cv] = inf
+                else:
+                    w = 0.0
+                    xvar[i, cv] = ui
+            elif U == 0.0:
+                w = 1.0 / n_children[p]
+                xvar[i, cv] = 0.0
+            else:
+                w = ui / U
+                val = ui - ui * w + w * w * vp
+                xvar[i, cv] = val if val > 0.0 else 0.0
+            if kv == 1:
+                for c in range(k):
+                    x[i, c] = x[i, c] + w * (x[p, c] - s[p, c])
+            else:
+                x[i, cv] = x[i, cv] + w * (x[p, cv] - s[p, cv])
+
+
+@_jit
 def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
     """Two-pass BLUE on a tree (Dawson et al. 2023, Alg. 1 CombineEstimates + Alg. 2).
 
@@ -198,77 +278,61 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                             su[p, c] += vi
                         s[p, c] += y[i, c]
     # ---- pass 1b: the prefix, bottom-up; z -> x[i], u -> xvar[i]
-    for i in range(n1 - 1, -1, -1):
-        leaf = n_children[i] == 0
-        for c in range(k):
-            cv = c if kv > 1 else 0
-            vi = var[i, cv]
-            if leaf:
-                if vi == inf:
-                    x[i, c] = 0.0
-                else:
-                    x[i, c] = y[i, c]
-                if c == 0 or kv > 1:
-                    xvar[i, cv] = vi
-                continue
-            U = su[i, cv]
-            if U < 0.0:
-                U = inf
-            S = s[i, c]
-            if vi == inf:
-                zi = S
-                ui = U
-            elif U == inf:
-                zi = y[i, c]
+    if kv == 1 and k == 1:
+        for i in range(n1 - 1, -1, -1):
+            vi = var[i, 0]
+            if n_children[i] == 0:
+                zi = 0.0 if vi == inf else y[i, 0]
                 ui = vi
-            elif vi == 0.0:
-                zi = y[i, c]
-                ui = 0.0
-            elif U == 0.0:
-                zi = S
-                ui = 0.0
             else:
-                zi = (y[i, c] * U + S * vi) / (vi + U)
-                ui = vi * U / (vi + U)
-            x[i, c] = zi
-            if c == 0 or kv > 1:
-                xvar[i, cv] = ui
-        p = parent[i]
-        if p >= 0:
-            for c in range(k):
-                s[p, c] += x[i, c]
-            for cv in range(kv):
-                ui = xvar[i, cv]
+                U = su[i, 0]
+                S = s[i, 0]
+                if U > 0.0 and 0.0 < vi < inf:
+                    r = 1.0 / (vi + U)
+                    zi = (y[i, 0] * U + S * vi) * r
+                    ui = vi * U * r
+                elif vi == inf:
+                    zi = S
+                    ui = inf if U < 0.0 else U
+                elif U < 0.0:
+                    zi = y[i, 0]
+                    ui = vi
+                elif vi == 0.0:
+                    zi = y[i, 0]
+                    ui = 0.0
+                else:  # U == 0
+                    zi = S
+                    ui = 0.0
+            x[i, 0] = zi
+            xvar[i, 0] = ui
+            p = parent[i]
+            if p >= 0:
+                s[p, 0] += zi
                 if ui == inf:
-                    su[p, cv] = -float(leafcount[i]) if su[p, cv] >= 0.0 else su[p, cv] - leafcount[i]
-                elif su[p, cv] >= 0.0:
-                    su[p, cv] += ui
-    # ---- pass 2a: the prefix, top-down (the root keeps x = z, xvar = u)
-    for i in range(1, n1):
-        p = parent[i]
-        for cv in range(kv):
-            ui = xvar[i, cv]
-            U = su[p, cv]
-            vp = xvar[p, cv]
-            if U < 0.0:
+                    su[p, 0] = -float(leafcount[i]) if su[p, 0] >= 0.0 else su[p, 0] - leafcount[i]
+                elif su[p, 0] >= 0.0:
+                    su[p, 0] += ui
+        # ---- pass 2a (k = 1): the prefix, top-down
+        for i in range(1, n1):
+            p = parent[i]
+            ui = xvar[i, 0]
+            U = su[p, 0]
+            if U > 0.0:
+                w = ui / U
+                val = ui - ui * w + w * w * xvar[p, 0]
+                xvar[i, 0] = val if val > 0.0 else 0.0
+            elif U < 0.0:
                 if ui == inf:
                     w = leafcount[i] / (-U)
-                    xvar[i, cv] = inf
+                    xvar[i, 0] = inf
                 else:
                     w = 0.0
-                    xvar[i, cv] = ui
-            elif U == 0.0:
+            else:
                 w = 1.0 / n_children[p]
-                xvar[i, cv] = 0.0
-            else:
-                w = ui / U
-                val = ui - ui * w + w * w * vp
-                xvar[i, cv] = val if val > 0.0 else 0.0
-            if kv == 1:
-                for c in range(k):
-                    x[i, c] = x[i, c] + w * (x[p, c] - s[p, c])
-            else:
-                x[i, cv] = x[i, cv] + w * (x[p, cv] - s[p, cv])
+                xvar[i, 0] = 0.0
+            x[i, 0] = x[i, 0] + w * (x[p, 0] - s[p, 0])
+    else:
+        _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, n1)
     # ---- pass 2b: trailing leaves
     if kv == 1 and k == 1:
         pprev = -1

@@ -11,6 +11,11 @@ points to: ``v - D M (M^T D M)^-1 M^T v`` with ``D = diag(variances)``; ``M^T D 
 factorised by the same bottom-up recursion as Alg. 1 (``theta'_i = d_i + U_i``, see
 :func:`hierdp._gm_kernels.gmc_weighted_stage1`). Its result is the weighted
 least-squares consistent estimate, i.e. the BLUE of Dawson et al. (Theorem 8 there).
+
+Chaining: every consistency post-processor here records the *measurement* variances in
+``Estimate.info["measurement_variance"]`` (internal order, like all arrays passed between
+post-processors) so that a later ``nonneg`` minimises the original weighted objective
+rather than one weighted by the posterior variances.
 """
 
 from __future__ import annotations

@@ -32,11 +32,9 @@ def postprocess(name: str, tree: Tree, values, variance=None, **params) -> Estim
     if var is None and pp.requires_variance:
         var = np.ones(tree.n_nodes)
     est = pp.apply(tree, Estimate(vals, var))
-    return Estimate(
-        values=tree.to_external(est.values),
-        variance=None if est.variance is None else tree.to_external(est.variance),
-        info=est.info,
-    )
+    from hierdp.release import _external
+
+    return _external(tree, est)
 
 
 def metric(name: str, **params):

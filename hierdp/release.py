@@ -237,8 +237,11 @@ def release(
 
 
 def _external(tree: Tree, est: Estimate) -> Estimate:
+    """Reorder an internal-order estimate (and per-node arrays in its ``info``) to external order."""
+    info = {k: (tree.to_external(v) if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == tree.n_nodes
+                else v) for k, v in est.info.items()}
     return Estimate(
         values=tree.to_external(est.values),
         variance=None if est.variance is None else tree.to_external(est.variance),
-        info=dict(est.info),
+        info=info,
     )

@@ -167,3 +167,14 @@ def test_two_dimensional_values():
     for c in range(3):
         assert tree.is_consistent(r.values[:, c])
     assert len(r.frame) == tree.n_nodes * 3 and "cell" in r.frame.columns
+
+
+def test_per_node_diagnostics_come_back_in_external_order():
+    parent = [3, 3, 0, -1, 1, 0]  # not in descending-height order: a permutation is paid
+    tree = hierdp.Tree.from_parent(parent)
+    assert not tree.is_internal_order
+    x = tree.aggregate(np.array([4, 7, 9]))
+    r = release(tree, x, epsilon=1.0, budget=[0.2, 0.3, 0.5], seed=0, postprocess=["blue"])
+    mv = r.estimate.info["measurement_variance"]
+    assert len(set(mv.tolist())) == 3  # one variance per level, so the order matters
+    np.testing.assert_array_equal(mv, r.measurements.variance)

@@ -399,3 +399,23 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                 zi = 0.0 if ui == inf else y[i, cv]
                 x[i, cv] = zi + w * (x[p, cv] - s[p, cv])
     return x, xvar
+
+
+@_jit
+def check_values_variances(y, var):
+    """One fused validation pass: 1 if ``y`` has NaN/inf, 2 if ``var`` has NaN or negatives, else 0.
+
+    Branch-free reductions (vectorised by the compiler): ``y * 0`` is NaN exactly for
+    non-finite y; ``not (v >= 0)`` is true exactly for NaN or negative v.
+    """
+    yf = y.ravel()
+    acc = 0.0
+    for i in range(yf.size):
+        acc += yf[i] * 0.0
+    if acc != 0.0:
+        return 1
+    vf = var.ravel()
+    bad = 0
+    for i in range(vf.size):
+        bad += not (vf[i] >= 0.0)
+    return 2 if bad else 0

@@ -20,9 +20,7 @@ def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
     y = np.asarray(values, dtype=np.float64)
     if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
         raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
-    if not np.all(np.isfinite(y)):
-        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
-    y2 = y.reshape(tree.n_nodes, -1)
+    y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     if variance is None:
         raise DataError("BLUE needs per-node variances; pass variance= (inf for unmeasured nodes)")
     v = np.asarray(variance, dtype=np.float64)
@@ -30,10 +28,13 @@ def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
         v = np.full(tree.n_nodes, float(v))
     if v.shape not in ((tree.n_nodes,), y.shape):
         raise DataError(f"variance must have shape ({tree.n_nodes},) or {y.shape}, got {v.shape}")
-    if np.any(np.isnan(v)) or np.any(v < 0):
+    v2 = np.ascontiguousarray(v.reshape(tree.n_nodes, -1))
+    bad = K.check_values_variances(y2, v2)  # one fused pass, no temporaries
+    if bad == 1:
+        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
+    if bad == 2:
         raise DataError("variances must be non-negative (inf marks an unmeasured node)")
-    v2 = v.reshape(tree.n_nodes, -1)
-    return y, np.ascontiguousarray(y2), np.ascontiguousarray(v2), v.shape
+    return y, y2, v2, v.shape
 
 
 def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:

@@ -3,10 +3,13 @@
     python benchmarks/bench_samplers.py            # n = 2**24 (16.7M draws)
     python benchmarks/bench_samplers.py --quick    # n = 2**20
 
-For each sampler: draws per second with the seeded source (PCG64 words) and with the
-default secure source (os.urandom), and the ratio numpy_rate / hierdp_rate (lower is
-better; the target is <= 3 for the exact discrete Laplace and discrete Gaussian). Every
-rate is the best of three runs.
+First the raw word rates of the three sources (PCG64, the default secure ChaCha20 source,
+os.urandom). Then for each sampler: draws per second with the seeded source (PCG64
+words), the default secure source (``SecureRandom()``, ChaCha20 keyed from os.urandom)
+and the plain os.urandom source (``SecureRandom(method="os")``), each with the ratio
+numpy_rate / hierdp_rate (lower is better; the target is <= 3 for the exact discrete
+Laplace and discrete Gaussian with the default secure source). Every rate is the best of
+three runs.
 numpy baselines (not exact, not private): discrete Laplace as the difference of two
 ``Generator.geometric`` draws, discrete Gaussian as ``rint(Generator.normal)``,
 Laplace as ``Generator.laplace``, Gaussian as ``Generator.normal``.
@@ -15,7 +18,6 @@ Laplace as ``Generator.laplace``, Gaussian as ``Generator.normal``.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import numpy as np
@@ -47,41 +49,41 @@ def main() -> None:
     S.discrete_laplace(3.0, 1000, SeededRandom(0))
     S.discrete_gaussian(3.0, 1000, SeededRandom(0))
 
-    t0 = time.perf_counter()
-    os.urandom(8 * n)
-    urandom_words = n / (time.perf_counter() - t0)
-    print(f"n = {n:,}; os.urandom: {urandom_words / 1e6:.1f} M words/s; "
-          f"PCG64 raw: {_rate(lambda m: np.random.PCG64(0).random_raw(m), n) / 1e6:.1f} M words/s")
-    print(f"{'sampler':34s} {'numpy M/s':>10s} {'seeded M/s':>11s} {'ratio':>6s} {'secure M/s':>11s} {'ratio':>6s}")
+    SecureRandom().words(1000)
+    pcg = _rate(lambda m: np.random.PCG64(0).random_raw(m), n)
+    chacha = _rate(lambda m: SecureRandom().words(m), n)
+    urandom = _rate(lambda m: SecureRandom(method="os").words(m), n)
+    print(f"n = {n:,}; words: PCG64 {pcg / 1e6:.1f} M/s, secure chacha20 {chacha / 1e6:.1f} M/s, "
+          f"secure os.urandom {urandom / 1e6:.1f} M/s")
+    print(f"{'sampler':34s} {'numpy M/s':>10s} {'seeded M/s':>11s} {'ratio':>6s} {'chacha M/s':>11s} {'ratio':>6s}"
+          f" {'os M/s':>11s} {'ratio':>6s}")
+
+    def row(label: str, np_rate: float, fn) -> None:
+        cols = [f"{label:34s} {np_rate / 1e6:10.1f}"]
+        for make in (lambda: SeededRandom(1), SecureRandom, lambda: SecureRandom(method="os")):
+            r = _rate(lambda m: fn(m, make()), n)
+            cols.append(f"{r / 1e6:11.1f} {np_rate / r:6.2f}")
+        print(" ".join(cols), flush=True)
+
     eps = 1.0
     for scale in (0.5, 10.0, 1000.0):
         p = 1 - np.exp(-1 / scale)
-        np_rate = _rate(lambda m: gen.geometric(p, m) - gen.geometric(p, m), n)
         par = S.dlap_params(scale)
-        seeded = _rate(lambda m: S.sample_discrete_laplace(par, m, SeededRandom(1)), n)
-        secure = _rate(lambda m: S.sample_discrete_laplace(par, m, SecureRandom()), n)
-        print(f"{'discrete_laplace scale=' + format(scale, 'g'):34s} {np_rate / 1e6:10.1f} {seeded / 1e6:11.1f} "
-              f"{np_rate / seeded:6.2f} {secure / 1e6:11.1f} {np_rate / secure:6.2f}")
+        row("discrete_laplace scale=" + format(scale, "g"),
+            _rate(lambda m: gen.geometric(p, m) - gen.geometric(p, m), n),
+            lambda m, rng: S.sample_discrete_laplace(par, m, rng))
     for sigma in (0.5, 10.0, 1000.0):
-        np_rate = _rate(lambda m: np.rint(gen.normal(0.0, sigma, m)).astype(np.int64), n)
         par = S.dgauss_params(sigma * sigma)
-        seeded = _rate(lambda m: S.sample_discrete_gaussian(par, m, SeededRandom(1)), n)
-        secure = _rate(lambda m: S.sample_discrete_gaussian(par, m, SecureRandom()), n)
-        print(f"{'discrete_gaussian sigma=' + format(sigma, 'g'):34s} {np_rate / 1e6:10.1f} {seeded / 1e6:11.1f} "
-              f"{np_rate / seeded:6.2f} {secure / 1e6:11.1f} {np_rate / secure:6.2f}")
+        row("discrete_gaussian sigma=" + format(sigma, "g"),
+            _rate(lambda m: np.rint(gen.normal(0.0, sigma, m)).astype(np.int64), n),
+            lambda m, rng: S.sample_discrete_gaussian(par, m, rng))
     zeros = np.zeros(n)
     sens = Sensitivity()
-    np_rate = _rate(lambda m: gen.laplace(0.0, 1 / eps, m), n)
-    seeded = _rate(lambda m: Laplace().sample(zeros[:m], eps, sens, SeededRandom(1)), n)
-    secure = _rate(lambda m: Laplace().sample(zeros[:m], eps, sens, SecureRandom()), n)
-    print(f"{'laplace (grid) eps=1':34s} {np_rate / 1e6:10.1f} {seeded / 1e6:11.1f} {np_rate / seeded:6.2f} "
-          f"{secure / 1e6:11.1f} {np_rate / secure:6.2f}")
+    row("laplace (grid) eps=1", _rate(lambda m: gen.laplace(0.0, 1 / eps, m), n),
+        lambda m, rng: Laplace().sample(zeros[:m], eps, sens, rng))
     rho = 0.5
-    np_rate = _rate(lambda m: gen.normal(0.0, 1.0, m), n)
-    seeded = _rate(lambda m: Gaussian().sample(zeros[:m], rho, sens, SeededRandom(1)), n)
-    secure = _rate(lambda m: Gaussian().sample(zeros[:m], rho, sens, SecureRandom()), n)
-    print(f"{'gaussian (grid) rho=0.5':34s} {np_rate / 1e6:10.1f} {seeded / 1e6:11.1f} {np_rate / seeded:6.2f} "
-          f"{secure / 1e6:11.1f} {np_rate / secure:6.2f}")
+    row("gaussian (grid) rho=0.5", _rate(lambda m: gen.normal(0.0, 1.0, m), n),
+        lambda m, rng: Gaussian().sample(zeros[:m], rho, sens, rng))
 
 
 if __name__ == "__main__":

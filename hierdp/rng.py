@@ -18,8 +18,8 @@ words; ``SecureRandom(method="os")`` keeps the plain ``os.urandom`` path.
 *Why this is a cryptographically secure source.* ChaCha20 is a pseudorandom function
 family: under a uniformly random secret 256-bit key, the map (nonce, counter) -> 64-byte
 block is believed indistinguishable from a truly random function by any feasible
-adversary (no attack on the 20-round cipher beats brute force over the key; it is
-standardised for TLS 1.3 and used in the kernel RNGs of Linux, OpenBSD and FreeBSD). As
+adversary (the best published attacks reach 7 of its 20 rounds; it is standardised for
+TLS 1.3 and drives the random-number generators of Linux, OpenBSD and FreeBSD). As
 long as no (key, nonce, counter) input repeats, the output is therefore
 indistinguishable from independent uniform bits, which is the assumption every DP
 mechanism's privacy proof makes of its randomness (up to a negligible distinguishing
@@ -38,11 +38,12 @@ an attacker who can read the process's memory can read the true counts too.
 
 *Fork safety.* A child process created by ``os.fork`` starts with a copy of the parent's
 memory, key and counter included, and would replay the parent's stream. Two checks
-prevent this: an ``os.register_at_fork`` hook rekeys every live instance in the child
-(and gives it a fresh lock), and every call compares ``os.getpid()`` (and a fork
-generation counter bumped by the hook) with the values recorded at the last rekey,
-rekeying on any change; the second check also covers forks made outside Python's fork
-hooks.
+prevent this: every call compares ``os.getpid()`` with the process id recorded at the
+last rekey and rekeys when it changed; and an ``os.register_at_fork`` hook bumps a fork
+generation counter in the child, which is compared the same way, and gives every live
+instance a fresh lock (one held by a parent thread at the fork would never be released
+in the child). The hook covers a grandchild that happens to reuse the process id of an
+exited grandparent; the pid check covers forks made without Python's fork hooks.
 """
 
 from __future__ import annotations
@@ -167,9 +168,10 @@ class SecureRandom(_WordSource):
         self._fork_generation = _FORK_GENERATION
 
     def _after_fork_in_child(self) -> None:
-        # only the forking thread exists in the child: a fresh lock cannot be held by anyone
+        # Only the forking thread exists in the child, so a fresh lock cannot be held by
+        # anyone (the inherited one may be, by a parent thread that does not exist here).
+        # The bumped fork generation makes the next call rekey.
         self._lock = threading.Lock()
-        self._rekey()
 
     def words(self, size: int) -> np.ndarray:
         size = int(size)
@@ -205,7 +207,7 @@ class SecureRandom(_WordSource):
 
 
 def _bump_fork_generation() -> None:
-    """``os.fork`` hook (child side): every existing ChaCha20 source rekeys."""
+    """``os.fork`` hook (child side): every existing ChaCha20 source rekeys on its next call."""
     global _FORK_GENERATION
     _FORK_GENERATION += 1
     for src in list(_LIVE):

@@ -52,6 +52,7 @@ class Ledger:
     postprocess: list[str] = field(default_factory=list)
     seed: int | None = None
     secure_randomness: bool = True
+    randomness: str = ""  # the source, e.g. "SecureRandom(method='chacha20')"
     notes: list[str] = field(default_factory=list)
     non_private: list[str] = field(default_factory=list)  # reasons this release is not DP (e.g. oracle budget)
     private_notes: dict[str, Any] = field(default_factory=dict)

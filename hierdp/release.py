@@ -223,7 +223,7 @@ def release(
         guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
         rho=guarantee.get("rho"), privacy_unit=privacy_unit, max_contributions=max_contributions,
         mechanism=mech.name, budget_strategy=budget_desc, levels=spends, structure=tree.provenance,
-        postprocess=[pp.name for pp in pps], seed=seed, secure_randomness=bool(rng.secure),
+        postprocess=[pp.name for pp in pps], seed=seed, secure_randomness=bool(rng.secure), randomness=repr(rng),
         notes=list(notes), private_notes=dict(private_notes or {}),
     )
     if reads_true:

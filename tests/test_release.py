@@ -65,6 +65,7 @@ def test_default_randomness_is_secure_and_fresh(tree_and_counts, monkeypatch):
     b = release(tree, x, epsilon=1.0)
     assert calls, "the secure source was not used"
     assert a.ledger.for_publication and a.ledger.secure_randomness
+    assert a.ledger.randomness == "SecureRandom(method='chacha20')"
     assert not np.array_equal(a.measurements.values, b.measurements.values)
 
 

@@ -25,7 +25,9 @@ The declared variance is that of ``g·Z`` (exact); it equals 2b² (resp. σ²) t
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from fractions import Fraction
+from typing import Any
 
 import numba as nb
 import numpy as np
@@ -66,7 +68,43 @@ def _noisy(values: np.ndarray, z: np.ndarray, g: Fraction, mechanism: str) -> np
     return out.reshape(x.shape)
 
 
-class Laplace(Mechanism):
+class _GridMechanism(Mechanism):
+    """Shared grid logic: subclasses give the exact integer sampler on the grid."""
+
+    integer = False
+
+    @abstractmethod
+    def _params(self, budget: float, sensitivity: Sensitivity) -> tuple[Fraction, Any]:
+        """The public grid step g and the discrete sampler's parameters in grid units."""
+
+    @staticmethod
+    @abstractmethod
+    def _discrete_variance(params: Any) -> float:
+        """Exact variance of the discrete noise (in grid units)."""
+
+    @staticmethod
+    @abstractmethod
+    def _discrete_sample(params: Any, size: int, rng: RandomSource) -> np.ndarray:
+        """Exact integer noise draws (in grid units)."""
+
+    def grid(self, budget: float, sensitivity: Sensitivity) -> float:
+        """The public grid step g used at this budget."""
+        return float(self._params(budget, sensitivity)[0])
+
+    def variance(self, budget: float, sensitivity: Sensitivity) -> float:
+        if budget == 0:
+            return math.inf
+        g, p = self._params(budget, sensitivity)
+        return float(g) ** 2 * self._discrete_variance(p)
+
+    def sample(self, values: np.ndarray, budget: float, sensitivity: Sensitivity,
+               rng: RandomSource) -> np.ndarray:
+        g, p = self._params(budget, sensitivity)
+        x = np.asarray(values)
+        return _noisy(x, self._discrete_sample(p, x.size, rng), g, self.name)
+
+
+class Laplace(_GridMechanism):
     """ε-DP Laplace noise with scale Δ₁/ε for real values, on a fine integer grid.
 
     Lemma 13 of Ghazi et al. (2023) (Dwork et al. 2006), computed as grid step ×
@@ -75,7 +113,6 @@ class Laplace(Mechanism):
 
     name = "laplace"
     budget_unit = "epsilon"
-    integer = False
 
     def _params(self, budget: float, sensitivity: Sensitivity):
         eps = self.check_budget(budget)
@@ -83,24 +120,11 @@ class Laplace(Mechanism):
         g = grid_step(float(scale))
         return g, dlap_params(scale / g)
 
-    def grid(self, budget: float, sensitivity: Sensitivity) -> float:
-        """The public grid step g used at this budget."""
-        return float(self._params(budget, sensitivity)[0])
-
-    def variance(self, budget: float, sensitivity: Sensitivity) -> float:
-        if budget == 0:
-            return math.inf
-        g, p = self._params(budget, sensitivity)
-        return float(g) ** 2 * discrete_laplace_variance(p)
-
-    def sample(self, values: np.ndarray, budget: float, sensitivity: Sensitivity,
-               rng: RandomSource) -> np.ndarray:
-        g, p = self._params(budget, sensitivity)
-        x = np.asarray(values)
-        return _noisy(x, sample_discrete_laplace(p, x.size, rng), g, self.name)
+    _discrete_variance = staticmethod(discrete_laplace_variance)
+    _discrete_sample = staticmethod(sample_discrete_laplace)
 
 
-class Gaussian(Mechanism):
+class Gaussian(_GridMechanism):
     """ρ-zCDP Gaussian noise with σ² = Δ₂²/(2ρ) for real values, on a fine integer grid.
 
     Bun & Steinke (2016), Prop. 1.6, computed as grid step × exact discrete Gaussian
@@ -109,7 +133,6 @@ class Gaussian(Mechanism):
 
     name = "gaussian"
     budget_unit = "rho"
-    integer = False
 
     def _params(self, budget: float, sensitivity: Sensitivity):
         rho = self.check_budget(budget)
@@ -117,18 +140,5 @@ class Gaussian(Mechanism):
         g = grid_step(math.sqrt(float(sigma2)))
         return g, dgauss_params(sigma2 / (g * g))
 
-    def grid(self, budget: float, sensitivity: Sensitivity) -> float:
-        """The public grid step g used at this budget."""
-        return float(self._params(budget, sensitivity)[0])
-
-    def variance(self, budget: float, sensitivity: Sensitivity) -> float:
-        if budget == 0:
-            return math.inf
-        g, p = self._params(budget, sensitivity)
-        return float(g) ** 2 * discrete_gaussian_variance(p)
-
-    def sample(self, values: np.ndarray, budget: float, sensitivity: Sensitivity,
-               rng: RandomSource) -> np.ndarray:
-        g, p = self._params(budget, sensitivity)
-        x = np.asarray(values)
-        return _noisy(x, sample_discrete_gaussian(p, x.size, rng), g, self.name)
+    _discrete_variance = staticmethod(discrete_gaussian_variance)
+    _discrete_sample = staticmethod(sample_discrete_gaussian)

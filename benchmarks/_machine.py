@@ -35,3 +35,13 @@ def numpy_floor(n: int, repeat: int = 5) -> float:
         np.multiply(x, 2.0, out=y)
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def best_of(fn, repeat: int):
+    """``(best seconds, last result)`` of ``repeat`` calls of ``fn``."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out

@@ -37,14 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-
-def _best(fn, repeat):
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+from _machine import best_of  # noqa: E402
 
 
 def run_case(kind: str, size: float, queue) -> None:
@@ -75,14 +68,14 @@ def run_case(kind: str, size: float, queue) -> None:
     lv = np.array([mech.variance(1.0 / L, sens) for _ in range(L)])
     y = np.zeros(n)
     var = lv[tree._depth]
-    t_blue, _ = _best(lambda: blue(tree, y, var), 3)
+    t_blue, _ = best_of(lambda: blue(tree, y, var), 3)
     t0 = time.perf_counter()
     ct = class_tree(tree)
     t_classes = time.perf_counter() - t0
-    t_weights, obj = _best(lambda: TreeErrorObjective(tree, prior, tau=10.0, mechanism=mech, sensitivity=sens), 2)
+    t_weights, obj = best_of(lambda: TreeErrorObjective(tree, prior, tau=10.0, mechanism=mech, sensitivity=sens), 2)
     b_eq = np.full(L, 1.0 / L)
-    t_eval1, _ = _best(lambda: obj.mean_square(b_eq), 5)
-    t_sweep, _ = _best(lambda: obj.mean_square(b_eq + np.eye(L) * 0.01), 5)
+    t_eval1, _ = best_of(lambda: obj.mean_square(b_eq), 5)
+    t_sweep, _ = best_of(lambda: obj.mean_square(b_eq + np.eye(L) * 0.01), 5)
     obj.n_evaluations = obj.n_passes = 0
     t0 = time.perf_counter()
     g = greedy_split(obj, 1.0, phases=20)

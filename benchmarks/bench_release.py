@@ -22,17 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _machine import numpy_floor, warm_memory  # noqa: E402
-
-
-def _best(fn, repeat):
-    best = float("inf")
-    out = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+from _machine import best_of, numpy_floor, warm_memory  # noqa: E402
 
 
 def run_case(kind: str, size: float, queue) -> None:
@@ -54,11 +44,11 @@ def run_case(kind: str, size: float, queue) -> None:
     t_struct = time.perf_counter() - t0
     n = tree.n_nodes
     leaves = np.random.default_rng(1).poisson(100, tree.n_leaves)
-    t_agg, counts = _best(lambda: tree.aggregate(leaves), 2)
-    t_rel, res = _best(lambda: release(tree, counts, epsilon=1.0, postprocess=[]), 1)
+    t_agg, counts = best_of(lambda: tree.aggregate(leaves), 2)
+    t_rel, res = best_of(lambda: release(tree, counts, epsilon=1.0, postprocess=[]), 1)
     noisy = res.measurements.values.astype(np.float64)
     var = res.measurements.variance
-    t_blue, _ = _best(lambda: hierdp.postprocess("blue", tree, noisy, variance=var), 3)
+    t_blue, _ = best_of(lambda: hierdp.postprocess("blue", tree, noisy, variance=var), 3)
     floor = numpy_floor(n)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB (ru_maxrss is KiB)
     queue.put(dict(kind=kind, n=n, floor=floor, build=t_build, struct=t_struct, aggregate=t_agg,

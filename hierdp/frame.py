@@ -58,7 +58,8 @@ class Structure:
 
     def locate(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
         """External node id of each row (the deepest node its path reaches), a mask of rows
-        outside the declared domains, and up to 3 example problems (for error messages)."""
+        outside the declared domains, and the kinds of problem found per level (for error
+        messages; they name levels, never values, which come from the private data)."""
         return _locate(self, df, self.levels)
 
 
@@ -298,14 +299,11 @@ def _locate(st: Structure, df: pd.DataFrame, levels: list[str]) -> tuple[np.ndar
         # rows that stop early: allowed only where the node reached is a leaf (ragged trees)
         stop_here = isna & ~bad & (n_children_ext[np.maximum(node, 0)] == 0)
         miss = ~bad & ~stop_here & (found < 0)
-        if miss.any() and len(examples) < 3:
-            for r in np.flatnonzero(miss)[: 3 - len(examples)]:
-                v = col.iloc[r]
-                if pd.isna(v):
-                    examples.append(f"a missing {lo.name!r} value")
-                else:
-                    where = "" if lo.offset == 1 else " under its parent"
-                    examples.append(f"{lo.name}={v!r} (not in the declared domain{where})")
+        if miss.any():
+            what = f"missing {lo.name!r} values" if isna[miss].all() else (
+                f"{lo.name!r} values outside the declared domain" + ("" if lo.offset == 1 else " of their parent"))
+            if what not in examples:
+                examples.append(what)
         bad |= miss
         node = np.where(bad, -1, np.where(stop_here, node, found))
     return node, bad, examples
@@ -394,8 +392,8 @@ class DPTree:
         if bad.any():
             if self.unknown == "raise":
                 raise DataError(
-                    "the data have values outside the declared domains, e.g. " + "; ".join(examples)
-                    + ". Fix the domains, or pass unknown='drop' to drop such rows"
+                    "the data have " + "; ".join(examples) + " (values not shown: they are private; in Python, "
+                    "df.dptree(...).out_of_domain() lists the rows). Fix the domains, or pass unknown='drop' to drop such rows"
                 )
             notes["rows_dropped_out_of_domain"] = int(bad.sum())
         weights = _check_counts(df, self.count) if self.count is not None else None
@@ -423,6 +421,12 @@ class DPTree:
         if self.count is not None:
             return {"privacy_unit": f"one individual counted in column {self.count!r}"}
         return {}
+
+    def out_of_domain(self) -> pd.DataFrame:
+        """NON-PRIVATE diagnostics: the rows of the data that fall outside the declared domains
+        (or lack a level value), for fixing the domains. Never publish them."""
+        _, bad, _ = self._structure.locate(self._df)
+        return self._df[bad]
 
     def true_counts(self) -> np.ndarray:
         """NON-PRIVATE: the exact node counts (external order), for evaluation only."""

@@ -402,6 +402,228 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
 
 
 @_jit
+def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
+    """Two-pass BLUE for one histogram with one variance per node (k = kv = 1), fused with
+    input validation; same estimator and case analysis as :func:`blue_2d` (Dawson et al.
+    2023, Alg. 1 CombineEstimates + Alg. 2).
+
+    Each pass visits the internal nodes ``[0, n1)`` and, for each, its children (every leaf
+    is in the trailing run ``[n1, n)``, so a node is internal iff its index is below n1).
+    The children of ``p`` are ``range(first[p], first[p + 1])`` when ``cidx`` is empty (the
+    parent array is non-decreasing, e.g. breadth-first numbering), else
+    ``cidx[first[p] - 1 : first[p + 1] - 1]`` (the CSR list).
+
+    Pass 1 (bottom-up) sums the children's z into S and their u into U in registers and
+    stores z_p, u_p in ``x[p]``, ``xvar[p]``; a leaf's z, u are read from ``y``, ``var``
+    (z = 0 when var = inf). Pass 2 (top-down) writes the children's estimates
+    x_c = z_c + w_c (x_p - S) and variances u_c - u_c w_c + w_c^2 Var(x_p), w_c = u_c / U.
+    Children carrying no information (u = inf) share the residual in proportion to their
+    leaf counts and keep var inf; if U = 0 the residual is split equally among the
+    (exactly known) children. No scratch arrays: with contiguous children and at least
+    as many leaves as internal nodes, pass 1 parks S and U (or minus the leaf count below
+    uninformative children) in the leaf slots ``n - n1 + p`` of ``x``, ``xvar``, which
+    pass 2 reads before any child write reaches them (``first[p] <= n - n1 + p`` as
+    every internal node has a child); otherwise pass 2 recomputes the sums from the
+    children.
+
+    Returns 0, or 1 if ``y`` has NaN/inf, or 2 if ``var`` has NaN or negative entries
+    (then ``x``, ``xvar`` hold garbage).
+    """
+    n = y.shape[0]
+    inf = np.inf
+    contig = cidx.shape[0] == 0
+    park = contig and n - n1 >= n1
+    off = n - n1
+    acc = 0.0   # y * 0 is NaN exactly for non-finite y
+    bad = 0     # counts NaN or negative variances
+    if n1 == 0:  # a single node, the root, is a leaf
+        acc += y[0] * 0.0
+        bad += not (var[0] >= 0.0)
+        x[0] = 0.0 if var[0] == inf else y[0]
+        xvar[0] = var[0]
+    # ---- pass 1: bottom-up, z -> x[p], u -> xvar[p]
+    for p in range(n1 - 1, -1, -1):
+        S = 0.0
+        U = 0.0
+        cnt = 0.0  # leaves below children with u = inf
+        a = first[p]
+        b = first[p + 1]
+        if contig:
+            for c in range(a, min(b, n1)):  # internal children first, then leaves
+                uc = xvar[c]
+                S += x[c]
+                if uc == inf:
+                    cnt += leafcount[c]
+                else:
+                    U += uc
+            for c in range(max(a, n1), b):
+                zc = y[c]
+                uc = var[c]
+                acc += zc * 0.0
+                bad += not (uc >= 0.0)
+                if uc == inf:
+                    cnt += 1.0
+                else:
+                    S += zc
+                    U += uc
+        else:
+            for j in range(a - 1, b - 1):
+                c = cidx[j]
+                if c >= n1:
+                    zc = y[c]
+                    uc = var[c]
+                    acc += zc * 0.0
+                    bad += not (uc >= 0.0)
+                    if uc == inf:
+                        cnt += 1.0
+                    else:
+                        S += zc
+                        U += uc
+                else:
+                    uc = xvar[c]
+                    S += x[c]
+                    if uc == inf:
+                        cnt += leafcount[c]
+                    else:
+                        U += uc
+        vi = var[p]
+        yi = y[p]
+        acc += yi * 0.0
+        bad += not (vi >= 0.0)
+        if cnt == 0.0 and U > 0.0 and 0.0 < vi < inf:
+            r = 1.0 / (vi + U)
+            zi = (yi * U + S * vi) * r
+            ui = vi * U * r
+        elif vi == inf:
+            zi = S
+            ui = inf if cnt > 0.0 else U
+        elif cnt > 0.0:
+            zi = yi
+            ui = vi
+        elif vi == 0.0:
+            zi = yi
+            ui = 0.0
+        else:  # U == 0: the children determine z exactly
+            zi = S
+            ui = 0.0
+        x[p] = zi
+        xvar[p] = ui
+        if park:
+            x[off + p] = S
+            xvar[off + p] = -cnt if cnt > 0.0 else U
+    if acc != 0.0:
+        return 1
+    if bad:
+        return 2
+    # ---- pass 2: top-down (the root keeps x = z, xvar = u)
+    for p in range(n1):
+        a = first[p]
+        b = first[p + 1]
+        if park:
+            S = x[off + p]
+            U = xvar[off + p]
+            cnt = 0.0
+            if U < 0.0:
+                cnt = -U
+        else:
+            S = 0.0
+            U = 0.0
+            cnt = 0.0
+            for j in range(a, b):
+                c = j if contig else cidx[j - 1]
+                if c >= n1:
+                    uc = var[c]
+                    if uc == inf:
+                        cnt += 1.0
+                    else:
+                        S += y[c]
+                        U += uc
+                else:
+                    uc = xvar[c]
+                    S += x[c]
+                    if uc == inf:
+                        cnt += leafcount[c]
+                    else:
+                        U += uc
+        rp = x[p] - S
+        vp = xvar[p]
+        if cnt == 0.0 and U > 0.0:
+            invU = 1.0 / U
+            if contig:
+                for c in range(a, min(b, n1)):
+                    uc = xvar[c]
+                    w = uc * invU
+                    val = uc - uc * w + w * w * vp
+                    xvar[c] = val if val > 0.0 else 0.0
+                    x[c] = x[c] + w * rp
+                for c in range(max(a, n1), b):
+                    uc = var[c]
+                    w = uc * invU
+                    val = uc - uc * w + w * w * vp
+                    xvar[c] = val if val > 0.0 else 0.0
+                    x[c] = y[c] + w * rp
+            else:
+                for j in range(a - 1, b - 1):
+                    c = cidx[j]
+                    if c >= n1:
+                        zc = y[c]
+                        uc = var[c]
+                    else:
+                        zc = x[c]
+                        uc = xvar[c]
+                    w = uc * invU
+                    val = uc - uc * w + w * w * vp
+                    xvar[c] = val if val > 0.0 else 0.0
+                    x[c] = zc + w * rp
+        elif cnt > 0.0:
+            for j in range(a, b):
+                c = j if contig else cidx[j - 1]
+                if c >= n1:
+                    uc = var[c]
+                    if uc == inf:
+                        x[c] = rp / cnt
+                    else:
+                        x[c] = y[c]
+                    xvar[c] = uc
+                else:
+                    uc = xvar[c]
+                    if uc == inf:
+                        x[c] = x[c] + rp * (leafcount[c] / cnt)
+        else:  # U == 0: every child is known exactly; split the residual equally
+            w = 1.0 / (b - a)
+            for j in range(a, b):
+                c = j if contig else cidx[j - 1]
+                if c >= n1:
+                    x[c] = y[c] + w * rp
+                else:
+                    x[c] = x[c] + w * rp
+                xvar[c] = 0.0
+    return 0
+
+
+def blue_structure(parent, n_children):
+    """Structure arrays for :func:`blue_1d`: ``(n1, first, cidx)`` (see there).
+
+    ``first`` (n1 + 1,) holds 1 + the CSR offsets of the internal nodes' children; ``cidx``
+    is empty when the parent array is non-decreasing (children are contiguous runs), else
+    the CSR child list. int32 when the tree fits, to move fewer bytes.
+    """
+    n = parent.shape[0]
+    idx = np.int32 if n < 2**31 - 1 else np.int64
+    n1 = int(np.count_nonzero(n_children))
+    first = np.empty(n1 + 1, idx)
+    first[0] = 1
+    np.cumsum(n_children[:n1], out=first[1:])
+    first[1:] += 1
+    par = parent[1:]
+    if par.size < 2 or bool(np.all(par[1:] >= par[:-1])):
+        cidx = np.empty(0, idx)
+    else:
+        cidx = (np.argsort(par, kind="stable") + 1).astype(idx)
+    return n1, first, cidx
+
+
+@_jit
 def check_values_variances(y, var):
     """One fused validation pass: 1 if ``y`` has NaN/inf, 2 if ``var`` has NaN or negatives, else 0.
 

@@ -16,7 +16,15 @@ if TYPE_CHECKING:
 __all__ = ["BLUE", "blue"]
 
 
+_BAD_INPUT = {
+    1: "values contain NaN or infinity; mark unmeasured nodes with variance=inf instead",
+    2: "variances must be non-negative (inf marks an unmeasured node)",
+}
+_STRUCT_KEY = "blue.structure"
+
+
 def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
+    """Shape checks; returns ``(y, y2, v2, variance shape)`` with y2, v2 C-contiguous (n, k), (n, kv)."""
     y = np.asarray(values, dtype=np.float64)
     if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
         raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
@@ -29,11 +37,6 @@ def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
     if v.shape not in ((tree.n_nodes,), y.shape):
         raise DataError(f"variance must have shape ({tree.n_nodes},) or {y.shape}, got {v.shape}")
     v2 = np.ascontiguousarray(v.reshape(tree.n_nodes, -1))
-    bad = K.check_values_variances(y2, v2)  # one fused pass, no temporaries
-    if bad == 1:
-        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
-    if bad == 2:
-        raise DataError("variances must be non-negative (inf marks an unmeasured node)")
     return y, y2, v2, v.shape
 
 
@@ -45,12 +48,30 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     variance of each estimate (diagonal of the estimator's covariance). Nodes with
     infinite variance carry no weight; where the data leave a node's value undetermined
     its residual share is split in proportion to leaf counts and its variance is ``inf``.
-    Runs in O(n k) (two passes of a compiled loop).
+    Runs in O(n k) (two passes of a compiled loop; for one histogram with one variance
+    per node, :func:`hierdp._kernels.blue_1d`, which also validates the input).
     """
     y, y2, v2, vshape = _as_2d_pair(tree, values, variance)
-    x = np.empty_like(y2)
-    xv = np.empty_like(v2)
-    K.blue_2d(tree._parent, tree._n_children, tree._leafcount, y2, v2, x, xv)
+    n = tree.n_nodes
+    if y2.shape[1] != 1 or v2.shape[1] != 1:
+        bad = K.check_values_variances(y2, v2)  # one fused pass, no temporaries
+        if bad:
+            raise DataError(_BAD_INPUT[bad])
+        x = np.empty_like(y2)
+        xv = np.empty_like(v2)
+        K.blue_2d(tree._parent, tree._n_children, tree._leafcount, y2, v2, x, xv)
+        return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})
+    st = tree.cache.get(_STRUCT_KEY)  # immutable structure arrays; a racing rebuild is harmless
+    if st is None:
+        st = K.blue_structure(tree._parent, tree._n_children)
+        tree.cache[_STRUCT_KEY] = st
+    n1, first, cidx = st
+    y1, v1 = y2.reshape(n), v2.reshape(n)
+    x = np.empty(n)
+    xv = np.empty(n)
+    bad = K.blue_1d(first, cidx, tree._leafcount, n1, y1, v1, x, xv)
+    if bad:
+        raise DataError(_BAD_INPUT[bad])
     return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})
 
 

@@ -1,0 +1,177 @@
+"""BLUE's one-histogram kernel (``_kernels.blue_1d``, fused validation) against the general
+k-column kernel and hand-computed cases, on every tree layout it distinguishes."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hierdp
+from hierdp import _kernels as K
+from hierdp.errors import DataError
+from hierdp.postprocess.blue import blue
+from tests.helpers import random_parent
+
+
+def _layout(tree):
+    """'park' (contiguous children, >= as many leaves as internal nodes), 'contig' or 'csr'."""
+    n1, first, cidx = K.blue_structure(tree._parent, tree._n_children)
+    if cidx.size:
+        return "csr"
+    return "park" if tree.n_nodes - n1 >= n1 else "contig"
+
+
+def _messy_variances(rng, tree):
+    """Finite, zero and infinite variances, with whole sibling groups unmeasured at times."""
+    n = tree.n_nodes
+    var = rng.uniform(0.1, 10.0, n)
+    u = rng.random(n)
+    var[u < 0.25] = np.inf
+    var[(u >= 0.25) & (u < 0.4)] = 0.0
+    if rng.random() < 0.3:  # all leaves unmeasured or exact
+        leaves = tree._n_children == 0
+        var[leaves] = rng.choice([np.inf, 0.0, 1.0], int(leaves.sum()))
+    return var
+
+
+def _check_against_general(tree, y, var):
+    n = tree.n_nodes
+    fast = blue(tree, y, var)  # (n,) values: the k = 1 kernel
+    # the same column twice goes through the general (n, k) kernel
+    general = blue(tree, np.column_stack([y, y]), var)
+    gx, gv = general.values[:, 0], general.variance
+    assert fast.values.shape == (n,) and fast.variance.shape == (n,)
+    np.testing.assert_array_equal(np.isinf(fast.variance), np.isinf(gv))
+    fin = np.isfinite(gv)
+    np.testing.assert_allclose(fast.variance[fin], gv[fin], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fast.values, gx, rtol=1e-9, atol=1e-9 * (1 + np.abs(gx).max()))
+    assert tree.is_consistent(tree.to_external(fast.values), rtol=1e-9, atol=1e-7 * (1 + np.abs(gx).max()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 50), seed=st.integers(0, 2**32 - 1))
+def test_k1_kernel_equals_general_kernel_on_random_ragged_trees(n, seed):
+    rng = np.random.default_rng(seed)
+    tree = hierdp.Tree.from_parent(random_parent(rng, n))
+    var = _messy_variances(rng, tree)
+    y = rng.normal(0, 20, n)
+    _check_against_general(tree, y, var)
+
+
+@pytest.mark.parametrize("parent, layout", [
+    (None, "park"),                              # complete ternary tree (breadth-first)
+    ([-1, 0, 1, 2, 3], "contig"),                # a path: fewer leaves than internal nodes
+    ([-1, 0, 1, 2, 3, 3], "contig"),             # a branch below a unary chain
+    ([-1, 0, 0, 1, 2, 2, 3, 3, 4, 4], "park"),
+])
+def test_k1_kernel_on_each_layout(parent, layout):
+    rng = np.random.default_rng(7)
+    tree = hierdp.Tree.complete(3, 4) if parent is None else hierdp.Tree.from_parent(parent)
+    assert _layout(tree) == layout
+    for _ in range(50):
+        _check_against_general(tree, rng.normal(0, 20, tree.n_nodes), _messy_variances(rng, tree))
+
+
+def test_random_trees_cover_the_csr_layout():
+    rng = np.random.default_rng(3)
+    seen = set()
+    for _ in range(40):
+        tree = hierdp.Tree.from_parent(random_parent(rng, int(rng.integers(2, 40))))
+        seen.add(_layout(tree))
+        _check_against_general(tree, rng.normal(0, 20, tree.n_nodes), _messy_variances(rng, tree))
+    assert seen == {"csr", "park", "contig"}
+
+
+@pytest.mark.parametrize("var, x, xvar", [
+    # exact root: the residual 1 goes to the children by their variances (1/2 each)
+    ([0.0, 1.0, 1.0], [10.0, 4.5, 5.5], [0.0, 0.5, 0.5]),
+    # exact children: they determine the root
+    ([1.0, 0.0, 0.0], [9.0, 4.0, 5.0], [0.0, 0.0, 0.0]),
+    # all exact but inconsistent: the children split the residual equally
+    ([0.0, 0.0, 0.0], [10.0, 4.5, 5.5], [0.0, 0.0, 0.0]),
+    # one unmeasured child takes the whole residual and keeps infinite variance
+    ([1.0, 1.0, np.inf], [10.0, 4.0, 6.0], [1.0, 1.0, np.inf]),
+    # unmeasured root: plain aggregation
+    ([np.inf, 2.0, 3.0], [9.0, 4.0, 5.0], [5.0, 2.0, 3.0]),
+])
+def test_zero_and_infinite_variances_hand_computed(var, x, xvar):
+    tree = hierdp.Tree.complete(2, 2)
+    y = np.array([10.0, 4.0, 5.0])
+    for values in (y, y[:, None]):
+        est = blue(tree, values, np.array(var))
+        assert est.values.shape == values.shape and est.variance.shape == (3,)
+        np.testing.assert_allclose(est.values.ravel(), x)
+        np.testing.assert_allclose(est.variance, xvar)
+
+
+def test_single_node_tree():
+    tree = hierdp.Tree.from_parent([-1])
+    est = blue(tree, np.array([3.0]), np.array([2.0]))
+    np.testing.assert_array_equal(est.values, [3.0])
+    np.testing.assert_array_equal(est.variance, [2.0])
+    est = blue(tree, np.array([3.0]), np.array([np.inf]))
+    np.testing.assert_array_equal(est.values, [0.0])
+    assert np.isinf(est.variance[0])
+    with pytest.raises(DataError, match="NaN or infinity"):
+        blue(tree, np.array([np.inf]), np.array([1.0]))
+    with pytest.raises(DataError, match="non-negative"):
+        blue(tree, np.array([1.0]), np.array([np.nan]))
+
+
+@pytest.mark.parametrize("tree", [hierdp.Tree.complete(2, 4),                         # park layout
+                                  hierdp.Tree.from_parent([-1, 0, 1, 2, 2]),           # contig
+                                  hierdp.Tree.from_parent([-1, 0, 0, 1, 2, 3, 3, 5])],  # csr
+                         ids=["park", "contig", "csr"])
+@pytest.mark.parametrize("where", ["root", "internal", "leaf"])
+def test_validation_errors_raised_from_the_kernel(tree, where):
+    n = tree.n_nodes
+    internal = np.flatnonzero(tree._n_children > 0)
+    i = {"root": 0, "internal": int(internal[-1]), "leaf": n - 1}[where]
+    for shape in ((n,), (n, 1)):
+        for bad in (np.nan, np.inf, -np.inf):
+            y = np.ones(n)
+            y[i] = bad
+            with pytest.raises(DataError, match="values contain NaN or infinity"):
+                blue(tree, y.reshape(shape), np.ones(n))
+            # an unmeasured node's value must still be finite
+            v = np.ones(n)
+            v[i] = np.inf
+            with pytest.raises(DataError, match="values contain NaN or infinity"):
+                blue(tree, y.reshape(shape), v)
+        for bad in (np.nan, -1.0, -np.inf):
+            v = np.ones(n)
+            v[i] = bad
+            with pytest.raises(DataError, match="variances must be non-negative"):
+                blue(tree, np.ones(shape), v)
+            # both wrong: the values are reported first, as by the general kernel
+            y = np.ones(n)
+            y[0] = np.nan
+            with pytest.raises(DataError, match="values contain NaN or infinity"):
+                blue(tree, y.reshape(shape), v)
+
+
+def test_general_kernel_validation_errors():
+    tree = hierdp.Tree.complete(2, 3)
+    y = np.ones((7, 2))
+    y[3, 1] = np.nan
+    with pytest.raises(DataError, match="values contain NaN or infinity"):
+        blue(tree, y, np.ones(7))
+    v = np.ones((7, 2))
+    v[5, 0] = -2.0
+    with pytest.raises(DataError, match="variances must be non-negative"):
+        blue(tree, np.ones((7, 2)), v)
+
+
+def test_concurrent_calls_on_one_tree_agree():
+    tree = hierdp.Tree.from_parent(random_parent(np.random.default_rng(11), 3000))
+    rng = np.random.default_rng(12)
+    ys = [rng.normal(0, 30, tree.n_nodes) for _ in range(8)]
+    var = _messy_variances(rng, tree)
+    expected = [blue(tree, np.column_stack([y, y]), var).values[:, 0] for y in ys]
+    tree.cache.pop("blue.structure", None)  # threads race to build the structure too
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda y: blue(tree, y, var).values, ys * 4))
+    for j, g in enumerate(got):
+        np.testing.assert_allclose(g, expected[j % 8], rtol=1e-9, atol=1e-7)

@@ -50,6 +50,6 @@ class DPTreeSeriesAccessor:
             levels = names
         elif list(levels) != names:
             raise DataError(f"levels {list(levels)} do not match the index names {names}")
-        value_name = "__count__"
+        value_name = "count" if "count" not in names else "__count__"
         frame = s.rename(value_name).reset_index()
         return DPTree(frame, levels, domains, count=value_name, unknown=unknown, root=root)

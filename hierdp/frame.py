@@ -29,7 +29,10 @@ import pandas as pd
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 from hierdp.tree import Tree
 
-__all__ = ["Structure", "build_structure", "DPTree", "NO_DOMAIN_MESSAGE"]
+__all__ = ["Structure", "build_structure", "DPTree", "NO_DOMAIN_MESSAGE", "RESERVED_COLUMNS"]
+
+#: Output columns of a release table; levels cannot use these names.
+RESERVED_COLUMNS = frozenset({"level", "node", "cell", "estimate", "std", "noisy", "ci_low", "ci_high"})
 
 NO_DOMAIN_MESSAGE = (
     "no domain declared for level {level!r}: the tree's structure must be public, so declare "
@@ -282,6 +285,10 @@ def _check_levels(levels: Any, root: str) -> list[str]:
         raise HierarchyError(f"levels {dup} appear more than once; each level needs its own column")
     if root in levels:
         raise HierarchyError(f"a level is named {root!r}, the name of the root level; rename it or pass root=")
+    clash = [lv for lv in levels if lv in RESERVED_COLUMNS]
+    if clash:
+        raise HierarchyError(f"level {clash[0]!r} has the name of an output column ({', '.join(sorted(RESERVED_COLUMNS))}); "
+                             "rename the column first, e.g. df.rename(columns={...})")
     return levels
 
 
@@ -329,8 +336,10 @@ def _check_counts(df: pd.DataFrame, count: str) -> np.ndarray:
 class DPTree:
     """Private data placed on a public tree; what ``df.dptree(...)`` returns.
 
-    Holds the frame (not copied), the declared structure and how rows count. Nothing is
-    computed from the private data until :meth:`release` (or :meth:`true_counts`).
+    Holds the frame (not copied), the declared structure and how rows count. Building it
+    reads the data only to check the columns and the count column, and for levels whose
+    domain is declared ``"observed"``; counts are computed at :meth:`release` (or by the
+    non-private :meth:`true_counts`).
     """
 
     def __init__(
@@ -448,9 +457,16 @@ class DPTree:
         bound_rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 97) % (1 << 63))
         values, private_notes = self._node_values(bound_rng)
         notes = list(kwargs.pop("notes", ()))
-        if "rows_dropped_out_of_domain" in private_notes:
-            notes.append("rows outside the declared domains were dropped (unknown='drop'); their number is not public")
+        if self.unknown == "drop":
+            # stated whatever the data: whether any row was dropped is itself private
+            notes.append("rows outside the declared domains, if any, were dropped (unknown='drop'); "
+                         "whether and how many is not public")
         for key, value in self.release_defaults().items():
+            if key in ("sensitivity", "max_contributions") and key in kwargs and kwargs[key] != value:
+                from hierdp.errors import PrivacyError
+
+                raise PrivacyError(f"{key} is fixed by df.dptree(..., unit={self.unit!r}, "
+                                   f"max_contributions={self.max_contributions}); do not pass {key}= to release()")
             kwargs.setdefault(key, value)
         return release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
 

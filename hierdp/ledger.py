@@ -55,7 +55,7 @@ class Ledger:
     randomness: str = ""  # the source, e.g. "SecureRandom(method='chacha20')"
     notes: list[str] = field(default_factory=list)
     non_private: list[str] = field(default_factory=list)  # reasons this release is not DP (e.g. oracle budget)
-    private_notes: dict[str, Any] = field(default_factory=dict)
+    private_notes: dict[str, Any] = field(default_factory=dict, repr=False)  # true counts: never rendered
 
     @property
     def for_publication(self) -> bool:

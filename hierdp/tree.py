@@ -169,7 +169,7 @@ class Tree:
                    root: str = "total") -> Tree:
         """The public structure of ``levels`` with their declared ``domains``.
 
-        See :func:`hierdp.frame.build` for the domain forms. Only the structure is
+        See :mod:`hierdp.frame` (``build_structure``) for the domain forms. Only the structure is
         returned; counts are computed by ``df.dptree(...)``.
         """
         from hierdp.frame import build_structure

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hierdp.errors import BudgetError, PrivacyError
 
 __all__ = ["total_budget", "check_epsilon", "check_rho", "check_delta", "zcdp_to_approx_dp",
@@ -34,7 +36,8 @@ _CONVERSIONS = ("bs16", "cks20")
 
 
 def _positive(x: object, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(x) or x <= 0:
         raise BudgetError(f"{name} must be a finite number > 0, got {x!r}")
     return float(x)
 
@@ -51,7 +54,8 @@ def check_rho(rho: object) -> float:
 
 def check_delta(delta: object) -> float:
     """Validate δ: a number strictly between 0 and 1."""
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0 < delta < 1):
+    if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, float, np.integer, np.floating)) \
+            or not (0 < delta < 1):
         raise BudgetError(f"delta must be a number strictly between 0 and 1 (e.g. 1e-9), got {delta!r}")
     return float(delta)
 

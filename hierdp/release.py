@@ -17,7 +17,7 @@ import numpy as np
 from hierdp import registry
 from hierdp.accounting import total_budget
 from hierdp.budgets.base import BudgetStrategy
-from hierdp.errors import BudgetError, DataError, PluginError
+from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError
 from hierdp.ledger import Ledger, LevelSpend
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.postprocess.base import Estimate, PostProcessor
@@ -63,6 +63,12 @@ def resolve_postprocessors(postprocess: Any) -> list[PostProcessor]:
             out.append(registry.create("postprocessor", item["name"], **params))
         else:
             raise PluginError(f"cannot use {item!r} as a post-processor; give a registered name such as 'blue'")
+    for i, pp in enumerate(out):
+        if getattr(pp, "requires_consistent_input", False) and not (i > 0 and out[i - 1].consistent):
+            raise PluginError(
+                f"post-processor {pp.name!r} needs a consistent input (raw measurements are not, and unmeasured "
+                f"levels hold placeholders); put 'blue' (or 'gmc', then 'nonneg' for non-negative counts) before it"
+            )
     return out
 
 
@@ -128,6 +134,24 @@ def resolve_budget(
     if s <= 0:
         raise BudgetError("no level gets any budget; give at least one level a positive budget")
     return alloc, desc, reads_true
+
+
+def _sensitivity(sensitivity: Sensitivity | None, max_contributions: int | None) -> Sensitivity:
+    """The per-level sensitivity; with ``max_contributions=c`` at least ``Sensitivity.bounded(c)``."""
+    if max_contributions is None:
+        return sensitivity or Sensitivity()
+    if isinstance(max_contributions, bool) or not isinstance(max_contributions, (int, np.integer)) \
+            or max_contributions < 1:
+        raise BudgetError(f"max_contributions must be a positive integer, got {max_contributions!r}")
+    bound = Sensitivity.bounded(int(max_contributions))
+    if sensitivity is None:
+        return bound
+    if sensitivity.l1 < bound.l1 or sensitivity.l2 < bound.l2:
+        raise PrivacyError(
+            f"sensitivity {sensitivity} is smaller than max_contributions={max_contributions} allows "
+            f"({bound}); drop one of them or make them agree"
+        )
+    return sensitivity
 
 
 def _budget_value(v: Any, level: str) -> float:
@@ -202,8 +226,14 @@ def release(
     """
     vals = _check_values(tree, values)
     mech = resolve_mechanism(mechanism)
-    sens = sensitivity or Sensitivity()
+    sens = _sensitivity(sensitivity, max_contributions)
     total, guarantee = total_budget(mech.budget_unit, epsilon=epsilon, delta=delta, rho=rho, mechanism=mech.name)
+    if (mech.budget_unit == "rho" and rho is None and epsilon is not None and not isinstance(budget, str)
+            and not isinstance(budget, BudgetStrategy) and not (isinstance(budget, Mapping) and "strategy" in budget)):
+        raise BudgetError(
+            f"per-level values are in the mechanism's unit, rho; with epsilon + delta the total rho is derived "
+            f"(rho = {total:.6g}), so give rho= with per-level rho values, or a budget strategy such as 'equal'"
+        )
     alloc, budget_desc, reads_true = resolve_budget(tree, total, budget, mechanism=mech, sensitivity=sens,
                                                     true_values=vals)
     pps = resolve_postprocessors(postprocess)

@@ -39,11 +39,15 @@ class PostProcessor(ABC):
 
     ``requires_variance``: the post-processor needs per-node variances.
     ``consistent``: its output satisfies parent = sum of children.
+    ``requires_consistent_input``: it must come after a consistent post-processor.
     """
 
     name: ClassVar[str]
     requires_variance: ClassVar[bool] = False
     consistent: ClassVar[bool] = True
+    #: the input must already be consistent (e.g. rounding); a release refuses a chain
+    #: that does not put a consistent post-processor before it
+    requires_consistent_input: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         if params:

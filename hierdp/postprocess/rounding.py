@@ -48,6 +48,7 @@ class ControlledRounding(PostProcessor):
     name = "round"
     requires_variance = False
     consistent = True
+    requires_consistent_input = True
 
     def __init__(self, atol: float = 1e-7) -> None:
         if not 0 <= float(atol) < 0.5:

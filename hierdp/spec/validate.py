@@ -192,7 +192,8 @@ class _Checker:
         if isinstance(pps_raw, list):
             for i, item in enumerate(pps_raw):
                 pps.append(self.plugin(("postprocess", i), item, "postprocessor"))
-        budget = self.budget(levels, root, priv)
+            self.check_postprocess_order(pps)
+        budget = self.budget(levels, root, priv, mech)
         output = self.output()
         evaluate = self.evaluate(priv)
         eps = priv.get("epsilon")
@@ -540,6 +541,21 @@ class _Checker:
         self.check_params(cls, kind, name, params, path + ("params",))
         return name, dict(params)
 
+    def check_postprocess_order(self, pps: list) -> None:
+        """A post-processor that needs a consistent input must follow a consistent one."""
+        from hierdp import registry
+
+        for i, ref in enumerate(pps):
+            if ref is None:
+                continue
+            cls = registry.get("postprocessor", ref[0])
+            if not getattr(cls, "requires_consistent_input", False):
+                continue
+            prev = pps[i - 1] if i > 0 else None
+            if prev is None or not getattr(registry.get("postprocessor", prev[0]), "consistent", False):
+                self.err(("postprocess", i), f"{ref[0]!r} needs a consistent input; put 'blue' (or 'gmc', then "
+                                             "'nonneg' for non-negative counts) before it")
+
     def check_params(self, cls: type, kind: str, name: str, params: dict, path: tuple) -> None:
         schema = getattr(cls, "params_schema", None)
         if isinstance(schema, dict):
@@ -589,10 +605,17 @@ class _Checker:
                            "or privacy.epsilon together with privacy.delta, or use a Laplace mechanism")
 
     # ------------------------------------------------------------------ budget
-    def budget(self, levels: list[LevelSpec], root: str, priv: dict) -> Any:
+    def budget(self, levels: list[LevelSpec], root: str, priv: dict, mech: tuple | None = None) -> Any:
         b = self.data.get("budget", "equal")
         names = [root] + [lv.name for lv in levels]
         total = priv.get("rho") if priv.get("rho") is not None else priv.get("epsilon")
+        if (isinstance(b, dict) and "per_level" in b and mech is not None and priv.get("rho") is None
+                and priv.get("delta") is not None and _mechanism_unit(mech) == "rho"):
+            self.err(("budget", "per_level"), "per-level values are in the mechanism's unit, rho; with "
+                                              "epsilon + delta the total rho is derived, so give privacy.rho "
+                                              "with per-level rho values, or a budget strategy such as 'equal'",
+                     prefer_key=True)
+            return None
         if isinstance(b, str):
             r = self.plugin(("budget",), b, "budget")
             self.warn_oracle(b)
@@ -761,3 +784,8 @@ def _format_of(p: Path) -> str | None:
             return KNOWN_EXTENSIONS[ext]
     return None
 
+
+def _mechanism_unit(mech: tuple) -> str:
+    from hierdp import registry
+
+    return getattr(registry.get("mechanism", mech[0]), "budget_unit", "epsilon")

@@ -741,7 +741,9 @@ def nnls_finish_2d(parent, n1, y, xhat, d, fixed, x):
                 g[i, c] = gi
                 ga[i, c] = gai
             else:
-                if fixed[i - n1, c]:
+                if gai == 0.0:  # no measurement on the leaf's path: the data do not constrain it
+                    v = 0.0
+                elif fixed[i - n1, c]:
                     v = -gi / gai if gi < 0.0 else 0.0
                 else:
                     v = abs(gi) / gai

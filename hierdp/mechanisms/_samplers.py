@@ -53,6 +53,7 @@ from fractions import Fraction
 import numba as nb
 import numpy as np
 
+from hierdp.errors import BudgetError
 from hierdp.rng import RandomSource
 
 __all__ = [
@@ -818,7 +819,9 @@ def dlap_params(scale: float | Fraction) -> DLapParams:
     """
     sc = _as_fraction(scale, "scale")
     if not (Fraction(1, 1 << 30) <= sc <= (1 << 40)):
-        raise ValueError(f"discrete Laplace scale {float(scale):g} is outside [2**-30, 2**40]")
+        raise BudgetError(f"discrete Laplace scale {float(scale):g} (sensitivity / per-level epsilon) is outside the "
+                          "supported [2**-30, 2**40]: choose a per-level epsilon between about 1e-12 and 1e9 "
+                          "times the sensitivity")
     if sc > (1 << PRECISION_BITS):
         return DLapParams(1, math.ceil(sc))
     inv = 1 / sc
@@ -864,7 +867,9 @@ def dgauss_params(sigma2: float | Fraction) -> DGaussParams:
     """
     s2 = _as_fraction(sigma2, "sigma2")
     if not (Fraction(1, 1 << 40) <= s2 <= (1 << 58)):
-        raise ValueError(f"discrete Gaussian variance {float(sigma2):g} is outside [2**-40, 2**58]")
+        raise BudgetError(f"discrete Gaussian variance {float(sigma2):g} (sensitivity² / (2·per-level rho)) is outside "
+                          "the supported [2**-40, 2**58]: choose a per-level rho between about 2e-18 and 5e11 "
+                          "times the squared sensitivity")
     t = math.isqrt(math.floor(s2)) + 1
     sigma = math.sqrt(float(s2))
     j = max(0, 29 - math.floor(math.log2(sigma)))

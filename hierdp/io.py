@@ -109,16 +109,53 @@ def write_release(frame: pd.DataFrame, ledger_json: str, path: str | Path, fmt: 
                   ledger_path: str | Path | None = None) -> tuple[Path, Path]:
     """Write a release table and its ledger JSON; the ledger lands first, the table last.
 
-    Both are staged in temporary files before either is moved into place, so a failure
-    while writing leaves neither a partial table nor a partial ledger.
+    Both are staged (written and synced) in temporary files before either is moved into
+    place. If moving the table fails, the ledger is rolled back (the previous one restored,
+    or the new one removed), so a failure leaves the destination as it was. Only a hard
+    kill between the two renames can leave a new ledger beside the previous table.
     """
     dest = Path(path)
     lpath = Path(ledger_path) if ledger_path is not None else ledger_path_for(dest)
+    for p in (dest, lpath):
+        if p.is_dir():
+            raise DataError(f"cannot write {str(p)!r}: it is a directory; give a file name such as out/release.csv")
     fmt = format_for(dest, fmt)
-    with atomic_path(dest) as tmp_table:
+    with contextlib.ExitStack() as stack:
+        tmp_table = stack.enter_context(_staged(dest))
         _writer(frame, fmt, gzip=dest.name.lower().endswith(".gz"))(tmp_table)
-        write_text(lpath, ledger_json)
+        tmp_ledger = stack.enter_context(_staged(lpath))
+        tmp_ledger.write_text(ledger_json, encoding="utf-8")
+        for tmp in (tmp_table, tmp_ledger):
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        backup = None
+        if lpath.exists():
+            backup = lpath.with_name(f".{lpath.name}.{os.getpid()}.bak")
+            os.link(lpath, backup)  # the previous ledger stays in place until replaced
+            stack.callback(lambda: backup.unlink(missing_ok=True))
+        os.replace(tmp_ledger, lpath)
+        try:
+            os.replace(tmp_table, dest)
+        except BaseException:
+            if backup is not None:
+                os.replace(backup, lpath)
+            else:
+                lpath.unlink(missing_ok=True)
+            raise
     return dest, lpath
+
+
+@contextlib.contextmanager
+def _staged(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path``, removed on exit unless it was moved into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+    finally:
+        tmp_path.unlink(missing_ok=True)
 
 
 def read_table(files: Sequence[str | Path], fmt: str, columns: Sequence[str] | None = None,

@@ -62,3 +62,40 @@ def test_read_table_keeps_leading_zeros_and_concatenates(tmp_path):
     df = read_table([tmp_path / "a.csv", tmp_path / "b.csv"], "csv", columns=["state", "n"],
                     string_columns=["state"])
     assert df["state"].tolist() == ["01", "02"] and df["n"].tolist() == [3, 4]
+
+
+def test_failed_table_move_rolls_the_ledger_back(tmp_path, monkeypatch):
+    import os
+
+    import pandas as pd
+
+    from hierdp import io
+
+    dest = tmp_path / "r.csv"
+    io.write_release(pd.DataFrame({"a": [1]}), '{"old": true}', dest)
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if str(dst) == str(dest):
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        io.write_release(pd.DataFrame({"a": [2]}), '{"new": true}', dest)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (tmp_path / "r.ledger.json").read_text() == '{"old": true}'
+    assert pd.read_csv(dest)["a"].tolist() == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.ledger.json"]  # no temporaries left
+
+
+def test_directory_as_output_is_a_clear_error(tmp_path):
+    import pandas as pd
+
+    from hierdp import io
+    from hierdp.errors import DataError
+
+    (tmp_path / "t.csv").mkdir()
+    with pytest.raises(DataError, match="t.csv' : it is a directory|t.csv': it is a directory"):
+        io.write_release(pd.DataFrame({"a": [1]}), "{}", tmp_path / "t.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]

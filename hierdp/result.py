@@ -55,7 +55,7 @@ class ReleaseResult:
         cols.update(tree.label_columns())
         est = tree.to_internal(self.estimate.values)
         var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
-        noisy_vals = tree.to_internal(self.measurements.values)
+        noisy_vals = self._noisy_internal() if noisy else None
         if est.ndim == 1:
             cols["estimate"] = est
             cols["std"] = np.sqrt(var) if var is not None else np.full(tree.n_nodes, np.nan)
@@ -74,8 +74,25 @@ class ReleaseResult:
             v = var if var.ndim == 2 else np.repeat(var[:, None], k, axis=1)
             rep["std"] = np.sqrt(v).reshape(-1)
         if noisy:
-            rep["noisy"] = noisy_vals.reshape(-1)
+            rep["noisy"] = noisy_vals if isinstance(noisy_vals, pd.api.extensions.ExtensionArray) \
+                else noisy_vals.reshape(-1)
         return rep
+
+    def _noisy_internal(self) -> np.ndarray | pd.arrays.IntegerArray:
+        """Raw measurements (internal order), missing (NaN / <NA>) where a level was not measured."""
+        tree = self.tree
+        vals = tree.to_internal(self.measurements.values)
+        var = self.measurements.variance
+        unmeasured = np.zeros(tree.n_nodes, bool) if var is None else np.isinf(tree.to_internal(var))
+        if unmeasured.ndim > 1:
+            unmeasured = unmeasured.all(axis=1)
+        mask = np.broadcast_to(unmeasured.reshape((-1,) + (1,) * (vals.ndim - 1)), vals.shape)
+        if np.issubdtype(vals.dtype, np.integer):
+            flat = pd.array(vals.reshape(-1), dtype="Int64")
+            flat[mask.reshape(-1)] = pd.NA
+            return flat  # 1-D: (n,) or the (n*k,) cells of the long frame
+        out = np.where(mask, np.nan, vals.astype(np.float64))
+        return out
 
     @cached_property
     def frame(self) -> pd.DataFrame:

@@ -179,3 +179,77 @@ def test_per_node_diagnostics_come_back_in_external_order():
     mv = r.estimate.info["measurement_variance"]
     assert len(set(mv.tolist())) == 3  # one variance per level, so the order matters
     np.testing.assert_array_equal(mv, r.measurements.variance)
+
+
+def test_max_contributions_sets_the_sensitivity(tree_and_counts):
+    tree, x = tree_and_counts
+    r = release(tree, x, epsilon=1.0, max_contributions=5, seed=0)
+    assert {ls.sensitivity_l1 for ls in r.ledger.levels} == {5.0}
+    base = release(tree, x, epsilon=1.0, seed=0)
+    assert r.measurements.variance[0] > 20 * base.measurements.variance[0]
+    from hierdp.mechanisms.base import Sensitivity
+
+    with pytest.raises(hierdp.PrivacyError, match="smaller than max_contributions=5"):
+        release(tree, x, epsilon=1.0, max_contributions=5, sensitivity=Sensitivity())
+
+
+def test_dptree_bound_cannot_be_overridden_at_release():
+    import pandas as pd
+
+    df = pd.DataFrame({"g": ["a", "a", "b"], "pid": [1, 1, 2]})
+    d = df.dptree(levels=["g"], domains="observed", unit="pid", max_contributions=2)
+    with pytest.raises(hierdp.PrivacyError, match="max_contributions is fixed by df.dptree"):
+        d.release(epsilon=1.0, max_contributions=1)
+
+
+def test_round_needs_a_consistent_input_first(tree_and_counts):
+    tree, x = tree_and_counts
+    with pytest.raises(hierdp.PluginError, match="'round' needs a consistent input .*put 'blue'"):
+        release(tree, x, epsilon=1.0, postprocess=["round"])
+    r = release(tree, x, epsilon=1.0, postprocess=["blue", "nonneg", "round"], seed=0)
+    assert r.values.dtype == np.int64 and tree.is_consistent(r.values)
+
+
+def test_per_level_values_with_epsilon_delta_for_rho_mechanisms_are_refused(tree_and_counts):
+    tree, x = tree_and_counts
+    with pytest.raises(hierdp.BudgetError, match="per-level values are in the mechanism's unit, rho"):
+        release(tree, x, epsilon=1.0, delta=1e-9, mechanism="discrete_gaussian", budget=[0.25] * 4)
+
+
+def test_private_notes_never_in_repr_or_public_json():
+    import pandas as pd
+
+    df = pd.DataFrame({"g": ["a", "b", "zz"]})
+    d = df.dptree(levels=["g"], domains={"g": ["a", "b"]}, unknown="drop")
+    r = d.release(epsilon=1.0, seed=0)
+    assert r.ledger.private_notes["rows_dropped_out_of_domain"] == 1
+    for text in (repr(r.ledger), str(r.ledger), r.ledger.to_json()):
+        assert "rows_dropped" not in text
+    # the public note does not depend on whether anything was dropped
+    clean = pd.DataFrame({"g": ["a", "b"]}).dptree(levels=["g"], domains={"g": ["a", "b"]}, unknown="drop")
+    assert clean.release(epsilon=1.0, seed=0).ledger.notes == r.ledger.notes
+
+
+def test_level_names_cannot_shadow_output_columns():
+    import pandas as pd
+
+    df = pd.DataFrame({"estimate": ["a"], "b": ["x"]})
+    with pytest.raises(hierdp.HierarchyError, match="level 'estimate' has the name of an output column"):
+        df.dptree(levels=["estimate", "b"], domains="observed")
+
+
+def test_numpy_scalar_budgets_are_accepted(tree_and_counts):
+    tree, x = tree_and_counts
+    r = release(tree, x, epsilon=np.float32(1.0), seed=0)
+    assert r.ledger.epsilon == 1.0
+
+
+def test_nonneg_on_a_ragged_tree_with_an_unmeasured_path():
+    """A leaf at depth 1 whose path has no measurement (budget only on depth 2) is unconstrained."""
+    import pandas as pd
+
+    df = pd.DataFrame({"state": ["A"] * 5 + ["B"] * 3, "county": ["x", "x", "y", "y", "y", None, None, None]})
+    d = df.dptree(levels=["state", "county"], domains="observed")
+    r = d.release(epsilon=1.0, budget={"county": 1.0}, postprocess=["blue", "nonneg"], seed=0)
+    assert np.all(r.values >= 0) and r.tree.is_consistent(r.values)
+    assert r.estimate.info["converged"]

@@ -8,6 +8,7 @@ hypervisor.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
 
 import numpy as np
@@ -45,3 +46,15 @@ def best_of(fn, repeat: int):
         out = fn()
         best = min(best, time.perf_counter() - t0)
     return best, out
+
+
+def in_fresh_process(target, *args):
+    """Run ``target(*args, queue)`` in a new (spawned) process and return what it puts on
+    the queue; the process's peak memory is then its own."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=target, args=(*args, q))
+    p.start()
+    result = q.get()
+    p.join()
+    return result

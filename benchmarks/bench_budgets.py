@@ -28,7 +28,6 @@ true counts of July-December).
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _machine import best_of  # noqa: E402
+from _machine import best_of, in_fresh_process  # noqa: E402
 
 
 def run_case(kind: str, size: float, queue) -> None:
@@ -205,13 +204,8 @@ def main() -> None:
 
 def speed(quick: bool) -> None:
     cases = [("binary", 14), ("census", 0.01)] if quick else [("binary", 24), ("census", 1.0)]
-    ctx = mp.get_context("spawn")
     for kind, size in cases:
-        q = ctx.Queue()
-        p = ctx.Process(target=run_case, args=(kind, size, q))
-        p.start()
-        r = q.get()
-        p.join()
+        r = in_fresh_process(run_case, kind, size)
         blue_s = r["blue_s"]
         print(f"\n== {r['tree']}: {r['n']:,} nodes, {r['levels']} levels, {r['classes']:,} classes "
               f"({'uniform levels' if r['uniform'] else 'general'})")

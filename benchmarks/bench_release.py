@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _machine import best_of, numpy_floor, warm_memory  # noqa: E402
+from _machine import best_of, in_fresh_process, numpy_floor, warm_memory  # noqa: E402
 
 
 def run_case(kind: str, size: float, queue) -> None:
@@ -69,11 +69,7 @@ def main(argv=None) -> None:
     print(f"warmed guest memory in {time.perf_counter() - t0:.1f} s")
     print(f"{'tree':8} {'nodes':>12} {'floor s':>8} | {'step':16} {'seconds':>8} {'ns/node':>8} {'x floor':>8}")
     for kind, size in cases:
-        q = ctx.Queue()
-        p = ctx.Process(target=run_case, args=(kind, size, q))
-        p.start()
-        r = q.get()
-        p.join()
+        r = in_fresh_process(run_case, kind, size)
         n, floor = r["n"], r["floor"]
         for step in ("build", "struct", "aggregate", "release_measure", "blue"):
             s = r[step]

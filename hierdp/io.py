@@ -55,19 +55,11 @@ def ledger_path_for(path: str | Path) -> Path:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
+    with _staged(dest) as tmp_path:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:  # flush to disk before the rename makes it visible
             os.fsync(fh.fileno())
         os.replace(tmp_path, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
-        raise
 
 
 def atomic_write(path: str | Path, writer: Callable[[Path], Any]) -> Path:

@@ -72,9 +72,8 @@ def test_weighted_gmc_equals_blue_and_dense(n, seed, k, per_cell):
     np.testing.assert_allclose(var, b.variance, rtol=1e-10, atol=1e-12)
     if not per_cell:
         _close(privtrie(tree, y, d), ref)
-        x_dense, v_dense = hierdp.postprocess("dense", tree, tree.to_external(y),
-                                              variance=tree.to_external(d)).values, None
-        _close(tree.to_internal(x_dense), ref)
+        dense = hierdp.postprocess("dense", tree, tree.to_external(y), variance=tree.to_external(d))
+        _close(tree.to_internal(dense.values), ref)
 
 
 def test_per_level_budgets_weighted_gmc_and_stage1_cache():

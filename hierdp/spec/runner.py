@@ -8,7 +8,6 @@ geography) are read in full.
 from __future__ import annotations
 
 import copy
-import math
 import sys
 import warnings
 from collections.abc import Mapping

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
-
-import numpy as np
 
 from hierdp.mechanisms._samplers import (DGaussParams, dgauss_params, discrete_gaussian_variance,
                                          sample_discrete_gaussian)
-from hierdp.mechanisms.base import Mechanism, Sensitivity
-from hierdp.mechanisms.discrete_laplace import as_integer_counts
-from hierdp.rng import RandomSource
+from hierdp.mechanisms.base import Sensitivity
+from hierdp.mechanisms.discrete_laplace import ExactIntegerMechanism
 
 __all__ = ["DiscreteGaussian"]
 
 
-class DiscreteGaussian(Mechanism):
+class DiscreteGaussian(ExactIntegerMechanism):
     """ρ-zCDP integer noise N_Z(0, σ²) with σ² = Δ₂²/(2ρ), Δ₂ the level's L2 sensitivity.
 
     CKS 2020, Theorem 14: adding N_Z(0, σ²) to an integer vector with L2 sensitivity Δ₂
@@ -28,19 +24,10 @@ class DiscreteGaussian(Mechanism):
 
     name = "discrete_gaussian"
     budget_unit = "rho"
-    integer = True
 
     def params(self, budget: float, sensitivity: Sensitivity) -> DGaussParams:
         rho = self.check_budget(budget)
         return dgauss_params(Fraction(sensitivity.l2) ** 2 / (2 * Fraction(rho)))
 
-    def variance(self, budget: float, sensitivity: Sensitivity) -> float:
-        if budget == 0:
-            return math.inf
-        return discrete_gaussian_variance(self.params(budget, sensitivity))
-
-    def sample(self, values: np.ndarray, budget: float, sensitivity: Sensitivity,
-               rng: RandomSource) -> np.ndarray:
-        vals = as_integer_counts(values, self.name)
-        noise = sample_discrete_gaussian(self.params(budget, sensitivity), vals.size, rng)
-        return vals + noise.reshape(vals.shape)
+    _noise_variance = staticmethod(discrete_gaussian_variance)
+    _noise = staticmethod(sample_discrete_gaussian)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +15,7 @@ from hierdp.mechanisms._samplers import (DLapParams, discrete_laplace_variance, 
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.rng import RandomSource
 
-__all__ = ["DiscreteLaplace", "as_integer_counts"]
+__all__ = ["DiscreteLaplace", "ExactIntegerMechanism", "as_integer_counts"]
 
 
 def as_integer_counts(values: np.ndarray, mechanism: str) -> np.ndarray:
@@ -27,7 +29,39 @@ def as_integer_counts(values: np.ndarray, mechanism: str) -> np.ndarray:
     return values.astype(np.int64)
 
 
-class DiscreteLaplace(Mechanism):
+class ExactIntegerMechanism(Mechanism):
+    """Shared logic of mechanisms adding exact integer noise to integer counts: subclasses
+    give the sampler's exact parameters, its variance and its sampler."""
+
+    integer = True
+
+    @abstractmethod
+    def params(self, budget: float, sensitivity: Sensitivity) -> Any:
+        """Exact (rational) parameters of the noise at this budget and sensitivity."""
+
+    @staticmethod
+    @abstractmethod
+    def _noise_variance(params: Any) -> float:
+        """Exact variance of the noise with these parameters."""
+
+    @staticmethod
+    @abstractmethod
+    def _noise(params: Any, size: int, rng: RandomSource) -> np.ndarray:
+        """``size`` exact int64 noise draws."""
+
+    def variance(self, budget: float, sensitivity: Sensitivity) -> float:
+        if budget == 0:
+            return math.inf
+        return self._noise_variance(self.params(budget, sensitivity))
+
+    def sample(self, values: np.ndarray, budget: float, sensitivity: Sensitivity,
+               rng: RandomSource) -> np.ndarray:
+        vals = as_integer_counts(values, self.name)
+        noise = self._noise(self.params(budget, sensitivity), vals.size, rng)
+        return vals + noise.reshape(vals.shape)
+
+
+class DiscreteLaplace(ExactIntegerMechanism):
     """ε-DP integer noise with P(z) ∝ exp(-ε|z|/Δ₁), Δ₁ the level's L1 sensitivity.
 
     The scale Δ₁/ε is rounded *up* (relative change below 2⁻²⁰) to a rational t/s so the
@@ -37,7 +71,6 @@ class DiscreteLaplace(Mechanism):
 
     name = "discrete_laplace"
     budget_unit = "epsilon"
-    integer = True
 
     def params(self, budget: float, sensitivity: Sensitivity) -> DLapParams:
         eps = self.check_budget(budget)
@@ -47,13 +80,5 @@ class DiscreteLaplace(Mechanism):
         """The exact (rational) noise scale used, >= Δ₁/ε."""
         return self.params(budget, sensitivity).scale
 
-    def variance(self, budget: float, sensitivity: Sensitivity) -> float:
-        if budget == 0:
-            return math.inf
-        return discrete_laplace_variance(self.params(budget, sensitivity))
-
-    def sample(self, values: np.ndarray, budget: float, sensitivity: Sensitivity,
-               rng: RandomSource) -> np.ndarray:
-        vals = as_integer_counts(values, self.name)
-        noise = sample_discrete_laplace(self.params(budget, sensitivity), vals.size, rng)
-        return vals + noise.reshape(vals.shape)
+    _noise_variance = staticmethod(discrete_laplace_variance)
+    _noise = staticmethod(sample_discrete_laplace)

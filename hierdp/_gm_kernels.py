@@ -180,6 +180,40 @@ def gmc_39_1d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
     return out
 
 
+@_jit_fast
+def gmc_39_1d_flat(parent, n1, inv_theta, leaf_parent, v, out, work):
+    """:func:`gmc_39_1d` with the leaves visited one by one through their parent index
+    (``leaf_parent[i - n1]``) instead of run by run: no loop whose length changes from one
+    parent to the next, which is faster when sibling runs are short (binary and random
+    fan-out trees). Each parent's leaf children must be adjacent (one run per parent)."""
+    n = v.shape[0]
+    acc = work
+    for i in range(n1):
+        acc[i] = 0.0
+    prev = -1
+    s = 0.0
+    for i in range(n1, n):  # acc[p] = -(sum of p's leaf children), summed in registers
+        p = leaf_parent[i - n1]
+        s = (s if p == prev else 0.0) + v[i]
+        acc[p] = -s
+        prev = p
+    for i in range(n1 - 1, 0, -1):
+        z = (v[i] + acc[i]) * inv_theta[i]
+        acc[i] = z
+        acc[parent[i]] += z - v[i]
+    z = (v[0] + acc[0]) * inv_theta[0]
+    acc[0] = z
+    out[0] = v[0] - z
+    for i in range(1, n1):
+        yf = acc[parent[i]]
+        y = acc[i] + yf * inv_theta[i]
+        acc[i] = y
+        out[i] = v[i] - y + yf
+    for i in range(n1, n):
+        out[i] = v[i] + acc[leaf_parent[i - n1]]
+    return out
+
+
 @_jit
 def gmc_36_2d(parent, n1, w, leaf_starts, leaf_parents, v, out, work):
     """Formula (36): v - M G^-1 (G^-T (M^T v)) with G = G_{T(1)<-T} (Theorem 9 weights).

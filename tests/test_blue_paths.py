@@ -1,5 +1,6 @@
-"""BLUE's one-histogram kernel (``_kernels.blue_1d``, fused validation) against the general
-k-column kernel and hand-computed cases, on every tree layout it distinguishes."""
+"""BLUE's one-histogram kernels (``_kernels.blue_1d`` and ``blue_flat_1d``, fused validation)
+against the general k-column kernel and hand-computed cases, on every tree layout they
+distinguish."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,8 +12,23 @@ from hypothesis import strategies as st
 import hierdp
 from hierdp import _kernels as K
 from hierdp.errors import DataError
+from hierdp.postprocess import blue as B
 from hierdp.postprocess.blue import blue
 from tests.helpers import random_parent
+
+
+@pytest.fixture(params=["per-parent", "flat"])
+def kernel(request, monkeypatch):
+    """Run a test once with each one-histogram kernel chosen for every tree."""
+    monkeypatch.setattr(B, "FLAT_IRREGULARITY", -1.0 if request.param == "flat" else np.inf)
+    build = B._structure
+
+    def fresh(tree):  # trees shared between parameters must not keep the other's choice
+        tree.cache.pop(B._STRUCT_KEY, None)
+        return build(tree)
+
+    monkeypatch.setattr(B, "_structure", fresh)
+    return request.param
 
 
 def _layout(tree):
@@ -66,7 +82,7 @@ def test_k1_kernel_equals_general_kernel_on_random_ragged_trees(n, seed):
     ([-1, 0, 1, 2, 3, 3], "contig"),             # a branch below a unary chain
     ([-1, 0, 0, 1, 2, 2, 3, 3, 4, 4], "park"),
 ])
-def test_k1_kernel_on_each_layout(parent, layout):
+def test_k1_kernel_on_each_layout(parent, layout, kernel):
     rng = np.random.default_rng(7)
     tree = hierdp.Tree.complete(3, 4) if parent is None else hierdp.Tree.from_parent(parent)
     assert _layout(tree) == layout
@@ -74,7 +90,7 @@ def test_k1_kernel_on_each_layout(parent, layout):
         _check_against_general(tree, rng.normal(0, 20, tree.n_nodes), _messy_variances(rng, tree))
 
 
-def test_random_trees_cover_the_csr_layout():
+def test_random_trees_cover_the_csr_layout(kernel):
     rng = np.random.default_rng(3)
     seen = set()
     for _ in range(40):
@@ -96,7 +112,7 @@ def test_random_trees_cover_the_csr_layout():
     # unmeasured root: plain aggregation
     ([np.inf, 2.0, 3.0], [9.0, 4.0, 5.0], [5.0, 2.0, 3.0]),
 ])
-def test_zero_and_infinite_variances_hand_computed(var, x, xvar):
+def test_zero_and_infinite_variances_hand_computed(var, x, xvar, kernel):
     tree = hierdp.Tree.complete(2, 2)
     y = np.array([10.0, 4.0, 5.0])
     for values in (y, y[:, None]):
@@ -106,7 +122,7 @@ def test_zero_and_infinite_variances_hand_computed(var, x, xvar):
         np.testing.assert_allclose(est.variance, xvar)
 
 
-def test_single_node_tree():
+def test_single_node_tree(kernel):
     tree = hierdp.Tree.from_parent([-1])
     est = blue(tree, np.array([3.0]), np.array([2.0]))
     np.testing.assert_array_equal(est.values, [3.0])
@@ -125,7 +141,7 @@ def test_single_node_tree():
                                   hierdp.Tree.from_parent([-1, 0, 0, 1, 2, 3, 3, 5])],  # csr
                          ids=["park", "contig", "csr"])
 @pytest.mark.parametrize("where", ["root", "internal", "leaf"])
-def test_validation_errors_raised_from_the_kernel(tree, where):
+def test_validation_errors_raised_from_the_kernel(tree, where, kernel):
     n = tree.n_nodes
     internal = np.flatnonzero(tree._n_children > 0)
     i = {"root": 0, "internal": int(internal[-1]), "leaf": n - 1}[where]
@@ -164,7 +180,7 @@ def test_general_kernel_validation_errors():
         blue(tree, np.ones((7, 2)), v)
 
 
-def test_concurrent_calls_on_one_tree_agree():
+def test_concurrent_calls_on_one_tree_agree(kernel):
     tree = hierdp.Tree.from_parent(random_parent(np.random.default_rng(11), 3000))
     rng = np.random.default_rng(12)
     ys = [rng.normal(0, 30, tree.n_nodes) for _ in range(8)]
@@ -175,3 +191,70 @@ def test_concurrent_calls_on_one_tree_agree():
         got = list(pool.map(lambda y: blue(tree, y, var).values, ys * 4))
     for j, g in enumerate(got):
         np.testing.assert_allclose(g, expected[j % 8], rtol=1e-9, atol=1e-7)
+
+
+def _flat_direct(tree, y, var):
+    """Run the flat kernel itself: its return code and outputs."""
+    n1 = int(np.count_nonzero(tree._n_children))
+    x, xv, work = np.empty(tree.n_nodes), np.empty(tree.n_nodes), np.empty((n1, 2))
+    code = K.blue_flat_1d(tree._parent, n1, y, var, x, xv, work)
+    return code, x, xv
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(2, 60), seed=st.integers(0, 2**32 - 1), messy=st.booleans())
+def test_flat_kernel_equals_general_kernel(n, seed, messy):
+    """The flat kernel itself (not only blue() with its fallback) on random ragged trees:
+    exact, unmeasured internal nodes are its own cases; unmeasured leaves or exactly known
+    sibling groups make it hand over (code 3)."""
+    rng = np.random.default_rng(seed)
+    tree = hierdp.Tree.from_parent(random_parent(rng, n))
+    y = rng.normal(0, 20, n)
+    var = rng.uniform(0.1, 10.0, n)
+    internal = np.flatnonzero(tree._n_children > 0)
+    if messy:
+        var = _messy_variances(rng, tree)
+    else:  # unmeasured and exact internal nodes, every leaf measured
+        var[internal[rng.random(internal.size) < 0.3]] = np.inf
+        var[internal[rng.random(internal.size) < 0.08]] = 0.0
+    code, x, xv = _flat_direct(tree, y, var)
+    general = blue(tree, np.column_stack([y, y]), var)
+    gx, gv = general.values[:, 0], general.variance
+    if not messy and not np.any(var == 0.0):
+        assert code == 0  # every child carries finite positive information
+    assert code in (0, 3)
+    if code == 0:
+        np.testing.assert_allclose(x, gx, rtol=1e-9, atol=1e-9 * (1 + np.abs(gx).max()))
+        np.testing.assert_allclose(xv, gv, rtol=1e-9, atol=1e-9)
+
+
+def test_flat_kernel_hands_over_on_uninformative_children():
+    tree = hierdp.Tree.complete(2, 3)
+    y = np.arange(7.0)
+    var = np.ones(7)
+    var[5] = np.inf  # an unmeasured leaf: its residual share is split by blue_1d
+    assert _flat_direct(tree, y, var)[0] == 3
+    var = np.ones(7)
+    var[3:5] = 0.0  # both children of node 1 exact: U = 0
+    assert _flat_direct(tree, y, var)[0] == 3
+
+
+def test_irregular_trees_choose_the_flat_kernel():
+    """Dispatch follows the fan-out irregularity; a passed-in internal order whose sibling
+    leaves are not adjacent never gets the flat kernel (it needs them adjacent)."""
+    regular = hierdp.Tree.complete(2, 10)
+    assert B._structure(regular).flat_parent is None
+    rng = np.random.default_rng(5)
+    fan = rng.choice([2, 3, 4, 5], 400)
+    parent = np.concatenate([[-1], np.zeros(399, np.int64), np.repeat(np.arange(1, 400), fan[1:])])
+    irregular = hierdp.Tree.from_parent(parent)
+    assert B._structure(irregular).flat_parent is not None
+    split = hierdp.Tree([-1, 0, 0, 1, 2, 1])  # leaves 3, 5 share parent 1 but are apart
+    B.FLAT_IRREGULARITY, saved = -1.0, B.FLAT_IRREGULARITY
+    try:
+        assert B._structure(split).flat_parent is None
+    finally:
+        B.FLAT_IRREGULARITY = saved
+    y = np.array([10.0, 4.0, 5.0, 1.0, 2.0, 3.0])
+    est = blue(split, y, np.ones(6))
+    assert split.is_consistent(split.to_external(est.values))

@@ -138,6 +138,42 @@ def test_theorem_5_monte_carlo_syndata():
         assert abs(sample.mean() - expected) < 5 * se, (sample.mean(), expected, se)
 
 
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(2, 60), seed=st.integers(0, 2**32 - 1))
+def test_stage2_leaf_kernels_agree(n, seed):
+    """Formula (39) leaves run by run and one by one (both 1-D kernels, whichever the
+    dispatch picks) give the same projection as the dense solve."""
+    from hierdp import _gm_kernels as GK
+
+    rng = np.random.default_rng(seed)
+    tree = _tree(n, seed)
+    y = rng.normal(0, 30, n)
+    ref = dense_projection(tree, y, np.ones(n))
+    st_ = gmc_structure(tree)
+    runs = GK.gmc_39_1d(st_.parent1, st_.n1, st_.inv_theta, st_.leaf_starts, st_.leaf_parents, y,
+                        np.empty(n), np.empty(st_.n1))
+    _close(runs, ref)
+    if st_.leaf_parent is not None:
+        flat = GK.gmc_39_1d_flat(st_.parent1, st_.n1, st_.inv_theta, st_.leaf_parent, y, np.empty(n),
+                                 np.empty(st_.n1))
+        _close(flat, ref)
+
+
+def test_stage2_kernel_choice_follows_sibling_run_length():
+    from hierdp.postprocess import gmc as G
+
+    assert gmc_structure(hierdp.Tree.complete(2, 8)).leaf_parent is not None        # runs of 2
+    wide = hierdp.Tree.from_parent([-1] + [0] * 3 + [1] * 20 + [2] * 20 + [3] * 20)  # runs of 20
+    assert wide.n_leaves / len(gmc_structure(wide).leaf_parents) >= G.SHORT_RUNS
+    assert gmc_structure(wide).leaf_parent is None
+    y = np.random.default_rng(0).normal(0, 5, wide.n_nodes)
+    _close(gmc(wide, y), dense_projection(wide, y, np.ones(wide.n_nodes)))
+    split = hierdp.Tree([-1, 0, 0, 1, 2, 1])  # leaves 3 and 5 share parent 1 but are apart
+    assert gmc_structure(split).leaf_parent is None
+    y = np.array([10.0, 4.0, 5.0, 1.0, 2.0, 3.0])
+    _close(gmc(split, y), dense_projection(split, y, np.ones(6)))
+
+
 def test_stage1_is_cached_and_structure_only():
     tree = hierdp.Tree.complete(2, 4)
     st1 = gmc_structure(tree)

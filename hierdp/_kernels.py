@@ -626,9 +626,10 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
     Pass 1 sums each node's (z, u) into its parent's ``W`` (leaves first: every parent's
     leaf children must be adjacent, as in hierdp's internal order), then finishes the
     internal nodes bottom-up. Pass 2 (top-down) replaces ``W[p]`` by
-    ``a_p = (x_p - S_p) / U_p`` and ``b_p = (1 - Var(x_p) / U_p) / U_p``, so that each child
-    gets ``x_c = z_c + u_c a_p`` and ``Var(x_c) = u_c - u_c^2 b_p`` (Theorem 8's weights
-    ``w_c = u_c / U_p``).
+    ``a_p = (x_p - S_p) / U_p`` and ``1 / U_p``, so that each child gets
+    ``x_c = z_c + u_c a_p`` and ``Var(x_c) = u_c (1 - w_c) + w_c^2 Var(x_p)`` with Theorem 8's
+    weight ``w_c = u_c / U_p`` (a sum of non-negative terms: no cancellation when the
+    parent's own measurement is nearly uninformative).
 
     Returns 0; 1 if ``y`` has NaN/inf; 2 if ``var`` has NaN or negative entries; 3 if some
     internal node has children with no information (a leaf with var = inf) or children
@@ -696,18 +697,20 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
         if c > 0:
             p = par[c]
             u = xvar[c]
+            w = u * W[p, 1]
             x[c] += u * W[p, 0]
-            v = u - u * u * W[p, 1]
+            v = u - u * w + w * w * xvar[p]
             xvar[c] = v if v > 0.0 else 0.0
         invU = 1.0 / W[c, 1]
         W[c, 0] = (x[c] - W[c, 0]) * invU
-        W[c, 1] = invU * (1.0 - invU * xvar[c])
+        W[c, 1] = invU
     # ---- pass 2, leaves
     for i in range(n1, n):
         p = par[i]
         vi = var[i]
+        w = vi * W[p, 1]
         x[i] = y[i] + vi * W[p, 0]
-        v = vi - vi * vi * W[p, 1]
+        v = vi - vi * w + w * w * xvar[p]
         xvar[i] = v if v > 0.0 else 0.0
     return 0
 

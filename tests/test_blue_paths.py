@@ -258,3 +258,4 @@ def test_irregular_trees_choose_the_flat_kernel():
     y = np.array([10.0, 4.0, 5.0, 1.0, 2.0, 3.0])
     est = blue(split, y, np.ones(6))
     assert split.is_consistent(split.to_external(est.values))
+

@@ -108,7 +108,8 @@ def reference_greedy(tree, counts, total, tau, k, gamma):
             xv = tree.to_external(xv)
             lvl = [np.mean(xv[depth == d] / np.maximum(tau, counts[depth == d]) ** 2) for d in range(L)]
             errs.append(np.sqrt(np.mean(lvl)))
-        b[int(np.argmin(errs))] += unit
+        errs = np.array(errs)
+        b[int(np.flatnonzero(errs <= errs.min() * (1 + 1e-12))[0])] += unit  # ties: nearest the root
     return b
 
 
@@ -262,3 +263,19 @@ def test_parameter_errors():
     with pytest.raises(BudgetError, match="NaN"):
         hierdp.budgets.Greedy(prior=np.full(t.n_nodes, np.nan)).allocate(t, 1.0, mechanism=MECH,
                                                                           sensitivity=SENS)
+
+
+def test_greedy_ties_up_to_rounding_go_to_the_level_nearest_the_root():
+    """Scores equal up to rounding (1e-12 relative) are ties: the shallowest level wins,
+    whatever order rounding happens to put them in."""
+
+    class Scores:
+        def __init__(self, tree, scores):
+            self.tree, self.scores = tree, np.asarray(scores, float)
+
+        def mean_square(self, cand):
+            return self.scores.copy()
+
+    t = Tree.complete(2, 3)
+    assert np.argmax(greedy_split(Scores(t, [2.0, 1.0 + 1e-15, 1.0]), 1.0, phases=1)) == 1
+    assert np.argmax(greedy_split(Scores(t, [2.0, 1.0 + 1e-9, 1.0]), 1.0, phases=1)) == 2

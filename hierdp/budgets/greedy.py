@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Greedy", "GreedyOracle", "greedy_split"]
 
+_TIE_RTOL = 1e-12
+
 
 def greedy_split(objective: TreeErrorObjective, total: float, *, phases: int = 20,
                  gamma: float = 1e-5) -> np.ndarray:
@@ -31,7 +33,8 @@ def greedy_split(objective: TreeErrorObjective, total: float, *, phases: int = 2
     ``phases`` equal units, each to the level whose increase gives the lowest RMSRE_τ(T).
 
     All d+1 candidates of a phase are scored in one sweep of the variance kernel. Ties
-    go to the level nearest the root. (The paper starts from γ·ε/d per level; we use
+    (scores within a relative 1e-12, i.e. equal up to rounding) go to the level nearest
+    the root. (The paper starts from γ·ε/d per level; we use
     d+1 so that the split sums to exactly ``total``.) Returns budgets in depth order.
     """
     L = objective.tree.n_levels
@@ -41,7 +44,8 @@ def greedy_split(objective: TreeErrorObjective, total: float, *, phases: int = 2
     for _ in range(phases):
         cand = b + eye
         err = objective.mean_square(cand)
-        b = cand[int(np.argmin(err))]
+        # candidates equal up to rounding are ties (levels the tree treats symmetrically)
+        b = cand[int(np.flatnonzero(err <= err.min() * (1.0 + _TIE_RTOL))[0])]
     return b * (total / b.sum())
 
 

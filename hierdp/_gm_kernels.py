@@ -445,37 +445,40 @@ def _select_kth_smallest(a, lo, hi, kth):
     return a[target]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _round_up_largest_small(frac, base, nc, D):
+    """:func:`_round_up_largest` for a few children: rank directly, without branches (the
+    comparisons of fractional parts are coin flips for the branch predictor). Inlined: a
+    call passing arrays costs reference counting, more than the work for 2-16 children."""
+    for t in range(nc):
+        ft = frac[t]
+        rank = 0
+        for q in range(nc):
+            fq = frac[q]
+            rank += (fq > ft) | ((fq == ft) & (q < t))
+        base[t] += (ft > 0.0) & (rank < D)
+
+
 @_jit
 def _round_up_largest(frac, base, nc, D, counts, members):
-    """Add 1 to ``base[t]`` for the D largest ``frac[t]`` (ties: lowest t first), O(nc).
+    """Add 1 to ``base[t]`` for the D largest ``frac[t]`` (ties: lowest t first), O(nc);
+    ``0 <= D <=`` the number of positive fractions.
 
     Small groups rank directly; larger ones bucket the fractions (in [0, 1)) into
     ``B ~ nc`` buckets, take every bucket above the one holding the D-th largest, and rank
     only the few members of that boundary bucket.
     """
     if nc <= 16:
-        for t in range(nc):
-            ft = frac[t]
-            if ft <= 0.0:
-                continue
-            rank = 0
-            for q in range(nc):
-                fq = frac[q]
-                if fq > ft or (fq == ft and q < t):
-                    rank += 1
-            if rank < D:
-                base[t] += 1
+        _round_up_largest_small(frac, base, nc, D)
         return
     B = nc if nc < 1024 else 1024
     for b in range(B):
         counts[b] = 0
-    for t in range(nc):
+    for t in range(nc):  # branch-free: fractional parts are random
         ft = frac[t]
-        if ft > 0.0:
-            b = int(ft * B)
-            if b >= B:
-                b = B - 1
-            counts[b] += 1
+        b = int(ft * B)
+        b = b if b < B else B - 1
+        counts[b] += ft > 0.0
     above = 0
     bb = B - 1
     while bb >= 0 and above + counts[bb] < D:
@@ -485,16 +488,12 @@ def _round_up_largest(frac, base, nc, D, counts, members):
     m = 0
     for t in range(nc):
         ft = frac[t]
-        if ft <= 0.0:
-            continue
+        pos = ft > 0.0
         b = int(ft * B)
-        if b >= B:
-            b = B - 1
-        if b > bb:
-            base[t] += 1
-        elif b == bb:
-            members[m] = t
-            m += 1
+        b = b if b < B else B - 1
+        base[t] += pos & (b > bb)
+        members[m] = t
+        m += pos & (b == bb)
     if m > 32:  # many ties or clustered fractions: a stable sort of the boundary bucket
         fm = np.empty(m)
         for a in range(m):
@@ -510,10 +509,8 @@ def _round_up_largest(frac, base, nc, D, counts, members):
         for q in range(m):
             u = members[q]
             fq = frac[u]
-            if fq > ft or (fq == ft and u < t):
-                rank += 1
-        if rank < need:
-            base[t] += 1
+            rank += (fq > ft) | ((fq == ft) & (u < t))
+        base[t] += rank < need
 
 
 @_jit
@@ -569,23 +566,24 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
                 frac[t] = f
                 tot += base[t]
             D = out[i, c] - tot
-            if D > 0:
-                if D < nfrac:
+            if 0 <= D <= nfrac:  # always, for consistent input: one predictable branch
+                if nc <= 16:
+                    _round_up_largest_small(frac, base, nc, D)
+                elif D > 0:
                     _round_up_largest(frac, base, nc, D, counts, members)
-                else:
-                    # all fractional children go up; spread any rest evenly
-                    for t in range(nc):
-                        if frac[t] > 0.0:
-                            base[t] += 1
-                    rest = D - nfrac
-                    if rest > 0:
-                        q = rest // nc
-                        rem = rest - q * nc
-                        for t in range(nc):
-                            base[t] += q
-                            if t < rem:
-                                base[t] += 1
-            elif D < 0:
+            elif D > 0:
+                # all fractional children go up; spread the rest evenly
+                for t in range(nc):
+                    if frac[t] > 0.0:
+                        base[t] += 1
+                rest = D - nfrac
+                q = rest // nc
+                rem = rest - q * nc
+                for t in range(nc):
+                    base[t] += q
+                    if t < rem:
+                        base[t] += 1
+            else:
                 need = -D
                 while need > 0:
                     # take one unit from each positive child in turn

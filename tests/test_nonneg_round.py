@@ -186,14 +186,18 @@ def test_release_chain_blue_nonneg_round():
     assert tree.is_consistent(v, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("nc", [5, 40, 700, 3000])
+@pytest.mark.parametrize("nc", [2, 5, 16, 17, 40, 700, 3000])
 @pytest.mark.parametrize("ties", [False, True])
-def test_round_gives_the_units_to_the_largest_fractions(nc, ties):
+@pytest.mark.parametrize("integral", [0.0, 0.3])
+def test_round_gives_the_units_to_the_largest_fractions(nc, ties, integral):
     """A star: the root's rounding surplus goes to the children with the largest fractional
-    parts, ties to the lowest index (a sort-based reference)."""
+    parts, ties to the lowest index (a sort-based reference); integral children keep their
+    value. Sizes cover direct ranking (<= 16), buckets, and sorted boundary buckets."""
     rng = np.random.default_rng(nc)
     tree = hierdp.Tree.from_parent(np.r_[-1, np.zeros(nc, np.int64)])
     kids = np.floor(rng.exponential(3, nc)) + (np.full(nc, 0.5) if ties else rng.random(nc))
+    whole = rng.random(nc) < integral
+    kids[whole] = np.floor(kids[whole])
     x = np.r_[kids.sum(), kids]
     r = controlled_round(tree, x)
     D = int(np.floor(x[0] + 0.5)) - int(np.floor(kids).sum())

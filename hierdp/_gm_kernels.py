@@ -145,6 +145,25 @@ def gmc_39_2d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
     return out
 
 
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _gmc_39_internal(parent, n1, inv_theta, v, out, acc):
+    """The non-leaf part of formula (39) for one histogram (n1 >= 1), shared by the 1-D
+    kernels: ``acc`` enters holding minus the sum of each node's leaf children; bottom-up
+    it becomes z, top-down y, and ``out[:n1]`` is written."""
+    for i in range(n1 - 1, 0, -1):
+        z = (v[i] + acc[i]) * inv_theta[i]
+        acc[i] = z
+        acc[parent[i]] += z - v[i]
+    z = (v[0] + acc[0]) * inv_theta[0]
+    acc[0] = z
+    out[0] = v[0] - z
+    for i in range(1, n1):
+        yf = acc[parent[i]]
+        y = acc[i] + yf * inv_theta[i]
+        acc[i] = y
+        out[i] = v[i] - y + yf
+
+
 @_jit_fast
 def gmc_39_1d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
     """1-D specialisation of :func:`gmc_39_2d` (same formula (39))."""
@@ -157,19 +176,8 @@ def gmc_39_1d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
         for i in range(leaf_starts[r], leaf_starts[r + 1]):
             s += v[i]
         acc[leaf_parents[r]] -= s
-    for i in range(n1 - 1, 0, -1):
-        z = (v[i] + acc[i]) * inv_theta[i]
-        acc[i] = z
-        acc[parent[i]] += z - v[i]
     if n1 > 0:
-        z = (v[0] + acc[0]) * inv_theta[0]
-        acc[0] = z
-        out[0] = v[0] - z
-    for i in range(1, n1):
-        yf = acc[parent[i]]
-        y = acc[i] + yf * inv_theta[i]
-        acc[i] = y
-        out[i] = v[i] - y + yf
+        _gmc_39_internal(parent, n1, inv_theta, v, out, acc)
     for r in range(leaf_parents.shape[0]):
         yf = acc[leaf_parents[r]]
         for i in range(leaf_starts[r], leaf_starts[r + 1]):
@@ -197,18 +205,7 @@ def gmc_39_1d_flat(parent, n1, inv_theta, leaf_parent, v, out, work):
         s = (s if p == prev else 0.0) + v[i]
         acc[p] = -s
         prev = p
-    for i in range(n1 - 1, 0, -1):
-        z = (v[i] + acc[i]) * inv_theta[i]
-        acc[i] = z
-        acc[parent[i]] += z - v[i]
-    z = (v[0] + acc[0]) * inv_theta[0]
-    acc[0] = z
-    out[0] = v[0] - z
-    for i in range(1, n1):
-        yf = acc[parent[i]]
-        y = acc[i] + yf * inv_theta[i]
-        acc[i] = y
-        out[i] = v[i] - y + yf
+    _gmc_39_internal(parent, n1, inv_theta, v, out, acc)
     for i in range(n1, n):
         out[i] = v[i] + acc[leaf_parent[i - n1]]
     return out

@@ -19,6 +19,8 @@ number kept out of the public ledger).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -374,6 +376,7 @@ class DPTree:
         self.unit = unit
         self.max_contributions = max_contributions
         self.unknown = unknown
+        self._spent: list[dict[str, Any]] = []  # the public guarantee of each release so far
         self._structure = build_structure(df, self.levels, domains, root=root)
         if count is not None:
             _check_counts(df, count)
@@ -441,6 +444,30 @@ class DPTree:
         """NON-PRIVATE: the exact node counts (external order), for evaluation only."""
         return self._node_values()[0]
 
+    def _check_release_keywords(self, kwargs: dict[str, Any]) -> None:
+        """How rows count is fixed when the DPTree is built: a release may declare a larger
+        sensitivity (conservative), never a smaller one, and may not restate the bound or
+        the privacy unit (PrivacyError)."""
+        from hierdp.errors import PrivacyError
+        from hierdp.mechanisms.base import Sensitivity
+
+        implied = self.release_defaults()
+        how = (f"df.dptree(..., unit={self.unit!r}, max_contributions={self.max_contributions})"
+               if self.unit is not None else "df.dptree(...)")
+        floor = implied.get("sensitivity", Sensitivity())  # one row (or one counted individual) = 1
+        s = kwargs.get("sensitivity")
+        if s is not None:
+            if not isinstance(s, Sensitivity):
+                raise PrivacyError(f"sensitivity must be a hierdp Sensitivity, got {type(s).__name__}")
+            if s.l1 < floor.l1 or s.l2 < floor.l2 or s.linf < floor.linf:
+                raise PrivacyError(f"sensitivity {s} is smaller than one privacy unit can change a level "
+                                   f"({floor}, fixed by {how}); pass a larger one or none")
+        for key in ("max_contributions", "privacy_unit"):
+            if key in kwargs and kwargs[key] != implied.get(key):
+                fix = ("bound rows per unit with df.dptree(..., unit='column', max_contributions=c)"
+                       if key == "max_contributions" else f"it follows from {how}")
+                raise PrivacyError(f"{key} is not a release() option for a DPTree: {fix}")
+
     def release(self, epsilon: float | None = None, **kwargs: Any):
         """Release the counts privately; keywords as :func:`hierdp.release.release`.
 
@@ -461,14 +488,32 @@ class DPTree:
             # stated whatever the data: whether any row was dropped is itself private
             notes.append("rows outside the declared domains, if any, were dropped (unknown='drop'); "
                          "whether and how many is not public")
+        self._check_release_keywords(kwargs)
         for key, value in self.release_defaults().items():
-            if key in ("sensitivity", "max_contributions") and key in kwargs and kwargs[key] != value:
-                from hierdp.errors import PrivacyError
-
-                raise PrivacyError(f"{key} is fixed by df.dptree(..., unit={self.unit!r}, "
-                                   f"max_contributions={self.max_contributions}); do not pass {key}= to release()")
             kwargs.setdefault(key, value)
-        return release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
+        result = release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
+        led = result.ledger
+        self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
+        if len(self._spent) > 1:
+            led.notes.append(f"release {len(self._spent)} of the same data (this DPTree): together they spend "
+                             f"{self.spent_text()} under basic composition")
+        return result
+
+    @property
+    def releases(self) -> list[dict[str, Any]]:
+        """The public guarantee (epsilon, delta, rho) of each release made from this DPTree."""
+        return [dict(r) for r in self._spent]
+
+    def spent_text(self) -> str:
+        """What the releases of this DPTree spend together (basic composition), as text."""
+        parts = []
+        for key in ("epsilon", "delta", "rho"):
+            # zCDP releases are counted in rho (the epsilon they state is a conversion)
+            vals = [r[key] for r in self._spent
+                    if r[key] is not None and not (key == "epsilon" and r["guarantee"] == "zcdp")]
+            if vals:
+                parts.append(f"{key}={math.fsum(vals):.6g}")
+        return ", ".join(parts) if parts else "nothing"
 
     def __repr__(self) -> str:
         t = self.tree

@@ -196,10 +196,40 @@ def test_max_contributions_sets_the_sensitivity(tree_and_counts):
 def test_dptree_bound_cannot_be_overridden_at_release():
     import pandas as pd
 
+    from hierdp.mechanisms.base import Sensitivity
+
     df = pd.DataFrame({"g": ["a", "a", "b"], "pid": [1, 1, 2]})
     d = df.dptree(levels=["g"], domains="observed", unit="pid", max_contributions=2)
-    with pytest.raises(hierdp.PrivacyError, match="max_contributions is fixed by df.dptree"):
+    with pytest.raises(hierdp.PrivacyError, match="max_contributions is not a release.. option for a DPTree"):
         d.release(epsilon=1.0, max_contributions=1)
+    with pytest.raises(hierdp.PrivacyError, match="sensitivity .* is smaller than one privacy unit"):
+        d.release(epsilon=1.0, sensitivity=Sensitivity.bounded(1))
+    with pytest.raises(hierdp.PrivacyError, match="privacy_unit is not a release.. option"):
+        d.release(epsilon=1.0, privacy_unit="one household")
+    r = d.release(epsilon=1.0, sensitivity=Sensitivity.bounded(3), seed=1)  # larger: conservative
+    assert r.ledger.max_contributions == 2
+
+
+@pytest.mark.parametrize("kind", ["records", "counts"])
+def test_dptree_without_unit_refuses_a_smaller_sensitivity_or_an_unenforced_bound(kind):
+    """Without unit=, one row (or one counted individual) changes a level by 1: a release
+    may not declare less, nor claim a contribution bound or privacy unit it never applied."""
+    import pandas as pd
+
+    from hierdp.mechanisms.base import Sensitivity
+
+    df = pd.DataFrame({"g": ["a"] * 5 + ["b"], "pid": [1] * 5 + [2], "n": [3] * 6})
+    d = df.dptree(levels=["g"], domains={"g": ["a", "b"]}, **({"count": "n"} if kind == "counts" else {}))
+    with pytest.raises(hierdp.PrivacyError, match="smaller than one privacy unit can change a level"):
+        d.release(epsilon=1.0, sensitivity=Sensitivity(l1=1e-3, l2=1e-3))
+    with pytest.raises(hierdp.PrivacyError, match="max_contributions is not a release.. option.*unit='column'"):
+        d.release(epsilon=1.0, max_contributions=1)
+    with pytest.raises(hierdp.PrivacyError, match="privacy_unit is not a release.. option"):
+        d.release(epsilon=1.0, privacy_unit="one value of column 'pid'")
+    with pytest.raises(hierdp.PrivacyError, match="must be a hierdp Sensitivity"):
+        d.release(epsilon=1.0, sensitivity=0.001)
+    r = d.release(epsilon=1.0, sensitivity=Sensitivity.bounded(2), seed=3)
+    assert [lv.sensitivity_l1 for lv in r.ledger.levels] == [2.0, 2.0]
 
 
 def test_round_needs_a_consistent_input_first(tree_and_counts):
@@ -253,3 +283,19 @@ def test_nonneg_on_a_ragged_tree_with_an_unmeasured_path():
     r = d.release(epsilon=1.0, budget={"county": 1.0}, postprocess=["blue", "nonneg"], seed=0)
     assert np.all(r.values >= 0) and r.tree.is_consistent(r.values)
     assert r.estimate.info["converged"]
+
+
+def test_repeated_releases_of_one_dptree_state_their_total_spend():
+    """Every release of the same data spends budget again: from the second one on, the
+    ledger says how much the releases spend together (basic composition)."""
+    import pandas as pd
+
+    d = pd.DataFrame({"g": ["a"] * 5 + ["b"]}).dptree(levels=["g"], domains={"g": ["a", "b"]})
+    r1 = d.release(epsilon=1.0, seed=1)
+    r2 = d.release(epsilon=0.5, seed=2)
+    r3 = d.release(rho=0.1, mechanism="discrete_gaussian", seed=3)
+    assert not any("same data" in n for n in r1.ledger.notes)
+    assert "release 2 of the same data (this DPTree): together they spend epsilon=1.5 " in " ".join(r2.ledger.notes)
+    assert "together they spend epsilon=1.5, rho=0.1 under basic composition" in " ".join(r3.ledger.notes)
+    assert [r["guarantee"] for r in d.releases] == ["pure", "pure", "zcdp"]
+    assert "same data" in r3.ledger.to_json()

@@ -20,7 +20,8 @@ import pandas as pd
 
 from hierdp.errors import DataError, MissingDependencyError
 
-__all__ = ["atomic_path", "atomic_write", "write_table", "write_text", "write_release", "read_table",
+__all__ = ["atomic_path", "atomic_write", "atomic_write_all", "write_table", "write_text", "write_release",
+           "read_table",
            "ledger_path_for", "format_for"]
 
 FORMATS = ("csv", "parquet")
@@ -99,50 +100,90 @@ def write_table(frame: pd.DataFrame, path: str | Path, fmt: str | None = None) -
 
 def write_release(frame: pd.DataFrame, ledger_json: str, path: str | Path, fmt: str | None = None,
                   ledger_path: str | Path | None = None) -> tuple[Path, Path]:
-    """Write a release table and its ledger JSON; the ledger lands first, the table last.
-
-    Both are staged (written and synced) in temporary files before either is moved into
-    place. If moving the table fails, the ledger is rolled back (the previous one restored,
-    or the new one removed), so a failure leaves the destination as it was. Only a hard
-    kill between the two renames can leave a new ledger beside the previous table.
-    """
+    """Write a release table and its ledger JSON; the ledger lands first, the table last
+    (see :func:`atomic_write_all`: a failure leaves both destinations as they were)."""
     dest = Path(path)
     lpath = Path(ledger_path) if ledger_path is not None else ledger_path_for(dest)
-    for p in (dest, lpath):
-        if p.is_dir():
-            raise DataError(f"cannot write {str(p)!r}: it is a directory; give a file name such as out/release.csv")
+    if dest.resolve() == lpath.resolve():
+        raise DataError(f"the ledger would overwrite the table {str(dest)!r}; give the ledger its own file "
+                        f"(default: {ledger_path_for(dest).name})")
     fmt = format_for(dest, fmt)
+    atomic_write_all([(lpath, lambda tmp: tmp.write_text(ledger_json, encoding="utf-8")),
+                      (dest, _writer(frame, fmt, gzip=dest.name.lower().endswith(".gz")))])
+    return dest, lpath
+
+
+def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) -> list[Path]:
+    """Write several files as one: every ``writer(tmp)`` runs (and is synced) before any
+    destination is touched, then the files are moved into place in order. If a move fails,
+    the files already moved are rolled back (their previous content restored, or removed),
+    so a failure leaves every destination as it was. Only a hard kill between two renames
+    can leave some files new and others old."""
+    dests = [Path(p) for p, _ in items]
+    if len({d.resolve() for d in dests}) != len(dests):
+        raise DataError("two outputs share one path: " + ", ".join(str(d) for d in dests))
+    for d in dests:
+        if d.is_dir():
+            raise DataError(f"cannot write {str(d)!r}: it is a directory; give a file name such as out/release.csv")
     with contextlib.ExitStack() as stack:
-        tmp_table = stack.enter_context(_staged(dest))
-        _writer(frame, fmt, gzip=dest.name.lower().endswith(".gz"))(tmp_table)
-        tmp_ledger = stack.enter_context(_staged(lpath))
-        tmp_ledger.write_text(ledger_json, encoding="utf-8")
-        for tmp in (tmp_table, tmp_ledger):
+        staged = []
+        for d, (_, writer) in zip(dests, items):
+            tmp = stack.enter_context(_staged(d))
+            writer(tmp)
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
-        backup = None
-        if lpath.exists():
-            backup = lpath.with_name(f".{lpath.name}.{os.getpid()}.bak")
-            os.link(lpath, backup)  # the previous ledger stays in place until replaced
-            stack.callback(lambda: backup.unlink(missing_ok=True))
-        os.replace(tmp_ledger, lpath)
+            staged.append(tmp)
+        done: list[tuple[Path, Path | None]] = []
         try:
-            os.replace(tmp_table, dest)
+            for d, tmp in zip(dests, staged):
+                backup = None
+                if d.exists():
+                    backup = d.with_name(f".{d.name}.{os.getpid()}.bak")
+                    os.link(d, backup)  # the previous file stays in place until replaced
+                    stack.callback(backup.unlink, missing_ok=True)
+                os.replace(tmp, d)
+                done.append((d, backup))
         except BaseException:
-            if backup is not None:
-                os.replace(backup, lpath)
-            else:
-                lpath.unlink(missing_ok=True)
+            for d, backup in reversed(done):
+                if backup is not None:
+                    os.replace(backup, d)
+                else:
+                    d.unlink(missing_ok=True)
             raise
-    return dest, lpath
+    return dests
+
+
+def _new_file_mode(path: Path) -> int:
+    """Permissions for a file written to ``path``: those of the file it replaces, else what
+    ``open()`` would give a new file (0o666 less the umask), not mkstemp's private 0o600."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        pass
+    try:  # Linux: read the umask without changing it
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 @contextlib.contextmanager
 def _staged(path: Path) -> Iterator[Path]:
-    """A temporary file beside ``path``, removed on exit unless it was moved into place."""
+    """A temporary file beside ``path`` (with the permissions ``path`` will have), removed
+    on exit unless it was moved into place."""
+    if path.is_dir():
+        raise DataError(f"cannot write {str(path)!r}: it is a directory; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        os.chmod(tmp, _new_file_mode(path))
+    finally:
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path

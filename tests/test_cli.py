@@ -104,6 +104,17 @@ def test_evaluate_writes_table_and_png(tmp_path, capsys):
     assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_evaluate_writes_both_files_or_neither(tmp_path, capsys):
+    """The plot's path is a directory: the command fails cleanly before writing the table."""
+    (tmp_path / "ev.png").mkdir()
+    out = tmp_path / "ev.csv"
+    assert main(["evaluate", str(ROOT / "specs" / "attribution.yaml"), "-o", str(out), "-r", "2",
+                 "--seed", "1"]) == EXIT_USER
+    err = capsys.readouterr().err
+    assert "ev.png': it is a directory" in err and "Traceback" not in err and ".tmp" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.png"]
+
+
 def test_evaluate_without_section_is_a_user_error(capsys):
     assert main(["evaluate", str(DEMO), "-o", "x.csv"]) == EXIT_USER
     assert "no `evaluate:` section" in capsys.readouterr().err

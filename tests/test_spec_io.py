@@ -99,3 +99,52 @@ def test_directory_as_output_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match="t.csv' : it is a directory|t.csv': it is a directory"):
         io.write_release(pd.DataFrame({"a": [1]}), "{}", tmp_path / "t.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_ledger_at_the_table_path_is_refused(tmp_path):
+    import pandas as pd
+
+    from hierdp import io
+    from hierdp.errors import DataError
+
+    with pytest.raises(DataError, match="the ledger would overwrite the table"):
+        io.write_release(pd.DataFrame({"a": [1]}), "{}", tmp_path / "t.csv", ledger_path=tmp_path / "t.csv")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    """Not mkstemp's private 0600: a new file gets 0666 less the umask, a replaced file
+    keeps its mode."""
+    import os
+
+    import pandas as pd
+
+    from hierdp import io
+
+    mask = os.umask(0o022)
+    try:
+        dest, led = io.write_release(pd.DataFrame({"a": [1]}), "{}", tmp_path / "t.csv")
+        assert oct(dest.stat().st_mode & 0o777) == oct(0o644) and oct(led.stat().st_mode & 0o777) == oct(0o644)
+        os.chmod(dest, 0o640)
+        io.write_release(pd.DataFrame({"a": [2]}), "{}", dest)
+        assert oct(dest.stat().st_mode & 0o777) == oct(0o640)
+    finally:
+        os.umask(mask)
+
+
+def test_write_all_rolls_back_every_file_when_a_later_one_fails(tmp_path):
+    from hierdp import io
+
+    (tmp_path / "a.txt").write_text("old a")
+
+    def boom(tmp):
+        raise RuntimeError("plot failed")
+
+    with pytest.raises(RuntimeError, match="plot failed"):  # a writer fails: nothing is moved
+        io.atomic_write_all([(tmp_path / "a.txt", lambda t: t.write_text("new a")), (tmp_path / "b.png", boom)])
+    assert (tmp_path / "a.txt").read_text() == "old a" and not (tmp_path / "b.png").exists()
+    (tmp_path / "c").mkdir()
+    with pytest.raises(io.DataError, match="'.*c': it is a directory"):  # checked before anything is written
+        io.atomic_write_all([(tmp_path / "a.txt", lambda t: t.write_text("new a")), (tmp_path / "c", boom)])
+    assert (tmp_path / "a.txt").read_text() == "old a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "c"]

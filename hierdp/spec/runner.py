@@ -383,24 +383,28 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
                      by_level=True, seed=base_seed, progress=progress)
     dest = output if output is not None else ev.get("output")
     if write and dest is not None:
-        from hierdp.io import write_table
+        from hierdp.io import _writer, atomic_write_all
 
-        write_table(table, dest, "csv")
         plot_path = Path(dest).with_suffix(".png")
-        _plot(table, plot_path)
+        # both or neither: the table and its plot are staged, then moved into place together
+        atomic_write_all([(dest, _writer(table, "csv", gzip=str(dest).lower().endswith(".gz"))),
+                          (plot_path, _plot_writer(table))])
         table.attrs["written"] = [str(dest), str(plot_path)]
     return table
 
 
-def _plot(table: pd.DataFrame, path: Path) -> None:
-    """Error against ε (:func:`hierdp.plot.error_vs_epsilon`), one panel per metric, written atomically."""
-    from hierdp.io import atomic_write
+def _plot_writer(table: pd.DataFrame) -> Any:
+    """A writer of the error-against-ε figure (:func:`hierdp.plot.error_vs_epsilon`), one
+    panel per metric, as PNG."""
     from hierdp.plot import _axes, error_vs_epsilon
 
-    metrics = list(dict.fromkeys(table["metric"]))
-    fig = _axes(None, (6.0, 4.0 * len(metrics))).figure
-    fig.clear()
-    for i, m in enumerate(metrics, start=1):
-        error_vs_epsilon(table, m, ax=fig.add_subplot(len(metrics), 1, i),
-                         title=f"{m}  [NON-PRIVATE: true counts]")
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    def write(tmp: Path) -> None:
+        metrics = list(dict.fromkeys(table["metric"]))
+        fig = _axes(None, (6.0, 4.0 * len(metrics))).figure
+        fig.clear()
+        for i, m in enumerate(metrics, start=1):
+            error_vs_epsilon(table, m, ax=fig.add_subplot(len(metrics), 1, i),
+                             title=f"{m}  [NON-PRIVATE: true counts]")
+        fig.savefig(tmp, format="png", dpi=100)
+
+    return write

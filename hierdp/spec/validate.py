@@ -713,6 +713,11 @@ class _Checker:
                 import pyarrow  # noqa: F401
             except ImportError:
                 self.err(("output", "format"), "writing Parquet needs pyarrow: pip install 'hierdp[parquet]'")
+        if out["path"] is not None and out["ledger"] is not None \
+                and Path(out["ledger"]).resolve() == Path(out["path"]).resolve():
+            self.err(("output", "ledger"), "output.ledger is the same file as output.path: the ledger would be "
+                                           "overwritten by the table; give it its own name, or drop it for "
+                                           "the default <name>.ledger.json")
         if "ci_level" in o and "ci" not in out["columns"]:
             self.warnings.append("output.ci_level is set but output.columns has no 'ci'; no interval is written")
         return out

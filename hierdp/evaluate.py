@@ -57,7 +57,9 @@ def _norm_configs(configs: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _norm_metrics(metrics: Any) -> list[tuple[str, Any, dict[str, Any]]]:
-    if isinstance(metrics, (str, tuple, Mapping)):
+    one_pair = (isinstance(metrics, tuple) and len(metrics) == 2 and isinstance(metrics[0], str)
+                and (metrics[1] is None or isinstance(metrics[1], Mapping)))
+    if isinstance(metrics, (str, Mapping)) or one_pair:  # a single metric; other tuples are lists
         metrics = [metrics]
     out = []
     for m in metrics:
@@ -131,7 +133,7 @@ def evaluate(
     values: np.ndarray | None = None,
     epsilons: Sequence[float] | float | None = None,
     repetitions: int = 10,
-    metrics: Any = ("tree_rmsre",),
+    metrics: Any = "tree_rmsre",
     by_level: bool = False,
     seed: int | None = None,
     progress: bool | None = None,

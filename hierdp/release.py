@@ -249,6 +249,7 @@ def release(
                 "put it earlier in the chain"
             )
         est = pp.apply(tree, est)
+    est = _unmeasured_missing(est, pps)
     ledger = Ledger(
         guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
         rho=guarantee.get("rho"), privacy_unit=privacy_unit, max_contributions=max_contributions,
@@ -264,6 +265,20 @@ def release(
         measurements=_external(tree, measurements),
         ledger=ledger,
     )
+
+
+def _unmeasured_missing(est: Estimate, pps: list) -> Estimate:
+    """Without a consistent step in the chain, the values of unmeasured nodes (variance
+    inf) are the measurement's placeholders, not estimates: they become NaN."""
+    if est.variance is None or any(pp.consistent for pp in pps):
+        return est
+    var = np.asarray(est.variance)
+    unmeasured = np.isinf(var)
+    if not unmeasured.any():
+        return est
+    vals = np.array(est.values, dtype=np.float64)
+    vals[np.broadcast_to(unmeasured.reshape(var.shape + (1,) * (vals.ndim - var.ndim)), vals.shape)] = np.nan
+    return Estimate(values=vals, variance=est.variance, info=est.info)
 
 
 def _external(tree: Tree, est: Estimate) -> Estimate:

@@ -473,11 +473,22 @@ class Tree:
         return f"<Tree: {self.n_nodes:,} nodes, {self.n_leaves:,} leaves, height {self.height}; levels {lv}>"
 
     def __eq__(self, other: object) -> bool:
+        """Same structure, node numbering, level names and node labels (so that arrays
+        indexed by one tree mean the same nodes in the other)."""
         if not isinstance(other, Tree):
             return NotImplemented
-        return (np.array_equal(self.parent, other.parent) and self._level_names == other._level_names)
+        if self is other:
+            return True
+        if (self.n_nodes != other.n_nodes or self._level_names != other._level_names
+                or not np.array_equal(self.parent, other.parent) or self.has_labels != other.has_labels):
+            return False
+        if not self.has_labels:
+            return True
+        return (all(a.equals(b) for a, b in zip(self._level_labels, other._level_labels))
+                and np.array_equal(self.to_external(self._codes), other.to_external(other._codes)))
 
-    __hash__ = object.__hash__
+    def __hash__(self) -> int:  # consistent with __eq__: equal trees share size and level names
+        return hash((self.n_nodes, self._level_names))
 
     def __reduce__(self):
         return (_rebuild, (self._parent, self._perm, self._level_names, self._level_labels, self._codes,

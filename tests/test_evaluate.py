@@ -139,3 +139,15 @@ def test_unit_bounded_data_keep_their_sensitivity_in_evaluations():
     # RMSRE from variances scales with the noise scale, i.e. with the sensitivity
     a, b = per_row["analytic"].iloc[0], bounded["analytic"].iloc[0]
     assert b > 2.5 * a
+
+
+def test_default_metric_and_metric_tuples(setup):
+    """The default metric is tree_rmsre; a tuple of names is a list, a (name, params) pair one metric."""
+    t, v = setup
+    df = hierdp.evaluate(t, {"c": {"epsilon": 1.0}}, values=v, repetitions=2, seed=1)
+    assert set(df["metric"]) == {"tree_rmsre"}
+    df = hierdp.evaluate(t, {"c": {"epsilon": 1.0}}, values=v, repetitions=2, seed=1,
+                         metrics=("rmsre", "tree_rmsre"))
+    assert set(df["metric"]) == {"rmsre", "tree_rmsre"}
+    df = hierdp.evaluate(t, {"c": {"epsilon": 1.0}}, values=v, repetitions=2, seed=1, metrics=("rmsre", {"tau": 3}))
+    assert set(df["metric"]) == {"rmsre(tau=3)"}

@@ -299,3 +299,21 @@ def test_repeated_releases_of_one_dptree_state_their_total_spend():
     assert "together they spend epsilon=1.5, rho=0.1 under basic composition" in " ".join(r3.ledger.notes)
     assert [r["guarantee"] for r in d.releases] == ["pure", "pure", "zcdp"]
     assert "same data" in r3.ledger.to_json()
+
+
+def test_unmeasured_nodes_have_no_estimate_without_a_consistent_step():
+    """An unmeasured level's values are placeholders: with no consistent post-processor they
+    are missing (NaN), and boosting refuses them; BLUE fills them in from the children."""
+    import pandas as pd
+
+    d = pd.DataFrame({"state": ["A"] * 5 + ["B"] * 3}).dptree(levels=["state"], domains={"state": ["A", "B"]})
+    for chain in ([], ["none"]):
+        f = d.release(epsilon=1.0, budget={"state": 1.0}, postprocess=chain, seed=1).frame
+        assert np.isnan(f["estimate"].iloc[0]) and np.isinf(f["std"].iloc[0])
+        assert f["estimate"].iloc[1:].notna().all()
+    f = d.release(epsilon=1.0, budget={"state": 1.0}, postprocess=["blue"], seed=1).frame
+    assert f["estimate"].iloc[0] == f["estimate"].iloc[1:].sum()
+    with pytest.raises(hierdp.DataError, match="boosting needs every level measured"):
+        d.release(epsilon=1.0, budget={"state": 1.0}, postprocess=["boosting"], seed=1)
+    f = d.release(epsilon=1.0, postprocess=[], seed=1).frame  # every level measured: integers kept
+    assert f["estimate"].dtype == np.int64

@@ -143,3 +143,16 @@ def test_level_nodes_ragged():
     t = hierdp.Tree.from_parent([3, 3, 0, -1, 1])  # root 3; 0 and 1 at depth 1; 2 and 4 at depth 2
     assert np.array_equal(t.level_nodes(1), [0, 1])
     assert np.array_equal(t.level_nodes("level_2"), [2, 4])
+
+
+def test_trees_are_equal_only_with_the_same_labels_and_hash_alike():
+    """Equality means arrays indexed by one tree mean the same nodes in the other: a tree
+    whose observed values differ ('c' vs 'zz') is not equal, even with the same shape."""
+    import pandas as pd
+
+    t1 = pd.DataFrame({"camp": ["a", "b", "c"]}).dptree(levels=["camp"], domains="observed").tree
+    t1b = pd.DataFrame({"camp": ["c", "a", "b"]}).dptree(levels=["camp"], domains="observed").tree
+    t2 = pd.DataFrame({"camp": ["a", "b", "zz"]}).dptree(levels=["camp"], domains="observed").tree
+    assert np.array_equal(t1.parent, t2.parent) and t1 != t2
+    assert t1 == t1b and hash(t1) == hash(t1b) and len({t1, t1b}) == 1
+    assert hierdp.Tree.complete(2, 3) == hierdp.Tree.complete(2, 3) and hierdp.Tree.complete(2, 3) != t1

@@ -98,6 +98,9 @@ class Boosting(PostProcessor):
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         y = _check_values(tree, estimate.values)
         var = _check_variance(tree, estimate.variance, y.shape)
+        if var is not None and not np.all(np.isfinite(var)):
+            raise DataError("boosting needs every level measured (an unmeasured level's values are placeholders); "
+                            "use 'blue' or 'gmc'")
         if var is not None and not np.all(var == var.flat[0]):
             warnings.warn("boosting assumes the same noise variance at every node; the given variances differ "
                           "and are ignored; use 'gmc' or 'blue' for per-level budgets", BoostingWarning, stacklevel=2)

@@ -440,8 +440,9 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
     every internal node has a child); otherwise pass 2 recomputes the sums from the
     children.
 
-    Returns 0, or 1 if ``y`` has NaN/inf, or 2 if ``var`` has NaN or negative entries
-    (then ``x``, ``xvar`` hold garbage).
+    Returns 0; 5 when some variance is 0 (the caller checks that the exactly known nodes
+    agree with each other); 1 if ``y`` has NaN/inf, or 2 if ``var`` has NaN or negative
+    entries (then ``x``, ``xvar`` hold garbage).
     """
     n = y.shape[0]
     inf = np.inf
@@ -450,6 +451,7 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
     off = n - n1
     acc = 0.0   # y * 0 is NaN exactly for non-finite y
     bad = 0     # counts NaN or negative variances
+    exact = 0   # counts variances 0 (checked by the caller)
     if n1 == 0:  # a single node, the root, is a leaf
         acc += y[0] * 0.0
         bad += not (var[0] >= 0.0)
@@ -475,6 +477,7 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
                 uc = var[c]
                 acc += zc * 0.0
                 bad += not (uc >= 0.0)
+                exact += uc == 0.0
                 if uc == inf:
                     cnt += 1.0
                 else:
@@ -488,6 +491,7 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
                     uc = var[c]
                     acc += zc * 0.0
                     bad += not (uc >= 0.0)
+                    exact += uc == 0.0
                     if uc == inf:
                         cnt += 1.0
                     else:
@@ -504,6 +508,7 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
         yi = y[p]
         acc += yi * 0.0
         bad += not (vi >= 0.0)
+        exact += vi == 0.0
         if cnt == 0.0 and U > 0.0 and 0.0 < vi < inf:
             r = 1.0 / (vi + U)
             zi = (yi * U + S * vi) * r
@@ -612,7 +617,7 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
                 else:
                     x[c] = x[c] + w * rp
                 xvar[c] = 0.0
-    return 0
+    return 5 if exact else 0
 
 
 @_jit
@@ -632,14 +637,15 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
     parent's own measurement is nearly uninformative).
 
     Returns 0; 1 if ``y`` has NaN/inf; 2 if ``var`` has NaN or negative entries; 3 if some
-    internal node has children with no information (a leaf with var = inf) or children
-    known exactly (U = 0): the caller then runs :func:`blue_1d`, which splits such
-    residuals. ``x``, ``xvar`` hold garbage unless 0 is returned.
+    internal node has children with no information (a leaf with var = inf), or some node
+    is known exactly (var = 0): the caller then runs :func:`blue_1d`, which splits such
+    residuals and reports exact nodes for checking. ``x``, ``xvar`` hold garbage unless 0 is returned.
     """
     n = y.shape[0]
     inf = np.inf
     acc = 0.0   # y * 0 is NaN exactly for non-finite y
     bad = 0     # counts NaN or negative variances
+    exact = 0   # counts variances 0
     for p in range(n1):
         W[p, 0] = 0.0
         W[p, 1] = 0.0
@@ -654,6 +660,7 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
         vi = var[i]
         acc += yi * 0.0
         bad += not (vi >= 0.0)
+        exact += vi == 0.0
         keep = p == prev
         s = (s if keep else 0.0) + (yi if vi < inf else 0.0)
         u = (u if keep else 0.0) + vi
@@ -669,6 +676,7 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
         yc = y[c]
         acc += yc * 0.0
         bad += not (vc >= 0.0)
+        exact += vc == 0.0
         special += not (0.0 < U < inf)
         if vc == inf:      # unmeasured: the children's sum
             z = S
@@ -690,7 +698,7 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
         return 1
     if bad:
         return 2
-    if special:
+    if special or exact:
         return 3
     # ---- pass 2, internal nodes top-down (the root keeps x = z, xvar = u)
     for c in range(n1):

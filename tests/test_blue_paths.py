@@ -52,6 +52,13 @@ def _messy_variances(rng, tree):
     return var
 
 
+def _agreeing(rng, tree, var, scale=20.0):
+    """Measurements whose exactly known nodes (variance 0) agree with each other: a
+    consistent vector, plus noise wherever the variance is not 0."""
+    true = tree.to_internal(tree.aggregate(rng.normal(0, scale, tree.n_leaves)))
+    return true + np.where(np.asarray(var) == 0.0, 0.0, rng.normal(0, scale, tree.n_nodes))
+
+
 def _check_against_general(tree, y, var):
     n = tree.n_nodes
     fast = blue(tree, y, var)  # (n,) values: the k = 1 kernel
@@ -72,7 +79,7 @@ def test_k1_kernel_equals_general_kernel_on_random_ragged_trees(n, seed):
     rng = np.random.default_rng(seed)
     tree = hierdp.Tree.from_parent(random_parent(rng, n))
     var = _messy_variances(rng, tree)
-    y = rng.normal(0, 20, n)
+    y = _agreeing(rng, tree, var)
     _check_against_general(tree, y, var)
 
 
@@ -87,7 +94,8 @@ def test_k1_kernel_on_each_layout(parent, layout, kernel):
     tree = hierdp.Tree.complete(3, 4) if parent is None else hierdp.Tree.from_parent(parent)
     assert _layout(tree) == layout
     for _ in range(50):
-        _check_against_general(tree, rng.normal(0, 20, tree.n_nodes), _messy_variances(rng, tree))
+        var = _messy_variances(rng, tree)
+        _check_against_general(tree, _agreeing(rng, tree, var), var)
 
 
 def test_random_trees_cover_the_csr_layout(kernel):
@@ -96,7 +104,8 @@ def test_random_trees_cover_the_csr_layout(kernel):
     for _ in range(40):
         tree = hierdp.Tree.from_parent(random_parent(rng, int(rng.integers(2, 40))))
         seen.add(_layout(tree))
-        _check_against_general(tree, rng.normal(0, 20, tree.n_nodes), _messy_variances(rng, tree))
+        var = _messy_variances(rng, tree)
+        _check_against_general(tree, _agreeing(rng, tree, var), var)
     assert seen == {"csr", "park", "contig"}
 
 
@@ -105,8 +114,6 @@ def test_random_trees_cover_the_csr_layout(kernel):
     ([0.0, 1.0, 1.0], [10.0, 4.5, 5.5], [0.0, 0.5, 0.5]),
     # exact children: they determine the root
     ([1.0, 0.0, 0.0], [9.0, 4.0, 5.0], [0.0, 0.0, 0.0]),
-    # all exact but inconsistent: the children split the residual equally
-    ([0.0, 0.0, 0.0], [10.0, 4.5, 5.5], [0.0, 0.0, 0.0]),
     # one unmeasured child takes the whole residual and keeps infinite variance
     ([1.0, 1.0, np.inf], [10.0, 4.0, 6.0], [1.0, 1.0, np.inf]),
     # unmeasured root: plain aggregation
@@ -183,8 +190,8 @@ def test_general_kernel_validation_errors():
 def test_concurrent_calls_on_one_tree_agree(kernel):
     tree = hierdp.Tree.from_parent(random_parent(np.random.default_rng(11), 3000))
     rng = np.random.default_rng(12)
-    ys = [rng.normal(0, 30, tree.n_nodes) for _ in range(8)]
     var = _messy_variances(rng, tree)
+    ys = [_agreeing(rng, tree, var, 30.0) for _ in range(8)]
     expected = [blue(tree, np.column_stack([y, y]), var).values[:, 0] for y in ys]
     tree.cache.pop("blue.structure", None)  # threads race to build the structure too
     with ThreadPoolExecutor(4) as pool:
@@ -205,23 +212,24 @@ def _flat_direct(tree, y, var):
 @given(n=st.integers(2, 60), seed=st.integers(0, 2**32 - 1), messy=st.booleans())
 def test_flat_kernel_equals_general_kernel(n, seed, messy):
     """The flat kernel itself (not only blue() with its fallback) on random ragged trees:
-    exact, unmeasured internal nodes are its own cases; unmeasured leaves or exactly known
-    sibling groups make it hand over (code 3)."""
+    unmeasured internal nodes are its own case; unmeasured leaves or exactly known nodes
+    make it hand over (code 3)."""
     rng = np.random.default_rng(seed)
     tree = hierdp.Tree.from_parent(random_parent(rng, n))
-    y = rng.normal(0, 20, n)
     var = rng.uniform(0.1, 10.0, n)
     internal = np.flatnonzero(tree._n_children > 0)
     if messy:
         var = _messy_variances(rng, tree)
-    else:  # unmeasured and exact internal nodes, every leaf measured
+    else:  # unmeasured internal nodes, every leaf measured
         var[internal[rng.random(internal.size) < 0.3]] = np.inf
-        var[internal[rng.random(internal.size) < 0.08]] = 0.0
+    y = _agreeing(rng, tree, var)
     code, x, xv = _flat_direct(tree, y, var)
     general = blue(tree, np.column_stack([y, y]), var)
     gx, gv = general.values[:, 0], general.variance
-    if not messy and not np.any(var == 0.0):
+    if not messy:
         assert code == 0  # every child carries finite positive information
+    if np.any(var == 0.0):
+        assert code == 3
     assert code in (0, 3)
     if code == 0:
         np.testing.assert_allclose(x, gx, rtol=1e-9, atol=1e-9 * (1 + np.abs(gx).max()))
@@ -259,3 +267,21 @@ def test_irregular_trees_choose_the_flat_kernel():
     est = blue(split, y, np.ones(6))
     assert split.is_consistent(split.to_external(est.values))
 
+
+
+@pytest.mark.parametrize("parent, y, var", [
+    ([-1, 0, 0], [10.0, 4.0, 5.0], [0.0, 0.0, 0.0]),      # exact root, exact children summing to 9
+    ([-1, 0, 1], [10.0, 7.0, 4.0], [0.0, 1.0, 0.0]),      # through a measured middle node
+])
+def test_contradictory_exact_nodes_are_an_error(parent, y, var, kernel):
+    tree = hierdp.Tree.from_parent(parent)
+    for values in (np.array(y), np.column_stack([y, y])):
+        with pytest.raises(DataError, match="known exactly .variance 0. contradict each other"):
+            blue(tree, values, np.array(var))
+        with pytest.raises(DataError, match="contradict each other"):
+            hierdp.postprocess("gmc", tree, values, variance=np.array(var))
+    ok = np.array(y)
+    ok[0] = ok[1:].sum() if parent[2] == 0 else ok[2]  # make the exact values agree
+    ok[1] = ok[2] if parent[2] == 1 else ok[1]
+    est = blue(tree, ok, np.array(var))
+    np.testing.assert_allclose(est.values[np.array(var) == 0], ok[np.array(var) == 0])

@@ -199,3 +199,28 @@ def test_errors():
         gmc_weighted(tree, np.ones(7), np.r_[np.inf, np.ones(6)])
     with pytest.raises(DataError, match="non-negative"):
         GMC().apply(tree, Estimate(np.ones(7), -np.ones(7)))
+
+
+def test_weighted_factor_cache_keeps_its_own_copy_and_is_thread_safe():
+    """The per-level factor cache must not keep a view of the caller's variance array (a
+    caller reusing its buffer changed later results), and threads share it safely."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = hierdp.Tree.complete(2, 3)
+    y = np.array([3.0, 1.0, 2.5, 0.2, 1.1, 1.3, 0.9])
+    var = np.array([1.0, 2, 2, 4, 4, 4, 4])
+    first = hierdp.postprocess("gmc", t, y, variance=var).values
+    var[:] = [9.0, 1, 1, 3, 3, 3, 3]  # the caller reuses its buffer
+    again = hierdp.postprocess("gmc", t, y, variance=np.array([1.0, 2, 2, 4, 4, 4, 4])).values
+    _close(again, first)
+    _close(first, dense_projection(t, y, np.array([1.0, 2, 2, 4, 4, 4, 4])))
+    big = hierdp.Tree.complete(3, 6)
+    yb = np.random.default_rng(0).normal(0, 5, big.n_nodes)
+    levels = [np.array([a, b, c, d, e, f], float)[big.depth] for a, b, c, d, e, f in
+              np.random.default_rng(1).integers(1, 9, (24, 6))]
+    expect = [gmc_weighted(big, yb, lv)[0] for lv in levels]
+    big.cache.clear()
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda lv: hierdp.postprocess("gmc", big, yb, variance=lv).values, levels * 3))
+    for j, g in enumerate(got):
+        _close(g, expect[j % len(levels)])

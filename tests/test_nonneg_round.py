@@ -206,3 +206,12 @@ def test_round_gives_the_units_to_the_largest_fractions(nc, ties, integral):
     expect[order[:D]] += 1
     np.testing.assert_array_equal(r[1:], expect)
     assert r[0] == r[1:].sum()
+
+
+def test_round_refuses_values_beyond_exact_float_integers():
+    tree = hierdp.Tree.complete(2, 2)
+    for big in (2.0**62, 1e19):
+        with pytest.raises(hierdp.DataError, match="below 2\\*\\*53"):
+            controlled_round(tree, np.array([2 * big, big, big]))
+    r = controlled_round(tree, np.array([2.0**52, 2.0**51, 2.0**51]))
+    assert r.tolist() == [2**52, 2**51, 2**51]

@@ -68,6 +68,19 @@ class _BlueStructure:
             return _aligned_empty((self.n1, 2), 13)
 
 
+def _check_exact(y2: np.ndarray, v2: np.ndarray, x2: np.ndarray) -> None:
+    """Nodes known exactly (variance 0) keep their value in a consistent system; if the
+    estimate moved one, the exact values contradict each other (e.g. an exact parent that
+    is not the sum of its exact children), which no consistent estimate can satisfy."""
+    exact = np.broadcast_to(v2 == 0.0, x2.shape)
+    yx = np.broadcast_to(y2, x2.shape)[exact]
+    tol = 1e-9 * (1.0 + float(np.abs(yx).max(initial=0.0)))
+    if np.any(np.abs(x2[exact] - yx) > tol):
+        raise DataError("nodes known exactly (variance 0) contradict each other: an exact node differs from "
+                        "the sum of the exact nodes below it; correct those values or give them a positive "
+                        "variance")
+
+
 def _structure(tree: Tree) -> _BlueStructure:
     st = tree.cache.get(_STRUCT_KEY)  # immutable structure arrays; a racing rebuild is harmless
     if st is None:
@@ -111,6 +124,8 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
         x = np.empty_like(y2)
         xv = np.empty_like(v2)
         K.blue_2d(tree._parent, tree._n_children, tree._leafcount, y2, v2, x, xv)
+        if np.any(v2 == 0.0):
+            _check_exact(y2, v2, x)
         return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})
     st = _structure(tree)
     y1, v1 = y2.reshape(n), v2.reshape(n)
@@ -125,6 +140,9 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
             st._pool.append(work)
     if bad == 3:  # the per-parent kernel (also handles uninformative or exact children)
         bad = K.blue_1d(st.first, st.cidx, tree._leafcount, st.n1, y1, v1, x, xv)
+    if bad == 5:
+        _check_exact(y2, v2, x.reshape(n, 1))
+        bad = 0
     if bad:
         raise DataError(_BAD_INPUT[bad])
     return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})

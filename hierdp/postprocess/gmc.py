@@ -20,6 +20,7 @@ rather than one weighted by the posterior variances.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ _CACHE_KEY = "gmc.structure"
 SHORT_RUNS = 8
 _WCACHE_KEY = "gmc.weighted"
 _WCACHE_MAX = 8
+_WCACHE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -202,8 +204,12 @@ def _weighted_factors(tree: Tree, d2: np.ndarray) -> _WeightedFactors:
     st = gmc_structure(tree)
     key = _level_key(tree, d2)
     cache = tree.cache.setdefault(_WCACHE_KEY, {})
-    if key is not None and key in cache:
-        return cache[key]
+    if key is not None:
+        with _WCACHE_LOCK:
+            hit = cache.get(key)
+        if hit is not None:
+            return hit
+    d2 = d2.copy()  # the factors outlive this call: never keep a view of the caller's array
     n1 = st.n1
     kv = d2.shape[1]
     inv = np.empty((n1, kv))
@@ -215,9 +221,10 @@ def _weighted_factors(tree: Tree, d2: np.ndarray) -> _WeightedFactors:
         inv[:, c], rho[:, c], u[:, c] = a, b, w
     f = _WeightedFactors(d=d2, inv_theta=inv, rho=rho, u=u)
     if key is not None:
-        if len(cache) >= _WCACHE_MAX:
-            cache.pop(next(iter(cache)))
-        cache[key] = f
+        with _WCACHE_LOCK:  # threads may share a tree
+            while len(cache) >= _WCACHE_MAX:
+                cache.pop(next(iter(cache)))
+            cache[key] = f
     return f
 
 

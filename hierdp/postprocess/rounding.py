@@ -29,12 +29,17 @@ if TYPE_CHECKING:
 
 __all__ = ["ControlledRounding", "controlled_round"]
 
+_EXACT_MAX = 2.0**53
+
 
 def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> np.ndarray:
     """Consistent non-negative int64 counts within 1 of ``values`` (internal order)."""
     y = _check_values(tree, values)
     if not 0 <= atol < 0.5:
         raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
+    if y.size and float(np.max(np.abs(y))) >= _EXACT_MAX:
+        raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
+                        "scale the values down first")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty(y2.shape, np.int64)
     GK.round_top_down_2d(tree._child_ptr, tree._child_idx, y2, out, float(atol))

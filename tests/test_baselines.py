@@ -94,3 +94,17 @@ def test_dense_reference_and_its_limits():
         dense_ls(big, np.zeros(big.n_nodes))
     with pytest.raises(DataError, match="positive variances"):
         dense_ls(tree, y, np.zeros(tree.n_nodes))
+
+
+@pytest.mark.parametrize("parent, var, expect", [
+    ([-1], [np.inf], [np.inf]),
+    ([-1, 0, 0], [1.0, np.inf, np.inf], [1.0, np.inf, np.inf]),    # two unknown children: not identified
+    ([-1, 0, 0], [1.0, 1.0, np.inf], [1.0, 1.0, 2.0]),             # root minus the other child
+])
+def test_dense_reports_inf_for_undetermined_nodes(parent, var, expect):
+    """The pseudo-inverse gives 0 in null-space directions; the reference must say inf there."""
+    from hierdp.postprocess.baselines import dense_ls
+
+    tree = hierdp.Tree.from_parent(parent)
+    _, v = dense_ls(tree, np.arange(len(parent), dtype=float), np.array(var))
+    np.testing.assert_allclose(v, expect)

@@ -215,3 +215,19 @@ def test_round_refuses_values_beyond_exact_float_integers():
             controlled_round(tree, np.array([2 * big, big, big]))
     r = controlled_round(tree, np.array([2.0**52, 2.0**51, 2.0**51]))
     assert r.tolist() == [2**52, 2**51, 2**51]
+
+
+def test_nonneg_alone_reports_the_blue_variances():
+    """Applied to measurements directly, nonneg reports the variances of the linear
+    consistent estimate with the same weights (as after blue), not the raw measurement
+    variances: an unmeasured root summing two measured leaves has variance 2, not inf."""
+    from hierdp.release import release
+
+    tree = hierdp.Tree.complete(2, 2)
+    y, var = np.array([10.0, 4.0, 5.0]), np.array([np.inf, 1.0, 1.0])
+    alone = hierdp.postprocess("nonneg", tree, y, variance=var)
+    np.testing.assert_allclose(alone.variance, [2.0, 1.0, 1.0])
+    np.testing.assert_allclose(alone.variance, hierdp.postprocess("blue", tree, y, variance=var).variance)
+    chained = release(tree, np.array([9, 4, 5]), epsilon=1.0, postprocess=["nonneg"], seed=1)
+    after_blue = release(tree, np.array([9, 4, 5]), epsilon=1.0, postprocess=["blue", "nonneg"], seed=1)
+    np.testing.assert_allclose(chained.estimate.variance, after_blue.estimate.variance)

@@ -192,7 +192,8 @@ def dense_ls(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
 
     Minimises ``sum_i (x_i - y_i)^2 / var_i`` over consistent ``x = A l`` (A: leaf-to-node
     aggregation); ``inf`` variance = weight 0. Returns ``(x, Var(x))`` where the variance is
-    the diagonal of ``A (A^T W A)^+ A^T``. Raises for more than ``DENSE_MAX_NODES`` nodes.
+    the diagonal of ``A (A^T W A)^+ A^T``, and ``inf`` for nodes the measurements do not
+    determine (their row of A is outside the row space of the measured rows). Raises for more than ``DENSE_MAX_NODES`` nodes.
     """
     y = _check_values(tree, values)
     n = tree.n_nodes
@@ -220,8 +221,14 @@ def dense_ls(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
         sol, *_ = np.linalg.lstsq(A * sw[:, None], y2[:, c] * sw, rcond=None)
         out[:, c] = A @ sol
         if c < v2.shape[1]:
-            cov = np.linalg.pinv((A * w[:, None]).T @ A)
+            B = A * sw[:, None]
+            cov = np.linalg.pinv(B.T @ B)
             ovar[:, c] = np.einsum("ij,jk,ik->i", A, cov, A)
+            # a node is determined only if its row of A lies in the row space of the
+            # measured rows; otherwise its value is not identified: variance inf
+            proj = A @ (np.linalg.pinv(B) @ B)
+            undetermined = np.linalg.norm(A - proj, axis=1) > 1e-8 * (1.0 + np.linalg.norm(A, axis=1))
+            ovar[undetermined, c] = np.inf
     return out.reshape(y.shape), ovar.reshape(var.shape)
 
 

@@ -125,6 +125,10 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     return out.reshape(y.shape), info
 
 
+#: methods whose output variance is that of the optimal linear consistent estimate
+_LINEAR_CONSISTENT = frozenset({"blue", "gmc", "gmc_weighted", "dense"})
+
+
 class NonNegative(PostProcessor):
     """Exact non-negative consistent weighted least squares (block principal pivoting;
     KKT residual reported in ``info``). Parameters: ``max_iter`` (200), ``tol`` (1e-9)."""
@@ -145,6 +149,13 @@ class NonNegative(PostProcessor):
         if mv is not None:
             info["measurement_variance"] = mv
         var = None if estimate.variance is None else np.array(estimate.variance, dtype=np.float64)
+        if var is not None and estimate.info.get("method") not in _LINEAR_CONSISTENT:
+            # the incoming variances are the measurements': report those of the linear
+            # estimate with the same weights (BLUE), as after ["blue", "nonneg"]
+            from hierdp.postprocess.blue import blue
+
+            var = blue(tree, np.zeros(np.shape(estimate.values)), var).variance
         if var is not None:
-            info["variance_note"] = "variance of the preceding linear estimate (nonneg is not linear)"
+            info["variance_note"] = "variance of the linear consistent estimate (BLUE) with the same weights; " \
+                                    "nonneg is not linear"
         return Estimate(x, var, info)

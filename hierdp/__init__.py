@@ -24,11 +24,12 @@ def postprocess(name: str, tree: Tree, values, variance=None, **params) -> Estim
     """
     import numpy as np
 
+    from hierdp.postprocess.base import node_values, node_variance
+
     pp = registry.create("postprocessor", name, **params)
-    vals = tree.to_internal(np.asarray(values))
-    var = None if variance is None else (
-        np.broadcast_to(np.asarray(variance, dtype=float), (tree.n_nodes,)) if np.ndim(variance) == 0
-        else tree.to_internal(np.asarray(variance, dtype=float)))
+    raw = node_values(tree, values)
+    vals = tree.to_internal(raw)
+    var = None if variance is None else tree.to_internal(node_variance(tree, variance, raw.shape))
     if var is None and pp.requires_variance:
         var = np.ones(tree.n_nodes)
     est = pp.apply(tree, Estimate(vals, var))

@@ -1,7 +1,9 @@
 """Every registered post-processor (built-in or plugin) passes the public contract suite."""
 
+import numpy as np
 import pytest
 
+import hierdp
 from hierdp import registry
 from hierdp.postprocess.baselines import BoostingWarning
 from hierdp.testing import BasePostProcessorTests
@@ -60,3 +62,27 @@ def test_suite_detects_input_mutation():
     tree = contract_trees()["complete_2x4"]
     with pytest.raises(AssertionError):
         suite.test_does_not_mutate_inputs(_MutatesInput(), tree, None, ())
+
+
+@pytest.mark.parametrize("name", ["blue", "gmc", "nonneg", "round", "dense", "boosting", "privtrie", "none"])
+def test_non_numeric_input_is_a_one_line_data_error(name):
+    t = hierdp.Tree.complete(2, 2)
+    cases = [
+        (np.array(["a", "b", "c"]), np.ones(3), "values must be numbers, got values of type str"),
+        (np.array([1 + 1j, 2, 3]), np.ones(3), "values must be real numbers, got complex values"),
+        (np.ones(3), np.array(["x", "y", "z"]), "variance must be numbers"),
+        (np.ones(3), np.ones((3, 1)), r"variance must have shape \(3,\), got \(3, 1\)$"),
+        (np.ones(4), np.ones(3), r"values must have shape \(3,\) or \(3, k\), got \(4,\)"),
+    ]
+    for values, var, msg in cases:
+        with pytest.raises(hierdp.DataError, match=msg):
+            hierdp.postprocess(name, t, values, variance=var)
+
+
+def test_round_checks_variances_and_nonneg_its_parameters():
+    t = hierdp.Tree.complete(2, 2)
+    with pytest.raises(hierdp.DataError, match="variances must be non-negative"):
+        hierdp.postprocess("round", t, np.array([3.0, 1.0, 2.0]), variance=np.array([1.0, np.nan, 1.0]))
+    for bad in ({"max_iter": "x"}, {"max_iter": 0}, {"tol": "small"}, {"max_iter": True}):
+        with pytest.raises(hierdp.DataError, match="nonneg needs an integer max_iter >= 1"):
+            hierdp.registry.create("postprocessor", "nonneg", **bad)

@@ -16,7 +16,44 @@ import numpy as np
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["Estimate", "PostProcessor"]
+__all__ = ["Estimate", "PostProcessor", "node_values", "node_variance"]
+
+
+def _floats(a: Any, what: str) -> np.ndarray:
+    """``a`` as a float64 array, or a one-line DataError for text, objects or complex numbers."""
+    from hierdp.errors import DataError
+
+    if np.iscomplexobj(a):
+        raise DataError(f"{what} must be real numbers, got complex values")
+    try:
+        return np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError):
+        kind = getattr(np.asarray(a, dtype=object).flat[0] if np.size(a) else None, "__class__", type(None)).__name__
+        raise DataError(f"{what} must be numbers, got values of type {kind}") from None
+
+
+def node_values(tree: Tree, values: Any) -> np.ndarray:
+    """Node values as float64 of shape ``(n,)`` or ``(n, k)``; clear errors otherwise."""
+    from hierdp.errors import DataError
+
+    y = _floats(values, "values")
+    if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
+        raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
+    return y
+
+
+def node_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray:
+    """Variances as float64 of shape ``(n,)`` or ``shape`` (a scalar is broadcast to every
+    node); shape errors only, the values are checked by the caller."""
+    from hierdp.errors import DataError
+
+    v = _floats(variance, "variance")
+    if v.ndim == 0:
+        v = np.full(tree.n_nodes, float(v))
+    allowed = list(dict.fromkeys([(tree.n_nodes,), tuple(shape)]))
+    if v.shape not in allowed:
+        raise DataError(f"variance must have shape {' or '.join(map(str, allowed))}, got {v.shape}")
+    return v
 
 
 @dataclass

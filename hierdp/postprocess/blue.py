@@ -10,7 +10,7 @@ import numpy as np
 from hierdp import _kernels as K
 from hierdp._kernels import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
-from hierdp.postprocess.base import Estimate, PostProcessor
+from hierdp.postprocess.base import Estimate, PostProcessor, node_values, node_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -27,17 +27,11 @@ _STRUCT_KEY = "blue.structure"
 
 def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
     """Shape checks; returns ``(y, y2, v2, variance shape)`` with y2, v2 C-contiguous (n, k), (n, kv)."""
-    y = np.asarray(values, dtype=np.float64)
-    if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
-        raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
+    y = node_values(tree, values)
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     if variance is None:
         raise DataError("BLUE needs per-node variances; pass variance= (inf for unmeasured nodes)")
-    v = np.asarray(variance, dtype=np.float64)
-    if v.ndim == 0:
-        v = np.full(tree.n_nodes, float(v))
-    if v.shape not in ((tree.n_nodes,), y.shape):
-        raise DataError(f"variance must have shape ({tree.n_nodes},) or {y.shape}, got {v.shape}")
+    v = node_variance(tree, variance, y.shape)
     v2 = np.ascontiguousarray(v.reshape(tree.n_nodes, -1))
     return y, y2, v2, v.shape
 

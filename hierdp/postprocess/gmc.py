@@ -30,7 +30,7 @@ from hierdp import _gm_kernels as GK
 from hierdp import _kernels as K
 from hierdp._kernels import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
-from hierdp.postprocess.base import Estimate, PostProcessor
+from hierdp.postprocess.base import Estimate, PostProcessor, node_values, node_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -98,9 +98,7 @@ def gmc_structure(tree: Tree) -> GMCStructure:
 
 
 def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
-    y = np.asarray(values, dtype=np.float64)
-    if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
-        raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
+    y = node_values(tree, values)
     if not np.all(np.isfinite(y)):
         raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
     return y
@@ -109,11 +107,7 @@ def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
 def _check_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray | None:
     if variance is None:
         return None
-    v = np.asarray(variance, dtype=np.float64)
-    if v.ndim == 0:
-        v = np.full(tree.n_nodes, float(v))
-    if v.shape not in ((tree.n_nodes,), shape):
-        raise DataError(f"variance must have shape ({tree.n_nodes},) or {shape}, got {v.shape}")
+    v = node_variance(tree, variance, shape)
     if np.any(np.isnan(v)) or np.any(v < 0):
         raise DataError("variances must be non-negative (inf marks an unmeasured node)")
     return v
@@ -139,9 +133,7 @@ def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | 
     ``values`` onto the consistent subspace (formula 8). Non-finite input is detected
     after the pass: every value reaches the root's output.
     """
-    y = np.asarray(values, dtype=np.float64)
-    if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
-        raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
+    y = node_values(tree, values)
     if formula not in (36, 39):
         raise DataError(f"formula must be 36 or 39 (Cai et al.), got {formula!r}")
     st = gmc_structure(tree)
@@ -272,9 +264,7 @@ class GMC(PostProcessor):
         self.formula = formula
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        y = np.asarray(estimate.values, dtype=np.float64)
-        if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
-            raise DataError(f"values must have shape ({tree.n_nodes},) or ({tree.n_nodes}, k), got {y.shape}")
+        y = node_values(tree, estimate.values)
         var = _check_variance(tree, estimate.variance, y.shape)
         info: dict[str, Any] = {"method": "gmc", "formula": self.formula}
         meas_var = estimate.info.get("measurement_variance", estimate.variance)

@@ -138,8 +138,11 @@ class NonNegative(PostProcessor):
     consistent = True
 
     def __init__(self, max_iter: int = 200, tol: float = 1e-9) -> None:
-        if int(max_iter) < 1 or not (0 < float(tol) < 1e-2):
-            raise DataError(f"nonneg needs max_iter >= 1 and 0 < tol < 0.01, got {max_iter!r}, {tol!r}")
+        ok = (isinstance(max_iter, (int, np.integer)) and not isinstance(max_iter, bool) and max_iter >= 1
+              and isinstance(tol, (int, float, np.floating)) and 0 < float(tol) < 1e-2)
+        if not ok:
+            raise DataError(f"nonneg needs an integer max_iter >= 1 and a number 0 < tol < 0.01, "
+                            f"got {max_iter!r}, {tol!r}")
         self.max_iter = int(max_iter)
         self.tol = float(tol)
 

@@ -22,7 +22,7 @@ import numpy as np
 from hierdp import _gm_kernels as GK
 from hierdp.errors import DataError
 from hierdp.postprocess.base import Estimate, PostProcessor
-from hierdp.postprocess.gmc import _check_values
+from hierdp.postprocess.gmc import _check_values, _check_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -66,5 +66,5 @@ class ControlledRounding(PostProcessor):
         mv = estimate.info.get("measurement_variance", estimate.variance)
         if mv is not None:
             info["measurement_variance"] = mv
-        var = None if estimate.variance is None else np.array(estimate.variance, dtype=np.float64)
-        return Estimate(out, var, info)
+        var = _check_variance(tree, estimate.variance, np.shape(estimate.values))
+        return Estimate(out, None if var is None else var.copy(), info)

@@ -131,8 +131,44 @@ def ancestor_codes(parent, depth, codes, level):
 
 
 @_jit
+def _uninformed_children(parent, n1, var, xvar, su):
+    """After pass 1 of :func:`blue_2d`: per parent (n1, kv), the number of children without
+    information (u = inf) and the sum of the others' u, or empty arrays when no parent
+    has such a child. A parent with exactly one determines it: x_c = x_p - (the siblings'
+    z), Var(x_c) = Var(x_p) + that sum."""
+    n = var.shape[0]
+    kv = var.shape[1]
+    inf = np.inf
+    need = False
+    for p in range(n1):
+        for cv in range(kv):
+            if su[p, cv] < 0.0:
+                need = True
+    if not need:
+        return np.zeros((0, kv), np.int64), np.zeros((0, kv))
+    nunc = np.zeros((n1, kv), np.int64)
+    uinf = np.zeros((n1, kv))
+    for i in range(1, n):
+        p = parent[i]
+        for cv in range(kv):
+            u = xvar[i, cv] if i < n1 else var[i, cv]
+            if u == inf:
+                nunc[p, cv] += 1
+            else:
+                uinf[p, cv] += u
+    return nunc, uinf
+
+
+@_jit
+def _determined(nunc, uinf, p, cv, vp):
+    """Variance of the single uninformative child of ``p`` (inf unless it is the only one)."""
+    return vp + uinf[p, cv] if nunc[p, cv] == 1 and vp < np.inf else np.inf
+
+
+@_jit
 def _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, n1):
-    """Passes 1b and 2a of :func:`blue_2d` for any k, kv (see there)."""
+    """Passes 1b and 2a of :func:`blue_2d` for any k, kv (see there); returns the
+    :func:`_uninformed_children` statistics for pass 2b."""
     n, k = y.shape
     kv = var.shape[1]
     inf = np.inf
@@ -182,6 +218,7 @@ def _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, 
                     su[p, cv] = -float(leafcount[i]) if su[p, cv] >= 0.0 else su[p, cv] - leafcount[i]
                 elif su[p, cv] >= 0.0:
                     su[p, cv] += ui
+    nunc, uinf = _uninformed_children(parent, n1, var, xvar, su)
     # ---- pass 2a: the prefix, top-down (the root keeps x = z, xvar = u)
     for i in range(1, n1):
         p = parent[i]
@@ -192,7 +229,7 @@ def _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, 
             if U < 0.0:
                 if ui == inf:
                     w = leafcount[i] / (-U)
-                    xvar[i, cv] = inf
+                    xvar[i, cv] = _determined(nunc, uinf, p, cv, vp)
                 else:
                     w = 0.0
                     xvar[i, cv] = ui
@@ -208,6 +245,7 @@ def _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, 
                     x[i, c] = x[i, c] + w * (x[p, c] - s[p, c])
             else:
                 x[i, cv] = x[i, cv] + w * (x[p, cv] - s[p, cv])
+    return nunc, uinf
 
 
 @_jit
@@ -326,6 +364,7 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                     su[p, 0] = -float(leafcount[i]) if su[p, 0] >= 0.0 else su[p, 0] - leafcount[i]
                 elif su[p, 0] >= 0.0:
                     su[p, 0] += ui
+        nunc, uinf = _uninformed_children(parent, n1, var, xvar, su)
         # ---- pass 2a (k = 1): the prefix, top-down
         for i in range(1, n1):
             p = parent[i]
@@ -338,7 +377,7 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
             elif U < 0.0:
                 if ui == inf:
                     w = leafcount[i] / (-U)
-                    xvar[i, 0] = inf
+                    xvar[i, 0] = _determined(nunc, uinf, p, 0, xvar[p, 0])
                 else:
                     w = 0.0
             else:
@@ -346,7 +385,7 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                 xvar[i, 0] = 0.0
             x[i, 0] = x[i, 0] + w * (x[p, 0] - s[p, 0])
     else:
-        _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, n1)
+        nunc, uinf = _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, n1)
     # ---- pass 2b: trailing leaves
     if kv == 1 and k == 1:
         pprev = -1
@@ -373,7 +412,7 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                 U = su[p, 0]
                 if U < 0.0:
                     if ui == inf:
-                        xvar[i, 0] = inf
+                        xvar[i, 0] = _determined(nunc, uinf, p, 0, vp)
                         x[i, 0] = rp / (-U)
                     else:
                         xvar[i, 0] = ui
@@ -391,7 +430,7 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
             if U < 0.0:
                 if ui == inf:
                     w = 1.0 / (-U)
-                    xvar[i, cv] = inf
+                    xvar[i, cv] = _determined(nunc, uinf, p, cv, xvar[p, cv])
                 else:
                     w = 0.0
                     xvar[i, cv] = ui
@@ -595,19 +634,34 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
                     xvar[c] = val if val > 0.0 else 0.0
                     x[c] = zc + w * rp
         elif cnt > 0.0:
+            # children without information share the residual by leaf count; a single one
+            # is determined, x_c = x_p - (its siblings' z), with variance Var(x_p) + U
+            # (x_p does not depend on p's subtree once p's own estimate ignored it)
+            nunc = 0
+            uinf = 0.0  # (U itself may hold the parked leaf count here)
+            for j in range(a, b):
+                c = j if contig else cidx[j - 1]
+                uc = var[c] if c >= n1 else xvar[c]
+                if uc == inf:
+                    nunc += 1
+                else:
+                    uinf += uc
+            vdet = vp + uinf if nunc == 1 and vp < inf else inf
             for j in range(a, b):
                 c = j if contig else cidx[j - 1]
                 if c >= n1:
                     uc = var[c]
                     if uc == inf:
                         x[c] = rp / cnt
+                        xvar[c] = vdet
                     else:
                         x[c] = y[c]
-                    xvar[c] = uc
+                        xvar[c] = uc
                 else:
                     uc = xvar[c]
                     if uc == inf:
                         x[c] = x[c] + rp * (leafcount[c] / cnt)
+                        xvar[c] = vdet
         else:  # U == 0: every child is known exactly; split the residual equally
             w = 1.0 / (b - a)
             for j in range(a, b):

@@ -114,8 +114,8 @@ def test_random_trees_cover_the_csr_layout(kernel):
     ([0.0, 1.0, 1.0], [10.0, 4.5, 5.5], [0.0, 0.5, 0.5]),
     # exact children: they determine the root
     ([1.0, 0.0, 0.0], [9.0, 4.0, 5.0], [0.0, 0.0, 0.0]),
-    # one unmeasured child takes the whole residual and keeps infinite variance
-    ([1.0, 1.0, np.inf], [10.0, 4.0, 6.0], [1.0, 1.0, np.inf]),
+    # one unmeasured child takes the whole residual: root minus its sibling, variance 1 + 1
+    ([1.0, 1.0, np.inf], [10.0, 4.0, 6.0], [1.0, 1.0, 2.0]),
     # unmeasured root: plain aggregation
     ([np.inf, 2.0, 3.0], [9.0, 4.0, 5.0], [5.0, 2.0, 3.0]),
 ])
@@ -285,3 +285,25 @@ def test_contradictory_exact_nodes_are_an_error(parent, y, var, kernel):
     ok[1] = ok[2] if parent[2] == 1 else ok[1]
     est = blue(tree, ok, np.array(var))
     np.testing.assert_allclose(est.values[np.array(var) == 0], ok[np.array(var) == 0])
+
+
+@settings(max_examples=120, deadline=None)
+@given(n=st.integers(2, 40), seed=st.integers(0, 2**32 - 1), per_cell=st.booleans())
+def test_variances_equal_the_dense_covariance_with_unmeasured_nodes(n, seed, per_cell):
+    """BLUE's variances equal the diagonal of the dense weighted least-squares covariance,
+    inf exactly where the measurements leave a node undetermined (a lone unmeasured child
+    is determined: its parent minus its siblings)."""
+    from hierdp.postprocess.baselines import dense_ls
+
+    rng = np.random.default_rng(seed)
+    tree = hierdp.Tree.from_parent(random_parent(rng, n))
+    shape = (n, 2) if per_cell else (n,)
+    var = rng.uniform(0.5, 5.0, shape)
+    var[rng.random(shape) < 0.35] = np.inf
+    y = rng.normal(0, 10, (n, 2))
+    got = blue(tree, y if per_cell else y[:, 0], var).variance.reshape(n, -1)
+    for c in range(got.shape[1]):
+        _, ref = dense_ls(tree, y[:, c], var.reshape(n, -1)[:, c])
+        np.testing.assert_array_equal(np.isinf(got[:, c]), np.isinf(ref))
+        fin = np.isfinite(ref)
+        np.testing.assert_allclose(got[fin, c], ref[fin], rtol=1e-8, atol=1e-10)

@@ -260,12 +260,16 @@ def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, u, su, out):
     m = cparent.shape[0]
     C = lvar.shape[1]
     inf = np.inf
+    nunc = np.zeros(m)  # per parent class: uninformative children (with multiplicity) ...
+    uinf = np.zeros(m)  # ... and the others' u summed
     for c in range(C):
         uc = u[c]
         sc = su[c]
         oc = out[c]
         for i in range(m):
             sc[i] = 0.0
+            nunc[i] = 0.0
+            uinf[i] = 0.0
         for i in range(m - 1, -1, -1):
             vi = lvar[cdepth[i], c]
             if cleaf[i]:
@@ -284,6 +288,10 @@ def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, u, su, out):
             p = cparent[i]
             if p >= 0:
                 sc[p] += cmult[i] * ui
+                if ui == inf:
+                    nunc[p] += cmult[i]
+                else:
+                    uinf[p] += cmult[i] * ui
         for i in range(m):
             p = cparent[i]
             ui = uc[i]
@@ -291,8 +299,13 @@ def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, u, su, out):
                 oc[i] = ui
                 continue
             U = sc[p]
-            if U == inf:
-                oc[i] = inf if ui == inf else ui
+            if U == inf:  # a single uninformative child is the parent minus its siblings
+                if ui < inf:
+                    oc[i] = ui
+                elif nunc[p] == 1.0 and oc[p] < inf:
+                    oc[i] = oc[p] + uinf[p]
+                else:
+                    oc[i] = inf
             elif U == 0.0:
                 oc[i] = 0.0
             else:

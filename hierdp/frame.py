@@ -355,6 +355,7 @@ class DPTree:
         max_contributions: int | None = None,
         unknown: str = "raise",
         root: str = "total",
+        spent: list[dict[str, Any]] | None = None,
     ) -> None:
         if not isinstance(df, pd.DataFrame):
             raise DataError(f"expected a pandas DataFrame, got {type(df).__name__}")
@@ -376,7 +377,9 @@ class DPTree:
         self.unit = unit
         self.max_contributions = max_contributions
         self.unknown = unknown
-        self._spent: list[dict[str, Any]] = []  # the public guarantee of each release so far
+        # the public guarantee of each release of this data so far; the .dptree accessor
+        # passes one list per DataFrame, so every DPTree built from it shares the count
+        self._spent: list[dict[str, Any]] = [] if spent is None else spent
         self._structure = build_structure(df, self.levels, domains, root=root)
         if count is not None:
             _check_counts(df, count)
@@ -495,17 +498,18 @@ class DPTree:
         led = result.ledger
         self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
         if len(self._spent) > 1:
-            led.notes.append(f"release {len(self._spent)} of the same data (this DPTree): together they spend "
-                             f"{self.spent_text()} under basic composition")
+            led.notes.append(f"release {len(self._spent)} of the same data (this DataFrame): together they "
+                             f"spend {self.spent_text()} under basic composition")
         return result
 
     @property
     def releases(self) -> list[dict[str, Any]]:
-        """The public guarantee (epsilon, delta, rho) of each release made from this DPTree."""
+        """The public guarantee (epsilon, delta, rho) of each release made from this data
+        (every DPTree built with ``df.dptree`` on the same DataFrame object counts)."""
         return [dict(r) for r in self._spent]
 
     def spent_text(self) -> str:
-        """What the releases of this DPTree spend together (basic composition), as text."""
+        """What the releases of this data spend together (basic composition), as text."""
         parts = []
         for key in ("epsilon", "delta", "rho"):
             # zCDP releases are counted in rho (the epsilon they state is a conversion)

@@ -295,7 +295,7 @@ def test_repeated_releases_of_one_dptree_state_their_total_spend():
     r2 = d.release(epsilon=0.5, seed=2)
     r3 = d.release(rho=0.1, mechanism="discrete_gaussian", seed=3)
     assert not any("same data" in n for n in r1.ledger.notes)
-    assert "release 2 of the same data (this DPTree): together they spend epsilon=1.5 " in " ".join(r2.ledger.notes)
+    assert "release 2 of the same data (this DataFrame): together they spend epsilon=1.5 " in " ".join(r2.ledger.notes)
     assert "together they spend epsilon=1.5, rho=0.1 under basic composition" in " ".join(r3.ledger.notes)
     assert [r["guarantee"] for r in d.releases] == ["pure", "pure", "zcdp"]
     assert "same data" in r3.ledger.to_json()
@@ -317,3 +317,30 @@ def test_unmeasured_nodes_have_no_estimate_without_a_consistent_step():
         d.release(epsilon=1.0, budget={"state": 1.0}, postprocess=["boosting"], seed=1)
     f = d.release(epsilon=1.0, postprocess=[], seed=1).frame  # every level measured: integers kept
     assert f["estimate"].dtype == np.int64
+
+
+def test_releases_from_one_dataframe_are_counted_together_across_dptrees():
+    """Every df.dptree(...) on the same DataFrame object shares the count (pandas makes a new
+    accessor per access, so it is kept per object); a copy is other data as far as the
+    library can tell, and the record goes when the frame does."""
+    import gc
+
+    import pandas as pd
+
+    from hierdp import accessor
+
+    df = pd.DataFrame({"g": ["a"] * 5 + ["b"]})
+    dom = {"g": ["a", "b"]}
+    df.dptree(levels=["g"], domains=dom).release(epsilon=1.0, seed=1)
+    r2 = df.dptree(levels=["g"], domains=dom).release(epsilon=0.5, seed=2)
+    assert "release 2 of the same data (this DataFrame): together they spend epsilon=1.5" in " ".join(r2.ledger.notes)
+    s = df.groupby("g").size()
+    s.dptree(domains=dom).release(epsilon=1.0, seed=3)
+    r4 = s.dptree(domains=dom).release(epsilon=1.0, seed=4)
+    assert "together they spend epsilon=2 " in " ".join(r4.ledger.notes)
+    other = df.copy()
+    assert not other.dptree(levels=["g"], domains=dom).release(epsilon=1.0, seed=5).ledger.notes
+    key = id(other)
+    del other
+    gc.collect()
+    assert key not in accessor._SPENT

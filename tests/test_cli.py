@@ -193,3 +193,24 @@ def test_python_dash_m_and_console_script_entry_point(tmp_path):
         eps = {}
     if eps:  # installed (CI installs the package): the script points at main
         assert eps["hierdp"] == "hierdp.cli:main"
+
+
+def test_outputs_never_replace_the_spec_inputs(tmp_path, capsys, monkeypatch):
+    """-o or output.path naming the private source (or the prior, a domain file, the spec)
+    is refused before anything is written; validate says so too."""
+    import shutil
+
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    monkeypatch.chdir(tmp_path / "specs")
+    source = tmp_path / "specs" / "data" / "conversions_q2.csv"
+    before = source.read_bytes()
+    for out in ("data/conversions_q2.csv", "data/attribution_prior.csv", "attribution.yaml"):
+        assert main(["release", "attribution.yaml", "-o", out, "--seed", "1"]) == EXIT_USER
+        assert "is one of this spec's input files" in capsys.readouterr().err
+    assert source.read_bytes() == before
+    spec = (tmp_path / "specs" / "attribution.yaml").read_text().replace("path: out/attribution.csv",
+                                                                          "path: data/conversions_q2.csv")
+    (tmp_path / "specs" / "bad.yaml").write_text(spec)
+    assert main(["validate", "bad.yaml"]) == EXIT_USER
+    assert "output.path: 'data/conversions_q2.csv' is one of this spec's input files" in capsys.readouterr().err
+    assert source.read_bytes() == before

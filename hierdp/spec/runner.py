@@ -301,7 +301,20 @@ def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None
         raise SpecError("no output path: set output.path in the spec or pass -o/--output")
     fmt = out.get("format") if path is None else None
     ledger = out.get("ledger") if path is None else None
+    from hierdp.io import ledger_path_for
+
+    _refuse_overwriting_inputs(spec, [Path(dest), Path(ledger) if ledger else ledger_path_for(dest)])
     return write_release(release_frame(spec, result), result.ledger.to_json(), dest, fmt=fmt, ledger_path=ledger)
+
+
+def _refuse_overwriting_inputs(spec: ReleaseSpec, outputs: list[Path]) -> None:
+    """An output path that is one of the spec's inputs (the private source, a domain file,
+    the prior, the spec) would destroy it: a one-line SpecError instead."""
+    inputs = set(spec.input_files())
+    for out in outputs:
+        if out.resolve() in inputs:
+            raise SpecError(f"the output {str(out)!r} is one of this spec's input files; writing it would replace "
+                            "that input; choose another output path")
 
 
 def run_spec(spec: Any, *, seed: int | None = None, output: str | Path | None = None, write: bool = True,
@@ -386,6 +399,7 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
         from hierdp.io import _writer, atomic_write_all
 
         plot_path = Path(dest).with_suffix(".png")
+        _refuse_overwriting_inputs(rs, [Path(dest), plot_path])
         # both or neither: the table and its plot are staged, then moved into place together
         atomic_write_all([(dest, _writer(table, "csv", gzip=str(dest).lower().endswith(".gz"))),
                           (plot_path, _plot_writer(table))])

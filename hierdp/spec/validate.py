@@ -79,6 +79,25 @@ class ReleaseSpec:
     description: str = ""
     warnings: list[str] = field(default_factory=list)
 
+    def input_files(self) -> list[Path]:
+        """Every file this spec reads (spec, source, domain and paths files, a prior file),
+        resolved: outputs must never overwrite one of them."""
+        files = list(self.source_files)
+        if self.filename:
+            files.append(Path(self.filename))
+        for lv in self.levels:
+            if isinstance(lv.domain, tuple) and lv.domain and lv.domain[0] == "file":
+                files.append(Path(lv.domain[1]))
+        if self.paths is not None and self.paths[0] == "file":
+            files.append(Path(self.paths[1]))
+        b = self.budget
+        prior = b.get("params", {}).get("prior") if isinstance(b, dict) and isinstance(b.get("params"), dict) else None
+        if isinstance(prior, dict) and isinstance(prior.get("file"), str):
+            pf = Path(prior["file"])
+            files.extend(sorted((pf if pf.is_absolute() else self.base_dir / pf).parent.glob(pf.name))
+                         if any(ch in pf.name for ch in "*?[") else [pf if pf.is_absolute() else self.base_dir / pf])
+        return [f.resolve() for f in files]
+
     @property
     def level_names(self) -> list[str]:
         """Level names, the root first."""
@@ -202,7 +221,7 @@ class _Checker:
                                  "the release protects individuals only weakly")
         if self.issues:
             return None
-        return ReleaseSpec(
+        spec = ReleaseSpec(
             data=d, filename=fname, base_dir=self.base_dir, source_files=src["files"], source_demo=src["demo"],
             source_format=src["format"], source_columns=src["columns"], count=src["count"],
             filters=src["filter"], root=root, levels=levels, paths=paths, unknown=unknown,
@@ -212,6 +231,28 @@ class _Checker:
             output=output, evaluate=evaluate, seed=_get(d, "seed", int),
             description=_get(d, "description", str, ""), warnings=self.warnings,
         )
+        self.check_outputs_spare_inputs(spec)
+        return None if self.issues else spec
+
+    def check_outputs_spare_inputs(self, spec: ReleaseSpec) -> None:
+        """No output file (table, ledger, evaluation table and plot) may be an input file."""
+        from hierdp.io import ledger_path_for
+
+        inputs = set(spec.input_files())
+        outs: list[tuple[tuple, Path]] = []
+        o = spec.output or {}
+        if o.get("path"):
+            outs.append((("output", "path"), Path(o["path"])))
+            led = o.get("ledger")
+            outs.append((("output", "ledger") if led else ("output", "path"),
+                         Path(led) if led else ledger_path_for(o["path"])))
+        e = spec.evaluate or {}
+        if e.get("output"):
+            outs += [(("evaluate", "output"), Path(e["output"])), (("evaluate", "output"), Path(e["output"]).with_suffix(".png"))]
+        for where, out in outs:
+            if out.resolve() in inputs:
+                self.err(where, f"{str(out)!r} is one of this spec's input files; writing it would replace that "
+                                "input; choose another output path")
 
     # ------------------------------------------------------------------ source
     def source(self) -> dict[str, Any]:

@@ -133,6 +133,11 @@ def resolve_budget(
         raise BudgetError(f"budget strategy {desc!r} spends {s:g}, more than the total {total:g}")
     if s <= 0:
         raise BudgetError("no level gets any budget; give at least one level a positive budget")
+    if s > total:  # rounding (e.g. total / k, k times): never spend more than declared
+        big = max(alloc, key=alloc.__getitem__)
+        alloc[big] -= s - total
+        while math.fsum(alloc.values()) > total:
+            alloc[big] = math.nextafter(alloc[big], 0.0)
     return alloc, desc, reads_true
 
 

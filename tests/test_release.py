@@ -344,3 +344,15 @@ def test_releases_from_one_dataframe_are_counted_together_across_dptrees():
     del other
     gc.collect()
     assert key not in accessor._SPENT
+
+
+@pytest.mark.parametrize("levels, total, budget", [(11, 0.1, "equal"), (4, 3.3, "greedy"), (7, 0.7, "equal")])
+def test_level_budgets_never_sum_above_the_total(levels, total, budget):
+    """Rounding in a split (total / k, k times) could compose to one ulp more than declared:
+    the release trims it, so the ledger's levels never spend more than its total."""
+    import math
+
+    tree = hierdp.Tree.from_parent([-1] + list(range(levels - 1)))
+    r = release(tree, tree.aggregate(np.array([3])), epsilon=total, budget=budget, seed=1)
+    assert math.fsum(lv.budget for lv in r.ledger.levels) <= total
+    assert math.isclose(r.ledger.spent, total, rel_tol=1e-12)

@@ -279,6 +279,38 @@ def test_prior_file_is_aligned_to_nodes_by_label_path():
     assert prior[dpt.tree.root] == pytest.approx(float(root_row["estimate"].iloc[0]))
 
 
+def test_prior_files_that_do_not_fit_are_errors(tmp_path):
+    """A prior whose labels match no node (e.g. recased), whose values are not numbers, or
+    which lists a node twice would silently become zeros or overwrite: each is an error."""
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_prior, prepare
+
+    spec = validate(SPECS / "attribution.yaml")
+    dpt = prepare(spec)
+    good = pd.read_csv(SPECS / "data" / "attribution_prior.csv", dtype="string")
+    cases = {
+        "recased.csv": (good.assign(campaign=good["campaign"].str.upper()), "no row of 'recased.csv' matches a node"),
+        "text.csv": (good.assign(estimate="lots"), "value.s. in column 'estimate' that are not numbers"),
+        "twice.csv": (pd.concat([good, good.iloc[[5]]]), "lists a node more than once"),
+    }
+    for name, (frame, msg) in cases.items():
+        frame.to_csv(tmp_path / name, index=False)
+        with pytest.raises(SpecError, match=msg):
+            load_prior(spec, dpt.tree, {"file": str(tmp_path / name), "column": "estimate"})
+
+
+def test_a_series_prior_is_aligned_by_node_id():
+    from hierdp.budgets._objective import as_counts
+    from hierdp.errors import BudgetError
+
+    t = hierdp.Tree.complete(2, 3)
+    p = np.arange(7.0)
+    np.testing.assert_array_equal(as_counts(t, pd.Series(p[::-1], index=np.arange(7)[::-1])), p)
+    np.testing.assert_array_equal(as_counts(t, pd.Series(p)), p)
+    with pytest.raises(BudgetError, match="indexed by node id 0..6"):
+        as_counts(t, pd.Series(p, index=list("abcdefg")))
+
+
 def test_overrides_are_merged_before_validation():
     spec = load_spec(SPECS / "demo.yaml", privacy={"epsilon": 2.5}, output="elsewhere.parquet")
     assert spec.epsilon == 2.5 and spec.output["path"] == "elsewhere.parquet"

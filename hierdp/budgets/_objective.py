@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numba as nb
 import numpy as np
+import pandas as pd
 
 from hierdp.budgets._variance import class_tree, class_variances
 from hierdp.errors import BudgetError
@@ -36,7 +37,17 @@ def as_counts(tree: Tree, counts: Any, what: str = "prior") -> np.ndarray:
         if other is not None and other is not tree and other != tree:
             raise BudgetError(f"the {what} release was made on a different tree; pass its values aligned to this tree")
         counts = est.values
-    if hasattr(counts, "to_numpy"):
+    if isinstance(counts, (pd.Series, pd.DataFrame)):
+        idx = counts.index
+        if not (isinstance(idx, pd.RangeIndex) and idx.start == 0 and idx.step == 1):
+            # labelled by node id: align by the labels, never by position
+            ids = pd.Index(np.arange(tree.n_nodes))
+            if not (idx.is_unique and len(idx) == tree.n_nodes and ids.isin(idx).all()):
+                raise BudgetError(f"{what} counts as a pandas object must be indexed by node id 0..{tree.n_nodes - 1} "
+                                  "(each once), or pass a plain array in the tree's node order")
+            counts = counts.reindex(ids)
+        counts = counts.to_numpy()
+    elif hasattr(counts, "to_numpy"):
         counts = counts.to_numpy()
     c = np.asarray(counts, dtype=np.float64)
     if c.ndim not in (1, 2) or c.shape[0] != tree.n_nodes:

@@ -250,11 +250,25 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
     lookup = {k: i for i, k in enumerate(keys)}
     rows = table[names].astype(object)
     rows = rows.where(rows.notna(), None)
+    values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
+    bad = int(np.sum(np.isnan(values) & table[column].notna().to_numpy()))
+    if bad:
+        raise SpecError(f"budget.params.prior.file: {path.name!r} has {bad} value(s) in column {column!r} that "
+                        "are not numbers; fix them or leave them empty")
+    keys_in = list(map(tuple, rows.to_numpy()))
+    if len(set(keys_in)) != len(keys_in):
+        raise SpecError(f"budget.params.prior.file: {path.name!r} lists a node more than once; keep one row per node")
     internal = np.zeros(tree.n_nodes)
-    for k, v in zip(map(tuple, rows.to_numpy()), pd.to_numeric(table[column], errors="coerce").to_numpy()):
+    matched = 0
+    for k, v in zip(keys_in, values):
         i = lookup.get(k)
-        if i is not None and np.isfinite(v):
-            internal[i] = v
+        if i is not None:
+            matched += i != 0
+            if np.isfinite(v):
+                internal[i] = v
+    if tree.n_nodes > 1 and matched == 0:
+        raise SpecError(f"budget.params.prior.file: no row of {path.name!r} matches a node below the root; its level "
+                        f"columns {names} must hold this tree's labels (as an earlier release's output does)")
     return tree.to_external(internal)
 
 

@@ -194,3 +194,28 @@ def test_metrics_accept_a_release_result():
     true = t.aggregate(np.arange(t.n_leaves))
     res = release(t, true, epsilon=1.0, seed=5)
     assert M("rmse_node")(true, res) == pytest.approx(M("rmse_node")(true, res.values))
+
+
+def test_per_node_variance_of_histograms_lines_up_with_nodes():
+    """A per-node variance (n,) for (n, k) histograms is shared by each node's cells."""
+    true = np.array([[10.0, 10, 10], [1, 1, 1], [1, 1, 1]])
+    np.testing.assert_allclose(hierdp.metric("rmsre").from_variance(true, np.array([100.0, 4, 9]), tau=1),
+                               [1.0, 2.0, 3.0])
+    assert hierdp.metric("rmse_node").from_variance(true, np.array([1.0, 4, 4])) == pytest.approx(3.0**0.5)
+    t = hierdp.Tree.complete(2, 2)
+    table = hierdp.evaluate(t, {"a": {"epsilon": 1.0}}, values=np.array([[4, 4], [1, 2], [3, 2]]),
+                            repetitions=2, seed=1)
+    assert np.isfinite(table["mean"]).all()
+
+
+def test_consistency_bias_tells_histograms_from_repetitions():
+    """(n, n) is one release of n-cell histograms or n repetitions: the true counts' shape
+    decides, and without them the metric asks instead of guessing."""
+    t = hierdp.Tree.complete(2, 2)
+    hist = np.array([[3.0, 3, 3], [1, 1, 1], [2, 2, 2]])  # consistent, 3 cells per node
+    cb = hierdp.metric("consistency_bias")
+    assert cb(hist, hist, tree=t) == 0.0
+    reps = np.array([[3.0, 1, 2], [3, 1, 2], [4, 1, 2]])  # 3 repetitions of one histogram
+    assert cb(np.array([3.0, 1, 2]), reps, tree=t) == pytest.approx((1 / 3) ** 0.5)
+    with pytest.raises(hierdp.DataError, match="may be one release of 3-cell histograms or 3 repetitions"):
+        cb(None, hist, tree=t)

@@ -63,6 +63,18 @@ def _per_node(x: np.ndarray) -> np.ndarray:
     return x.mean(axis=axes)
 
 
+def _node_variance(variance: Any, shape: tuple) -> np.ndarray:
+    """Variances broadcast to ``shape`` (n,) or (n, k): a per-node (n,) variance is shared
+    by the node's cells (lined up on the node axis, not the cell axis)."""
+    v = np.asarray(variance, dtype=np.float64)
+    if 0 < v.ndim < len(shape):
+        v = v.reshape(v.shape + (1,) * (len(shape) - v.ndim))
+    try:
+        return np.broadcast_to(v, shape)
+    except ValueError:
+        raise DataError(f"variance of shape {np.shape(variance)} does not fit values of shape {shape}") from None
+
+
 def _per_node_cells(x: np.ndarray) -> np.ndarray:
     """Mean over cells (axes 1+) of a per-node array."""
     return x.reshape(x.shape[0], -1).mean(axis=1) if x.ndim > 1 else x
@@ -150,7 +162,7 @@ class RMSRE(_Metric):
         App. B): sqrt(var̂_v) / max(τ, c_v), per node."""
         p = self._params(params)
         t = np.asarray(true, dtype=np.float64)
-        v = np.broadcast_to(np.asarray(variance, dtype=np.float64), t.shape)
+        v = _node_variance(variance, t.shape)
         return np.sqrt(_per_node_cells(v / np.maximum(_positive("tau", p["tau"]), t) ** 2))
 
 
@@ -286,7 +298,7 @@ class RMSENode(_Metric):
 
     def from_variance(self, true, variance, *, tree=None, **params):
         """Analytic rmse_NQ of unbiased estimates: sqrt(mean variance)."""
-        v = np.broadcast_to(np.asarray(variance, dtype=np.float64), np.shape(true))
+        v = _node_variance(variance, np.shape(true))
         return float(np.sqrt(np.mean(v)))
 
 
@@ -344,12 +356,19 @@ class ConsistencyBias(_Metric):
     name = "consistency_bias"
     needs_tree = True
 
-    def _delta(self, estimate, tree):
+    def _delta(self, estimate, tree, true=None):
         if tree is None:
             raise HierarchyError(f"metric {self.name!r} needs the tree: pass tree=...")
         e = np.asarray(_values(estimate), dtype=np.float64)
         n = tree.n_nodes
-        if e.shape[0] == n and not (e.ndim >= 2 and e.shape[1] == n):
+        if true is not None:  # the true counts' shape says whether this is a stack of repetitions
+            single = e.ndim == np.ndim(_values(true))
+        elif e.ndim >= 2 and e.shape[0] == n and e.shape[1] == n:
+            raise DataError(f"an estimate of shape {e.shape} may be one release of {n}-cell histograms or {n} "
+                            "repetitions; pass the true counts (or any array of one release's shape) as `true`")
+        else:
+            single = e.shape[0] == n
+        if single:
             e = e[None]
         if e.shape[1] != n:
             raise DataError(f"estimate must have one entry per node ({n}), got shape {e.shape}")
@@ -363,12 +382,12 @@ class ConsistencyBias(_Metric):
 
     def __call__(self, true, estimate, *, tree=None, **params):
         self._params(params)
-        d, _ = self._delta(estimate, tree)
+        d, _ = self._delta(estimate, tree, true)
         return float(np.sqrt(np.mean(d**2))) if d.size else 0.0
 
     def by_level(self, true, estimate, *, tree, **params):
         self._params(params)
-        d, internal = self._delta(estimate, tree)
+        d, internal = self._delta(estimate, tree, true)
         ms = (d**2).mean(axis=(0, 2))
         return np.sqrt(_level_mean(ms, tree.depth[internal], tree.n_levels))
 

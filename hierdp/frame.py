@@ -80,7 +80,17 @@ def _as_index(values: Any, level: str) -> pd.Index:
     if not idx.is_unique:
         dup = idx[idx.duplicated()].unique()[:3].tolist()
         raise HierarchyError(f"domain of level {level!r} lists {dup} more than once; list each value once")
+    _no_blank_labels(idx, level)
     return idx
+
+
+def _no_blank_labels(idx: pd.Index, level: str) -> None:
+    """An empty or blank label would print like a missing value in the output (and read
+    back as one), so its row could not be told from its parent's."""
+    if idx.dtype == object or pd.api.types.is_string_dtype(idx.dtype):
+        if any(isinstance(v, str) and not v.strip() for v in idx):
+            raise HierarchyError(f"level {level!r} has an empty label ''; give every value a visible name "
+                                 "(empty cells read back as missing)")
 
 
 def _normalize_domains(domains: Any, levels: Sequence[str]) -> dict[str, Any]:
@@ -158,6 +168,7 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
             vals = col[(data_nodes >= 0) & col.notna().to_numpy()]
             uniq = pd.unique(vals.to_numpy())
             idx = pd.Index(uniq)
+            _no_blank_labels(idx, lv)
             try:
                 idx = idx.sort_values()
             except TypeError:

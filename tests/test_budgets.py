@@ -279,3 +279,15 @@ def test_greedy_ties_up_to_rounding_go_to_the_level_nearest_the_root():
     t = Tree.complete(2, 3)
     assert np.argmax(greedy_split(Scores(t, [2.0, 1.0 + 1e-15, 1.0]), 1.0, phases=1)) == 1
     assert np.argmax(greedy_split(Scores(t, [2.0, 1.0 + 1e-9, 1.0]), 1.0, phases=1)) == 2
+
+
+@pytest.mark.parametrize("name", ["greedy", "greedy_oracle", "optimal", "optimal_oracle"])
+def test_strategy_parameters_are_type_checked(name):
+    """A YAML 'false' in quotes is a string: bool('false') is True, so it must be refused."""
+    from hierdp import registry
+
+    for bad, msg in (({"postprocessed": "false"}, "postprocessed must be true or false"),
+                     ({"tau": "ten"}, "tau must be a positive number"),
+                     ({"gamma": "x"}, "gamma must be a number in .0, 1.")):
+        with pytest.raises(BudgetError, match=msg):
+            registry.create("budget", name, **bad)

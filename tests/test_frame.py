@@ -187,3 +187,10 @@ def test_repr_reveals_no_counts(people):
     d = people.dptree(levels=["state", "county"], domains=DOMAINS)
     text = repr(d)
     assert "12 public nodes" in text and "6" not in text.replace("public", "")
+
+
+@pytest.mark.parametrize("domains", [{"g": ["a", ""]}, {"g": ["a", "  "]}, "observed"])
+def test_blank_labels_are_refused(domains):
+    """An empty label prints like a missing value: its row could not be told from its parent's."""
+    with pytest.raises(hierdp.HierarchyError, match="level 'g' has an empty label"):
+        pd.DataFrame({"g": ["a", "  " if domains != "observed" else ""]}).dptree(levels=["g"], domains=domains)

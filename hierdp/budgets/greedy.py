@@ -54,12 +54,17 @@ class _GreedyBase(BudgetStrategy):
 
     def __init__(self, *, tau: float = 10.0, phases: int = 20, gamma: float = 1e-5,
                  postprocessed: bool = True) -> None:
+        def number(x: Any) -> bool:
+            return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
         if isinstance(phases, bool) or not isinstance(phases, (int, np.integer)) or phases < 1:
             raise BudgetError(f"phases must be a positive integer, got {phases!r}")
-        if not (0 < gamma < 1):
-            raise BudgetError(f"gamma must be in (0, 1), got {gamma!r}")
-        if not (np.isfinite(tau) and tau > 0):
+        if not (number(gamma) and 0 < gamma < 1):
+            raise BudgetError(f"gamma must be a number in (0, 1), got {gamma!r}")
+        if not (number(tau) and np.isfinite(tau) and tau > 0):
             raise BudgetError(f"tau must be a positive number, got {tau!r}")
+        if not isinstance(postprocessed, (bool, np.bool_)):
+            raise BudgetError(f"postprocessed must be true or false, got {postprocessed!r}")
         self.tau = float(tau)
         self.phases = int(phases)
         self.gamma = float(gamma)

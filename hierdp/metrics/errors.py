@@ -96,7 +96,10 @@ def _level_mean(values: np.ndarray, depth: np.ndarray, n_levels: int) -> np.ndar
 
 
 def _positive(name: str, value: Any) -> float:
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise DataError(f"{name} must be a positive number, got {value!r}") from None
     if not (np.isfinite(v) and v > 0):
         raise DataError(f"{name} must be a positive number, got {value!r}")
     return v

@@ -143,6 +143,8 @@ CASES = [
      r"privacy\.unit: column 'persn_id' is not in the source; did you mean 'person_id'\?"),
     ("output-format", sub("path: out.csv", "path: out.xlsx"), 19,
      r"output\.path: cannot tell the output format from 'out\.xlsx'; end it in \.csv or \.parquet"),
+    ("level-named-like-an-output-column", sub("- name: city", "- name: estimate\n      column: city"), 8,
+     r"hierarchy\.levels\[1\]\.name: level name 'estimate' is the name of an output column .*keep `column: city`"),
     ("output-ledger-is-the-table", sub("path: out.csv", "path: out.csv\n  ledger: ./out.csv"), 20,
      r"output\.ledger: output\.ledger is the same file as output\.path.*give it its own name"),
     ("output-column", sub("path: out.csv", "path: out.csv\n  columns: [estimate, stdev]"), 20,

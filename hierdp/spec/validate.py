@@ -417,6 +417,13 @@ class _Checker:
                 name_ok = False
                 self.err(here + ("name",), f"duplicate level name {name!r} (also level {names_seen[name]}); "
                                            "each level needs its own name")
+            from hierdp.frame import RESERVED_COLUMNS
+
+            if name in RESERVED_COLUMNS:
+                name_ok = False
+                self.err(here + ("name",), f"level name {name!r} is the name of an output column "
+                                           f"({', '.join(sorted(RESERVED_COLUMNS))}); rename the level and keep "
+                                           f"`column: {col}` to read the same data")
             names_seen.setdefault(name, i)
             if not name_ok and "column" not in lv:
                 pass  # the column defaults to the (bad) name: one error is enough

@@ -683,6 +683,9 @@ class _Checker:
             prior = b.get("params", {}).get("prior") if isinstance(b.get("params"), dict) else None
             if isinstance(prior, dict):
                 self.check_prior(prior, names)
+            elif prior is not None:
+                self.err(("budget", "params", "prior"), f"in a spec the prior is a table: give {{file: <csv>, "
+                                                        f"column: estimate}}, got {_kind(prior)}")
             self.warn_oracle(b["strategy"])
             return {"strategy": r[0], "params": r[1]} if r else None
         per = _get(b, "per_level", dict)
@@ -720,6 +723,9 @@ class _Checker:
             return
         if "column" in prior and not isinstance(prior["column"], str):
             self.err(here + ("column",), f"must be a string, got {_kind(prior['column'])}")
+            return
+        if any(ch in prior["file"] for ch in "*?["):
+            self.err(here + ("file",), f"the prior is one file; give its name, not a pattern ({prior['file']!r})")
             return
         files = self.resolve_glob(prior["file"], here + ("file",))
         if files and self.check_files:

@@ -227,7 +227,8 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
                     key = lab
                 else:
                     raise HierarchyError(f"per-parent domain of {lv!r} has no entry for {plv.name} {lab!r}; "
-                                         "add one (an empty list makes it a leaf)")
+                                         "add one (in Python, an empty list makes that node a leaf; "
+                                         "a YAML domain list needs at least one value)")
                 used.add(key)
                 vals = list(spec[key])
                 if len(set(vals)) != len(vals):

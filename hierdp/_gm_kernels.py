@@ -91,6 +91,37 @@ def gmc_weighted_stage1(parent, n1, d, leaf_starts, leaf_parents):
 
 
 # --------------------------------------------------------------------------- GMC stage 2
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _leaf_sums_2d(n1, leaf_starts, leaf_parents, v, acc):
+    """``acc[:n1] = -(sum of each node's leaf-child values)``: the leaf part of ``M^T v``,
+    shared by the (n, k) GMC kernels (formulas 36 and 39)."""
+    k = v.shape[1]
+    for i in range(n1):
+        for c in range(k):
+            acc[i, c] = 0.0
+    for r in range(leaf_parents.shape[0]):
+        p = leaf_parents[r]
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            for c in range(k):
+                acc[p, c] -= v[i, c]
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _leaves_out_2d(n1, leaf_starts, leaf_parents, v, out, acc):
+    """``out = v - M y`` on the leaves (``acc`` holds y of their parents); a tree that is a
+    single node is returned as it is. Shared by the (n, k) GMC kernels."""
+    n, k = v.shape
+    for r in range(leaf_parents.shape[0]):
+        p = leaf_parents[r]
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            for c in range(k):
+                out[i, c] = v[i, c] + acc[p, c]
+    if n1 == 0:
+        for i in range(n):
+            for c in range(k):
+                out[i, c] = v[i, c]
+
+
 @_jit_fast
 def gmc_39_2d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
     """Formula (39): v - M G^-1 (theta' * G^-T (M^T v)) with G = G_{T(1)}^(theta', 1).
@@ -101,15 +132,7 @@ def gmc_39_2d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
     """
     n, k = v.shape
     acc = work
-    for i in range(n1):
-        for c in range(k):
-            acc[i, c] = 0.0
-    # leaves: acc[p] -= sum of leaf values (r_p = v_p - sum_children v_c)
-    for r in range(leaf_parents.shape[0]):
-        p = leaf_parents[r]
-        for i in range(leaf_starts[r], leaf_starts[r + 1]):
-            for c in range(k):
-                acc[p, c] -= v[i, c]
+    _leaf_sums_2d(n1, leaf_starts, leaf_parents, v, acc)  # acc[p] = -(sum of p's leaf values)
     # non-leaves bottom-up: z_i = (v_i + acc_i) / theta'_i ; acc[f] += z_i - v_i
     for i in range(n1 - 1, 0, -1):
         p = parent[i]
@@ -133,15 +156,7 @@ def gmc_39_2d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
             y = acc[i, c] + yf * it
             acc[i, c] = y
             out[i, c] = v[i, c] - y + yf
-    for r in range(leaf_parents.shape[0]):
-        p = leaf_parents[r]
-        for i in range(leaf_starts[r], leaf_starts[r + 1]):
-            for c in range(k):
-                out[i, c] = v[i, c] + acc[p, c]
-    if n1 == 0:
-        for i in range(n):
-            for c in range(k):
-                out[i, c] = v[i, c]
+    _leaves_out_2d(n1, leaf_starts, leaf_parents, v, out, acc)
     return out
 
 
@@ -220,14 +235,7 @@ def gmc_36_2d(parent, n1, w, leaf_starts, leaf_parents, v, out, work):
     """
     n, k = v.shape
     acc = work
-    for i in range(n1):
-        for c in range(k):
-            acc[i, c] = 0.0
-    for r in range(leaf_parents.shape[0]):
-        p = leaf_parents[r]
-        for i in range(leaf_starts[r], leaf_starts[r + 1]):
-            for c in range(k):
-                acc[p, c] -= v[i, c]
+    _leaf_sums_2d(n1, leaf_starts, leaf_parents, v, acc)  # acc[p] = -(sum of p's leaf values)
     # r = M^T v ; upward G^T z = r: z_i = (r_i + sum_{j in C_i, j < n1} z_j / w_j) / w_i
     for i in range(n1 - 1, -1, -1):
         wi = w[i]
@@ -250,15 +258,7 @@ def gmc_36_2d(parent, n1, w, leaf_starts, leaf_parents, v, out, work):
                 y = (acc[i, c] + yf / wi) / wi
                 acc[i, c] = y
                 out[i, c] = v[i, c] - y + yf
-    for r in range(leaf_parents.shape[0]):
-        p = leaf_parents[r]
-        for i in range(leaf_starts[r], leaf_starts[r + 1]):
-            for c in range(k):
-                out[i, c] = v[i, c] + acc[p, c]
-    if n1 == 0:
-        for i in range(n):
-            for c in range(k):
-                out[i, c] = v[i, c]
+    _leaves_out_2d(n1, leaf_starts, leaf_parents, v, out, acc)
     return out
 
 

@@ -474,7 +474,7 @@ class DPTree:
         if s is not None:
             if not isinstance(s, Sensitivity):
                 raise PrivacyError(f"sensitivity must be a hierdp Sensitivity, got {type(s).__name__}")
-            if s.l1 < floor.l1 or s.l2 < floor.l2 or s.linf < floor.linf:
+            if not s.covers(floor):
                 raise PrivacyError(f"sensitivity {s} is smaller than one privacy unit can change a level "
                                    f"({floor}, fixed by {how}); pass a larger one or none")
         for key in ("max_contributions", "privacy_unit"):

@@ -151,7 +151,7 @@ def _sensitivity(sensitivity: Sensitivity | None, max_contributions: int | None)
     bound = Sensitivity.bounded(int(max_contributions))
     if sensitivity is None:
         return bound
-    if sensitivity.l1 < bound.l1 or sensitivity.l2 < bound.l2:
+    if not sensitivity.covers(bound):
         raise PrivacyError(
             f"sensitivity {sensitivity} is smaller than max_contributions={max_contributions} allows "
             f"({bound}); drop one of them or make them agree"

@@ -40,6 +40,11 @@ class Sensitivity:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise BudgetError(f"sensitivity {name} must be a positive finite number, got {v!r}")
 
+    def covers(self, other: Sensitivity) -> bool:
+        """At least as large as ``other`` in the norms mechanisms calibrate on (l1, l2): a
+        safe stand-in for it."""
+        return self.l1 >= other.l1 and self.l2 >= other.l2
+
     @classmethod
     def bounded(cls, max_contributions: int, cells_per_row: int = 1) -> Sensitivity:
         """Sensitivity when each unit contributes at most ``max_contributions`` rows."""

@@ -243,32 +243,31 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
     if missing:
         raise SpecError(f"budget.params.prior.file: {path.name!r} has no column {missing[0]!r}; "
                         f"it needs the level columns {names} and {column!r}")
-    # label paths of the nodes, in the tree's internal order (as label_columns gives them)
-    cols = tree.label_columns()
-    labels = [pd.Series(cols[n], dtype=object) for n in names]
-    keys = list(zip(*[a.where(a.notna(), None).to_numpy() for a in labels]))
-    lookup = {k: i for i, k in enumerate(keys)}
-    rows = table[names].astype(object)
-    rows = rows.where(rows.notna(), None)
     values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
     bad = int(np.sum(np.isnan(values) & table[column].notna().to_numpy()))
     if bad:
         raise SpecError(f"budget.params.prior.file: {path.name!r} has {bad} value(s) in column {column!r} that "
                         "are not numbers; fix them or leave them empty")
-    keys_in = list(map(tuple, rows.to_numpy()))
-    if len(set(keys_in)) != len(keys_in):
+    # join on the label paths (missing below a node's level on both sides), one vectorised
+    # merge: the nodes' paths in the tree's internal order, as label_columns gives them
+    cols = tree.label_columns()
+    nodes = pd.DataFrame({n: pd.Series(cols[n], dtype=object) for n in names})
+    nodes = nodes.where(nodes.notna(), None)
+    nodes["__node__"] = np.arange(tree.n_nodes)
+    rows = table[names].astype(object)
+    rows = rows.where(rows.notna(), None)
+    if rows.duplicated().any():
         raise SpecError(f"budget.params.prior.file: {path.name!r} lists a node more than once; keep one row per node")
-    internal = np.zeros(tree.n_nodes)
-    matched = 0
-    for k, v in zip(keys_in, values):
-        i = lookup.get(k)
-        if i is not None:
-            matched += i != 0
-            if np.isfinite(v):
-                internal[i] = v
-    if tree.n_nodes > 1 and matched == 0:
+    rows["__value__"] = values
+    hit = nodes.merge(rows, on=names, how="inner")
+    node = hit["__node__"].to_numpy()
+    if tree.n_nodes > 1 and not np.any(node != 0):
         raise SpecError(f"budget.params.prior.file: no row of {path.name!r} matches a node below the root; its level "
                         f"columns {names} must hold this tree's labels (as an earlier release's output does)")
+    internal = np.zeros(tree.n_nodes)
+    v = hit["__value__"].to_numpy(dtype=float)
+    finite = np.isfinite(v)
+    internal[node[finite]] = v[finite]
     return tree.to_external(internal)
 
 

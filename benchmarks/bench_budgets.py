@@ -3,7 +3,7 @@
 For the complete binary tree of height 24 (SynData, 16.7M nodes) and the census-like tree
 (~11.8M nodes, 8 levels) it measures, in the same process:
 
-* one full BLUE pass (values and variances, :func:`hierdp.postprocess.blue.blue`) — the unit;
+* one full BLUE pass (values and variances, :func:`hierdp.postprocessors.blue.blue`) — the unit;
 * building the class tree (structure only, once per tree, then cached in ``tree.cache``);
 * the prior weights 1/max(τ, c)² summed per class (one O(n) pass per prior and τ);
 * one variance-only evaluation (one candidate split) and one sweep over all levels;
@@ -48,7 +48,7 @@ def run_case(kind: str, size: float, queue) -> None:
     from hierdp.budgets.greedy import greedy_split
     from hierdp.budgets.optimize import optimal_split
     from hierdp.mechanisms.base import Sensitivity
-    from hierdp.postprocess.blue import blue
+    from hierdp.postprocessors.blue import blue
 
     try:
         from _machine import warm_memory

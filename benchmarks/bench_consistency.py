@@ -43,11 +43,11 @@ from _trees import census_like_tree, complete_tree, random_fanout_tree  # noqa: 
 
 import hierdp  # noqa: E402
 from hierdp import generation_matrix as gm  # noqa: E402
-from hierdp.postprocess.baselines import boosting, privtrie  # noqa: E402
-from hierdp.postprocess.blue import blue  # noqa: E402
-from hierdp.postprocess.gmc import gmc, gmc_structure  # noqa: E402
-from hierdp.postprocess.nonneg import nonneg  # noqa: E402
-from hierdp.postprocess.rounding import controlled_round  # noqa: E402
+from hierdp.postprocessors.baselines import boosting, privtrie  # noqa: E402
+from hierdp.postprocessors.blue import blue  # noqa: E402
+from hierdp.postprocessors.gmc import gmc, gmc_structure  # noqa: E402
+from hierdp.postprocessors.nonneg import nonneg  # noqa: E402
+from hierdp.postprocessors.rounding import controlled_round  # noqa: E402
 
 SIZES = {
     "full": {"binary": 24, "census": 1.0, "random": 8_000_000},
@@ -171,7 +171,7 @@ def run_shape(shape: str, mode: str, repeat: int) -> dict:
     res["gmc_stage1_s"] = best_of(stage1, repeat)
     # an output buffer offset from the input modulo 4 KiB, as gmc() allocates its own (a
     # buffer aliasing the input's address modulo 4096 runs up to 2x slower: 4K aliasing)
-    from hierdp.postprocess.gmc import _aligned_empty
+    from hierdp.postprocessors.gmc import _aligned_empty
 
     out = _aligned_empty(noisy.shape, 11)
     gmc(tree, noisy, out=out)
@@ -183,7 +183,7 @@ def run_shape(shape: str, mode: str, repeat: int) -> dict:
     # the compiled kernel blue() picks, alone, outputs pre-allocated (as GMC stage 2 is timed)
     from hierdp import _kernels as K
     from hierdp._kernels import aligned_empty
-    from hierdp.postprocess.blue import _structure
+    from hierdp.postprocessors.blue import _structure
 
     bst = _structure(tree)
     y1 = np.ascontiguousarray(noisy, dtype=np.float64).reshape(n)
@@ -197,7 +197,7 @@ def run_shape(shape: str, mode: str, repeat: int) -> dict:
         res["blue_kernel"] = "per-parent"
         res["blue_kernel_s"] = best_of(
             lambda: K.blue_1d(bst.first, bst.cidx, tree._leafcount, bst.n1, y1, v1, xo, xv), repeat)
-    from hierdp.postprocess.gmc import gmc_structure as _gs
+    from hierdp.postprocessors.gmc import gmc_structure as _gs
 
     res["gmc_kernel"] = "one by one" if _gs(tree).leaf_parent is not None else "run by run"
     res["gmc_alloc_s"] = best_of(lambda: gmc(tree, noisy), repeat)
@@ -259,7 +259,7 @@ def peak_child(shape: str, mode: str, with_release: bool) -> dict:
     blue(tree, noisy, variance)
     out["chain_peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     if with_release:
-        from hierdp.release import release
+        from hierdp import release
 
         ext_true = tree.to_external(true).astype(np.int64)
         del noisy, variance, est

@@ -27,7 +27,7 @@ from _machine import best_of, in_fresh_process, numpy_floor, warm_memory  # noqa
 
 def run_case(kind: str, size: float, queue) -> None:
     import hierdp
-    from hierdp.release import release
+    from hierdp import release
     import _trees
 
     warm = hierdp.Tree.complete(2, 4)  # compile / load the numba kernels outside the timings

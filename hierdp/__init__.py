@@ -1,41 +1,31 @@
-"""hierdp: differentially private release of hierarchical counts."""
+"""hierdp: differentially private release of hierarchical counts.
 
-from hierdp import accessor as _accessor  # noqa: F401  (registers .dptree)
+The public names (see ``docs/architecture.md``): :class:`Tree`, :func:`release`,
+:func:`postprocess`, :func:`metric`, :func:`evaluate`, :func:`run_spec`, :class:`Session`,
+:class:`Sensitivity`, :class:`DPTree`, :class:`ReleaseResult`, :class:`Ledger`,
+:class:`Estimate`, :class:`Measurements`, the ``registry`` of plugins and the errors.
+Importing hierdp registers the ``.dptree`` accessor on pandas objects.
+"""
+
 from hierdp import registry
-from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, PluginError,
-                           PrivacyError, SpecError)
-from hierdp.postprocess.base import Estimate
+from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, NonPrivateWarning,
+                           NotForPublicationWarning, PluginError, PrivacyError, SpecError)
+from hierdp.evaluation import evaluate
+from hierdp.frontends.pandas import DPTree
+from hierdp.ledger import Ledger
+from hierdp.mechanisms.base import Sensitivity
+from hierdp.pipeline import postprocess, release
+from hierdp.postprocessors.base import Estimate, Measurements
+from hierdp.result import ReleaseResult
+from hierdp.session import Session
 from hierdp.tree import Tree
 
 __version__ = "0.1.0"
 
-__all__ = ["Tree", "Estimate", "registry", "postprocess", "HierDPError", "SpecError",
-           "HierarchyError", "BudgetError", "PluginError", "PrivacyError", "DataError"]
-
-
-def postprocess(name: str, tree: Tree, values, variance=None, **params) -> Estimate:
-    """Run the post-processor ``name`` on external-order node ``values`` (and ``variance``).
-
-    >>> import numpy as np, hierdp
-    >>> t = hierdp.Tree.complete(fanout=2, height=2)
-    >>> est = hierdp.postprocess("blue", t, np.array([10., 4., 5.]), variance=np.ones(3))
-    >>> np.round(est.values, 6).tolist()
-    [9.666667, 4.333333, 5.333333]
-    """
-    import numpy as np
-
-    from hierdp.postprocess.base import node_values, node_variance
-
-    pp = registry.create("postprocessor", name, **params)
-    raw = node_values(tree, values)
-    vals = tree.to_internal(raw)
-    var = None if variance is None else tree.to_internal(node_variance(tree, variance, raw.shape))
-    if var is None and pp.requires_variance:
-        var = np.ones(tree.n_nodes)
-    est = pp.apply(tree, Estimate(vals, var))
-    from hierdp.release import _external
-
-    return _external(tree, est)
+__all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
+           "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "registry", "plot",
+           "HierDPError", "SpecError", "HierarchyError", "BudgetError", "PluginError", "PrivacyError",
+           "DataError", "NonPrivateWarning", "NotForPublicationWarning"]
 
 
 def metric(name: str, **params):
@@ -50,12 +40,6 @@ def metric(name: str, **params):
     return registry.create("metric", name, **params)
 
 
-from hierdp import plot  # noqa: E402  (matplotlib is imported only when a plot is drawn)
-from hierdp.evaluate import evaluate  # noqa: E402
-
-__all__ += ["metric", "evaluate", "plot"]
-
-
 def run_spec(path, **overrides):
     """Validate and run the YAML release spec at ``path``; returns a ``ReleaseResult``.
 
@@ -67,4 +51,4 @@ def run_spec(path, **overrides):
     return _run_spec(path, **overrides)
 
 
-__all__ += ["run_spec"]
+from hierdp import plot  # noqa: E402  (matplotlib is imported only when a plot is drawn)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hierdp import rules
 from hierdp.errors import BudgetError, PrivacyError
 
 __all__ = ["total_budget", "check_epsilon", "check_rho", "check_delta", "zcdp_to_approx_dp",
@@ -135,9 +136,10 @@ def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None
       - ``epsilon`` alone → :class:`PrivacyError` (Gaussian noise cannot give pure ε-DP).
     """
     who = f"mechanism {mechanism!r}" if mechanism else "this mechanism"
+    rules.enforce(rules.mechanism_unit_problem(unit, mechanism or "this mechanism", epsilon=epsilon is not None,
+                                               delta=delta is not None and unit != "epsilon",
+                                               rho=rho is not None), PrivacyError)
     if unit == "epsilon":
-        if rho is not None:
-            raise PrivacyError(f"{who} is pure ε-DP; give epsilon=..., not rho (or use a Gaussian mechanism)")
         if epsilon is None:
             raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
         eps = check_epsilon(epsilon)
@@ -157,9 +159,6 @@ def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None
         if epsilon is None:
             raise BudgetError(f"no privacy budget given for {who}: pass rho=... or epsilon=... with delta=...")
         eps = check_epsilon(epsilon)
-        if delta is None:
-            raise PrivacyError(f"{who} adds Gaussian noise, which cannot satisfy pure ε-DP; pass delta=... "
-                               "(e.g. 1e-9) for (ε, δ)-DP, give rho=... instead, or use mechanism='discrete_laplace'")
         d = check_delta(delta)
         r = approx_dp_to_zcdp(eps, d)
         return r, {"guarantee": "approx", "epsilon": eps, "delta": d, "rho": r}
@@ -168,12 +167,14 @@ def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None
 
 @dataclass(frozen=True)
 class Spend:
-    """One measurement: its cost, unit, label and (optional) parallel group."""
+    """One measurement: its cost, unit, label, (optional) parallel group and, for an
+    (ε, δ) mechanism (e.g. truncated Laplace), its δ (added up by basic composition)."""
 
     amount: float
     unit: str
     label: str = ""
     group: str | None = None
+    delta: float = 0.0
 
 
 @dataclass
@@ -197,8 +198,11 @@ class Accountant:
         if self.budget is not None:
             _positive(self.budget, f"{self.unit} budget")
 
-    def spend(self, amount: float, *, label: str = "", group: str | None = None, unit: str | None = None) -> Spend:
+    def spend(self, amount: float, *, label: str = "", group: str | None = None, unit: str | None = None,
+              delta: float = 0.0) -> Spend:
         unit = unit or self.unit
+        if delta and self.unit != "epsilon":
+            raise PrivacyError("an (ε, δ) spend cannot be added to a zCDP accountant; account it in epsilon")
         if unit == self.unit:
             amt = _positive(amount, self.unit)
         elif unit == "epsilon" and self.unit == "rho":
@@ -206,7 +210,7 @@ class Accountant:
         else:
             raise PrivacyError(f"cannot add a {unit!r} spend to a {self.unit!r} accountant "
                                "(a zCDP cost has no pure-ε equivalent)")
-        s = Spend(amt, self.unit, label, group)
+        s = Spend(amt, self.unit, label, group, float(delta))
         new_total = self._total(self.spends + [s])
         if self.budget is not None and new_total > self.budget * (1 + 1e-12):
             raise BudgetError(f"spending {amt:g} {self.unit} for {label or 'this measurement'} would exceed "
@@ -231,6 +235,18 @@ class Accountant:
         return self._total(self.spends)
 
     @property
+    def delta_total(self) -> float:
+        """Composed δ of (ε, δ) spends: basic composition adds them (parallel groups take the max)."""
+        groups: dict[str, float] = {}
+        alone = []
+        for s in self.spends:
+            if s.group is None:
+                alone.append(s.delta)
+            else:
+                groups[s.group] = max(groups.get(s.group, 0.0), s.delta)
+        return math.fsum(alone) + math.fsum(groups.values())
+
+    @property
     def remaining(self) -> float:
         if self.budget is None:
             return math.inf
@@ -239,6 +255,8 @@ class Accountant:
     def guarantee(self, delta: float | None = None, method: str = "cks20") -> dict:
         """Ledger fields for the composed cost; for ρ with ``delta``, adds the (ε, δ) conversion."""
         if self.unit == "epsilon":
+            if self.delta_total > 0:
+                return {"guarantee": "approx", "epsilon": self.total, "delta": self.delta_total, "rho": None}
             return {"guarantee": "pure", "epsilon": self.total, "delta": None, "rho": None}
         out = {"guarantee": "zcdp", "epsilon": None, "delta": None, "rho": self.total}
         if delta is not None and self.total > 0:

@@ -82,6 +82,11 @@ class NonPrivateWarning(UserWarning):
     """A computation read true counts (evaluation, oracle budgets)."""
 
 
+class NotForPublicationWarning(UserWarning):
+    """A release used seeded (reproducible) randomness: fine for tests and benchmarks,
+    never for publication (its ledger and written tables say so)."""
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return ``"; did you mean 'x'?"`` for the closest choice, or ``""``."""
     match = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)

@@ -64,7 +64,7 @@ def generation_matrix(tree: Tree, w_node: np.ndarray | float | None = None,
     wn = _weights(tree, w_node, "w_node")
     we = _weights(tree, w_edge, "w_edge")
     n = tree.n_nodes
-    par = tree._parent
+    par = tree.internal.parent
     rows = np.concatenate((np.arange(n), np.arange(1, n)))
     cols = np.concatenate((np.arange(n), par[1:]))
     data = np.concatenate((wn, -we[1:]))
@@ -84,7 +84,7 @@ def k_order_size(tree: Tree, k: int) -> int:
     """``n_k``: the number of nodes of the k-order subtree ``T^(k) = {i : h_i > k}`` (Def. 3)."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise HierarchyError(f"k must be an integer >= 0, got {k!r}")
-    return int(np.count_nonzero(tree._height > k))
+    return int(np.count_nonzero(tree.internal.height > k))
 
 
 def k_order_submatrix(G: sp.sparray, tree: Tree, k: int) -> sp.csr_array:
@@ -105,22 +105,22 @@ def mapping_matrix(s: np.ndarray, n: int) -> sp.csr_array:
 def order_matrix(tree: Tree) -> sp.csr_array:
     """Permutation ``H_S`` with ``H_S @ v_internal = v_external`` (Def. 9's use for sorting)."""
     n = tree.n_nodes
-    if tree._inv is None:
+    if tree.internal.inverse_perm is None:
         return sp.csr_array(sp.eye_array(n, format="csr"))
-    return mapping_matrix(tree._inv, n)
+    return mapping_matrix(tree.internal.inverse_perm, n)
 
 
 def leaf_mapping_matrix(tree: Tree) -> sp.csr_array:
     """``H_H`` (m x n): row r picks the r-th leaf (internal order), formula (26) ``x = H_H v``."""
-    leaves = np.flatnonzero(tree._n_children == 0)
+    leaves = np.flatnonzero(tree.internal.n_children == 0)
     return mapping_matrix(leaves, tree.n_nodes)
 
 
 def consistency_constraint_matrix(tree: Tree) -> sp.csr_array:
     """``M_T`` (Def. 5, n x n1): ``m_ii = 1``, ``m_{i, f_i} = -1``; consistency is ``M^T v = 0``."""
     n = tree.n_nodes
-    n1 = int(np.count_nonzero(tree._n_children > 0))
-    par = tree._parent
+    n1 = int(np.count_nonzero(tree.internal.n_children > 0))
+    par = tree.internal.parent
     rows = np.concatenate((np.arange(n1), np.arange(1, n)))
     cols = np.concatenate((np.arange(n1), par[1:]))
     data = np.concatenate((np.ones(n1), -np.ones(n - 1)))
@@ -139,7 +139,7 @@ def upward(tree: Tree, v: np.ndarray, w_node=None, w_edge=None) -> np.ndarray:
     """Upward propagation ``z = G^-T v`` (Prop. 2, formula 14) in one bottom-up pass."""
     a, shape = _as2d(tree, v)
     out = np.empty_like(a)
-    GK.upward_2d(tree._parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
+    GK.upward_2d(tree.internal.parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
     return out.reshape(shape)
 
 
@@ -147,7 +147,7 @@ def downward(tree: Tree, v: np.ndarray, w_node=None, w_edge=None) -> np.ndarray:
     """Downward propagation ``z = G^-1 v`` (Prop. 3, formula 15) in one top-down pass."""
     a, shape = _as2d(tree, v)
     out = np.empty_like(a)
-    GK.downward_2d(tree._parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
+    GK.downward_2d(tree.internal.parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
     return out.reshape(shape)
 
 
@@ -158,7 +158,7 @@ def build_tree(tree: Tree, x: np.ndarray) -> np.ndarray:
     if x.shape[:1] != (m,):
         raise DataError(f"x must have one row per leaf ({m}), got shape {x.shape}")
     full = np.zeros((tree.n_nodes,) + x.shape[1:])
-    full[tree._n_children == 0] = x
+    full[tree.internal.n_children == 0] = x
     return upward(tree, full)
 
 
@@ -187,7 +187,7 @@ def ancestor_matrix(tree: Tree) -> sp.csr_array:
     level up at a time (a loop per level), not by inverting.
     """
     n = tree.n_nodes
-    par = tree._parent
+    par = tree.internal.parent
     rows = [np.arange(n)]
     cols = [np.arange(n)]
     cur_nodes = np.arange(1, n)
@@ -233,7 +233,7 @@ def left_eigenvector(tree: Tree, i: int, w_node=None, w_edge=None) -> np.ndarray
     """
     wn = _weights(tree, w_node, "w_node")
     we = _weights(tree, w_edge, "w_edge")
-    par = tree._parent
+    par = tree.internal.parent
     n = tree.n_nodes
     u = np.zeros(n)
     u[i] = 1.0
@@ -255,7 +255,7 @@ def right_eigenvector(tree: Tree, i: int, w_node=None, w_edge=None) -> np.ndarra
     """
     wn = _weights(tree, w_node, "w_node")
     we = _weights(tree, w_edge, "w_edge")
-    par = tree._parent
+    par = tree.internal.parent
     n = tree.n_nodes
     v = np.zeros(n)
     v[i] = 1.0
@@ -329,12 +329,12 @@ def gmc_matrix(tree: Tree) -> sp.csr_array:
     """``G_{T^(1) <- T}`` (Alg. 1 / Theorem 9): the n1 x n1 Generation Matrix with node
     weights ``sqrt(1 + theta_i)`` and edge weights ``1 / sqrt(1 + theta_i)``; it satisfies
     ``M_T^T M_T = G^T G`` (Theorem 8)."""
-    from hierdp.postprocess.gmc import gmc_structure
+    from hierdp.postprocessors.gmc import gmc_structure
 
     st = gmc_structure(tree)
     n1 = st.n1
     w = np.sqrt(st.theta)
-    par = tree._parent[:n1]
+    par = tree.internal.parent[:n1]
     rows = np.concatenate((np.arange(n1), np.arange(1, n1)))
     cols = np.concatenate((np.arange(n1), par[1:]))
     data = np.concatenate((w, -1.0 / w[1:]))

@@ -47,6 +47,7 @@ class Ledger:
     max_contributions: int | None = None
     mechanism: str = ""
     budget_strategy: str = ""
+    plan: str = "per_level"
     levels: list[LevelSpend] = field(default_factory=list)
     structure: dict[str, str] = field(default_factory=dict)  # level -> where its domain came from
     postprocess: list[str] = field(default_factory=list)
@@ -62,6 +63,14 @@ class Ledger:
         """False when a seed made the release reproducible (and therefore not private)."""
         return self.seed is None and self.secure_randomness and not self.non_private
 
+    def not_for_publication_reasons(self) -> list[str]:
+        """Why this release must not be published (empty when it may be)."""
+        out = []
+        if self.seed is not None or not self.secure_randomness:
+            out.append(f"seeded randomness (seed={self.seed})")
+        out.extend(f"not private: {r}" for r in self.non_private)
+        return out
+
     @property
     def spent(self) -> float:
         """Total spend in the mechanism's unit (sum over levels: basic composition)."""
@@ -74,6 +83,8 @@ class Ledger:
     def to_dict(self, include_private: bool = False) -> dict[str, Any]:
         d = asdict(self)
         d["for_publication"] = self.for_publication
+        if not self.for_publication:
+            d["status"] = "NOT FOR PUBLICATION: " + "; ".join(self.not_for_publication_reasons())
         d["spent"] = self.spent
         if not include_private:
             d.pop("private_notes")
@@ -87,6 +98,7 @@ class Ledger:
     def from_dict(cls, d: dict[str, Any]) -> Ledger:
         d = _json_restore(dict(d))
         d.pop("for_publication", None)
+        d.pop("status", None)
         d.pop("spent", None)
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}

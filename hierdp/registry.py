@@ -30,6 +30,8 @@ KINDS: dict[str, str] = {
     "postprocessor": "hierdp_register_postprocessors",
     "metric": "hierdp_register_metrics",
     "budget": "hierdp_register_budgets",
+    "plan": "hierdp_register_plans",
+    "decomposition": "hierdp_register_decompositions",
 }
 _ALIASES = {
     "mechanisms": "mechanism",
@@ -39,6 +41,8 @@ _ALIASES = {
     "metrics": "metric",
     "budgets": "budget",
     "budget_strategy": "budget",
+    "plans": "plan",
+    "decompositions": "decomposition",
 }
 
 
@@ -137,7 +141,7 @@ def reset() -> None:
 
 def names(kind: str) -> list[str]:
     """Sorted names of the installed implementations of ``kind``
-    (``"mechanism"``, ``"postprocessor"``, ``"metric"`` or ``"budget"``)."""
+    (``"mechanism"``, ``"postprocessor"``, ``"metric"``, ``"budget"``, ``"plan"`` or ``"decomposition"``)."""
     return get_registry().names(kind)
 
 

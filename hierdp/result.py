@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp.ledger import Ledger
-from hierdp.postprocess.base import Estimate
+from hierdp.postprocessors.base import Estimate
 from hierdp.tree import Tree
 
 __all__ = ["ReleaseResult"]
@@ -49,7 +49,7 @@ class ReleaseResult:
     def _frame(self, noisy: bool) -> pd.DataFrame:
         tree = self.tree
         cols: dict[str, Any] = {}
-        level_cat = pd.Categorical.from_codes(tree._depth.astype(np.int64), categories=list(tree.level_names),
+        level_cat = pd.Categorical.from_codes(tree.internal.depth.astype(np.int64), categories=list(tree.level_names),
                                               ordered=True)
         cols["level"] = level_cat
         cols.update(tree.label_columns())
@@ -116,7 +116,7 @@ class ReleaseResult:
         if var is not None:
             vdims = ("node",) if var.ndim == 1 else ("node", "cell")
             data["std"] = (vdims, np.sqrt(var))
-        coords: dict[str, Any] = {"level": ("node", np.asarray(tree.level_names, dtype=object)[tree._depth])}
+        coords: dict[str, Any] = {"level": ("node", np.asarray(tree.level_names, dtype=object)[tree.internal.depth])}
         for name, col in tree.label_columns().items():
             coords[name] = ("node", np.asarray(pd.Series(col, dtype=object).where(pd.notna(col), None)))
         ds = xr.Dataset(data, coords=coords)

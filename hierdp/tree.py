@@ -24,12 +24,91 @@ import pandas as pd
 from hierdp import _kernels as K
 from hierdp.errors import HierarchyError
 
-__all__ = ["Tree"]
+__all__ = ["Tree", "InternalArrays"]
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
+
+
+class InternalArrays:
+    """Read-only arrays of a :class:`Tree` in its internal (descending-height) order.
+
+    The public API for kernels, post-processors, plans and plugins (``tree.internal``):
+    node ``i`` here is the ``i``-th node of the internal order, so every parent index is
+    smaller than its children's, each depth of a level-ordered tree and each height class
+    is a contiguous slice. Arrays are shared with the tree and not writeable; convert
+    external arrays with :meth:`Tree.to_internal` / :meth:`Tree.to_external`.
+    """
+
+    __slots__ = ("_tree",)
+
+    def __init__(self, tree: Tree) -> None:
+        self._tree = tree
+
+    @property
+    def parent(self) -> np.ndarray:
+        """Parent of each node (root -1), int64."""
+        return self._tree._parent
+
+    @property
+    def depth(self) -> np.ndarray:
+        """Depth of each node (root 0)."""
+        return self._tree._depth
+
+    @property
+    def height(self) -> np.ndarray:
+        """Height of each node (Cai et al. Def. 2: leaves 1); non-increasing."""
+        return self._tree._height
+
+    @property
+    def n_children(self) -> np.ndarray:
+        """Number of children of each node."""
+        return self._tree._n_children
+
+    @property
+    def child_ptr(self) -> np.ndarray:
+        """CSR pointers: the children of node v are ``child_idx[child_ptr[v]:child_ptr[v + 1]]``."""
+        return self._tree._child_ptr
+
+    @property
+    def child_idx(self) -> np.ndarray:
+        """CSR child indices (ascending within each parent)."""
+        return self._tree._child_idx
+
+    @property
+    def leafcount(self) -> np.ndarray:
+        """Number of leaves in the subtree of each node (1 for a leaf)."""
+        return self._tree._leafcount
+
+    @property
+    def level_index(self) -> tuple:
+        """Per depth, a slice (when the depth is contiguous) or an index array of its nodes."""
+        return self._tree._level_index
+
+    def height_slice(self, h: int) -> slice:
+        """The contiguous slice of the nodes of height ``h``."""
+        return self._tree.height_slice(h)
+
+    @property
+    def perm(self) -> np.ndarray | None:
+        """External id of each internal node (``None`` when the orders coincide)."""
+        return self._tree._perm
+
+    @property
+    def inverse_perm(self) -> np.ndarray | None:
+        """Internal index of each external node (``None`` when the orders coincide)."""
+        return self._tree._inv
+
+    @property
+    def codes(self) -> np.ndarray | None:
+        """Per node, the code of its label in ``tree.level_labels(depth)`` (``None`` if unlabelled)."""
+        return self._tree._codes
+
+    def sum_up(self, values: np.ndarray) -> np.ndarray:
+        """Subtree sums of internal-order node values (one bottom-up pass; shape (n,) or (n, k))."""
+        return self._tree._sum_up(values)
 
 
 class Tree:
@@ -169,14 +248,20 @@ class Tree:
                    root: str = "total") -> Tree:
         """The public structure of ``levels`` with their declared ``domains``.
 
-        See :mod:`hierdp.frame` (``build_structure``) for the domain forms. Only the structure is
+        See :mod:`hierdp.decompositions.declared` (``build_structure``) for the domain forms. Only the structure is
         returned; counts are computed by ``df.dptree(...)``.
         """
-        from hierdp.frame import build_structure
+        from hierdp.decompositions.declared import build_structure
 
         return build_structure(df, levels, domains, root=root).tree
 
     # ------------------------------------------------------------------ internal arrays
+    @cached_property
+    def internal(self) -> InternalArrays:
+        """The read-only internal-order arrays (parent, depth, children, levels, ...) for
+        kernels and plugins; see :class:`InternalArrays`."""
+        return InternalArrays(self)
+
     @cached_property
     def _depth(self) -> np.ndarray:
         return _readonly(K.depth_topological(self._parent))

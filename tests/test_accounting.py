@@ -69,9 +69,9 @@ def test_total_budget_zcdp_and_approx():
 
 
 def test_gaussian_under_pure_epsilon_is_refused():
-    with pytest.raises(PrivacyError, match="cannot satisfy pure ε-DP"):
+    with pytest.raises(PrivacyError, match=r"'gaussian' \(Gaussian noise\) cannot give pure ε-DP"):
         total_budget("rho", epsilon=1.0, mechanism="gaussian")
-    with pytest.raises(PrivacyError, match="pure ε-DP; give epsilon"):
+    with pytest.raises(PrivacyError, match="'laplace' is pure ε-DP and is budgeted by epsilon alone: remove privacy.rho"):
         total_budget("epsilon", rho=0.5, mechanism="laplace")
 
 

@@ -149,11 +149,11 @@ def test_audit_argument_errors():
 
 @pytest.mark.parametrize("name,total", [("discrete_laplace", 1.0), ("discrete_gaussian", 0.5)])
 def test_release_measurement_path_audits_below_total_claim(name, total):
-    """The release's own measurement step (``hierdp.release.measure``: one mechanism call
+    """The release's own measurement step (``hierdp.plans.per_level.measure``: one mechanism call
     per level, equal split) on neighbouring trees; the replicates are the columns of a
     ``(n, m)`` value array, so one call makes m independent releases."""
     from hierdp.audit import claimed_epsilon
-    from hierdp.release import measure
+    from hierdp.plans.per_level import measure
 
     tree = Tree.complete(3, 3)
     leaves0 = np.array([4, 0, 2, 9, 1, 1, 0, 3, 5])

@@ -6,10 +6,10 @@ import pytest
 
 import hierdp
 from hierdp.errors import DataError
-from hierdp.postprocess import Estimate
-from hierdp.postprocess.baselines import (DENSE_MAX_NODES, Boosting, BoostingWarning, DenseLS, PrivTrie,
+from hierdp.postprocessors import Estimate
+from hierdp.postprocessors.baselines import (DENSE_MAX_NODES, Boosting, BoostingWarning, DenseLS, PrivTrie,
                                           Processless, boosting, dense_ls, privtrie)
-from hierdp.postprocess.gmc import gmc
+from hierdp.postprocessors.gmc import gmc
 from tests.helpers import random_parent
 
 
@@ -103,7 +103,7 @@ def test_dense_reference_and_its_limits():
 ])
 def test_dense_reports_inf_for_undetermined_nodes(parent, var, expect):
     """The pseudo-inverse gives 0 in null-space directions; the reference must say inf there."""
-    from hierdp.postprocess.baselines import dense_ls
+    from hierdp.postprocessors.baselines import dense_ls
 
     tree = hierdp.Tree.from_parent(parent)
     _, v = dense_ls(tree, np.arange(len(parent), dtype=float), np.array(var))

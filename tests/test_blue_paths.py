@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import hierdp
 from hierdp import _kernels as K
 from hierdp.errors import DataError
-from hierdp.postprocess import blue as B
-from hierdp.postprocess.blue import blue
+from hierdp.postprocessors import blue as B
+from hierdp.postprocessors.blue import blue
 from tests.helpers import random_parent
 
 
@@ -293,7 +293,7 @@ def test_variances_equal_the_dense_covariance_with_unmeasured_nodes(n, seed, per
     """BLUE's variances equal the diagonal of the dense weighted least-squares covariance,
     inf exactly where the measurements leave a node undetermined (a lone unmeasured child
     is determined: its parent minus its siblings)."""
-    from hierdp.postprocess.baselines import dense_ls
+    from hierdp.postprocessors.baselines import dense_ls
 
     rng = np.random.default_rng(seed)
     tree = hierdp.Tree.from_parent(random_parent(rng, n))

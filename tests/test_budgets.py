@@ -16,8 +16,8 @@ from hierdp.budgets.greedy import greedy_split
 from hierdp.budgets.optimize import optimal_split
 from hierdp.errors import BudgetError
 from hierdp.mechanisms.base import Sensitivity
-from hierdp.postprocess.blue import blue
-from hierdp.release import release
+from hierdp.postprocessors.blue import blue
+from hierdp import release
 
 MECH = registry.create("mechanism", "discrete_laplace")
 SENS = Sensitivity()

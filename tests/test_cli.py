@@ -89,7 +89,7 @@ def test_evaluate_writes_table_and_png(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "TRUE counts" in captured.err
     table = pd.read_csv(out)
-    from hierdp.evaluate import COLUMNS
+    from hierdp.evaluation import COLUMNS
 
     assert list(table.columns) == COLUMNS
     assert set(table["config"]) == {"attribution"} and table["non_private"].all()

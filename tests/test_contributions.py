@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from hierdp.contributions import bound_contributions
+from hierdp.frontends._contributions import bound_contributions
 from hierdp.errors import DataError
 from hierdp.rng import SeededRandom, make_rng
 

@@ -12,8 +12,8 @@ import pytest
 import hierdp
 from hierdp import Tree
 from hierdp.errors import DataError, MissingDependencyError, SpecError
-from hierdp.evaluate import COLUMNS, NON_PRIVATE_NOTE
-from hierdp.release import release
+from hierdp.evaluation import COLUMNS, NON_PRIVATE_NOTE
+from hierdp import release
 
 
 @pytest.fixture(scope="module")

@@ -185,7 +185,7 @@ def test_theorem_8_and_alg_1_on_figure_1_like_tree():
     theta_4 = 2, theta_1 = 2 - 1/3 = 5/3, theta_2 = 1, theta_0 = 3 - 3/8 - 1/2 = 17/8."""
     parent = np.array([-1, 0, 0, 0, 1, 1, 2, 4, 4])
     tree = hierdp.Tree.from_parent(parent)
-    from hierdp.postprocess.gmc import gmc_structure
+    from hierdp.postprocessors.gmc import gmc_structure
 
     st_ = gmc_structure(tree)
     ext_theta = {}

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 import hierdp
 from hierdp import generation_matrix as gm
 from hierdp.errors import DataError
-from hierdp.postprocess import Estimate
-from hierdp.postprocess.baselines import privtrie
-from hierdp.postprocess.blue import blue
-from hierdp.postprocess.gmc import GMC, gmc, gmc_structure, gmc_weighted
+from hierdp.postprocessors import Estimate
+from hierdp.postprocessors.baselines import privtrie
+from hierdp.postprocessors.blue import blue
+from hierdp.postprocessors.gmc import GMC, gmc, gmc_structure, gmc_weighted
 from tests.helpers import random_parent
 
 
@@ -160,7 +160,7 @@ def test_stage2_leaf_kernels_agree(n, seed):
 
 
 def test_stage2_kernel_choice_follows_sibling_run_length():
-    from hierdp.postprocess import gmc as G
+    from hierdp.postprocessors import gmc as G
 
     assert gmc_structure(hierdp.Tree.complete(2, 8)).leaf_parent is not None        # runs of 2
     wide = hierdp.Tree.from_parent([-1] + [0] * 3 + [1] * 20 + [2] * 20 + [3] * 20)  # runs of 20

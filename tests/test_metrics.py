@@ -9,7 +9,7 @@ import hierdp
 from hierdp import Tree
 from hierdp.errors import DataError, HierarchyError
 from hierdp.metrics.errors import random_ranges
-from hierdp.release import release
+from hierdp import release
 
 M = hierdp.metric
 

@@ -12,10 +12,10 @@ from scipy.optimize import lsq_linear
 import hierdp
 from hierdp.errors import DataError, NotForPublicationWarning
 from hierdp.generation_matrix import ancestor_matrix
-from hierdp.postprocess import Estimate
-from hierdp.postprocess.blue import blue
-from hierdp.postprocess.nonneg import NonNegative, nonneg
-from hierdp.postprocess.rounding import ControlledRounding, controlled_round
+from hierdp.postprocessors import Estimate
+from hierdp.postprocessors.blue import blue
+from hierdp.postprocessors.nonneg import NonNegative, nonneg
+from hierdp.postprocessors.rounding import ControlledRounding, controlled_round
 from tests.helpers import random_parent
 
 
@@ -99,17 +99,23 @@ def test_nonneg_sparse_counts_2d_and_differs_from_clipping():
 
 
 def test_nonneg_uses_measurement_variance_through_a_chain():
-    """gmc records the measurement variances; nonneg after gmc solves the same problem as
-    nonneg on the raw measurements (Pythagoras on the consistent subspace)."""
+    """The chain hands the measurement variances on; nonneg after gmc solves the same problem
+    as nonneg on the raw measurements (Pythagoras on the consistent subspace)."""
+    from hierdp.postprocessors.base import Measurements
+    from hierdp.postprocessors.chain import run_chain
+
     tree = hierdp.Tree.complete(2, 6)
     rng = np.random.default_rng(2)
     d = (2.0 / np.array([0.1, 0.1, 0.2, 0.2, 0.4, 1.0]) ** 2)[tree._depth]
     y = tree.to_internal(tree.aggregate(rng.poisson(1, tree.n_leaves))) + rng.normal(0, 1, tree.n_nodes) * np.sqrt(d)
     direct, _ = nonneg(tree, y, d)
-    step1 = hierdp.registry.create("postprocessor", "gmc").apply(tree, Estimate(y, d))
-    np.testing.assert_array_equal(step1.info["measurement_variance"], d)
-    chained = NonNegative().apply(tree, step1)
+    gmc = hierdp.registry.create("postprocessor", "gmc")
+    step1 = run_chain(tree, Measurements(y, d), [gmc])
+    np.testing.assert_array_equal(step1.measurement_variance, d)
+    assert step1.linear and step1.consistent
+    chained = run_chain(tree, Measurements(y, d), [gmc, NonNegative()])
     np.testing.assert_allclose(chained.values, direct, rtol=1e-9, atol=1e-9)
+    assert chained.consistent and not chained.linear
 
 
 def test_nonneg_errors():
@@ -173,7 +179,7 @@ def test_round_inconsistent_or_negative_input_still_consistent():
 
 def test_release_chain_blue_nonneg_round():
     """postprocess=["gmc", "nonneg", "round"] in a release gives consistent non-negative integers."""
-    from hierdp.release import release
+    from hierdp import release
 
     tree = hierdp.Tree.complete(3, 5)
     rng = np.random.default_rng(4)
@@ -221,7 +227,7 @@ def test_nonneg_alone_reports_the_blue_variances():
     """Applied to measurements directly, nonneg reports the variances of the linear
     consistent estimate with the same weights (as after blue), not the raw measurement
     variances: an unmeasured root summing two measured leaves has variance 2, not inf."""
-    from hierdp.release import release
+    from hierdp import release
 
     tree = hierdp.Tree.complete(2, 2)
     y, var = np.array([10.0, 4.0, 5.0]), np.array([np.inf, 1.0, 1.0])

@@ -5,7 +5,7 @@ import pytest
 
 import hierdp
 from hierdp import registry
-from hierdp.postprocess.baselines import BoostingWarning
+from hierdp.postprocessors.baselines import BoostingWarning
 from hierdp.testing import BasePostProcessorTests
 
 NAMES = registry.names("postprocessor")
@@ -29,7 +29,7 @@ class TestEveryRegisteredPostProcessor(BasePostProcessorTests):
 # ---------------------------------------------------------------- the suite can fail
 import numpy as np  # noqa: E402
 
-from hierdp.postprocess.base import Estimate, PostProcessor  # noqa: E402
+from hierdp.postprocessors.base import Estimate, PostProcessor  # noqa: E402
 from hierdp.testing.postprocessors import contract_trees  # noqa: E402
 
 

@@ -45,7 +45,7 @@ def test_third_party_mechanism_used_by_name():
         assert "zero_noise_test" in hierdp.registry.names("mechanism")
         tree = hierdp.Tree.complete(2, 3)
         x = tree.aggregate(np.arange(4))
-        r = hierdp.release.release(tree, x, epsilon=1.0, mechanism="zero_noise_test", seed=0)
+        r = hierdp.release(tree, x, epsilon=1.0, mechanism="zero_noise_test", seed=0)
         np.testing.assert_allclose(r.values, x, atol=1e-9)
         assert r.ledger.mechanism == "zero_noise_test"
     assert "zero_noise_test" not in hierdp.registry.names("mechanism")

@@ -9,7 +9,7 @@ import hierdp
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.ledger import Ledger
 from hierdp.plugins import hookimpl
-from hierdp.release import release
+from hierdp import release
 from hierdp.rng import SecureRandom
 
 
@@ -176,7 +176,7 @@ def test_per_node_diagnostics_come_back_in_external_order():
     assert not tree.is_internal_order
     x = tree.aggregate(np.array([4, 7, 9]))
     r = release(tree, x, epsilon=1.0, budget=[0.2, 0.3, 0.5], seed=0, postprocess=["blue"])
-    mv = r.estimate.info["measurement_variance"]
+    mv = r.estimate.measurement_variance
     assert len(set(mv.tolist())) == 3  # one variance per level, so the order matters
     np.testing.assert_array_equal(mv, r.measurements.variance)
 
@@ -189,7 +189,7 @@ def test_max_contributions_sets_the_sensitivity(tree_and_counts):
     assert r.measurements.variance[0] > 20 * base.measurements.variance[0]
     from hierdp.mechanisms.base import Sensitivity
 
-    with pytest.raises(hierdp.PrivacyError, match="smaller than max_contributions=5"):
+    with pytest.raises(hierdp.PrivacyError, match="smaller than one privacy unit can change a level .*max_contributions=5"):
         release(tree, x, epsilon=1.0, max_contributions=5, sensitivity=Sensitivity())
 
 
@@ -234,7 +234,7 @@ def test_dptree_without_unit_refuses_a_smaller_sensitivity_or_an_unenforced_boun
 
 def test_round_needs_a_consistent_input_first(tree_and_counts):
     tree, x = tree_and_counts
-    with pytest.raises(hierdp.PluginError, match="'round' needs a consistent input .*put 'blue'"):
+    with pytest.raises(hierdp.PluginError, match="'round' needs a consistent input.*put 'blue'"):
         release(tree, x, epsilon=1.0, postprocess=["round"])
     r = release(tree, x, epsilon=1.0, postprocess=["blue", "nonneg", "round"], seed=0)
     assert r.values.dtype == np.int64 and tree.is_consistent(r.values)
@@ -294,11 +294,11 @@ def test_repeated_releases_of_one_dptree_state_their_total_spend():
     r1 = d.release(epsilon=1.0, seed=1)
     r2 = d.release(epsilon=0.5, seed=2)
     r3 = d.release(rho=0.1, mechanism="discrete_gaussian", seed=3)
-    assert not any("same data" in n for n in r1.ledger.notes)
-    assert "release 2 of the same data (this DataFrame): together they spend epsilon=1.5 " in " ".join(r2.ledger.notes)
+    assert not any("same DataFrame" in n for n in r1.ledger.notes)
+    assert "release 2 of the same DataFrame object in this process: together they spend epsilon=1.5 " in " ".join(r2.ledger.notes)
     assert "together they spend epsilon=1.5, rho=0.1 under basic composition" in " ".join(r3.ledger.notes)
     assert [r["guarantee"] for r in d.releases] == ["pure", "pure", "zcdp"]
-    assert "same data" in r3.ledger.to_json()
+    assert "same DataFrame" in r3.ledger.to_json()
 
 
 def test_unmeasured_nodes_have_no_estimate_without_a_consistent_step():
@@ -327,13 +327,13 @@ def test_releases_from_one_dataframe_are_counted_together_across_dptrees():
 
     import pandas as pd
 
-    from hierdp import accessor
+    from hierdp.frontends import pandas as accessor
 
     df = pd.DataFrame({"g": ["a"] * 5 + ["b"]})
     dom = {"g": ["a", "b"]}
     df.dptree(levels=["g"], domains=dom).release(epsilon=1.0, seed=1)
     r2 = df.dptree(levels=["g"], domains=dom).release(epsilon=0.5, seed=2)
-    assert "release 2 of the same data (this DataFrame): together they spend epsilon=1.5" in " ".join(r2.ledger.notes)
+    assert "release 2 of the same DataFrame object in this process: together they spend epsilon=1.5" in " ".join(r2.ledger.notes)
     s = df.groupby("g").size()
     s.dptree(domains=dom).release(epsilon=1.0, seed=3)
     r4 = s.dptree(domains=dom).release(epsilon=1.0, seed=4)

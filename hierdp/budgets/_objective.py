@@ -92,9 +92,9 @@ class TreeErrorObjective:
         self.postprocessed = bool(postprocessed)
         L = tree.n_levels
         self.ct = class_tree(tree) if postprocessed else None
-        level_size = np.array([_count(idx) for idx in tree._level_index], dtype=np.float64)
+        level_size = np.array([_count(idx) for idx in tree.internal.level_index], dtype=np.float64)
         inv_norm = 1.0 / (level_size * L)  # 1 / (|L_i| (d+1))
-        group = self.ct.node_class if postprocessed else tree._depth
+        group = self.ct.node_class if postprocessed else tree.internal.depth
         n_groups = self.ct.n_classes if postprocessed else L
         if counts is None:  # every node weighs 1/tau^2: class sizes suffice, no pass over the nodes
             if postprocessed:
@@ -104,10 +104,10 @@ class TreeErrorObjective:
         else:
             c = tree.to_internal(np.asarray(counts, dtype=np.float64))
             if c.ndim == 1:
-                self.weights = _group_weights(group, tree._depth, np.ascontiguousarray(c), float(tau), inv_norm,
+                self.weights = _group_weights(group, tree.internal.depth, np.ascontiguousarray(c), float(tau), inv_norm,
                                               np.zeros(n_groups))
             else:
-                q = (1.0 / np.maximum(tau, c) ** 2).mean(axis=1) * inv_norm[tree._depth]
+                q = (1.0 / np.maximum(tau, c) ** 2).mean(axis=1) * inv_norm[tree.internal.depth]
                 self.weights = np.bincount(group, weights=q, minlength=n_groups)
         self.n_evaluations = 0
         self.n_passes = 0

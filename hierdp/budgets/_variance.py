@@ -71,22 +71,22 @@ def class_tree(tree: Tree) -> ClassTree:
 
 
 def _uniform_classes(tree: Tree) -> ClassTree | None:
-    nc = tree._n_children
+    nc = tree.internal.n_children
     L = tree.n_levels
     fan = np.empty(L, np.int64)
-    for d, idx in enumerate(tree._level_index):
+    for d, idx in enumerate(tree.internal.level_index):
         c = nc[idx]
         lo, hi = int(c.min()), int(c.max())
         if lo != hi:
             return None
         fan[d] = lo
-    size = np.array([_count(idx) for idx in tree._level_index], np.int64)
+    size = np.array([_count(idx) for idx in tree.internal.level_index], np.int64)
     parent = np.arange(-1, L - 1, dtype=np.int64)
     mult = np.ones(L)
     mult[1:] = fan[:-1]
     leaf = np.zeros(L, np.bool_)
     leaf[-1] = True
-    return ClassTree(node_class=tree._depth, parent=parent, depth=np.arange(L, dtype=np.int64),
+    return ClassTree(node_class=tree.internal.depth, parent=parent, depth=np.arange(L, dtype=np.int64),
                      leaf=leaf, mult=mult, size=size, uniform=True)
 
 
@@ -188,7 +188,7 @@ def _table_classes(start, stop, ids, par, node_class, shape, nc, prev_start, nex
 
 def _general_classes(tree: Tree) -> ClassTree:
     n = tree.n_nodes
-    ptr, kids, nc = tree._child_ptr, tree._child_idx, tree._n_children
+    ptr, kids, nc = tree.internal.child_ptr, tree.internal.child_idx, tree.internal.n_children
     shape = np.zeros(n, np.int64)  # leaves: shape 0
     next_shape = 1
     for h in range(2, tree.height + 1):
@@ -210,14 +210,14 @@ def _general_classes(tree: Tree) -> ClassTree:
         shape[a:b] = ids + next_shape
         next_shape += g
     node_class = np.empty(n, np.int64)
-    par = tree._parent
+    par = tree.internal.parent
     node_class[0] = 0
     cls_parent, cls_depth, cls_leaf, cls_size = [np.array([-1])], [np.array([0])], \
         [np.array([nc[0] == 0])], [np.array([1])]
     next_cls = 1
     prev_start = 0
     for d in range(1, tree.n_levels):
-        idx = tree._level_index[d]
+        idx = tree.internal.level_index[d]
         if isinstance(idx, slice):
             start, stop, ids = idx.start, idx.stop, np.empty(0, np.int64)
         else:

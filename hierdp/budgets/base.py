@@ -65,7 +65,7 @@ class Leaves(BudgetStrategy):
     def allocate(self, tree, total, *, mechanism, sensitivity, true_values=None):
         from hierdp.errors import BudgetError
 
-        leaf_depths = np.unique(tree._depth[tree._n_children == 0])
+        leaf_depths = np.unique(tree.internal.depth[tree.internal.n_children == 0])
         if leaf_depths.size != 1:
             raise BudgetError(
                 "budget 'leaves' needs every leaf at the same depth; this tree's leaves sit at depths "

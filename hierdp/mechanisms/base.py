@@ -71,6 +71,12 @@ class Mechanism(ABC):
     budget_unit: ClassVar[str] = "epsilon"
     integer: ClassVar[bool] = False
 
+    @property
+    def delta_per_use(self) -> float:
+        """δ of one use (one measured level) of an (ε, δ) mechanism; 0 for pure ε and ρ ones.
+        A release accounts it (basic composition) and needs ``delta=`` to cover it."""
+        return 0.0
+
     def __init__(self, **params: Any) -> None:
         if params:
             raise TypeError(f"mechanism {self.name!r} takes no parameters, got {sorted(params)}")

@@ -53,6 +53,10 @@ class TruncatedLaplace(Mechanism):
             raise BudgetError(f"truncated_laplace: delta must be strictly between 0 and 1, got {delta!r}")
         self.delta = float(delta)
 
+    @property
+    def delta_per_use(self) -> float:
+        return self.delta
+
     def params(self, budget: float, sensitivity: Sensitivity):
         eps = self.check_budget(budget)
         if sensitivity.l1 != int(sensitivity.l1):

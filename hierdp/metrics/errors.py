@@ -20,7 +20,7 @@ import pandas as pd
 
 from hierdp.errors import DataError, HierarchyError
 from hierdp.metrics.base import Metric
-from hierdp.postprocess.base import Estimate
+from hierdp.postprocessors.base import Estimate
 
 __all__ = ["RMSRE", "TreeRMSRE", "AlphaRMSE", "AlphaMRMSE", "AlphaEtaAccuracy", "RMSENode", "RMSERange",
            "ConsistencyBias", "RelativeError", "BUILTIN_METRICS"]

@@ -4,7 +4,7 @@
 * :data:`hookimpl` — the marker plugins decorate their hook implementations with.
 * :func:`get_plugin_manager` — a fresh manager with the built-ins and installed plugins.
 
-Built-in mechanisms, post-processors, metrics and budget strategies are registered through
+Built-in mechanisms, post-processors, metrics, budget strategies, plans and decompositions are registered through
 these very hooks (see ``DEFAULT_PLUGINS``); there is no second path.
 """
 

@@ -23,7 +23,7 @@ def hierdp_register_mechanisms() -> list[type]:
 
 @hookspec
 def hierdp_register_postprocessors() -> list[type]:
-    """Post-processor classes (subclasses of :class:`hierdp.postprocess.base.PostProcessor`)."""
+    """Post-processor classes (subclasses of :class:`hierdp.postprocessors.base.PostProcessor`)."""
 
 
 @hookspec
@@ -34,3 +34,15 @@ def hierdp_register_metrics() -> list[type]:
 @hookspec
 def hierdp_register_budgets() -> list[type]:
     """Budget strategy classes (subclasses of :class:`hierdp.budgets.base.BudgetStrategy`)."""
+
+
+@hookspec
+def hierdp_register_plans() -> list[type]:
+    """Measurement plan classes (subclasses of :class:`hierdp.plans.base.Plan`): how a
+    release measures a structure within its budget (built-in: ``per_level``)."""
+
+
+@hookspec
+def hierdp_register_decompositions() -> list[type]:
+    """Decomposition classes (subclasses of :class:`hierdp.decompositions.base.Decomposition`):
+    what decides the structure (built-in: ``declared``)."""

@@ -18,9 +18,11 @@ ENTRY_POINT_GROUP = "hierdp"
 #: Modules whose hook implementations provide the built-ins.
 DEFAULT_PLUGINS = (
     "hierdp.mechanisms",
-    "hierdp.postprocess",
+    "hierdp.postprocessors",
     "hierdp.metrics",
     "hierdp.budgets",
+    "hierdp.plans",
+    "hierdp.decompositions",
 )
 
 #: Set to 1 to skip third-party plugins found through entry points.

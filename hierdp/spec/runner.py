@@ -203,7 +203,7 @@ def read_source(spec: ReleaseSpec) -> pd.DataFrame:
 
 
 def prepare(spec: ReleaseSpec, data: pd.DataFrame | None = None):
-    """The :class:`~hierdp.frame.DPTree` of a spec (``data`` replaces reading the source)."""
+    """The :class:`~hierdp.frontends.pandas.DPTree` of a spec (``data`` replaces reading the source)."""
     df = read_source(spec) if data is None else data
     return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
                      unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
@@ -378,10 +378,10 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
     :func:`hierdp.evaluate`, repeated ``repetitions`` times at each ε of
     ``evaluate.epsilons`` (default: the privacy section's total) and scored with every
     metric against the *true* counts, per level where the metric has a breakdown. The
-    columns are those of :data:`hierdp.evaluate.COLUMNS`. When written, the table goes to
+    columns are those of :data:`hierdp.evaluation.COLUMNS`. When written, the table goes to
     CSV and a plot of error against ε to a PNG beside it.
     """
-    from hierdp.evaluate import evaluate
+    from hierdp.evaluation import evaluate
 
     rs = load_spec(spec, **overrides)
     if rs.evaluate is None:

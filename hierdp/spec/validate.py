@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hierdp import registry, rules
+from hierdp.decompositions.declared import RESERVED_COLUMNS
 from hierdp.errors import HierDPError, SpecError, did_you_mean
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.schema import check_against_schema, load_schema
@@ -34,7 +36,6 @@ __all__ = ["ReleaseSpec", "LevelSpec", "validate", "raise_issues", "KNOWN_EXTENS
 
 #: file extension -> format
 KNOWN_EXTENSIONS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
-_SUM_RTOL = 1e-9
 _LARGE_EPSILON = 10.0
 
 
@@ -417,7 +418,6 @@ class _Checker:
                 name_ok = False
                 self.err(here + ("name",), f"duplicate level name {name!r} (also level {names_seen[name]}); "
                                            "each level needs its own name")
-            from hierdp.frame import RESERVED_COLUMNS
 
             if name in RESERVED_COLUMNS:
                 name_ok = False
@@ -545,18 +545,12 @@ class _Checker:
             self.err(("privacy", "delta"), "delta only goes with epsilon ((ε, δ)-DP); add privacy.epsilon "
                                            "or remove delta", prefer_key=True)
         unit, mc = _get(p, "unit", str), _get(p, "max_contributions", int)
-        if "unit" in p and "max_contributions" not in p:
-            self.err(("privacy", "unit"), "privacy.unit needs privacy.max_contributions: the rows of one unit "
-                                          "must be bounded (e.g. max_contributions: 1)", prefer_key=True)
-        if "max_contributions" in p and "unit" not in p:
-            self.err(("privacy", "max_contributions"), "max_contributions needs privacy.unit, the column that "
-                                                       "identifies a person; without it each row is its own unit",
-                     prefer_key=True)
         src = self.data.get("source")
-        if unit is not None and isinstance(src, dict) and "count" in src:
-            self.err(("privacy", "unit"), "a privacy unit cannot be combined with pre-aggregated counts "
-                                          "(source.count); bound contributions on record-level data",
-                     prefer_key=True)
+        problem = rules.unit_bound_problem(unit="unit" in p, max_contributions="max_contributions" in p,
+                                           count=isinstance(src, dict) and "count" in src)
+        if problem is not None:
+            key = "max_contributions" if "max_contributions" in p and "unit" not in p else "unit"
+            self.err(("privacy", key), problem, prefer_key=True)
         if unit is not None and self.header is not None and unit not in self.header:
             self.err(("privacy", "unit"), self.missing_col(unit))
         out.update(epsilon=eps, delta=delta if eps is not None else None, rho=rho if "epsilon" not in p else None,
@@ -566,7 +560,6 @@ class _Checker:
     # ----------------------------------------------------------------- plugins
     def plugin(self, path: tuple, ref: Any, kind: str, name_key: str = "name") -> tuple[str, dict[str, Any]] | None:
         """Resolve ``name`` or ``{name, params}`` through the registry and check the params."""
-        from hierdp import registry
 
         if isinstance(ref, str):
             name, params, npath = ref, {}, path
@@ -591,18 +584,11 @@ class _Checker:
 
     def check_postprocess_order(self, pps: list) -> None:
         """A post-processor that needs a consistent input must follow a consistent one."""
-        from hierdp import registry
-
-        for i, ref in enumerate(pps):
-            if ref is None:
-                continue
-            cls = registry.get("postprocessor", ref[0])
-            if not getattr(cls, "requires_consistent_input", False):
-                continue
-            prev = pps[i - 1] if i > 0 else None
-            if prev is None or not getattr(registry.get("postprocessor", prev[0]), "consistent", False):
-                self.err(("postprocess", i), f"{ref[0]!r} needs a consistent input; put 'blue' (or 'gmc', then "
-                                             "'nonneg' for non-negative counts) before it")
+        if any(ref is None for ref in pps):
+            return  # an unknown name was reported already
+        classes = [registry.get("postprocessor", ref[0]) for ref in pps]
+        for i, message in rules.chain_order_problems(classes):
+            self.err(("postprocess", i), message)
 
     def check_params(self, cls: type, kind: str, name: str, params: dict, path: tuple) -> None:
         schema = getattr(cls, "params_schema", None)
@@ -634,7 +620,6 @@ class _Checker:
             self.err(path, f"bad parameters for {kind} {name!r}: {text.splitlines()[0] if text else repr(exc)}")
 
     def check_mechanism_unit(self, mech: tuple | None, priv: dict) -> None:
-        from hierdp import registry
 
         if mech is None or not priv:
             return
@@ -644,25 +629,21 @@ class _Checker:
         unit = getattr(registry.get("mechanism", mech[0]), "budget_unit", "epsilon")
         p = self.data.get("privacy", {})
         path = ("mechanism",) if isinstance(self.data.get("mechanism"), str) else ("mechanism", "name")
-        if unit == "epsilon" and ("rho" in p or "delta" in p):
-            which = "privacy.rho" if "rho" in p else "privacy.delta"
-            self.err(path, f"mechanism {mech[0]!r} is pure ε-DP and is budgeted by epsilon alone: remove {which} "
-                           "and give privacy.epsilon, or choose a zCDP mechanism such as 'gaussian'")
-        if unit == "rho" and "epsilon" in p and "delta" not in p:
-            self.err(path, f"mechanism {mech[0]!r} (Gaussian noise) cannot give pure ε-DP: give privacy.rho, "
-                           "or privacy.epsilon together with privacy.delta, or use a Laplace mechanism")
+        problem = rules.mechanism_unit_problem(unit, mech[0], epsilon="epsilon" in p, delta="delta" in p,
+                                               rho="rho" in p)
+        if problem is not None:
+            self.err(path, problem)
 
     # ------------------------------------------------------------------ budget
     def budget(self, levels: list[LevelSpec], root: str, priv: dict, mech: tuple | None = None) -> Any:
         b = self.data.get("budget", "equal")
         names = [root] + [lv.name for lv in levels]
         total = priv.get("rho") if priv.get("rho") is not None else priv.get("epsilon")
-        if (isinstance(b, dict) and "per_level" in b and mech is not None and priv.get("rho") is None
-                and priv.get("delta") is not None and _mechanism_unit(mech) == "rho"):
-            self.err(("budget", "per_level"), "per-level values are in the mechanism's unit, rho; with "
-                                              "epsilon + delta the total rho is derived, so give privacy.rho "
-                                              "with per-level rho values, or a budget strategy such as 'equal'",
-                     prefer_key=True)
+        problem = None if mech is None or priv.get("delta") is None else rules.rho_per_level_problem(
+            _mechanism_unit(mech), rho_given=priv.get("rho") is not None,
+            per_level=isinstance(b, dict) and "per_level" in b)
+        if problem is not None:
+            self.err(("budget", "per_level"), problem, prefer_key=True)
             return None
         if isinstance(b, str):
             r = self.plugin(("budget",), b, "budget")
@@ -702,12 +683,9 @@ class _Checker:
         if ok and total is not None:
             s = math.fsum(float(v) for v in per.values())
             unit = "rho" if priv.get("rho") is not None else "epsilon"
-            if not math.isclose(s, total, rel_tol=_SUM_RTOL, abs_tol=0.0):
-                self.err(("budget", "per_level"), f"per-level budgets sum to {s:g} but privacy.{unit} is "
-                                                  f"{total:g}; make them add up to the total "
-                                                  "(levels left out are not measured)")
-            elif s <= 0:
-                self.err(("budget", "per_level"), "every level has budget 0; give at least one level a positive budget")
+            problem = rules.budget_sum_problem(s, total, key=f"privacy.{unit}")
+            if problem is not None:
+                self.err(("budget", "per_level"), problem)
         return {"per_level": dict(per)}
 
     def check_prior(self, prior: dict, names: list[str]) -> None:
@@ -738,7 +716,6 @@ class _Checker:
                                                    f"it needs the level columns and the value column")
 
     def warn_oracle(self, name: str) -> None:
-        from hierdp import registry
 
         try:
             cls = registry.get("budget", name)
@@ -831,7 +808,7 @@ def _takes_no_params(cls: type) -> bool:
     """True when ``cls.__init__`` is a kind's base ``__init__`` that rejects every parameter."""
     from hierdp.budgets.base import BudgetStrategy
     from hierdp.mechanisms.base import Mechanism
-    from hierdp.postprocess.base import PostProcessor
+    from hierdp.postprocessors.base import PostProcessor
 
     return cls.__init__ in (Mechanism.__init__, PostProcessor.__init__, BudgetStrategy.__init__)
 
@@ -845,6 +822,5 @@ def _format_of(p: Path) -> str | None:
 
 
 def _mechanism_unit(mech: tuple) -> str:
-    from hierdp import registry
 
     return getattr(registry.get("mechanism", mech[0]), "budget_unit", "epsilon")

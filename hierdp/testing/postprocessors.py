@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hierdp.postprocess.base import Estimate, PostProcessor
+from hierdp.postprocessors.base import Estimate, PostProcessor
 from hierdp.tree import Tree
 
 __all__ = ["BasePostProcessorTests", "contract_trees"]
@@ -72,7 +72,7 @@ _TREES = contract_trees()
 
 def _children_sum(tree: Tree, v: np.ndarray) -> np.ndarray:
     s = np.zeros(v.shape, dtype=np.float64)
-    np.add.at(s, tree._parent[1:], v[1:])
+    np.add.at(s, tree.internal.parent[1:], v[1:])
     return s
 
 
@@ -112,7 +112,7 @@ class BasePostProcessorTests:
     def _assert_consistent(tree: Tree, values: np.ndarray) -> None:
         v = np.asarray(values, dtype=np.float64)
         s = _children_sum(tree, v)
-        internal = tree._n_children > 0
+        internal = tree.internal.n_children > 0
         scale = 1.0 + np.abs(v).max(initial=0.0)
         np.testing.assert_allclose(v[internal], s[internal], rtol=0, atol=1e-8 * scale,
                                    err_msg="output is not consistent (parent != sum of children)")

@@ -10,6 +10,7 @@ on public, synthetic or earlier data to choose a configuration, then release onc
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,8 +18,12 @@ import numpy as np
 import pandas as pd
 
 from hierdp import registry
+from hierdp.accounting import total_budget
 from hierdp.budgets.base import BudgetStrategy
-from hierdp.errors import DataError, SpecError
+from hierdp.errors import DataError, NotForPublicationWarning, SpecError
+from hierdp.mechanisms.base import Sensitivity
+from hierdp.pipeline import release
+from hierdp.plans.per_level import resolve_budget, resolve_mechanism
 
 __all__ = ["evaluate", "COLUMNS", "NON_PRIVATE_NOTE"]
 
@@ -173,8 +178,6 @@ def evaluate(
     BLUE variances, Dawson et al. App. B); ``level`` is ``"all"`` or a level name;
     ``non_private`` is always True.
     """
-    from hierdp.release import release, resolve_budget, resolve_mechanism
-
     tree = getattr(data, "tree", data)
     # how rows count (e.g. the sensitivity of unit-bounded data) applies to every release
     defaults = data.release_defaults() if hasattr(data, "release_defaults") else {}
@@ -198,9 +201,6 @@ def evaluate(
             kw = dict(kw)
             budget = kw.pop("budget", "equal")
             mech = resolve_mechanism(kw.pop("mechanism", "discrete_laplace"))
-            from hierdp.accounting import total_budget
-            from hierdp.mechanisms.base import Sensitivity
-
             kw = {**{k: v for k, v in defaults.items() if k != "max_contributions"}, **kw}
             sens = kw.get("sensitivity") or Sensitivity()
             total, _ = total_budget(mech.budget_unit, epsilon=kw.get("epsilon"), delta=kw.get("delta"),
@@ -211,8 +211,10 @@ def evaluate(
                 budget if isinstance(budget, BudgetStrategy) else registry.get("budget", desc)(), alloc)
             ests, var = [], None
             for r in range(repetitions):
-                res = release(tree, values, mechanism=mech, budget=fixed,
-                              seed=None if seeds is None else int(seeds[ci * repetitions + r]), **kw)
+                with warnings.catch_warnings():  # evaluation is non-private by nature (NON_PRIVATE_NOTE)
+                    warnings.simplefilter("ignore", NotForPublicationWarning)
+                    res = release(tree, values, mechanism=mech, budget=fixed,
+                                  seed=None if seeds is None else int(seeds[ci * repetitions + r]), **kw)
                 ests.append(np.asarray(res.estimate.values, dtype=np.float64))
                 var = res.estimate.variance
                 if bar is not None:

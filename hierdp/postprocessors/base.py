@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["Estimate", "PostProcessor", "node_values", "node_variance"]
+__all__ = ["Estimate", "Measurements", "PostProcessor", "node_values", "node_variance"]
 
 
 def _floats(a: Any, what: str) -> np.ndarray:
@@ -57,31 +57,79 @@ def node_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray:
 
 
 @dataclass
+class Measurements:
+    """What a plan measured: noisy node values and the exact variance of their noise.
+
+    ``values`` has shape ``(n,)`` or ``(n, k)``; ``variance`` has shape ``(n,)`` (shared by
+    the cells of a node) or the shape of ``values``, ``inf`` where a node was not measured.
+    ``spends`` are the privacy costs the plan paid (:class:`hierdp.accounting.Spend`),
+    ``levels`` its per-level summary for the ledger, ``info`` public diagnostics (e.g.
+    per-node thresholds). Arrays are in the tree's internal order unless stated.
+    Measurements are the only input a post-processing chain receives.
+    """
+
+    values: np.ndarray
+    variance: np.ndarray | None = None
+    spends: list[Any] = field(default_factory=list)
+    levels: list[Any] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def as_estimate(self) -> Estimate:
+        """The raw measurements as the first estimate of a chain (linear, not consistent)."""
+        return Estimate(values=self.values, variance=self.variance, info={},
+                        measurement_variance=self.variance, linear=True, consistent=False)
+
+
+@dataclass
 class Estimate:
-    """Node values with their variances.
+    """Node values with their variances, as a post-processing step hands them on.
 
     ``values`` has shape ``(n,)`` or ``(n, k)``; ``variance`` has shape ``(n,)`` (shared by
     the cells of a node) or the shape of ``values``, ``inf`` where a node carries no
     information, or is ``None`` when unknown. ``info`` holds diagnostics (e.g. a KKT
     residual). Arrays are in the tree's internal (descending-height) order unless stated.
+
+    The chain protocol (set by :func:`hierdp.postprocessors.chain.run_chain`, never by hand):
+    ``measurement_variance`` is the variance of the original measurements (what a later
+    weighted step such as ``nonneg`` optimises against); ``linear`` says the values are a
+    linear function of the measurements (so ``variance`` is exact); ``consistent`` says
+    every parent equals the sum of its children.
     """
 
     values: np.ndarray
     variance: np.ndarray | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    measurement_variance: np.ndarray | None = None
+    linear: bool = False
+    consistent: bool = False
+
+    @property
+    def weights_variance(self) -> np.ndarray | None:
+        """The variances a weighted step should use: the measurements' when known."""
+        return self.measurement_variance if self.measurement_variance is not None else self.variance
 
 
 class PostProcessor(ABC):
     """Base class of post-processors (registered through ``hierdp_register_postprocessors``).
 
+    The chain protocol: each step declares what it needs and what it gives.
+
     ``requires_variance``: the post-processor needs per-node variances.
     ``consistent``: its output satisfies parent = sum of children.
+    ``linear``: its output is a linear function of its input, so a linear input stays
+    linear and its reported variances stay exact (BLUE, GMC); a non-linear step
+    (``nonneg``, ``round``) makes the chain's output non-linear.
     ``requires_consistent_input``: it must come after a consistent post-processor.
+
+    ``apply`` receives an :class:`Estimate` whose ``measurement_variance``, ``linear`` and
+    ``consistent`` fields were filled by the chain; it returns the new values and
+    variances (the chain sets the protocol fields of the result from the class flags).
     """
 
     name: ClassVar[str]
     requires_variance: ClassVar[bool] = False
     consistent: ClassVar[bool] = True
+    linear: ClassVar[bool] = False
     #: the input must already be consistent (e.g. rounding); a release refuses a chain
     #: that does not put a consistent post-processor before it
     requires_consistent_input: ClassVar[bool] = False

@@ -22,8 +22,8 @@ import numpy as np
 
 from hierdp import _gm_kernels as GK
 from hierdp.errors import DataError
-from hierdp.postprocess.base import Estimate, PostProcessor
-from hierdp.postprocess.gmc import _check_values, _check_variance
+from hierdp.postprocessors.base import Estimate, PostProcessor
+from hierdp.postprocessors.gmc import _check_values, _check_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -41,11 +41,7 @@ class BoostingWarning(UserWarning):
 
 
 def _meas_info(estimate: Estimate, method: str) -> dict[str, Any]:
-    info: dict[str, Any] = {"method": method}
-    mv = estimate.info.get("measurement_variance", estimate.variance)
-    if mv is not None:
-        info["measurement_variance"] = mv
-    return info
+    return {"method": method}
 
 
 class Processless(PostProcessor):
@@ -54,6 +50,7 @@ class Processless(PostProcessor):
     name = "none"
     requires_variance = False
     consistent = False
+    linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         y = _check_values(tree, estimate.values)
@@ -63,9 +60,9 @@ class Processless(PostProcessor):
 
 # --------------------------------------------------------------------------- boosting
 def _is_complete(tree: Tree, k: int) -> bool:
-    nc = tree._n_children
+    nc = tree.internal.n_children
     internal = nc > 0
-    return bool(np.all(nc[internal] == k) and np.all(tree._depth[~internal] == tree.n_levels - 1))
+    return bool(np.all(nc[internal] == k) and np.all(tree.internal.depth[~internal] == tree.n_levels - 1))
 
 
 def boosting(tree: Tree, values: np.ndarray) -> np.ndarray:
@@ -74,7 +71,7 @@ def boosting(tree: Tree, values: np.ndarray) -> np.ndarray:
     Warns :class:`BoostingWarning` when the tree is not a complete k-ary tree.
     """
     y = _check_values(tree, values)
-    k = int(tree._n_children[0])
+    k = int(tree.internal.n_children[0])
     if tree.n_nodes > 1 and not _is_complete(tree, k):
         warnings.warn(
             f"boosting assumes a complete {k}-ary tree (the root's fan-out); this tree is not one, so the "
@@ -84,7 +81,7 @@ def boosting(tree: Tree, values: np.ndarray) -> np.ndarray:
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty_like(y2)
     z = np.empty_like(y2)
-    GK.boosting_2d(tree._parent, tree._height, tree._child_ptr, tree._child_idx, max(k, 1), y2, out, z)
+    GK.boosting_2d(tree.internal.parent, tree.internal.height, tree.internal.child_ptr, tree.internal.child_idx, max(k, 1), y2, out, z)
     return out.reshape(y.shape)
 
 
@@ -94,6 +91,7 @@ class Boosting(PostProcessor):
     name = "boosting"
     requires_variance = False
     consistent = False  # only on complete k-ary trees
+    linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         y = _check_values(tree, estimate.values)
@@ -159,7 +157,7 @@ def privtrie(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
         var = np.ones(n)
     if not np.all(np.isfinite(var)) or np.any(var <= 0):
         raise DataError("privtrie needs finite, positive variances; use 'blue' for unmeasured or exact nodes")
-    ptr, idx = tree._child_ptr.tolist(), tree._child_idx.tolist()
+    ptr, idx = tree.internal.child_ptr.tolist(), tree.internal.child_idx.tolist()
     children = [idx[ptr[i]:ptr[i + 1]] for i in range(n)]
     y2 = y.reshape(n, -1)
     v2 = var.reshape(n, -1)
@@ -181,6 +179,7 @@ class PrivTrie(PostProcessor):
     name = "privtrie"
     requires_variance = False
     consistent = True
+    linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         return Estimate(privtrie(tree, estimate.values, estimate.variance), None, _meas_info(estimate, "privtrie"))
@@ -207,7 +206,7 @@ def dense_ls(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
         raise DataError("the dense solver needs positive variances (0 = exactly known is not supported); use 'blue'")
     from hierdp.generation_matrix import ancestor_matrix
 
-    leaves = np.flatnonzero(tree._n_children == 0)
+    leaves = np.flatnonzero(tree.internal.n_children == 0)
     A = ancestor_matrix(tree).T.toarray()[:, leaves]  # A[i, l] = 1 iff leaf l is in i's subtree
     A = np.ascontiguousarray(A)
     y2 = y.reshape(n, -1)
@@ -238,6 +237,7 @@ class DenseLS(PostProcessor):
     name = "dense"
     requires_variance = False
     consistent = True
+    linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         x, v = dense_ls(tree, estimate.values, estimate.variance)

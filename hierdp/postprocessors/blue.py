@@ -10,7 +10,7 @@ import numpy as np
 from hierdp import _kernels as K
 from hierdp._kernels import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
-from hierdp.postprocess.base import Estimate, PostProcessor, node_values, node_variance
+from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -78,12 +78,12 @@ def _check_exact(y2: np.ndarray, v2: np.ndarray, x2: np.ndarray) -> None:
 def _structure(tree: Tree) -> _BlueStructure:
     st = tree.cache.get(_STRUCT_KEY)  # immutable structure arrays; a racing rebuild is harmless
     if st is None:
-        n1, first, cidx = K.blue_structure(tree._parent, tree._n_children)
-        fan = tree._n_children[:n1]
+        n1, first, cidx = K.blue_structure(tree.internal.parent, tree.internal.n_children)
+        fan = tree.internal.n_children[:n1]
         changes = int(np.count_nonzero(fan[1:] != fan[:-1])) if n1 > 1 else 0
         flat_parent = None
         if n1 > 0 and changes > FLAT_IRREGULARITY * tree.n_nodes:
-            par = tree._parent.astype(first.dtype)
+            par = tree.internal.parent.astype(first.dtype)
             leaf_par = par[n1:]
             starts = np.flatnonzero(np.diff(leaf_par, prepend=-1))
             # the flat kernel needs each parent's leaf children adjacent (one run each): true
@@ -117,7 +117,7 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
             raise DataError(_BAD_INPUT[bad])
         x = np.empty_like(y2)
         xv = np.empty_like(v2)
-        K.blue_2d(tree._parent, tree._n_children, tree._leafcount, y2, v2, x, xv)
+        K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, v2, x, xv)
         if np.any(v2 == 0.0):
             _check_exact(y2, v2, x)
         return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})
@@ -133,7 +133,7 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
         finally:
             st._pool.append(work)
     if bad == 3:  # the per-parent kernel (also handles uninformative or exact children)
-        bad = K.blue_1d(st.first, st.cidx, tree._leafcount, st.n1, y1, v1, x, xv)
+        bad = K.blue_1d(st.first, st.cidx, tree.internal.leafcount, st.n1, y1, v1, x, xv)
     if bad == 5:
         _check_exact(y2, v2, x.reshape(n, 1))
         bad = 0
@@ -148,9 +148,7 @@ class BLUE(PostProcessor):
     name = "blue"
     requires_variance = True
     consistent = True
+    linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        est = blue(tree, estimate.values, estimate.variance)
-        # later steps of a chain (nonneg, round) optimise against the original measurements
-        est.info["measurement_variance"] = estimate.info.get("measurement_variance", estimate.variance)
-        return est
+        return blue(tree, estimate.values, estimate.variance)

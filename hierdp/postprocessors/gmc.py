@@ -12,10 +12,9 @@ factorised by the same bottom-up recursion as Alg. 1 (``theta'_i = d_i + U_i``, 
 :func:`hierdp._gm_kernels.gmc_weighted_stage1`). Its result is the weighted
 least-squares consistent estimate, i.e. the BLUE of Dawson et al. (Theorem 8 there).
 
-Chaining: every consistency post-processor here records the *measurement* variances in
-``Estimate.info["measurement_variance"]`` (internal order, like all arrays passed between
-post-processors) so that a later ``nonneg`` minimises the original weighted objective
-rather than one weighted by the posterior variances.
+Chaining: the chain (:mod:`hierdp.postprocessors.chain`) hands the *measurement*
+variances on in ``Estimate.measurement_variance`` so that a later ``nonneg`` minimises
+the original weighted objective rather than one weighted by the posterior variances.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from hierdp import _gm_kernels as GK
 from hierdp import _kernels as K
 from hierdp._kernels import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
-from hierdp.postprocess.base import Estimate, PostProcessor, node_values, node_variance
+from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -70,7 +69,7 @@ class GMCStructure:
             n = tree.n_nodes
             x = np.empty((n, 1))
             xv = np.empty((n, 1))
-            K.blue_2d(tree._parent, tree._n_children, tree._leafcount, np.zeros((n, 1)), np.ones((n, 1)), x, xv)
+            K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros((n, 1)), np.ones((n, 1)), x, xv)
             self._unit_variance = xv[:, 0]
             self._unit_variance.setflags(write=False)
         return self._unit_variance
@@ -80,18 +79,18 @@ def gmc_structure(tree: Tree) -> GMCStructure:
     """Stage 1 of GMC (Alg. 1), computed once per tree and cached in ``tree.cache``."""
     st = tree.cache.get(_CACHE_KEY)
     if st is None:
-        n1 = int(np.count_nonzero(tree._n_children > 0))
-        theta = GK.gmc_theta(tree._parent, tree._n_children, n1)
-        starts, pars = GK.leaf_runs(tree._parent, n1)
+        n1 = int(np.count_nonzero(tree.internal.n_children > 0))
+        theta = GK.gmc_theta(tree.internal.parent, tree.internal.n_children, n1)
+        starts, pars = GK.leaf_runs(tree.internal.parent, n1)
         inv = 1.0 / theta
         idx = np.int32 if tree.n_nodes < 2**31 - 1 else np.int64
         leaf_parent = None
         n_runs = pars.size
         # short sibling runs (and one run per parent): visit leaves one by one
         if n1 and n_runs and (tree.n_nodes - n1) < SHORT_RUNS * n_runs and np.bincount(pars, minlength=n1).max() == 1:
-            leaf_parent = tree._parent[n1:].astype(idx)
+            leaf_parent = tree.internal.parent[n1:].astype(idx)
         st = GMCStructure(n1=n1, theta=theta, inv_theta=inv, leaf_starts=starts.astype(idx),
-                          leaf_parents=pars.astype(idx), parent1=tree._parent[:n1].astype(idx),
+                          leaf_parents=pars.astype(idx), parent1=tree.internal.parent[:n1].astype(idx),
                           leaf_parent=leaf_parent)
         tree.cache[_CACHE_KEY] = st
     return st
@@ -181,7 +180,7 @@ def _level_key(tree: Tree, d2: np.ndarray) -> tuple | None:
         return None
     d = d2[:, 0]
     key = []
-    for idx in tree._level_index:
+    for idx in tree.internal.level_index:
         lv = d[idx]
         if lv.size == 0:
             key.append(None)
@@ -245,7 +244,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
         xv = np.empty_like(x)
-        K.blue_2d(tree._parent, tree._n_children, tree._leafcount, np.zeros_like(d2), d2, x, xv)
+        K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros_like(d2), d2, x, xv)
         f.variance = xv
     return o2.reshape(y.shape), f.variance.reshape(v.shape).copy()
 
@@ -257,6 +256,7 @@ class GMC(PostProcessor):
     name = "gmc"
     requires_variance = False
     consistent = True
+    linear = True
 
     def __init__(self, formula: int = 39) -> None:
         if formula not in (36, 39):
@@ -267,9 +267,6 @@ class GMC(PostProcessor):
         y = node_values(tree, estimate.values)
         var = _check_variance(tree, estimate.variance, y.shape)
         info: dict[str, Any] = {"method": "gmc", "formula": self.formula}
-        meas_var = estimate.info.get("measurement_variance", estimate.variance)
-        if meas_var is not None:
-            info["measurement_variance"] = meas_var
         if var is None:
             return Estimate(gmc(tree, y, formula=self.formula), None, info)
         finite_pos = bool(np.all(np.isfinite(var)) and np.all(var > 0))
@@ -287,7 +284,7 @@ class GMC(PostProcessor):
         # unmeasured (inf) or exactly known (0) nodes: the weighted GMC's factorisation
         # needs finite positive variances; the same estimator (weighted least squares =
         # BLUE) is computed by the two-pass BLUE, which handles both cases.
-        from hierdp.postprocess.blue import blue
+        from hierdp.postprocessors.blue import blue
 
         est = blue(tree, y, var)
         info["method"] = "blue"

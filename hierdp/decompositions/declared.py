@@ -1,4 +1,4 @@
-"""From pandas to a public tree and private node counts.
+"""The built-in decomposition ``declared``: a public tree from declared domains.
 
 Privacy rule 1 (design): the structure is public. Each level declares its domain:
 
@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp.decompositions.base import Decomposition, Structure
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 from hierdp.tree import Tree
 
-__all__ = ["Structure", "build_structure", "DPTree", "NO_DOMAIN_MESSAGE", "RESERVED_COLUMNS"]
+__all__ = ["Declared", "DeclaredStructure", "build_structure", "check_levels", "NO_DOMAIN_MESSAGE",
+           "RESERVED_COLUMNS"]
 
 #: Output columns of a release table; levels cannot use these names.
 RESERVED_COLUMNS = frozenset({"level", "node", "cell", "estimate", "std", "noisy", "ci_low", "ci_high"})
@@ -53,19 +55,61 @@ class _Level:
 
 
 @dataclass
-class Structure:
+class DeclaredStructure(Structure):
     """A public tree built from declared domains, plus what is needed to place rows in it."""
 
-    tree: Tree
-    levels: list[str]
-    _levels: list[_Level] = field(repr=False)
+    levels: list[str] = field(default_factory=list)
+    _levels: list[_Level] = field(default_factory=list, repr=False)
     n_ext: int = 0
 
-    def locate(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """External node id of each row (the deepest node its path reaches), a mask of rows
-        outside the declared domains, and the kinds of problem found per level (for error
-        messages; they name levels, never values, which come from the private data)."""
-        return _locate(self, df, self.levels)
+    def locate(self, columns: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Place records given their level columns (a DataFrame, or a mapping from level
+        name to an array of labels): the external node id of each row (the deepest node its
+        path reaches), a mask of rows outside the declared domains, and the kinds of problem
+        found per level (for error messages; they name levels, never values, which come from
+        the private data). Front-ends call it on rows or, cheaper, on distinct leaf paths."""
+        n_rows = len(columns[self.levels[0]]) if self.levels else 0
+        node = np.zeros(n_rows, np.int64)
+        bad = np.zeros(n_rows, bool)
+        examples: list[str] = []
+        n_children_ext = self.tree.n_children
+        for lo in self._levels:
+            col = pd.Series(columns[lo.name]) if not isinstance(columns[lo.name], pd.Series) else columns[lo.name]
+            isna = col.isna().to_numpy()
+            codes = _codes_for(lo.index, col)
+            found = _find(lo, node, codes)
+            # rows that stop early: allowed only where the node reached is a leaf (ragged trees)
+            stop_here = isna & ~bad & (n_children_ext[np.maximum(node, 0)] == 0)
+            miss = ~bad & ~stop_here & (found < 0)
+            if miss.any():
+                what = f"missing {lo.name!r} values" if isna[miss].all() else (
+                    f"{lo.name!r} values outside the declared domain" + ("" if lo.offset == 1 else " of their parent"))
+                if what not in examples:
+                    examples.append(what)
+            bad |= miss
+            node = np.where(bad, -1, np.where(stop_here, node, found))
+        return node, bad, examples
+
+
+class Declared(Decomposition):
+    """Public structure from declared domains (lists, per parent, paths, or ``observed``).
+
+    Parameters: ``levels`` (column names, top-down), ``domains`` (see the module
+    docstring), ``root`` (name of depth 0, default ``total``). :meth:`decompose` reads the
+    data only for levels declared ``observed`` (values the user asserted public) and to
+    check that the level columns exist.
+    """
+
+    name = "declared"
+    data_dependent = False
+
+    def __init__(self, levels: Sequence[str] = (), domains: Any = None, root: str = "total") -> None:
+        self.levels = check_levels(levels, root)
+        self.domains = domains
+        self.root = root
+
+    def decompose(self, data: Any = None, *, budget: float | None = None, rng: Any = None) -> DeclaredStructure:
+        return build_structure(data, self.levels, self.domains, root=self.root)
 
 
 def _as_index(values: Any, level: str) -> pd.Index:
@@ -139,12 +183,13 @@ def _find(level: _Level, parent_ext: np.ndarray, codes: np.ndarray) -> np.ndarra
     return np.where(ok, level.offset + pos_c, -1)
 
 
-def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any, *, root: str = "total") -> Structure:
+def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any, *,
+                    root: str = "total") -> DeclaredStructure:
     """Build the public tree of ``levels`` from declared ``domains`` (see module docstring).
 
     ``df`` is read only for levels declared ``"observed"`` (and to check columns exist).
     """
-    levels = _check_levels(levels, root)
+    levels = check_levels(levels, root)
     specs = _normalize_domains(domains, levels)
     if df is not None:
         missing = [lv for lv in levels if lv not in df.columns]
@@ -265,13 +310,13 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
     parent = np.concatenate(parents_ext)
     codes_all = np.concatenate(codes_ext)
     shape = Tree.from_parent(parent)
-    codes_int = codes_all if shape._perm is None else codes_all[shape._perm]
+    codes_int = codes_all if shape.internal.perm is None else codes_all[shape.internal.perm]
     level_labels = [pd.Index([root])] + [lo.index for lo in lv_objs]
     provenance = {root: "the root (always present)"}
     provenance.update({lo.name: lo.provenance for lo in lv_objs})
-    tree = Tree(shape._parent, perm=shape._perm, level_names=[root, *levels], level_labels=level_labels,
+    tree = Tree(shape.internal.parent, perm=shape.internal.perm, level_names=[root, *levels], level_labels=level_labels,
                 codes=codes_int, provenance=provenance, _check=False)
-    return Structure(tree=tree, levels=list(levels), _levels=lv_objs, n_ext=parent.size)
+    return DeclaredStructure(tree=tree, levels=list(levels), _levels=lv_objs, n_ext=parent.size)
 
 
 def _paths_of(lv_objs: list[_Level], parents_ext: list[np.ndarray], codes_ext: list[np.ndarray], depth: int) -> list:
@@ -290,7 +335,8 @@ def _paths_of(lv_objs: list[_Level], parents_ext: list[np.ndarray], codes_ext: l
     return list(zip(*cols))
 
 
-def _check_levels(levels: Any, root: str) -> list[str]:
+def check_levels(levels: Any, root: str) -> list[str]:
+    """Level names: a non-empty list of distinct column names, none the root's or an output column's."""
     if isinstance(levels, str) or not isinstance(levels, Sequence) or len(levels) == 0:
         raise HierarchyError(f"levels must be a non-empty list of column names, e.g. ['state', 'county']; got {levels!r}")
     levels = list(levels)
@@ -306,236 +352,3 @@ def _check_levels(levels: Any, root: str) -> list[str]:
     return levels
 
 
-def _locate(st: Structure, df: pd.DataFrame, levels: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    node = np.zeros(len(df), np.int64)
-    bad = np.zeros(len(df), bool)
-    examples: list[str] = []
-    tree = st.tree
-    n_children_ext = tree.n_children
-    for lo in st._levels:
-        col = df[lo.name]
-        isna = col.isna().to_numpy()
-        codes = _codes_for(lo.index, col)
-        found = _find(lo, node, codes)
-        # rows that stop early: allowed only where the node reached is a leaf (ragged trees)
-        stop_here = isna & ~bad & (n_children_ext[np.maximum(node, 0)] == 0)
-        miss = ~bad & ~stop_here & (found < 0)
-        if miss.any():
-            what = f"missing {lo.name!r} values" if isna[miss].all() else (
-                f"{lo.name!r} values outside the declared domain" + ("" if lo.offset == 1 else " of their parent"))
-            if what not in examples:
-                examples.append(what)
-        bad |= miss
-        node = np.where(bad, -1, np.where(stop_here, node, found))
-    return node, bad, examples
-
-
-def _check_counts(df: pd.DataFrame, count: str) -> np.ndarray:
-    if count not in df.columns:
-        raise DataError(expected_one_of("count column", count, [str(c) for c in df.columns]).replace(
-            "unknown count column", "missing count column"))
-    c = df[count]
-    if not pd.api.types.is_numeric_dtype(c) or pd.api.types.is_bool_dtype(c):
-        raise DataError(f"count column {count!r} must hold non-negative integers, got dtype {c.dtype}")
-    arr = c.to_numpy(dtype=np.float64, na_value=np.nan)
-    if np.isnan(arr).any():
-        raise DataError(f"count column {count!r} has missing values; fill or drop them")
-    if (arr < 0).any():
-        raise DataError(f"count column {count!r} has negative counts; counts must be >= 0")
-    if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
-        raise DataError(f"count column {count!r} has non-integer counts; counts must be whole numbers")
-    return arr.astype(np.int64)
-
-
-class DPTree:
-    """Private data placed on a public tree; what ``df.dptree(...)`` returns.
-
-    Holds the frame (not copied), the declared structure and how rows count. Building it
-    reads the data only to check the columns and the count column, and for levels whose
-    domain is declared ``"observed"``; counts are computed at :meth:`release` (or by the
-    non-private :meth:`true_counts`).
-    """
-
-    def __init__(
-        self,
-        df: pd.DataFrame,
-        levels: Sequence[str],
-        domains: Any = None,
-        *,
-        count: str | None = None,
-        unit: str | None = None,
-        max_contributions: int | None = None,
-        unknown: str = "raise",
-        root: str = "total",
-        spent: list[dict[str, Any]] | None = None,
-    ) -> None:
-        if not isinstance(df, pd.DataFrame):
-            raise DataError(f"expected a pandas DataFrame, got {type(df).__name__}")
-        if unknown not in ("raise", "drop"):
-            raise DataError(f"unknown={unknown!r}: expected 'raise' (default) or 'drop'")
-        if count is not None and unit is not None:
-            raise DataError("count= (pre-aggregated rows) and unit= (record-level rows) cannot be combined; "
-                            "bound contributions on the record-level data")
-        if max_contributions is not None and unit is None:
-            raise DataError("max_contributions needs unit=<privacy-unit column>; without unit= each row is its own unit")
-        if unit is not None and max_contributions is None:
-            raise DataError(f"unit={unit!r} needs max_contributions=<c>: the rows of a unit must be bounded")
-        if unit is not None and unit not in df.columns:
-            raise DataError(expected_one_of("privacy-unit column", unit, [str(c) for c in df.columns]).replace(
-                "unknown privacy-unit column", "missing privacy-unit column"))
-        self._df = df
-        self.levels = _check_levels(levels, root)
-        self.count = count
-        self.unit = unit
-        self.max_contributions = max_contributions
-        self.unknown = unknown
-        # the public guarantee of each release of this data so far; the .dptree accessor
-        # passes one list per DataFrame, so every DPTree built from it shares the count
-        self._spent: list[dict[str, Any]] = [] if spent is None else spent
-        self._structure = build_structure(df, self.levels, domains, root=root)
-        if count is not None:
-            _check_counts(df, count)
-
-    @property
-    def tree(self) -> Tree:
-        """The public tree."""
-        return self._structure.tree
-
-    @property
-    def structure(self) -> Structure:
-        return self._structure
-
-    def _node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """True node counts (external order) and private diagnostics. Reads private data."""
-        df = self._df
-        notes: dict[str, Any] = {}
-        if self.unit is not None:
-            from hierdp.contributions import bound_contributions
-            from hierdp.rng import make_rng
-
-            df, n_dropped = bound_contributions(df, self.unit, self.max_contributions, rng or make_rng(None))
-            notes["rows_dropped_by_contribution_bound"] = int(n_dropped)
-        node, bad, examples = self._structure.locate(df)
-        if bad.any():
-            if self.unknown == "raise":
-                raise DataError(
-                    "the data have " + "; ".join(examples) + " (values not shown: they are private; in Python, "
-                    "df.dptree(...).out_of_domain() lists the rows). Fix the domains, or pass unknown='drop' to drop such rows"
-                )
-            notes["rows_dropped_out_of_domain"] = int(bad.sum())
-        weights = _check_counts(df, self.count) if self.count is not None else None
-        keep = ~bad
-        n = self._structure.n_ext
-        w = None if weights is None else weights[keep]
-        leaf_counts = np.bincount(node[keep], weights=w, minlength=n)
-        leaf_counts = np.rint(leaf_counts).astype(np.int64) if w is not None else leaf_counts.astype(np.int64)
-        tree = self.tree
-        internal = tree.to_internal(leaf_counts)
-        # every row sits at a leaf (or stops at a leaf of a ragged tree): sum up the subtrees
-        if np.any(internal[tree._n_children > 0] != 0):
-            raise DataError("some rows stop above the leaf level; every row needs a value for every level")
-        return tree.to_external(tree._sum_up(np.ascontiguousarray(internal))), notes
-
-    def release_defaults(self) -> dict[str, Any]:
-        """Release keywords implied by how rows count: the sensitivity (``Sensitivity.bounded(c)``
-        with ``unit=``/``max_contributions=c``), the privacy-unit text and the bound."""
-        from hierdp.mechanisms.base import Sensitivity
-
-        if self.unit is not None:
-            return {"sensitivity": Sensitivity.bounded(self.max_contributions),
-                    "privacy_unit": f"one value of column {self.unit!r}",
-                    "max_contributions": self.max_contributions}
-        if self.count is not None:
-            return {"privacy_unit": f"one individual counted in column {self.count!r}"}
-        return {}
-
-    def out_of_domain(self) -> pd.DataFrame:
-        """NON-PRIVATE diagnostics: the rows of the data that fall outside the declared domains
-        (or lack a level value), for fixing the domains. Never publish them."""
-        _, bad, _ = self._structure.locate(self._df)
-        return self._df[bad]
-
-    def true_counts(self) -> np.ndarray:
-        """NON-PRIVATE: the exact node counts (external order), for evaluation only."""
-        return self._node_values()[0]
-
-    def _check_release_keywords(self, kwargs: dict[str, Any]) -> None:
-        """How rows count is fixed when the DPTree is built: a release may declare a larger
-        sensitivity (conservative), never a smaller one, and may not restate the bound or
-        the privacy unit (PrivacyError)."""
-        from hierdp.errors import PrivacyError
-        from hierdp.mechanisms.base import Sensitivity
-
-        implied = self.release_defaults()
-        how = (f"df.dptree(..., unit={self.unit!r}, max_contributions={self.max_contributions})"
-               if self.unit is not None else "df.dptree(...)")
-        floor = implied.get("sensitivity", Sensitivity())  # one row (or one counted individual) = 1
-        s = kwargs.get("sensitivity")
-        if s is not None:
-            if not isinstance(s, Sensitivity):
-                raise PrivacyError(f"sensitivity must be a hierdp Sensitivity, got {type(s).__name__}")
-            if not s.covers(floor):
-                raise PrivacyError(f"sensitivity {s} is smaller than one privacy unit can change a level "
-                                   f"({floor}, fixed by {how}); pass a larger one or none")
-        for key in ("max_contributions", "privacy_unit"):
-            if key in kwargs and kwargs[key] != implied.get(key):
-                fix = ("bound rows per unit with df.dptree(..., unit='column', max_contributions=c)"
-                       if key == "max_contributions" else f"it follows from {how}")
-                raise PrivacyError(f"{key} is not a release() option for a DPTree: {fix}")
-
-    def release(self, epsilon: float | None = None, **kwargs: Any):
-        """Release the counts privately; keywords as :func:`hierdp.release.release`.
-
-        >>> import pandas as pd, hierdp
-        >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
-        >>> r = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=7)
-        >>> r.frame.columns.tolist()
-        ['level', 'state', 'county', 'estimate', 'std']
-        """
-        from hierdp.release import release
-        from hierdp.rng import make_rng
-
-        seed = kwargs.get("seed")
-        bound_rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 97) % (1 << 63))
-        values, private_notes = self._node_values(bound_rng)
-        notes = list(kwargs.pop("notes", ()))
-        if self.unknown == "drop":
-            # stated whatever the data: whether any row was dropped is itself private
-            notes.append("rows outside the declared domains, if any, were dropped (unknown='drop'); "
-                         "whether and how many is not public")
-        self._check_release_keywords(kwargs)
-        for key, value in self.release_defaults().items():
-            kwargs.setdefault(key, value)
-        result = release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
-        led = result.ledger
-        self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
-        if len(self._spent) > 1:
-            led.notes.append(f"release {len(self._spent)} of the same data (this DataFrame): together they "
-                             f"spend {self.spent_text()} under basic composition")
-        return result
-
-    @property
-    def releases(self) -> list[dict[str, Any]]:
-        """The public guarantee (epsilon, delta, rho) of each release made from this data
-        (every DPTree built with ``df.dptree`` on the same DataFrame object counts)."""
-        return [dict(r) for r in self._spent]
-
-    def spent_text(self) -> str:
-        """What the releases of this data spend together (basic composition), as text."""
-        parts = []
-        for key in ("epsilon", "delta", "rho"):
-            # zCDP releases are counted in rho (the epsilon they state is a conversion)
-            vals = [r[key] for r in self._spent
-                    if r[key] is not None and not (key == "epsilon" and r["guarantee"] == "zcdp")]
-            if vals:
-                parts.append(f"{key}={math.fsum(vals):.6g}")
-        return ", ".join(parts) if parts else "nothing"
-
-    def __repr__(self) -> str:
-        t = self.tree
-        doms = "; ".join(f"{k}: {v}" for k, v in t.provenance.items() if k in self.levels)
-        kind = f"pre-aggregated (count={self.count!r})" if self.count else (
-            f"record-level, unit={self.unit!r} (≤{self.max_contributions} rows)" if self.unit else
-            "record-level (one row = one individual)")
-        return (f"<DPTree {' > '.join(self.levels)}: {t.n_nodes:,} public nodes, {t.n_leaves:,} leaves; "
-                f"{kind}; domains: {doms}>")

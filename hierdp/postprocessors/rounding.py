@@ -21,8 +21,8 @@ import numpy as np
 
 from hierdp import _gm_kernels as GK
 from hierdp.errors import DataError
-from hierdp.postprocess.base import Estimate, PostProcessor
-from hierdp.postprocess.gmc import _check_values, _check_variance
+from hierdp.postprocessors.base import Estimate, PostProcessor
+from hierdp.postprocessors.gmc import _check_values, _check_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -42,7 +42,7 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
                         "scale the values down first")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty(y2.shape, np.int64)
-    GK.round_top_down_2d(tree._child_ptr, tree._child_idx, y2, out, float(atol))
+    GK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, y2, out, float(atol))
     return out.reshape(y.shape)
 
 
@@ -63,8 +63,5 @@ class ControlledRounding(PostProcessor):
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         out = controlled_round(tree, estimate.values, atol=self.atol)
         info = {"method": "round"}
-        mv = estimate.info.get("measurement_variance", estimate.variance)
-        if mv is not None:
-            info["measurement_variance"] = mv
         var = _check_variance(tree, estimate.variance, np.shape(estimate.values))
         return Estimate(out, None if var is None else var.copy(), info)

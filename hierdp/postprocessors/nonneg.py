@@ -33,8 +33,8 @@ import numpy as np
 from hierdp import _gm_kernels as GK
 from hierdp import _kernels as K
 from hierdp.errors import DataError
-from hierdp.postprocess.base import Estimate, PostProcessor
-from hierdp.postprocess.gmc import _check_values, _check_variance
+from hierdp.postprocessors.base import Estimate, PostProcessor
+from hierdp.postprocessors.gmc import _check_values, _check_variance
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -49,7 +49,7 @@ class NonnegConvergenceWarning(UserWarning):
 def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
     x = np.empty_like(y2)
     xv = np.empty_like(d2)
-    K.blue_2d(tree._parent, tree._n_children, tree._leafcount, y2, d2, x, xv)
+    K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2, x, xv)
     return x
 
 
@@ -90,7 +90,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     converged = False
     while True:
         it += 1
-        nbad = GK.nnls_step_2d(tree._parent, tree._n_children, tree._leafcount, n1, xhat, d2, fixed, tol, x, bad)
+        nbad = GK.nnls_step_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, n1, xhat, d2, fixed, tol, x, bad)
         if not nbad.any():
             converged = True
             break
@@ -108,7 +108,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
                 j = np.flatnonzero(bad[:, c])[-1]
                 fixed[j, c] = not fixed[j, c]
     # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated (in place)
-    resid, comp, objective = GK.nnls_finish_2d(tree._parent, n1, y2, xhat, d2, fixed, x)
+    resid, comp, objective = GK.nnls_finish_2d(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
     out = x
     info: dict[str, Any] = {
         "method": "nonneg",
@@ -123,10 +123,6 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
         warnings.warn(f"nonneg stopped after {max_iter} iterations with KKT residual {resid:.3g}; "
                       "raise max_iter", NonnegConvergenceWarning, stacklevel=2)
     return out.reshape(y.shape), info
-
-
-#: methods whose output variance is that of the optimal linear consistent estimate
-_LINEAR_CONSISTENT = frozenset({"blue", "gmc", "gmc_weighted", "dense"})
 
 
 class NonNegative(PostProcessor):
@@ -147,15 +143,12 @@ class NonNegative(PostProcessor):
         self.tol = float(tol)
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        mv = estimate.info.get("measurement_variance", estimate.variance)
-        x, info = nonneg(tree, estimate.values, mv, max_iter=self.max_iter, tol=self.tol)
-        if mv is not None:
-            info["measurement_variance"] = mv
+        x, info = nonneg(tree, estimate.values, estimate.weights_variance, max_iter=self.max_iter, tol=self.tol)
         var = None if estimate.variance is None else np.array(estimate.variance, dtype=np.float64)
-        if var is not None and estimate.info.get("method") not in _LINEAR_CONSISTENT:
+        if var is not None and not (estimate.linear and estimate.consistent):
             # the incoming variances are the measurements': report those of the linear
             # estimate with the same weights (BLUE), as after ["blue", "nonneg"]
-            from hierdp.postprocess.blue import blue
+            from hierdp.postprocessors.blue import blue
 
             var = blue(tree, np.zeros(np.shape(estimate.values)), var).variance
         if var is not None:

@@ -1,0 +1,13 @@
+"""Decompositions: what decides the structure. Built-ins are registered through the
+``hierdp_register_decompositions`` hook."""
+
+from hierdp.decompositions.base import Decomposition, Structure
+from hierdp.decompositions.declared import Declared, DeclaredStructure, build_structure
+from hierdp.plugins.markers import hookimpl
+
+__all__ = ["Decomposition", "Structure", "Declared", "DeclaredStructure", "build_structure"]
+
+
+@hookimpl
+def hierdp_register_decompositions():
+    return [Declared]

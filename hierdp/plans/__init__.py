@@ -1,0 +1,12 @@
+"""Measurement plans. Built-ins are registered through the ``hierdp_register_plans`` hook."""
+
+from hierdp.plans.base import Plan
+from hierdp.plans.per_level import PerLevel
+from hierdp.plugins.markers import hookimpl
+
+__all__ = ["Plan", "PerLevel"]
+
+
+@hookimpl
+def hierdp_register_plans():
+    return [PerLevel]

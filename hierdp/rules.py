@@ -1,0 +1,176 @@
+"""Every privacy (and chain) rule of hierdp, once.
+
+The runtime (:func:`hierdp.release`, the plans, the front-ends) and spec validation
+(:mod:`hierdp.spec.validate`) both call these functions, so a rule cannot drift between
+the two. Each ``*_problem`` function returns ``None`` when the rule holds and otherwise a
+one-line message naming the problem and the fix; :func:`enforce` raises it with the
+error class the runtime uses. Messages name the Python keyword and, in brackets, the
+spec key where the two differ.
+
+Rules (design, "Privacy rules"):
+
+* budgets: totals are finite and positive, δ in (0, 1); per-level budgets add up to the
+  total (relative tolerance :data:`SUM_RTOL`) and a split never composes to more than
+  the total (:func:`trim_to_total`);
+* a mechanism's budget unit decides which totals it accepts (pure ε, ρ, (ε, δ));
+* ρ per level: with ε + δ the total ρ is derived, so per-level values need ``rho``;
+* the privacy unit and its contribution bound come together, never with pre-aggregated
+  counts; the bound is a positive integer;
+* sensitivity: a release may declare a larger sensitivity than one privacy unit can
+  cause (conservative), never a smaller one (:func:`sensitivity_problem`);
+* post-processing order: a step that needs a consistent input follows a consistent one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from hierdp.errors import BudgetError, PluginError
+from hierdp.mechanisms.base import Sensitivity
+
+__all__ = ["SUM_RTOL", "enforce", "budget_sum_problem", "trim_to_total", "mechanism_unit_problem",
+           "rho_per_level_problem", "unit_bound_problem", "max_contributions_problem", "sensitivity_problem",
+           "chain_order_problems", "check_chain", "check_budget_values", "delta_mechanism_problem"]
+
+#: relative tolerance of "per-level budgets add up to the total"
+SUM_RTOL = 1e-9
+
+
+def enforce(problem: str | None, error: type[Exception]) -> None:
+    """Raise ``error(problem)`` when a rule reported a problem."""
+    if problem is not None:
+        raise error(problem)
+
+
+# ------------------------------------------------------------------------ budgets
+def budget_sum_problem(total_spent: float, total: float, *, key: str = "the total budget") -> str | None:
+    """Per-level budgets must add up to the declared total (levels left out get 0)."""
+    if not math.isclose(total_spent, total, rel_tol=SUM_RTOL, abs_tol=0.0):
+        return (f"per-level budgets sum to {total_spent:g} but {key} is {total:g}; make them add up to the "
+                "total (levels left out are not measured)")
+    if total_spent <= 0:
+        return "every level has budget 0; give at least one level a positive budget"
+    return None
+
+
+def trim_to_total(alloc: dict[str, float], total: float) -> dict[str, float]:
+    """A split whose float sum exceeds ``total`` by rounding (e.g. total/11 eleven times)
+    loses the excess from its largest level, so it never composes to more than declared."""
+    alloc = dict(alloc)
+    s = math.fsum(alloc.values())
+    if s > total:
+        big = max(alloc, key=alloc.__getitem__)
+        alloc[big] -= s - total
+        while math.fsum(alloc.values()) > total:
+            alloc[big] = math.nextafter(alloc[big], 0.0)
+    return alloc
+
+
+def mechanism_unit_problem(unit: str, name: str, *, epsilon: bool, delta: bool, rho: bool) -> str | None:
+    """Which totals a mechanism budgeted in ``unit`` accepts (which were given: flags)."""
+    if unit == "epsilon" and (rho or delta):
+        which = "privacy.rho (rho=)" if rho else "privacy.delta (delta=)"
+        return (f"mechanism {name!r} is pure ε-DP and is budgeted by epsilon alone: remove {which} and give "
+                "epsilon, or choose a zCDP mechanism such as 'gaussian'")
+    if unit == "rho" and epsilon and not delta and not rho:
+        return (f"mechanism {name!r} (Gaussian noise) cannot give pure ε-DP: give privacy.rho, or privacy.epsilon "
+                "together with privacy.delta (rho=, or epsilon= with delta=, e.g. 1e-9), or use a Laplace mechanism such as 'discrete_laplace'")
+    return None
+
+
+def rho_per_level_problem(unit: str, *, rho_given: bool, per_level: bool) -> str | None:
+    """Per-level values are in the mechanism's unit; with ε + δ for a ρ mechanism the
+    total ρ is derived, so explicit per-level values would be guesses."""
+    if unit == "rho" and per_level and not rho_given:
+        return ("per-level values are in the mechanism's unit, rho; with epsilon + delta the total rho is "
+                "derived, so give privacy.rho (rho=) with per-level rho values, or a budget strategy such as "
+                "'equal'")
+    return None
+
+
+def delta_mechanism_problem(name: str, delta_per_use: float, uses: int, delta: float | None) -> str | None:
+    """A mechanism with a δ of its own (e.g. truncated Laplace) costs δ per use; the uses
+    add up (basic composition) and must fit the declared δ."""
+    if delta_per_use <= 0:
+        return None
+    need = delta_per_use * uses
+    if delta is None:
+        return (f"mechanism {name!r} is (ε, δ)-DP with δ = {delta_per_use:g} per measured level "
+                f"({uses} levels: δ = {need:g}); pass delta= at least that, or use a pure ε mechanism")
+    if need > delta * (1 + SUM_RTOL):
+        return (f"mechanism {name!r} spends δ = {delta_per_use:g} on each of {uses} measured levels "
+                f"(δ = {need:g}), more than delta = {delta:g}; lower the mechanism's delta or raise delta")
+    return None
+
+
+# -------------------------------------------------------------- units and bounds
+def max_contributions_problem(max_contributions: Any) -> str | None:
+    """The contribution bound is a positive integer."""
+    if isinstance(max_contributions, (bool, np.bool_)) or not isinstance(max_contributions, (int, np.integer)) \
+            or max_contributions < 1:
+        return f"max_contributions must be a positive integer, got {max_contributions!r}"
+    return None
+
+
+def unit_bound_problem(*, unit: bool, max_contributions: bool, count: bool) -> str | None:
+    """A privacy-unit column and its bound come together, and never with pre-aggregated counts."""
+    if unit and count:
+        return ("a privacy unit (unit=, privacy.unit) cannot be combined with pre-aggregated counts "
+                "(count=, source.count); bound contributions on the record-level data")
+    if max_contributions and not unit:
+        return ("max_contributions needs privacy.unit (unit=), the column that identifies a person; without it "
+                "each row is its own unit")
+    if unit and not max_contributions:
+        return ("a privacy unit (unit=, privacy.unit) needs max_contributions=<c>: the rows of one unit must "
+                "be bounded (e.g. max_contributions: 1)")
+    return None
+
+
+def sensitivity_problem(declared: Any, floor: Any, how: str) -> str | None:
+    """A release may declare a sensitivity at least as large as ``floor`` (what one privacy
+    unit can change, fixed by ``how``), never a smaller one: a smaller one would calibrate
+    too little noise and publish under a guarantee that does not hold."""
+    if declared is None:
+        return None
+    if not isinstance(declared, Sensitivity):
+        return f"sensitivity must be a hierdp Sensitivity, got {type(declared).__name__}"
+    if not declared.covers(floor):
+        return (f"sensitivity {declared} is smaller than one privacy unit can change a level ({floor}, fixed "
+                f"by {how}); pass a larger one or none")
+    return None
+
+
+# ------------------------------------------------------------------ post-processing
+def chain_order_problems(steps: Sequence[Any]) -> list[tuple[int, str]]:
+    """``(position, message)`` for each step that needs a consistent input but does not
+    follow a consistent step. ``steps`` are post-processor classes or instances."""
+    out = []
+    for i, step in enumerate(steps):
+        if not getattr(step, "requires_consistent_input", False):
+            continue
+        if i == 0 or not getattr(steps[i - 1], "consistent", False):
+            out.append((i, f"{step.name!r} needs a consistent input; put 'blue' (or 'gmc', then 'nonneg' for "
+                           "non-negative counts) before it (raw measurements are not consistent, and unmeasured "
+                           "levels hold placeholders)"))
+    return out
+
+
+def check_chain(steps: Sequence[Any]) -> None:
+    """Raise :class:`PluginError` for the first chain-order problem."""
+    problems = chain_order_problems(steps)
+    if problems:
+        raise PluginError(problems[0][1])
+
+
+def check_budget_values(alloc: Mapping[str, Any], desc: str) -> None:
+    """Each level's budget is a finite number >= 0 (0: not measured)."""
+    for level, v in alloc.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(v) or v < 0:
+            raise BudgetError(f"budget for level {level!r} must be a finite number >= 0, got {v!r}"
+                              if desc == "per-level" else f"budget strategy {desc!r} produced an invalid split")
+

@@ -248,12 +248,14 @@ class Tree:
                    root: str = "total") -> Tree:
         """The public structure of ``levels`` with their declared ``domains``.
 
-        See :mod:`hierdp.decompositions.declared` (``build_structure``) for the domain forms. Only the structure is
-        returned; counts are computed by ``df.dptree(...)``.
+        The structure comes from the ``declared`` decomposition (see
+        :mod:`hierdp.decompositions.declared` for the domain forms), looked up in the plugin
+        registry. Only the structure is returned; counts are computed by ``df.dptree(...)``.
         """
-        from hierdp.decompositions.declared import build_structure
+        from hierdp import registry
 
-        return build_structure(df, levels, domains, root=root).tree
+        return registry.create("decomposition", "declared", levels=levels, domains=domains,
+                               root=root).decompose(df).tree
 
     # ------------------------------------------------------------------ internal arrays
     @cached_property

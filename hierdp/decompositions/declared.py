@@ -36,7 +36,7 @@ __all__ = ["Declared", "DeclaredStructure", "build_structure", "check_levels", "
            "RESERVED_COLUMNS"]
 
 #: Output columns of a release table; levels cannot use these names.
-RESERVED_COLUMNS = frozenset({"level", "node", "cell", "estimate", "std", "noisy", "ci_low", "ci_high"})
+RESERVED_COLUMNS = frozenset({"level", "node", "cell", "estimate", "std", "noisy", "ci_low", "ci_high", "status"})
 
 NO_DOMAIN_MESSAGE = (
     "no domain declared for level {level!r}: the tree's structure must be public, so declare "

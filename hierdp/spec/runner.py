@@ -301,6 +301,9 @@ def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:
         est = frame["estimate"].to_numpy(dtype=float)
         table["ci_low"] = est - z * std
         table["ci_high"] = est + z * std
+    if not result.ledger.for_publication:
+        # a seeded (or non-private) release must say so in every copy of its table, not only the ledger
+        table["status"] = "NOT FOR PUBLICATION: " + "; ".join(result.ledger.not_for_publication_reasons())
     return table
 
 

@@ -9,6 +9,8 @@ import importlib
 _SUITES = {
     "BaseMechanismTests": "hierdp.testing.mechanisms",
     "BasePostProcessorTests": "hierdp.testing.postprocessors",
+    "BasePlanTests": "hierdp.testing.plans",
+    "BaseDecompositionTests": "hierdp.testing.decompositions",
 }
 
 __all__ = sorted(_SUITES)

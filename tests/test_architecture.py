@@ -1,0 +1,157 @@
+"""Architecture rules of the core (design: "Public names", conventions: "Code").
+
+* no import cycle among hierdp's modules, counting imports inside functions (only imports
+  under ``if TYPE_CHECKING:`` are left out: they never run);
+* no module outside ``hierdp/tree.py`` reads a private attribute of a ``Tree``
+  (plugins and kernels use ``tree.internal`` and the public API);
+* no module is named like a public function of the package.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import hierdp
+
+PKG = Path(hierdp.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        rel = p.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+            if name == "TYPE_CHECKING":
+                for sub in node.body:
+                    for n in ast.walk(sub):
+                        if hasattr(n, "lineno"):
+                            lines.add(n.lineno)
+    return lines
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> hierdp modules it imports (anywhere but under TYPE_CHECKING)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_lines(tree)
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod if is_pkg else mod.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        pkg = pkg.rpartition(".")[0]
+                    base = f"{pkg}.{base}" if base else pkg
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    targets.append(sub if sub in mods else base)
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t.startswith("hierdp") and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_function_level_imports():
+    g = import_graph()
+    # hierdp.run_spec imports the spec runner inside the function
+    assert "hierdp.spec.runner" in g["hierdp"]
+
+
+def test_no_import_cycle_among_hierdp_modules():
+    cycles = _cycles(import_graph())
+    assert not cycles, "import cycles (counting imports inside functions): " + "; ".join(
+        " <-> ".join(c) for c in cycles)
+
+
+_PRIVATE_TREE = re.compile(r"\b(?:tree|t|self\.tree|st\.tree|structure\.tree|result\.tree|shape|other)\."
+                           r"_(?!_)[a-z]\w*")
+
+
+def test_no_private_tree_attribute_is_read_outside_tree_py():
+    hits = []
+    for mod, path in _modules().items():
+        if path.name == "tree.py" and path.parent == PKG:
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _PRIVATE_TREE.search(line):
+                hits.append(f"{path.relative_to(PKG.parent)}:{i}: {line.strip()}")
+    assert not hits, "private Tree attributes read outside hierdp/tree.py:\n" + "\n".join(hits)
+
+
+def test_the_private_attribute_pattern_catches_a_read():
+    assert _PRIVATE_TREE.search("x = tree._parent[1:]")
+    assert not _PRIVATE_TREE.search("x = tree.internal.parent")
+
+
+def test_no_module_is_named_like_a_public_function():
+    functions = {name for name in hierdp.__all__ if callable(getattr(hierdp, name)) and
+                 not isinstance(getattr(hierdp, name), type)}
+    assert {"release", "postprocess", "evaluate", "metric", "run_spec"} <= functions
+    clashes = sorted(f for f in functions if f"hierdp.{f}" in _modules())
+    assert not clashes, f"modules named like public functions: {clashes}"

@@ -23,7 +23,8 @@ def test_release_writes_table_and_ledger(tmp_path, capsys):
     assert f"wrote {out}" in stdout and "Privacy ledger: ε-DP, ε = 1" in stdout
     assert "NOT FOR PUBLICATION" in stdout
     table = pd.read_csv(out)
-    assert list(table.columns) == ["level", "state", "county", "tract", "estimate", "std"]
+    assert list(table.columns) == ["level", "state", "county", "tract", "estimate", "std", "status"]
+    assert table["status"].str.startswith("NOT FOR PUBLICATION: seeded randomness").all()  # seeded
     assert len(table) == 1 + 6 + 44 + 174
     ledger = json.loads((tmp_path / "sub" / "demo.ledger.json").read_text())
     assert ledger["spent"] == 1.0 and [lv["budget"] for lv in ledger["levels"]] == [0.25] * 4

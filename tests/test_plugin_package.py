@@ -82,7 +82,7 @@ def test_installed_plugin_is_found_and_runs_a_spec(installed, tmp_path):
     ledger = json.loads((tmp_path / "plugin.ledger.json").read_text())
     assert ledger["mechanism"] == "example_geometric" and math.isclose(ledger["spent"], 1.0)
     lines = out.read_text().splitlines()
-    assert lines[0] == "level,state,county,estimate,std" and len(lines) == 1 + 1 + 6 + 44
+    assert lines[0] == "level,state,county,estimate,std,status" and len(lines) == 1 + 1 + 6 + 44
     ev = (tmp_path / "ev.csv").read_text().splitlines()
     assert ev[1].startswith("plugin-mechanism,1.0,,example_max_abs_error(tau=10),all,")
 

@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     common(e)
 
     pl = sub.add_parser("plugins", help="list registered mechanisms, post-processors, metrics, budgets")
-    pl.add_argument("--kind", choices=["mechanism", "postprocessor", "metric", "budget"], help="only this kind")
+    pl.add_argument("--kind", choices=["mechanism", "postprocessor", "metric", "budget", "plan", "decomposition"],
+                    help="only this kind")
     common(pl)
 
     s = sub.add_parser("schema", help="print the JSON Schema of release specs")

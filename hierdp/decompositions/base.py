@@ -31,17 +31,19 @@ class Structure:
     ``tree``: the structure (public, or a private output paid for in ``spends``);
     ``spends``: :class:`hierdp.accounting.Spend` items the decomposition made (empty for a
     declared structure); ``private_structure``: whether the tree itself depends on private
-    data beyond values asserted public.
+    data beyond values asserted public; ``level_provenance``: where each level came from,
+    when the tree does not say it itself.
     """
 
     tree: Tree
     spends: list[Any] = field(default_factory=list)
     private_structure: bool = False
+    level_provenance: dict[str, str] | None = None
 
     @property
     def provenance(self) -> dict[str, str]:
         """Where each level of the structure came from (for the ledger)."""
-        return self.tree.provenance
+        return dict(self.level_provenance) if self.level_provenance is not None else self.tree.provenance
 
 
 class Decomposition(ABC):

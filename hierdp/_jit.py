@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["numba", "cache_dir", "preferred_cache_dir", "cache_is_cold", "CACHE_ENV"]
+__all__ = ["numba", "cache_dir", "preferred_cache_dir", "cache_is_cold", "mark_cache_warm", "CACHE_ENV"]
 
 CACHE_ENV = "HIERDP_CACHE_DIR"
 
@@ -83,11 +83,28 @@ CACHE_DIR = _configure()
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
 
 
-def cache_is_cold() -> bool:
-    """True when no hierdp kernel has been cached yet in :data:`CACHE_DIR` (first use)."""
+def _marker() -> Path | None:
     if CACHE_DIR is None:
-        return True
-    try:
-        return not any(CACHE_DIR.rglob("*.nbi"))
-    except OSError:
-        return True
+        return None
+    import hashlib
+
+    here = str(Path(__file__).resolve().parent)
+    tag = hashlib.sha1(f"{here}|{numba.__version__}|{sys.version_info[:2]}".encode()).hexdigest()[:12]
+    return CACHE_DIR / f".hierdp-warm-{tag}"
+
+
+def cache_is_cold() -> bool:
+    """True until a release has run with this install, numba and cache folder: its
+    kernels still have to be compiled (the CLI says so once)."""
+    marker = _marker()
+    return marker is None or not marker.exists()
+
+
+def mark_cache_warm() -> None:
+    """Record that this install's kernels are compiled and cached (best effort)."""
+    marker = _marker()
+    if marker is not None:
+        try:
+            marker.touch()
+        except OSError:
+            pass

@@ -9,7 +9,7 @@ nodes, read the values contiguously and never touch a per-leaf parent index.
 
 from __future__ import annotations
 
-import numba as nb
+from hierdp._jit import numba as nb
 import numpy as np
 
 _jit = nb.njit(cache=True, nogil=True)

@@ -7,7 +7,7 @@ numba compiles them on first use and caches the machine code on disk.
 
 from __future__ import annotations
 
-import numba as nb
+from hierdp._jit import numba as nb
 import numpy as np
 
 _jit = nb.njit(cache=True, nogil=True)

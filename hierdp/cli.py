@@ -2,11 +2,16 @@
 
 ::
 
-    hierdp release SPEC [-o OUT] [--seed N] [-q] [--debug]   run a release spec
+    hierdp release SPEC [-o OUT|-] [--format F] [--ledger PATH] [--seed N] [-q] [--debug]
+                                                              run a release spec
     hierdp validate SPEC [-q] [--debug]                       check a spec, read no private data
     hierdp evaluate SPEC [-o OUT] [-r R] [--seed N] [-q]      NON-PRIVATE error table + PNG plot
+    hierdp examples                                           the bundled example specs
     hierdp plugins [--kind KIND]                              everything registered, and its package
     hierdp schema                                             print the spec's JSON Schema
+
+SPEC is a YAML file, or the name of a bundled example (``hierdp release demo``; ``hierdp
+examples`` lists them) when no file of that name exists.
 
 Exit codes
 ----------
@@ -21,10 +26,12 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 __all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_USER", "EXIT_INTERRUPTED"]
@@ -33,6 +40,7 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USER = 2
 EXIT_INTERRUPTED = 130
+COMPILE_SECONDS = 5  # first release on a cold kernel cache, measured by benchmarks/bench_startup.py
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,19 +66,34 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
         sp.add_argument("--debug", action="store_true", help="show tracebacks of errors")
 
-    r = sub.add_parser("release", help="run a release spec and write its output and ledger")
-    r.add_argument("spec", metavar="SPEC", help="YAML release spec")
-    r.add_argument("-o", "--output", metavar="OUT", help="output file (.csv or .parquet); overrides output.path")
+    spec_help = "YAML release spec, or the name of a bundled example (see `hierdp examples`)"
+    r = sub.add_parser(
+        "release", help="run a release spec and write its output and ledger",
+        description="Run a release spec: the table goes to OUT and its privacy ledger beside it "
+                    "(<name>.ledger.json) or to --ledger PATH. Parquet and JSON tables also carry the "
+                    "ledger inside (Parquet metadata 'hierdp.ledger'; JSON key 'ledger'). With -o - the "
+                    "table goes to standard output: csv then needs --ledger PATH (a CSV cannot carry its "
+                    "ledger); parquet and json embed it. OUT may be a URL such as s3://bucket/x.csv "
+                    "(needs `pip install 'hierdp[remote]'` and the file system's package, e.g. s3fs).")
+    r.add_argument("spec", metavar="SPEC", help=spec_help)
+    r.add_argument("-o", "--output", metavar="OUT",
+                   help="output file (.csv, .parquet, .json), URL, or - for standard output; overrides output.path")
+    r.add_argument("--format", choices=["csv", "parquet", "json"],
+                   help="table format (default: from OUT's extension; csv for -)")
+    r.add_argument("--ledger", metavar="PATH", help="ledger file (default: <OUT name>.ledger.json beside OUT)")
     r.add_argument("--seed", type=int, metavar="N",
                    help="fixed seed for tests: the ledger marks the release NOT FOR PUBLICATION")
     common(r)
 
     v = sub.add_parser("validate", help="check a spec without reading private data")
-    v.add_argument("spec", metavar="SPEC")
+    v.add_argument("spec", metavar="SPEC", help=spec_help)
     common(v)
 
+    x = sub.add_parser("examples", help="list the bundled example specs (run one: hierdp release NAME)")
+    common(x)
+
     e = sub.add_parser("evaluate", help="NON-PRIVATE: run the spec's evaluate section (table + PNG plot)")
-    e.add_argument("spec", metavar="SPEC")
+    e.add_argument("spec", metavar="SPEC", help=spec_help)
     e.add_argument("-o", "--output", metavar="OUT", help="table (.csv); the plot goes beside it as .png")
     e.add_argument("-r", "--repetitions", type=int, metavar="R", help="overrides evaluate.repetitions")
     e.add_argument("--seed", type=int, metavar="N", help="fixed seed (reproducible evaluation)")
@@ -92,27 +115,149 @@ def _print_warnings(msgs: Sequence[str], quiet: bool, err: TextIO) -> None:
             err.write(f"warning: {m}\n")
 
 
+def _spec_arg(arg: str) -> str:
+    """A SPEC argument: an existing file, else a bundled example's path; a bare name that
+    is neither is a one-line error listing the examples."""
+    from hierdp.data import example_names, resolve_spec
+    from hierdp.errors import SpecError, did_you_mean
+
+    resolved = resolve_spec(arg)
+    if resolved == arg and not Path(arg).exists() and not any(ch in arg for ch in "/\\.") and arg:
+        names = example_names()
+        raise SpecError(f"{arg!r} is neither a spec file nor a bundled example{did_you_mean(arg, names)} "
+                        f"(examples: {', '.join(names)}); give the path of a .yaml file, or an example's name")
+    return resolved
+
+
+def _compile_notice(quiet: bool, err: TextIO) -> bool:
+    """Say once, on a cold kernel cache, that the first release compiles (returns whether cold)."""
+    from hierdp._jit import cache_is_cold
+
+    cold = cache_is_cold()
+    if cold and not quiet:
+        err.write(f"compiling kernels for first use, ~{COMPILE_SECONDS} s (once; cached in "
+                  f"{_cache_dir_shown()})\n")
+        err.flush()
+    return cold
+
+
+def _cache_dir_shown() -> str:
+    from hierdp._jit import CACHE_DIR
+
+    return str(CACHE_DIR)
+
+
 def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from hierdp.spec.runner import load_spec, run_spec
+    from hierdp import io as hio
+    from hierdp.errors import SpecError
+    from hierdp.spec import runner
 
-    spec = load_spec(args.spec, **({"seed": args.seed} if args.seed is not None else {}))
+    spec_path = _spec_arg(args.spec)
+    spec = runner.load_spec(spec_path, **({"seed": args.seed} if args.seed is not None else {}))
     _print_warnings(spec.warnings, args.quiet, err)
-    if args.output is None and (spec.output or {}).get("path") is None:
-        from hierdp.errors import SpecError
-
+    spec_out = spec.output or {}
+    dest = args.output if args.output is not None else spec_out.get("path")
+    if dest is None:
         raise SpecError(f"{args.spec}: no output path; set output.path in the spec or pass -o OUT")
-    result = run_spec(spec, output=args.output, progress=not args.quiet)
+    to_stdout = dest == "-"
+    ledger = args.ledger if args.ledger is not None else (spec_out.get("ledger") if args.output is None else None)
+    local = [Path(p) for p in (dest, ledger) if p not in (None, "-") and not hio.is_url(p)]
+    if not to_stdout and not hio.is_url(dest) and ledger is None:
+        local.append(hio.ledger_path_for(dest))
+    refuse = getattr(runner, "_refuse_overwriting_inputs", None)  # never replace the spec's own inputs
+    if refuse is not None:
+        refuse(spec, local)
+    fmt = args.format or (spec_out.get("format") if args.output is None else None)
+    fmt = fmt or ("csv" if to_stdout else hio.format_for(dest))
+    # every check that can fail runs before the release spends its budget
+    if to_stdout and fmt == "csv" and ledger is None:
+        raise SpecError("-o - with --format csv writes no ledger: pass --ledger PATH, or use --format json "
+                        "or parquet (they carry the ledger inside)")
+    if fmt == "parquet":
+        import importlib.util
+
+        if importlib.util.find_spec("pyarrow") is None:
+            from hierdp.errors import MissingDependencyError
+
+            raise MissingDependencyError("pyarrow", "parquet")
+    for target in (dest, ledger):
+        if target is not None and hio.is_url(target):
+            hio.check_url(target)
+        elif target not in (None, "-") and ":" in Path(target).parts[0] and os.name != "nt":
+            raise SpecError(f"{target!r} looks like a URL but is not one; write scheme://bucket/key "
+                            f"(e.g. s3://...), or ./{target} for a local folder")
+    if ledger == "-":
+        raise SpecError("--ledger - is not supported; give the ledger a file (the table may go to -o -)")
+    cold = _compile_notice(args.quiet, err)
+    result = runner.run_spec(spec, write=False, progress=not args.quiet)
+    if cold:
+        from hierdp._jit import mark_cache_warm
+
+        mark_cache_warm()
+    table = runner.release_frame(spec, result)
+    ledger_json = result.ledger.to_json()
+    if to_stdout:
+        if ledger is not None and hio.is_url(ledger):
+            _write_remote_text(ledger, ledger_json)
+        elif ledger is not None:
+            hio.write_text(ledger, ledger_json)
+        hio.write_release_to_stream(table, ledger_json, _binary(out), fmt)
+        written = ["<stdout>", ledger or "(inside the table)"]
+        note = err  # stdout carries the table: the summary goes to stderr
+    else:
+        written = [str(p) for p in hio.write_release(table, ledger_json, dest, fmt=fmt, ledger_path=ledger)]
+        note = out
+    result.meta["written"] = written
     if not args.quiet:
-        table, ledger = result.meta.get("written", ["?", "?"])
-        out.write(f"wrote {table} ({result.tree.n_nodes:,} nodes) and its ledger {ledger}\n")
-        out.write(str(result.ledger) + "\n")
+        note.write(f"wrote {written[0]} ({result.tree.n_nodes:,} nodes) and its ledger {written[1]}\n")
+        note.write(str(result.ledger) + "\n")
+    return EXIT_OK
+
+
+def _binary(stream: TextIO):
+    """The byte stream under a text stream (sys.stdout.buffer), for Parquet and exact bytes."""
+    stream.flush()
+    return getattr(stream, "buffer", None) or _TextBytes(stream)
+
+
+class _TextBytes:
+    """Bytes written to a text stream without a buffer (e.g. io.StringIO in tests): decoded."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> int:
+        self.stream.write(data.decode("utf-8", errors="surrogateescape"))
+        return len(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _write_remote_text(url: str, text: str) -> None:
+    from hierdp.io import _fsspec
+
+    with _fsspec().open(url, "wb") as fh:
+        fh.write(text.encode("utf-8"))
+
+
+def _cmd_examples(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from hierdp.data import example_description, example_names, example_path
+
+    names = example_names()
+    width = max([len(n) for n in names] + [4])
+    for n in names:
+        out.write(f"{n:<{width}}  {example_description(n)}\n")
+    if not args.quiet and names:
+        out.write(f"\nrun one with: hierdp release NAME (e.g. hierdp release {names[0] if 'demo' not in names else 'demo'})"
+                  f"; the files are in {example_path(names[0]).parent}\n")
     return EXIT_OK
 
 
 def _cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from hierdp.spec.validate import validate
 
-    spec = validate(args.spec)
+    spec = validate(_spec_arg(args.spec))
     _print_warnings(spec.warnings, args.quiet, err)
     if not args.quiet:
         unit = "ρ" if spec.rho is not None else "ε"
@@ -126,7 +271,7 @@ def _cmd_evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from hierdp.errors import NonPrivateWarning
     from hierdp.spec.runner import evaluate_spec, load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(_spec_arg(args.spec))
     _print_warnings(spec.warnings, args.quiet, err)
     if args.repetitions is not None and args.repetitions < 1:
         from hierdp.errors import SpecError
@@ -186,7 +331,7 @@ def _cmd_schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 _COMMANDS = {"release": _cmd_release, "validate": _cmd_validate, "evaluate": _cmd_evaluate,
-             "plugins": _cmd_plugins, "schema": _cmd_schema}
+             "examples": _cmd_examples, "plugins": _cmd_plugins, "schema": _cmd_schema}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,15 +3,36 @@
 Every file hierdp writes goes to a temporary file in the destination folder first and is
 moved into place with :func:`os.replace` (atomic on POSIX and Windows within one file
 system), so an interrupted release never leaves a partial output: the destination either
-keeps its previous content or gets the complete new one. A release writes its ledger
-first and the table last, so a table on disk always has its ledger beside it.
+keeps its previous content or gets the complete new one.
+
+A release's table and ledger are one unit. Both are staged and synced, the previous files
+are kept as hard-linked backups, a commit journal naming all of them is written, and only
+then are the ledger and the table moved into place; the journal and backups go last. A
+failure rolls both back; a hard kill between the two moves (a window of microseconds)
+leaves the journal, and the next write to that path (or :func:`recover`) restores the
+previous pair. The ledger's ``release_id`` is repeated inside the table file (Parquet
+key-value metadata ``hierdp.ledger`` and ``hierdp.release_id``; JSON's ``ledger`` key),
+so a pair can be checked (:func:`table_release_id`).
+
+Temporary names start with ``.hierdp-`` and carry the writing process's id; a write
+removes those left by processes that no longer run. Concurrent writers to one path never
+collide (every temporary name is unique); the last to finish wins, as a pair.
+
+Destinations with a scheme (``s3://bucket/x.csv``, ``gs://...``) are written through
+``fsspec`` (``pip install 'hierdp[remote]'`` plus the file system's own package, e.g.
+``s3fs``), ledger first, one object at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io as _io
+import json
 import os
+import re
 import tempfile
+import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,35 +42,57 @@ import pandas as pd
 from hierdp.errors import DataError, MissingDependencyError
 
 __all__ = ["atomic_path", "atomic_write", "atomic_write_all", "write_table", "write_text", "write_release",
-           "read_table",
-           "ledger_path_for", "format_for"]
+           "write_release_to_stream", "read_table", "ledger_path_for", "format_for", "is_url", "recover",
+           "table_release_id", "LEDGER_METADATA_KEY"]
 
-FORMATS = ("csv", "parquet")
+FORMATS = ("csv", "parquet", "json")
+LEDGER_METADATA_KEY = "hierdp.ledger"
+_PREFIX = ".hierdp-"  # every temporary, backup and journal file hierdp writes starts with this
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_STALE_AFTER = 24 * 3600.0  # seconds: leftovers of another host's process (pid unknown here)
+
+
+def is_url(path: str | Path) -> bool:
+    """True for ``scheme://...`` destinations (written through fsspec), False for local paths."""
+    return isinstance(path, str) and bool(_URL.match(path))
 
 
 def format_for(path: str | Path, fmt: str | None = None) -> str:
     """The table format of ``path``: ``fmt`` if given, else from the extension."""
     if fmt is not None:
         if fmt not in FORMATS:
-            raise DataError(f"unknown table format {fmt!r}; expected 'csv' or 'parquet'")
+            raise DataError(f"unknown table format {fmt!r}; expected 'csv', 'parquet' or 'json'")
         return fmt
     name = str(path).lower()
     if name.endswith((".parquet", ".pq")):
         return "parquet"
     if name.endswith((".csv", ".csv.gz")):
         return "csv"
-    raise DataError(f"cannot tell the format of {str(path)!r}; end it in .csv or .parquet, or pass the format")
+    if name.endswith(".json"):
+        return "json"
+    raise DataError(f"cannot tell the format of {str(path)!r}; end it in .csv or .parquet (or .json), "
+                    "or pass the format")
+
+
+def _ledger_name(name: str) -> str:
+    for ext in (".csv.gz", ".csv", ".parquet", ".pq", ".json"):
+        if name.lower().endswith(ext):
+            return name[: -len(ext)] + ".ledger.json"
+    return name + ".ledger.json"
 
 
 def ledger_path_for(path: str | Path) -> Path:
-    """Where the ledger of output ``path`` goes: ``<name without extension>.ledger.json`` beside it."""
+    """Where the ledger of output ``path`` goes: ``<name without extension>.ledger.json`` beside it.
+
+    (For a URL use :func:`ledger_url_for`: a :class:`~pathlib.Path` would mangle ``s3://``.)"""
     p = Path(path)
-    name = p.name
-    for ext in (".csv.gz", ".csv", ".parquet", ".pq"):
-        if name.lower().endswith(ext):
-            name = name[: -len(ext)]
-            break
-    return p.with_name(name + ".ledger.json")
+    return p.with_name(_ledger_name(p.name))
+
+
+def ledger_url_for(url: str) -> str:
+    """The ledger URL beside the table URL ``url``."""
+    head, _, name = url.rpartition("/")
+    return f"{head}/{_ledger_name(name)}"
 
 
 @contextlib.contextmanager
@@ -58,8 +101,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     dest = Path(path)
     with _staged(dest) as tmp_path:
         yield tmp_path
-        with open(tmp_path, "rb+") as fh:  # flush to disk before the rename makes it visible
-            os.fsync(fh.fileno())
+        _named(dest, _fsync, tmp_path)  # flush to disk before the rename makes it visible
         os.replace(tmp_path, dest)
 
 
@@ -75,19 +117,60 @@ def write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def _writer(frame: pd.DataFrame, fmt: str, gzip: bool = False) -> Callable[[Path], None]:
+def _writer(frame: pd.DataFrame, fmt: str, gzip: bool = False,
+            ledger_json: str | None = None) -> Callable[[Any], None]:
+    """A function writing ``frame`` in ``fmt`` to a path or binary file object; with
+    ``ledger_json``, Parquet and JSON tables carry the ledger inside (CSV cannot)."""
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             raise MissingDependencyError("pyarrow", "parquet") from None
 
-        def write(tmp: Path) -> None:
-            frame.to_parquet(tmp, index=False)
+        def write(tmp: Any) -> None:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            if ledger_json is not None:
+                meta = dict(table.schema.metadata or {})
+                meta[LEDGER_METADATA_KEY.encode()] = ledger_json.encode("utf-8")
+                meta[b"hierdp.release_id"] = str(json.loads(ledger_json).get("release_id", "")).encode()
+                table = table.replace_schema_metadata(meta)
+            pq.write_table(table, tmp)
+    elif fmt == "json":
+        def write(tmp: Any) -> None:
+            rows = json.loads(frame.to_json(orient="records", force_ascii=False))
+            doc: dict[str, Any] = {}
+            if ledger_json is not None:
+                doc["ledger"] = json.loads(ledger_json)
+            doc["table"] = rows
+            data = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8") + b"\n"
+            if isinstance(tmp, (str, Path)):
+                Path(tmp).write_bytes(data)
+            else:
+                tmp.write(data)
     else:
-        def write(tmp: Path) -> None:
-            frame.to_csv(tmp, index=False, compression="gzip" if gzip else None)
+        def write(tmp: Any) -> None:
+            if isinstance(tmp, (str, Path)):
+                frame.to_csv(tmp, index=False, compression="gzip" if gzip else None)
+            else:
+                tmp.write(frame.to_csv(index=False).encode("utf-8"))
     return write
+
+
+def table_release_id(path: str | Path) -> str | None:
+    """The ``release_id`` written inside a Parquet or JSON release table (None for CSV)."""
+    fmt = format_for(path)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(path).metadata or {}
+        rid = meta.get(b"hierdp.release_id")
+        return rid.decode() if rid else None
+    if fmt == "json":
+        return json.loads(Path(path).read_text(encoding="utf-8")).get("ledger", {}).get("release_id")
+    return None
 
 
 def write_table(frame: pd.DataFrame, path: str | Path, fmt: str | None = None) -> Path:
@@ -99,9 +182,13 @@ def write_table(frame: pd.DataFrame, path: str | Path, fmt: str | None = None) -
 
 
 def write_release(frame: pd.DataFrame, ledger_json: str, path: str | Path, fmt: str | None = None,
-                  ledger_path: str | Path | None = None) -> tuple[Path, Path]:
-    """Write a release table and its ledger JSON; the ledger lands first, the table last
-    (see :func:`atomic_write_all`: a failure leaves both destinations as they were)."""
+                  ledger_path: str | Path | None = None) -> tuple[Any, Any]:
+    """Write a release table and its ledger JSON as one unit: the ledger lands first, the
+    table last, and a failure or kill leaves the previous pair (see the module docstring).
+    Parquet and JSON tables also carry the ledger inside. ``path`` may be a URL
+    (``s3://...``, through fsspec); returns the two destinations."""
+    if is_url(path) or is_url(ledger_path or ""):
+        return _write_release_remote(frame, ledger_json, str(path), fmt, ledger_path)
     dest = Path(path)
     lpath = Path(ledger_path) if ledger_path is not None else ledger_path_for(dest)
     if dest.resolve() == lpath.resolve():
@@ -109,40 +196,116 @@ def write_release(frame: pd.DataFrame, ledger_json: str, path: str | Path, fmt: 
                         f"(default: {ledger_path_for(dest).name})")
     fmt = format_for(dest, fmt)
     atomic_write_all([(lpath, lambda tmp: tmp.write_text(ledger_json, encoding="utf-8")),
-                      (dest, _writer(frame, fmt, gzip=dest.name.lower().endswith(".gz")))])
+                      (dest, _writer(frame, fmt, gzip=dest.name.lower().endswith(".gz"), ledger_json=ledger_json))])
     return dest, lpath
+
+
+def write_release_to_stream(frame: pd.DataFrame, ledger_json: str, stream: Any, fmt: str) -> None:
+    """Write a release table to a binary ``stream`` (e.g. ``sys.stdout.buffer``); Parquet and
+    JSON carry the ledger inside, CSV does not (write the ledger to a file of its own)."""
+    fmt = format_for("-", fmt)
+    if fmt == "parquet":  # pyarrow needs a seekable target for its footer: build it in memory
+        buf = _io.BytesIO()
+        _writer(frame, fmt, ledger_json=ledger_json)(buf)
+        stream.write(buf.getvalue())
+    else:
+        _writer(frame, fmt, ledger_json=ledger_json)(stream)
+    stream.flush()
+
+
+def _fsspec():
+    try:
+        import fsspec
+    except ImportError:
+        raise MissingDependencyError("fsspec", "remote") from None
+    return fsspec
+
+
+def check_url(url: str) -> None:
+    """Raise a one-line error now when ``url`` cannot be written (fsspec or the protocol's
+    package missing), before a release spends its budget."""
+    fsspec = _fsspec()
+    protocol = url.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        raise DataError(f"cannot write {url!r}: {str(exc).splitlines()[0]}") from None
+    except ValueError:
+        raise DataError(f"cannot write {url!r}: unknown protocol {protocol!r}; use a local path or "
+                        "a URL fsspec knows (s3://, gs://, az://, ...)") from None
+
+
+def _write_release_remote(frame: pd.DataFrame, ledger_json: str, url: str, fmt: str | None,
+                          ledger_path: str | Path | None) -> tuple[str, str]:
+    if not is_url(url):
+        raise DataError(f"the table {url!r} is local but its ledger {str(ledger_path)!r} is a URL; "
+                        "write both to the same kind of place")
+    check_url(url)
+    fsspec = _fsspec()
+    lurl = str(ledger_path) if ledger_path is not None else ledger_url_for(url)
+    if lurl == url:
+        raise DataError(f"the ledger would overwrite the table {url!r}; give the ledger its own name")
+    fmt = format_for(url, fmt)
+    # object stores make each PUT atomic; ledger first, so a table never lacks its ledger
+    with fsspec.open(lurl, "wb") as fh:
+        fh.write(ledger_json.encode("utf-8"))
+    data = _io.BytesIO()
+    _writer(frame, fmt, ledger_json=ledger_json)(data)
+    body = data.getvalue()
+    if url.lower().endswith(".gz") and fmt == "csv":
+        import gzip as _gzip
+
+        body = _gzip.compress(body)
+    with fsspec.open(url, "wb") as fh:
+        fh.write(body)
+    return url, lurl
 
 
 def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) -> list[Path]:
     """Write several files as one: every ``writer(tmp)`` runs (and is synced) before any
     destination is touched, then the files are moved into place in order. If a move fails,
     the files already moved are rolled back (their previous content restored, or removed),
-    so a failure leaves every destination as it was. Only a hard kill between two renames
-    can leave some files new and others old."""
+    so a failure leaves every destination as it was. A hard kill between two moves leaves
+    a commit journal; the next write to these paths (or :func:`recover`) rolls it back."""
     dests = [Path(p) for p, _ in items]
     if len({d.resolve() for d in dests}) != len(dests):
         raise DataError("two outputs share one path: " + ", ".join(str(d) for d in dests))
     for d in dests:
         if d.is_dir():
             raise DataError(f"cannot write {str(d)!r}: it is a directory; give a file name such as out/release.csv")
+    for folder in {d.parent for d in dests}:
+        if folder.is_dir():
+            recover(folder)
     with contextlib.ExitStack() as stack:
         staged = []
         for d, (_, writer) in zip(dests, items):
             tmp = stack.enter_context(_staged(d))
-            writer(tmp)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
+            _named(d, writer, tmp)
+            _named(d, _fsync, tmp)
             staged.append(tmp)
+        backups: list[Path | None] = []
+        for d in dests:
+            backup = None
+            if d.exists():
+                backup = _unique(d, ".bak")
+                _named(d, lambda b: os.link(d, b), backup)  # the previous file stays in place until replaced
+                stack.callback(backup.unlink, missing_ok=True)
+            backups.append(backup)
+        journal = None
+        if len(dests) > 1:
+            journal = _unique(dests[-1], ".journal")
+            record = {"pid": os.getpid(),
+                      "files": [{"dest": str(d), "backup": str(b) if b else None, "inode": t.stat().st_ino}
+                                for d, b, t in zip(dests, backups, staged)]}
+            _named(dests[-1], lambda j: j.write_text(json.dumps(record), encoding="utf-8"), journal)
+            _named(dests[-1], _fsync, journal)
+            stack.callback(journal.unlink, missing_ok=True)
         done: list[tuple[Path, Path | None]] = []
         try:
-            for d, tmp in zip(dests, staged):
-                backup = None
-                if d.exists():
-                    backup = d.with_name(f".{d.name}.{os.getpid()}.bak")
-                    os.link(d, backup)  # the previous file stays in place until replaced
-                    stack.callback(backup.unlink, missing_ok=True)
+            for d, tmp, backup in zip(dests, staged, backups):
                 os.replace(tmp, d)
                 done.append((d, backup))
+            _fsync_dirs({d.parent for d in dests})  # the moves are durable before the journal goes
         except BaseException:
             for d, backup in reversed(done):
                 if backup is not None:
@@ -150,7 +313,106 @@ def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) 
                 else:
                     d.unlink(missing_ok=True)
             raise
+        if journal is not None:  # committed: from here on a kill leaves the new files
+            journal.unlink(missing_ok=True)
     return dests
+
+
+def _named(dest: Path, fn: Callable[[Path], Any], arg: Path) -> Any:
+    """Run ``fn(arg)``; an OSError without a file name (disk full, quota) names ``dest``."""
+    try:
+        return fn(arg)
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc) or type(exc).__name__, str(dest)) from exc
+        raise
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dirs(folders: set[Path]) -> None:
+    for folder in folders:
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError:  # pragma: no cover - platforms without directory handles
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:  # pragma: no cover
+            pass
+        finally:
+            os.close(fd)
+
+
+def _unique(dest: Path, suffix: str) -> Path:
+    """A fresh hidden name beside ``dest`` for a backup or journal (never an existing file)."""
+    return dest.with_name(f"{_PREFIX}{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}{suffix}")
+
+
+def _owner_gone(name: str, mtime: float) -> bool:
+    """Whether the process that made hierdp temporary ``name`` has ended (or it is very old)."""
+    m = re.search(r"\.(\d+)\.[0-9a-z_]+\.(?:tmp|bak|journal)$", name)
+    if time.time() - mtime > _STALE_AFTER:
+        return True
+    if m is None:
+        return False
+    pid = int(m.group(1))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
+
+
+def recover(folder: str | Path) -> list[Path]:
+    """Finish what killed hierdp writers left in ``folder``: roll back every interrupted
+    commit (its journal names the backups of the previous files) and remove their
+    temporaries and backups. Files of writers still running are left alone. Returns the
+    destinations restored to their previous content."""
+    folder = Path(folder)
+    restored: list[Path] = []
+    try:
+        entries = [p for p in folder.iterdir() if p.name.startswith(_PREFIX)]
+    except OSError:
+        return restored
+    journals = [p for p in entries if p.name.endswith(".journal")]
+    for j in journals:
+        try:
+            if not _owner_gone(j.name, j.stat().st_mtime):
+                continue
+            record = json.loads(j.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for f in record.get("files", []):  # back to the previous pair
+            dest, backup = Path(f["dest"]), f.get("backup")
+            try:
+                ours = dest.stat().st_ino == f.get("inode")  # moved in by the killed writer, not since replaced
+            except OSError:
+                ours = False
+            if ours and backup and Path(backup).exists():
+                os.replace(backup, dest)
+                restored.append(dest)
+            elif ours and not backup:
+                dest.unlink(missing_ok=True)
+                restored.append(dest)
+            if backup:
+                Path(backup).unlink(missing_ok=True)
+        j.unlink(missing_ok=True)
+    for p in entries:
+        if p.name.endswith((".tmp", ".bak")):
+            try:
+                if p.exists() and _owner_gone(p.name, p.stat().st_mtime):
+                    p.unlink(missing_ok=True)
+            except OSError:
+                pass
+    return restored
 
 
 def _new_file_mode(path: Path) -> int:
@@ -178,8 +440,9 @@ def _staged(path: Path) -> Iterator[Path]:
     on exit unless it was moved into place."""
     if path.is_dir():
         raise DataError(f"cannot write {str(path)!r}: it is a directory; give a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _named(path, lambda p: p.mkdir(parents=True, exist_ok=True), path.parent)
+    fd, tmp = _named(path, lambda p: tempfile.mkstemp(prefix=f"{_PREFIX}{path.name}.{os.getpid()}.", suffix=".tmp",
+                                                      dir=p), path.parent)
     try:
         os.chmod(tmp, _new_file_mode(path))
     finally:

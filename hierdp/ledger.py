@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from typing import Any
 
 __all__ = ["LevelSpend", "Ledger"]
@@ -57,6 +59,16 @@ class Ledger:
     notes: list[str] = field(default_factory=list)
     non_private: list[str] = field(default_factory=list)  # reasons this release is not DP (e.g. oracle budget)
     private_notes: dict[str, Any] = field(default_factory=dict, repr=False)  # true counts: never rendered
+    # provenance: which release this is, by what, when, under which trust model and accounting
+    release_id: str = field(default_factory=lambda: str(uuid.uuid4()))  # also in the table file's metadata
+    created: str = field(default_factory=lambda: _utc_now())  # UTC, ISO 8601
+    hierdp_version: str = field(default_factory=lambda: _hierdp_version())
+    trust_model: str = "central"  # a trusted curator holds the true counts and adds the noise
+    accounting: str = ""  # how the levels' spends compose; filled from ``guarantee`` when empty
+
+    def __post_init__(self) -> None:
+        if not self.accounting:
+            self.accounting = accounting_method(self.guarantee)
 
     @property
     def for_publication(self) -> bool:
@@ -102,6 +114,8 @@ class Ledger:
         d.pop("spent", None)
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
+        for k in ("release_id", "created", "hierdp_version"):  # a ledger written before these existed
+            kwargs.setdefault(k, "")
         kwargs["levels"] = [LevelSpend(**ls) for ls in kwargs.get("levels", [])]
         return cls(**kwargs)
 
@@ -162,12 +176,40 @@ class Ledger:
             lines.append(f"  NOT FOR PUBLICATION: seeded randomness (seed={self.seed})")
         lines.extend(f"  NOT PRIVATE: {r}" for r in self.non_private)
         lines.extend(f"  note: {n}" for n in self.notes)
+        if self.accounting:
+            lines.append(f"  accounting: {self.accounting}; trust model: {self.trust_model}")
+        if self.release_id:
+            lines.append(f"  release {self.release_id}, {self.created or 'time unknown'}, "
+                         f"hierdp {self.hierdp_version or 'version unknown'}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:  # pragma: no cover - notebook nicety
         import html
 
         return f"<pre>{html.escape(str(self))}</pre>"
+
+
+def accounting_method(guarantee: str) -> str:
+    """How a release with ``guarantee`` composes its per-level spends, in words."""
+    return {
+        "pure": "basic composition (pure ε): per-level ε add up; parallel within a level",
+        "zcdp": "zCDP (Bun & Steinke 2016): per-level ρ add up; parallel within a level; "
+                "ε at δ, when shown, by the Canonne-Kamath-Steinke 2020 conversion",
+        "approx": "zCDP (Bun & Steinke 2016): per-level ρ add up; the (ε, δ) target converted "
+                  "to ρ with Bun & Steinke 2016 Prop. 1.3",
+    }.get(guarantee, "")
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _hierdp_version() -> str:
+    try:
+        from hierdp import __version__
+    except ImportError:  # pragma: no cover - a partially imported package
+        return "unknown"
+    return str(__version__)
 
 
 def _json_safe(obj: Any) -> Any:

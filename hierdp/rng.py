@@ -11,9 +11,13 @@ The default secure source: ChaCha20 keyed from the operating system
 -----------------------------------------------------------------------
 ``os.urandom`` (``getrandom(2)`` on Linux) delivers about 50M words/s here, a bottleneck
 for the exact samplers. ``SecureRandom()`` therefore expands OS entropy with the ChaCha20
-stream cipher (RFC 8439; :mod:`hierdp._chacha`), the same construction that Linux's own
-``getrandom`` uses to turn its entropy pool into output, and returns the keystream as
-words; ``SecureRandom(method="os")`` keeps the plain ``os.urandom`` path.
+stream cipher (RFC 8439), the same construction that Linux's own ``getrandom`` uses to
+turn its entropy pool into output, and returns the keystream as words;
+``SecureRandom(method="os")`` keeps the plain ``os.urandom`` path. The cipher itself is
+OpenSSL's, through the ``cryptography`` package (audited, and tuned per CPU); hierdp only
+manages keys, nonces and block counters. Output word ``j`` of a call is the
+little-endian reading of keystream bytes ``8j .. 8j+7``, so
+``words.astype('<u8').tobytes()`` *is* the keystream on every platform.
 
 *Why this is a cryptographically secure source.* ChaCha20 is a pseudorandom function
 family: under a uniformly random secret 256-bit key, the map (nonce, counter) -> 64-byte
@@ -55,13 +59,56 @@ from typing import Protocol
 
 import numpy as np
 
-from hierdp import _chacha
 from hierdp.errors import expected_one_of
 
 __all__ = ["RandomSource", "SecureRandom", "SeededRandom", "make_rng"]
 
 _CHUNK = 1 << 20  # words per os.urandom call (8 MiB)
 _BLOCKS_PER_KEY = 1 << 27  # 2**30 words (8 GiB) per ChaCha20 key, far below the 2**32-block counter
+MAX_BLOCKS = 1 << 32  # the RFC 8439 block counter is one 32-bit word
+_ZEROS = bytes(1 << 20)  # plaintext: the keystream is the encryption of zeros (1 MiB at a time)
+
+
+def _cipher(key: bytes, counter_nonce: bytes):
+    """An OpenSSL ChaCha20 encryptor (``cryptography`` is imported on first use, not with hierdp)."""
+    global _cipher
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    def make(key: bytes, counter_nonce: bytes):
+        return Cipher(algorithms.ChaCha20(key, counter_nonce), None).encryptor()
+
+    _cipher = make
+    return make(key, counter_nonce)
+
+
+def chacha20_fill(key: bytes, nonce: bytes, counter: int, out: np.ndarray) -> np.ndarray:
+    """Write the ChaCha20 keystream (RFC 8439) of ``key`` and ``nonce`` from block
+    ``counter`` on into the uint64 array ``out`` (little-endian words); returns ``out``.
+
+    The keystream of the last block is cut short when ``len(out)`` is not a multiple of 8.
+    The counter range used must stay within the 32-bit block counter.
+    """
+    if len(key) != 32 or len(nonce) != 12:
+        raise ValueError("ChaCha20 needs a 32-byte key and a 12-byte nonce")
+    if not (isinstance(out, np.ndarray) and out.dtype == np.uint64 and out.ndim == 1
+            and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out must be a writable contiguous 1-D uint64 array")
+    nblocks = -(-out.size // 8)
+    if counter < 0 or counter + nblocks > MAX_BLOCKS:
+        raise ValueError(f"block counter range [{counter}, {counter + nblocks}) outside [0, 2**32)")
+    if out.size == 0:
+        return out
+    # cryptography's 16-byte "nonce" is the 32-bit little-endian block counter, then the RFC nonce
+    enc = _cipher(key, int(counter).to_bytes(4, "little") + nonce)
+    dest = out.view(np.uint8)
+    if np.little_endian:
+        view = memoryview(dest)
+        for start in range(0, dest.size, len(_ZEROS)):
+            stop = min(dest.size, start + len(_ZEROS))
+            enc.update_into(_ZEROS[: stop - start], view[start:stop])
+    else:  # pragma: no cover - big-endian hosts
+        out[:] = np.frombuffer(enc.update(bytes(dest.size)), dtype="<u8")
+    return out
 
 
 class RandomSource(Protocol):
@@ -151,7 +198,8 @@ class SecureRandom(_WordSource):
             raise ValueError(expected_one_of("secure randomness method", method, self.methods))
         self.method = method
         self._lock = threading.Lock()
-        self._state: np.ndarray | None = None
+        self._key = b""
+        self._nonce = b""
         self._counter = 0
         self._pid = -1
         self._fork_generation = -1
@@ -162,7 +210,7 @@ class SecureRandom(_WordSource):
     def _rekey(self) -> None:
         """Fresh key and nonce from the OS; block counter back to 0 (caller holds the lock)."""
         material = os.urandom(44)
-        self._state = _chacha.initial_state(material[:32], material[32:])
+        self._key, self._nonce = material[:32], material[32:]
         self._counter = 0
         self._pid = os.getpid()
         self._fork_generation = _FORK_GENERATION
@@ -191,10 +239,10 @@ class SecureRandom(_WordSource):
                         or self._counter >= _BLOCKS_PER_KEY):
                     self._rekey()
                 take = min(-(-(size - pos) // 8), _BLOCKS_PER_KEY - self._counter)
-                state, counter = self._state, self._counter
+                key, nonce, counter = self._key, self._nonce, self._counter
                 self._counter += take
             stop = min(size, pos + 8 * take)
-            _chacha.fill(state, counter, out[pos:stop])  # a cut-short last block is discarded
+            chacha20_fill(key, nonce, counter, out[pos:stop])  # a cut-short last block is discarded
             pos = stop
         return out
 

@@ -1,4 +1,4 @@
-"""The random sources: ChaCha20 against RFC 8439, the secure source's key/counter/fork
+"""The random sources: ChaCha20 (OpenSSL's, through ``cryptography``) against RFC 8439, the secure source's key/counter/fork
 handling, uniformity of the words and exactness of ``integers``."""
 
 from __future__ import annotations
@@ -9,17 +9,16 @@ import pickle
 import threading
 import warnings
 
-import numba as nb
 import numpy as np
 import pytest
 from scipy import stats
 
-from hierdp import _chacha, rng as R
+from hierdp import rng as R
 from hierdp.rng import SecureRandom, SeededRandom, make_rng
 
 # ---------------------------------------------------------------------------------------
 # A direct transcription of RFC 8439 sections 2.1-2.4 in plain Python integers: the
-# reference the compiled kernel is checked against (independent of hierdp._chacha).
+# reference the keystream path (hierdp.rng.chacha20_fill) is checked against.
 M32 = 0xFFFFFFFF
 
 
@@ -65,19 +64,6 @@ def test_reference_quarter_round_rfc8439_2_1_1():
     assert s[:4] == [0xEA2A92F4, 0xCB1CF8CE, 0x4581472E, 0x5881C4BB]
 
 
-@nb.njit
-def _kernel_quarter_round(x):
-    _chacha._quarter_rounds(x, 0, 1, 2, 3)
-
-
-def test_kernel_quarter_round_rfc8439_2_1_1():
-    x = np.zeros((16, _chacha._LANES), dtype=np.uint32)
-    x[0:4, :] = np.array([0x11111111, 0x01020304, 0x9B8D6F43, 0x01234567], dtype=np.uint32)[:, None]
-    _kernel_quarter_round(x)
-    expected = np.array([0xEA2A92F4, 0xCB1CF8CE, 0x4581472E, 0x5881C4BB], dtype=np.uint32)
-    np.testing.assert_array_equal(x[0:4, :], np.repeat(expected[:, None], _chacha._LANES, axis=1))
-
-
 RFC_2_3_2_BLOCK = bytes.fromhex(
     "10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"
     "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e")
@@ -85,7 +71,7 @@ RFC_2_3_2_BLOCK = bytes.fromhex(
 
 def test_block_function_rfc8439_2_3_2():
     nonce = bytes.fromhex("000000090000004a00000000")
-    assert _chacha.block(RFC_KEY, 1, nonce) == RFC_2_3_2_BLOCK
+    assert as_bytes(R.chacha20_fill(RFC_KEY, nonce, 1, np.empty(8, dtype=np.uint64))) == RFC_2_3_2_BLOCK
     assert ref_block(RFC_KEY, 1, nonce) == RFC_2_3_2_BLOCK
 
 
@@ -101,7 +87,7 @@ RFC_2_4_2_NONCE = bytes.fromhex("000000000000004a00000000")
 
 def test_keystream_rfc8439_2_4_2():
     assert len(RFC_2_4_2_PLAIN) == len(RFC_2_4_2_CIPHER) == 114
-    ks = _chacha.keystream(RFC_KEY, RFC_2_4_2_NONCE, 1, 114)
+    ks = as_bytes(R.chacha20_fill(RFC_KEY, RFC_2_4_2_NONCE, 1, np.empty(15, dtype=np.uint64)))[:114]
     assert bytes(p ^ k for p, k in zip(RFC_2_4_2_PLAIN, ks)) == RFC_2_4_2_CIPHER
 
 
@@ -111,29 +97,28 @@ def test_kernel_matches_spec_transcription(counter, nwords):
     """Random keys and nonces, cut-short last blocks, several lane groups, counters up to 2**32 - 1."""
     g = np.random.default_rng(counter + nwords)
     key, nonce = g.bytes(32), g.bytes(12)
-    out = _chacha.fill(_chacha.initial_state(key, nonce), counter, np.empty(nwords, dtype=np.uint64))
+    out = R.chacha20_fill(key, nonce, counter, np.empty(nwords, dtype=np.uint64))
     assert as_bytes(out) == ref_stream(key, nonce, counter, -(-nwords // 8))[: 8 * nwords]
 
 
-def test_kernel_matches_cryptography_library():
-    ciphers = pytest.importorskip("cryptography.hazmat.primitives.ciphers")
-    key, nonce = os.urandom(32), os.urandom(12)
-    counter = 123_456
-    # the library's 16-byte "nonce" is the 32-bit little-endian block counter, then the nonce
-    enc = ciphers.Cipher(ciphers.algorithms.ChaCha20(key, counter.to_bytes(4, "little") + nonce), None).encryptor()
-    expected = enc.update(bytes(8 * 100_003))
-    got = _chacha.fill(_chacha.initial_state(key, nonce), counter, np.empty(100_003, dtype=np.uint64))
-    assert as_bytes(got) == expected
+def test_fill_crosses_the_one_mib_chunks_seamlessly():
+    """Calls longer than the 1 MiB plaintext chunk continue one stream (no restart per chunk)."""
+    key, nonce = bytes(range(1, 33)), bytes(range(12))
+    n = (1 << 17) + 13  # one chunk of 2**17 words plus a cut-short block
+    out = R.chacha20_fill(key, nonce, 7, np.empty(n, dtype=np.uint64))
+    tail_block = (7 + (1 << 17) // 8)
+    assert as_bytes(out[(1 << 17):]) == ref_stream(key, nonce, tail_block, 2)[: 8 * 13]
+    assert as_bytes(out[:16]) == ref_stream(key, nonce, 7, 2)
 
 
 def test_fill_refuses_counter_wrap_and_bad_input():
-    st = _chacha.initial_state(bytes(32), bytes(12))
+    k, n = bytes(32), bytes(12)
     with pytest.raises(ValueError, match=r"counter range .* outside \[0, 2\*\*32\)"):
-        _chacha.fill(st, 2**32 - 1, np.empty(9, dtype=np.uint64))  # needs blocks 2**32 - 1 and 2**32
+        R.chacha20_fill(k, n, 2**32 - 1, np.empty(9, dtype=np.uint64))  # needs blocks 2**32 - 1 and 2**32
     with pytest.raises(ValueError, match="contiguous 1-D uint64"):
-        _chacha.fill(st, 0, np.empty(8, dtype=np.int64))
+        R.chacha20_fill(k, n, 0, np.empty(8, dtype=np.int64))
     with pytest.raises(ValueError, match="32-byte key and a 12-byte nonce"):
-        _chacha.initial_state(bytes(16), bytes(12))
+        R.chacha20_fill(bytes(16), n, 0, np.empty(8, dtype=np.uint64))
 
 
 # ----------------------------------------------- SecureRandom: keys, counters, rekeying --
@@ -184,7 +169,7 @@ def test_each_call_uses_new_blocks_and_rekeys_before_the_limit(monkeypatch):
 
 
 def test_default_rekey_limit_is_within_the_counter_range():
-    assert R._BLOCKS_PER_KEY * 8 <= 2**30 and R._BLOCKS_PER_KEY <= _chacha.MAX_BLOCKS
+    assert R._BLOCKS_PER_KEY * 8 <= 2**30 and R._BLOCKS_PER_KEY <= R.MAX_BLOCKS
 
 
 def test_threads_never_share_a_block(monkeypatch):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numba as nb
+from hierdp._jit import numba as nb
 import numpy as np
 import pandas as pd
 

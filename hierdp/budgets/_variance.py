@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numba as nb
+from hierdp._jit import numba as nb
 import numpy as np
 
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ import math
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 
-import numba as nb
+from hierdp._jit import numba as nb
 import numpy as np
 
 from hierdp.errors import BudgetError

@@ -29,7 +29,7 @@ from abc import abstractmethod
 from fractions import Fraction
 from typing import Any
 
-import numba as nb
+from hierdp._jit import numba as nb
 import numpy as np
 
 from hierdp.errors import DataError

@@ -20,7 +20,7 @@ from hierdp.result import ReleaseResult
 from hierdp.session import Session
 from hierdp.tree import Tree
 
-__version__ = "0.1.0"
+from hierdp._version import __version__
 
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
            "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "registry", "plot",

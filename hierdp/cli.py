@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from hierdp import __version__
+    from hierdp._version import __version__
 
     p = _Parser(prog="hierdp", description="Differentially private release of hierarchical counts.",
                 epilog="Exit codes: 0 ok, 1 internal error, 2 user error (bad spec/data/arguments), "

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
+from hierdp._version import __version__
+
 __all__ = ["LevelSpend", "Ledger"]
 
 
@@ -205,11 +207,7 @@ def _utc_now() -> str:
 
 
 def _hierdp_version() -> str:
-    try:
-        from hierdp import __version__
-    except ImportError:  # pragma: no cover - a partially imported package
-        return "unknown"
-    return str(__version__)
+    return __version__
 
 
 def _json_safe(obj: Any) -> Any:

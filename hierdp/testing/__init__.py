@@ -9,6 +9,7 @@ import importlib
 _SUITES = {
     "BaseMechanismTests": "hierdp.testing.mechanisms",
     "BasePostProcessorTests": "hierdp.testing.postprocessors",
+    "BasePlanTests": "hierdp.testing.plans",
 }
 
 __all__ = sorted(_SUITES)

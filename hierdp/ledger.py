@@ -33,6 +33,7 @@ class LevelSpend:
     noise_variance: float  # per cell; inf when the level is not measured
     sensitivity_l1: float = 1.0
     sensitivity_l2: float = 1.0
+    delta: float = 0.0  # δ of an (ε, δ) measurement (e.g. truncated Laplace); 0 for pure ε / ρ
 
     @property
     def measured(self) -> bool:
@@ -149,7 +150,7 @@ class Ledger:
         acc = Accountant(unit=units.pop() if units else ("rho" if self.guarantee != "pure" else "epsilon"))
         for ls in self.levels:
             if ls.measured:
-                acc.spend(ls.budget, label=ls.level)
+                acc.spend(ls.budget, label=ls.level, delta=ls.delta)
         return acc
 
     def __str__(self) -> str:
@@ -169,6 +170,8 @@ class Ledger:
         lines.append(f"  mechanism: {self.mechanism}; budget: {self.budget_strategy}")
         for ls in self.levels:
             spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"
+            if ls.delta:
+                spend += f", δ = {ls.delta:.6g}"
             src = self.structure.get(ls.level, "")
             src = f"; domain: {src}" if src else ""
             lines.append(f"  - {ls.level} (depth {ls.depth}, {ls.n_nodes} nodes): {spend}{src}")

@@ -34,6 +34,17 @@ if TYPE_CHECKING:
 __all__ = ["release", "postprocess", "resolve_plan", "external_estimate"]
 
 
+class _PlanDefault(tuple):
+    """The default ``postprocess=``: the plan's own ``default_postprocess`` (``('blue',)`` for
+    ``per_level``)."""
+
+    def __repr__(self) -> str:
+        return "<the plan's default, ('blue',) for per_level>"
+
+
+_PLAN_DEFAULT = _PlanDefault(("blue",))
+
+
 def resolve_plan(plan: Any, *, mechanism: Any = None, budget: Any = None) -> Plan:
     """A plan instance from a registry name, an instance or ``{"name": ..., **params}``.
 
@@ -95,7 +106,7 @@ def release(
     plan: Any = "per_level",
     mechanism: Any = None,
     budget: Any = None,
-    postprocess: Any = ("blue",),
+    postprocess: Any = _PLAN_DEFAULT,
     seed: int | None = None,
     sensitivity: Sensitivity | None = None,
     privacy_unit: str = "one row = one individual",
@@ -128,6 +139,8 @@ def release(
     the_plan = resolve_plan(plan, mechanism=mechanism, budget=budget)
     sens = _sensitivity(sensitivity, max_contributions)
     total, guarantee = the_plan.total(epsilon=epsilon, delta=delta, rho=rho)
+    if postprocess is _PLAN_DEFAULT:
+        postprocess = getattr(the_plan, "default_postprocess", ("blue",))
     pps = resolve_postprocessors(postprocess)
     if session is not None:
         session.check(guarantee)
@@ -136,9 +149,13 @@ def release(
     acc = Accountant(unit="rho" if the_plan.budget_unit == "rho" else "epsilon", budget=total)
     for s in meas.spends:  # refuses a plan that spent more than the total
         acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
+    if delta is not None and acc.delta_total > delta * (1 + rules.SUM_RTOL):
+        raise BudgetError(f"plan {the_plan.name!r} spent δ = {acc.delta_total:g}, more than delta = {delta:g}")
     if guarantee["guarantee"] == "approx" and the_plan.budget_unit == "approx":
         guarantee = dict(guarantee, delta=acc.delta_total if delta is None else delta)
     est = run_chain(tree, meas, pps)
+    if not pps:  # the estimate is the plan's output: its diagnostics (e.g. ghazi's thresholds) stay valid
+        est = Estimate(est.values, est.variance, dict(meas.info), est.measurement_variance, est.linear, est.consistent)
     est = _unmeasured_missing(est, pps)
     fields = the_plan.ledger_fields()
     ledger = Ledger(

@@ -59,6 +59,8 @@ class ReleaseResult:
         if est.ndim == 1:
             cols["estimate"] = est
             cols["std"] = np.sqrt(var) if var is not None else np.full(tree.n_nodes, np.nan)
+            if "threshold" in self.estimate.info:  # public per-node thresholds (plan 'ghazi')
+                cols["threshold"] = tree.to_internal(np.asarray(self.estimate.info["threshold"], dtype=np.float64))
             if noisy:
                 cols["noisy"] = noisy_vals
             return pd.DataFrame(cols)
@@ -97,7 +99,8 @@ class ReleaseResult:
     @cached_property
     def frame(self) -> pd.DataFrame:
         """Tidy table: one row per node (top level first), ``level``, the hierarchy columns
-        (``<NA>`` below the node's level), ``estimate`` and ``std``."""
+        (``<NA>`` below the node's level), ``estimate`` and ``std`` (and ``threshold``, the public
+        τ_u above which a node's estimate is within the factor 1 ± α, for plan ``ghazi``)."""
         return self._frame(noisy=False)
 
     def to_frame(self, noisy: bool = False) -> pd.DataFrame:

@@ -1,5 +1,6 @@
-"""Every registered plan and decomposition passes the public contract suites, and the
-suites catch broken implementations."""
+"""Every registered decomposition passes the public contract suite (plans: test_plan_contract.py),
+a per_level plan with a Gaussian mechanism passes the plan suite, and the suites catch broken
+implementations."""
 
 from __future__ import annotations
 
@@ -18,31 +19,14 @@ from hierdp.tree import Tree
 PLANS = registry.names("plan")
 DECOMPOSITIONS = registry.names("decomposition")
 
-_PRIVACY = {"epsilon": {"epsilon": 1.0}, "rho": {"rho": 0.5}, "approx": {"epsilon": 1.0, "delta": 1e-6}}
-
-
 def test_the_builtins_are_registered():
     assert "per_level" in PLANS and "declared" in DECOMPOSITIONS
-
-
-class TestEveryRegisteredPlan(BasePlanTests):
-    @pytest.fixture(params=PLANS)
-    def plan(self, request):
-        return registry.create("plan", request.param)
-
-    @pytest.fixture
-    def privacy(self, plan):
-        return _PRIVACY[plan.budget_unit]
 
 
 class TestPerLevelWithAGaussianMechanism(BasePlanTests):
     @pytest.fixture
     def plan(self):
         return registry.create("plan", "per_level", mechanism="discrete_gaussian", budget="equal")
-
-    @pytest.fixture
-    def privacy(self):
-        return {"rho": 0.5}
 
 
 _PEOPLE = pd.DataFrame({"state": ["A", "A", "B", "B", "B"], "county": ["x", "y", "z", "z", "w"]})
@@ -102,16 +86,15 @@ def _run_suite(suite_cls, fixtures: dict, test_name: str, **kw):
 
 def test_plan_suite_catches_a_plan_without_noise():
     with pytest.raises(AssertionError, match="no noise"):
-        _run_suite(BasePlanTests, {"plan": _NoNoise(), "privacy": {"epsilon": 1.0}},
-                   "test_same_seed_same_measurements_and_noise_is_added")
+        _run_suite(BasePlanTests, {"plan": _NoNoise()}, "test_noise_is_added")
 
 
 def test_plan_suite_catches_overspending():
     from hierdp.errors import BudgetError
 
     with pytest.raises(BudgetError, match="exceed the budget"):
-        _run_suite(BasePlanTests, {"plan": _Overspends(), "privacy": {"epsilon": 1.0},
-                                   "tree": Tree.complete(2, 3)}, "test_spends_compose_within_the_total")
+        _run_suite(BasePlanTests, {"plan": _Overspends(), "tree": Tree.complete(2, 3)},
+                   "test_spends_within_the_total")
 
 
 def test_decomposition_suite_catches_an_unpaid_private_structure():

@@ -26,7 +26,7 @@ from hierdp.mechanisms._samplers import dlap_params, sample_discrete_laplace
 from hierdp.mechanisms.base import check_budget
 from hierdp.rng import RandomSource
 
-__all__ = ["Sparse", "sparse", "TOP", "BOTTOM", "HALTED"]
+__all__ = ["Sparse", "SparseBank", "sparse", "TOP", "BOTTOM", "HALTED"]
 
 TOP, BOTTOM, HALTED = 1, 0, -1
 
@@ -81,6 +81,60 @@ class Sparse:
                 self._noisy_t = self._draw_threshold()
             return True
         return False
+
+
+class SparseBank:
+    """``size`` independent on-the-fly :class:`Sparse` instances with common (τ, c, ε),
+    queried a batch at a time (one draw per queried instance, vectorised).
+
+    Instance j behaves exactly as ``Sparse(threshold, cutoff, epsilon, rng)``: a noisy
+    threshold drawn at creation, fresh query noise per answer, a fresh threshold after
+    each ⊤ until the c-th. Used for forests (Ghazi et al. Cor. 25: one Sparse per tree,
+    parallel composition over disjoint trees).
+
+    >>> from hierdp.rng import make_rng
+    >>> b = SparseBank(threshold=10, cutoff=1, epsilon=1.0, size=2, rng=make_rng(0))
+    >>> b.query(np.array([0, 1]), np.array([-1000, 1000])).tolist(), b.halted.tolist()
+    ([False, True], [False, True])
+    """
+
+    def __init__(self, threshold: float, cutoff: int, epsilon: float, size: int, rng: RandomSource) -> None:
+        self.cutoff, self.epsilon = _check(cutoff, epsilon)
+        if not math.isfinite(threshold):
+            raise BudgetError("threshold must be finite")
+        self._tau = math.ceil(threshold)
+        self._pt, self._pq = _params(self.cutoff, self.epsilon)
+        self._rng = rng
+        self.count = np.zeros(int(size), dtype=np.int64)
+        self._noisy_t = self._tau + sample_discrete_laplace(self._pt, int(size), rng)
+
+    @property
+    def halted(self) -> np.ndarray:
+        """Boolean per instance: the c-th ⊤ has been given."""
+        return self.count >= self.cutoff
+
+    def query(self, instances: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Answer one query (integer, sensitivity 1) for each of the distinct, not halted
+        ``instances``; returns a boolean array (True = ⊤)."""
+        inst = np.asarray(instances, dtype=np.int64)
+        v = np.asarray(values)
+        if inst.shape != v.shape or inst.ndim != 1:
+            raise DataError("instances and values must be 1-D arrays of the same length")
+        if v.size and not np.issubdtype(v.dtype, np.integer):
+            if not np.all(np.isfinite(v)) or np.any(v != np.round(v)):
+                raise DataError("SparseBank needs integer query values")
+        if np.any(self.halted[inst]):
+            raise BudgetError(f"an instance of SparseBank has halted after {self.cutoff} positive answers (cutoff c)")
+        if np.unique(inst).size != inst.size:
+            raise DataError("each instance answers at most one query per call")
+        nu = sample_discrete_laplace(self._pq, inst.size, self._rng)
+        top = v.astype(np.int64) + nu >= self._noisy_t[inst]
+        hit = inst[top]
+        self.count[hit] += 1
+        redraw = hit[~self.halted[hit]]
+        if redraw.size:
+            self._noisy_t[redraw] = self._tau + sample_discrete_laplace(self._pt, redraw.size, self._rng)
+        return top
 
 
 def sparse(values: np.ndarray, threshold: float, cutoff: int, epsilon: float,

@@ -41,6 +41,9 @@ class Plan(ABC):
     """
 
     name: ClassVar[str]
+    #: the post-processing chain a release uses when none is given (``blue`` needs the
+    #: variances of a linear plan; a non-linear plan such as ``ghazi`` sets ``()``)
+    default_postprocess: ClassVar[tuple] = ("blue",)
 
     def __init__(self, **params: Any) -> None:
         if params:

@@ -49,8 +49,13 @@ def resolve_postprocessors(postprocess: Any) -> list[PostProcessor]:
 
 def run_chain(tree: Tree, measurements: Measurements, steps: list[PostProcessor]) -> Estimate:
     """Apply ``steps`` in order to the (internal-order) ``measurements``; returns the estimate."""
-    est = measurements.as_estimate()
+    est = first = measurements.as_estimate()
     for pp in steps:
+        if pp.requires_variance and est.variance is None and est is first:
+            raise PluginError(
+                f"post-processor {pp.name!r} needs variances, but the plan's measurements have none (a non-linear "
+                "plan such as 'ghazi'); use postprocess=[] or steps that need no variances"
+            )
         if pp.requires_variance and est.variance is None:
             raise PluginError(
                 f"post-processor {pp.name!r} needs variances but the previous step did not provide them; "

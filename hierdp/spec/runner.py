@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp.errors import DataError, NonPrivateWarning, SpecError
+from hierdp.readers import read_table, read_text_lines
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
 
@@ -99,7 +100,10 @@ def _to_str_list(values: Any) -> list[str]:
 
 
 def _public_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    return pd.read_csv(path, dtype="string", usecols=columns, keep_default_na=False)
+    """A public CSV (domain or paths file), every column a label (hierdp.readers rules)."""
+    from hierdp.readers import csv_header
+
+    return read_table(path, "csv", columns=columns, label_columns=csv_header(path) if columns is None else columns)
 
 
 def _paths_frame(spec: ReleaseSpec) -> pd.DataFrame | None:
@@ -137,8 +141,7 @@ def _domains(spec: ReleaseSpec) -> dict[str, Any]:
         elif kind == "file":
             _, path, col, parent_col = dom
             if col is None:  # .txt: one value per line
-                lines = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
-                out[lv.name] = [ln for ln in lines if ln]
+                out[lv.name] = read_text_lines(path)
                 continue
             table = _public_table(path)
             above = [p.column for p in spec.levels[:i]]
@@ -192,9 +195,7 @@ def read_source(spec: ReleaseSpec) -> pd.DataFrame:
             raise DataError(f"demo {spec.source_demo!r} has no column {missing[0]!r}")
         df = df[cols]
     else:
-        from hierdp.io import read_table
-
-        df = read_table(spec.source_files, spec.source_format, columns=cols, string_columns=str_cols)
+        df = read_table(spec.source_files, spec.source_format, columns=cols, label_columns=str_cols)
     for c in str_cols:
         if not pd.api.types.is_string_dtype(df[c]):
             df[c] = df[c].astype("string")
@@ -238,7 +239,7 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
         raise SpecError(f"budget.params.prior.file: file {ref['file']!r} does not exist (looked for {path})")
     column = ref.get("column", "estimate")
     names = [lv.name for lv in spec.levels]
-    table = pd.read_csv(path, dtype={n: "string" for n in names})
+    table = read_table(path, "csv", label_columns=names)
     missing = [c for c in names + [column] if c not in table.columns]
     if missing:
         raise SpecError(f"budget.params.prior.file: {path.name!r} has no column {missing[0]!r}; "

@@ -28,7 +28,8 @@ from typing import Any
 
 from hierdp import registry, rules
 from hierdp.decompositions.declared import RESERVED_COLUMNS
-from hierdp.errors import HierDPError, SpecError, did_you_mean
+from hierdp.errors import DataError, HierDPError, SpecError, did_you_mean
+from hierdp.readers import csv_header
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.schema import check_against_schema, load_schema
 
@@ -364,7 +365,10 @@ class _Checker:
                         return None
                     names = list(pq.read_schema(f).names)
                 else:
-                    names = [str(c) for c in pd.read_csv(f, nrows=0).columns]
+                    names = csv_header(f)
+            except DataError as exc:  # undecodable bytes, repeated names, empty file: the reader's message
+                self.err(path, str(exc))
+                return None
             except Exception as exc:  # unreadable/garbled file: report, do not crash
                 self.err(path, f"cannot read the header of {f.name!r} as {fmt} ({type(exc).__name__}); "
                                "check the file and its format")
@@ -776,8 +780,10 @@ def _demo_columns(name: str) -> list[str]:
 
     from hierdp.data import demo_path
 
-    with demo_path(name).open("rb") as fh:
-        return [str(c) for c in pd.read_csv(fh, compression="gzip", nrows=0).columns]
+    from importlib import resources
+
+    with resources.as_file(demo_path(name)) as path:
+        return csv_header(path)
 
 
 def _valid_list(values: Any) -> bool:

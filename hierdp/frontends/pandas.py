@@ -71,9 +71,12 @@ class DPTree:
         # the public guarantee of each release of this data so far; the .dptree accessor
         # passes one list per DataFrame, so every DPTree built from it shares the count
         self._spent: list[dict[str, Any]] = [] if spent is None else spent
-        self._structure = Declared(self.levels, domains, root=root).decompose(df)
         if count is not None:
-            check_counts(df, count)
+            # a zero-count row (e.g. from groupby(observed=False)) is not an observation
+            observed_rows = df[check_counts(df, count) != 0]
+        else:
+            observed_rows = df
+        self._structure = Declared(self.levels, domains, root=root).decompose(observed_rows)
 
     @property
     def tree(self) -> Tree:
@@ -142,6 +145,7 @@ class DPTree:
         ['level', 'state', 'county', 'estimate', 'std']
         """
         seed = kwargs.get("seed")
+        rules.enforce(rules.seed_problem(seed), DataError)
         bound_rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 97) % (1 << 63))
         values, private_notes = self._node_values(bound_rng)
         notes = list(kwargs.pop("notes", ()))

@@ -167,6 +167,18 @@ def _apply_filters(df: pd.DataFrame, filters: list[dict[str, Any]]) -> pd.DataFr
         if pd.api.types.is_string_dtype(col):
             val = [str(v) for v in val] if isinstance(val, list) else str(val)
         op = f["op"]
+        if op in ("<", "<=", ">", ">=") and not pd.api.types.is_numeric_dtype(col):
+            # an order on labels compares numbers when the column parses as numbers ("010" >= 9);
+            # never text order, where "10" < "9"
+            num = pd.to_numeric(col, errors="coerce")
+            if bool((num.isna() & col.notna()).any()):
+                raise DataError(f"source.filter: op {op!r} on column {f['column']!r} compares numbers, but the "
+                                "column holds values that are not numbers; use op: in with the values to keep")
+            fval = val if isinstance(val, (int, float)) and not isinstance(val, bool) else pd.to_numeric(
+                pd.Series([val]), errors="coerce").iloc[0]
+            if pd.isna(fval):
+                raise DataError(f"source.filter: op {op!r} on column {f['column']!r} needs a number, got {val!r}")
+            col, val = num, fval
         try:
             if op == "in":
                 m = col.isin(val)

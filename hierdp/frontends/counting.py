@@ -84,8 +84,9 @@ def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None, unknown: 
     if bad.any():
         if unknown == "raise":
             raise DataError(
-                "the data have " + "; ".join(examples) + " (values not shown: they are private; in Python, "
-                "df.dptree(...).out_of_domain() lists the rows). Fix the domains, or pass unknown='drop' to drop such rows"
+                "the data have " + "; ".join(examples) + " (values not shown: they are private). Fix the "
+                "domains, or drop such rows (unknown='drop' [spec: hierarchy.unknown: drop]; in Python "
+                "df.dptree(...).out_of_domain() lists them)"
             )
         notes["rows_dropped_out_of_domain"] = int(bad.sum())
     keep = ~bad

@@ -59,6 +59,8 @@ class DPTree:
             raise DataError(f"unknown={unknown!r}: expected 'raise' (default) or 'drop'")
         rules.enforce(rules.unit_bound_problem(unit=unit is not None, max_contributions=max_contributions is not None,
                                                count=count is not None), DataError)
+        if isinstance(max_contributions, int) and max_contributions > rules.MAX_EXACT_COUNT:
+            rules.enforce(rules.max_contributions_problem(max_contributions), DataError)
         if unit is not None and unit not in df.columns:
             raise DataError(expected_one_of("privacy-unit column", unit, [str(c) for c in df.columns]).replace(
                 "unknown privacy-unit column", "missing privacy-unit column"))

@@ -330,6 +330,10 @@ def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None
     from hierdp.io import ledger_path_for
 
     _refuse_overwriting_inputs(spec, [Path(dest), Path(ledger) if ledger else ledger_path_for(dest)])
+    for parent in Path(dest).absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise SpecError(f"the output {str(dest)!r} is inside {str(parent)!r}, which is a file, not a folder; "
+                            "choose another output path")
     return write_release(release_frame(spec, result), result.ledger.to_json(), dest, fmt=fmt, ledger_path=ledger)
 
 

@@ -37,10 +37,13 @@ _CONVERSIONS = ("bs16", "cks20")
 
 
 def _positive(x: object, name: str) -> float:
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(x) or x <= 0:
-        raise BudgetError(f"{name} must be a finite number > 0, got {x!r}")
-    return float(x)
+    f = rules.finite_float(x)
+    if f is None or f <= 0:
+        if isinstance(x, int) and not isinstance(x, bool) and f is None:  # too large for a float
+            raise BudgetError(f"{name} must be a finite number > 0 that fits a float; got a {len(str(x))}-digit "
+                              "number")
+        raise BudgetError(f"{name} must be a finite number > 0, got {x!r:.60}")
+    return f
 
 
 def check_epsilon(epsilon: object, name: str = "epsilon") -> float:
@@ -56,7 +59,7 @@ def check_rho(rho: object) -> float:
 def check_delta(delta: object) -> float:
     """Validate δ: a number strictly between 0 and 1."""
     if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, float, np.integer, np.floating)) \
-            or not (0 < delta < 1):
+            or rules.finite_float(delta) is None or not (0 < delta < 1):
         raise BudgetError(f"delta must be a number strictly between 0 and 1 (e.g. 1e-9), got {delta!r}")
     return float(delta)
 

@@ -164,9 +164,7 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     local = [Path(p) for p in (dest, ledger) if p not in (None, "-") and not hio.is_url(p)]
     if not to_stdout and not hio.is_url(dest) and ledger is None:
         local.append(hio.ledger_path_for(dest))
-    refuse = getattr(runner, "_refuse_overwriting_inputs", None)  # never replace the spec's own inputs
-    if refuse is not None:
-        refuse(spec, local)
+    runner.check_output_paths(spec, local)  # never replace the spec's own inputs, never write inside a file
     fmt = args.format or (spec_out.get("format") if args.output is None else None)
     fmt = fmt or ("csv" if to_stdout else hio.format_for(dest))
     # every check that can fail runs before the release spends its budget

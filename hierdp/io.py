@@ -456,25 +456,9 @@ def _staged(path: Path) -> Iterator[Path]:
 
 def read_table(files: Sequence[str | Path], fmt: str, columns: Sequence[str] | None = None,
                string_columns: Sequence[str] = ()) -> pd.DataFrame:
-    """Read and concatenate CSV/Parquet ``files`` (only ``columns`` when given).
+    """Read and concatenate CSV/Parquet ``files`` (only ``columns`` when given) with the
+    rules of :mod:`hierdp.readers` (empty cells are the only missing values; ``string_columns``
+    are read as strings, so labels such as ``"01"`` or ``"NA"`` stay labels)."""
+    from hierdp.readers import read_table as _read
 
-    ``string_columns`` are read as strings (labels such as ``"01"`` keep their zeros).
-    """
-    frames = []
-    cols = list(columns) if columns is not None else None
-    for f in files:
-        if fmt == "parquet":
-            try:
-                import pyarrow  # noqa: F401
-            except ImportError:
-                raise MissingDependencyError("pyarrow", "parquet") from None
-            df = pd.read_parquet(f, columns=cols)
-        else:
-            df = pd.read_csv(f, usecols=cols, dtype={c: "string" for c in string_columns})
-        for c in string_columns:
-            if c in df.columns and not pd.api.types.is_string_dtype(df[c]):
-                df[c] = df[c].astype("string")
-        frames.append(df)
-    if not frames:
-        raise DataError("no input files to read")
-    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return _read(files, fmt, columns=columns, label_columns=string_columns)

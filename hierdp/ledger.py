@@ -40,6 +40,45 @@ class LevelSpend:
         return self.budget > 0
 
 
+#: consecutive levels that differ only in name and depth are written as one run from this length on
+RUN_MIN = 8
+
+
+def _compact_levels(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Levels as written to JSON/YAML: a run of >= RUN_MIN consecutive levels with the same
+    spend (budget, unit, mechanism, node count, variance, sensitivity) and consecutive
+    depths becomes one entry ``{"run": {"names": [...], "first_depth": d, <shared fields>}}``
+    (a 10,000-level chain: ~100 kB instead of 2.7 MB); shorter runs stay one entry per level."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(levels):
+        shared = {k: v for k, v in levels[i].items() if k not in ("level", "depth")}
+        j = i + 1
+        while j < len(levels) and levels[j]["depth"] == levels[j - 1]["depth"] + 1 and \
+                {k: v for k, v in levels[j].items() if k not in ("level", "depth")} == shared:
+            j += 1
+        if j - i >= RUN_MIN:
+            out.append({"run": {"names": [lv["level"] for lv in levels[i:j]], "first_depth": levels[i]["depth"],
+                                **shared}})
+        else:
+            out.extend(levels[i:j])
+        i = j
+    return out
+
+
+def _expand_levels(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Inverse of :func:`_compact_levels`."""
+    out: list[dict[str, Any]] = []
+    for entry in levels:
+        if "run" in entry:
+            run = dict(entry["run"])
+            names, d0 = run.pop("names"), run.pop("first_depth")
+            out.extend({"level": n, "depth": d0 + k, **run} for k, n in enumerate(names))
+        else:
+            out.append(entry)
+    return out
+
+
 @dataclass
 class Ledger:
     """Privacy accounting of one release (basic composition over levels)."""
@@ -101,6 +140,7 @@ class Ledger:
         if not self.for_publication:
             d["status"] = "NOT FOR PUBLICATION: " + "; ".join(self.not_for_publication_reasons())
         d["spent"] = self.spent
+        d["levels"] = _compact_levels(d["levels"])
         if not include_private:
             d.pop("private_notes")
         return _json_safe(d)
@@ -119,7 +159,7 @@ class Ledger:
         kwargs = {k: v for k, v in d.items() if k in known}
         for k in ("release_id", "created", "hierdp_version"):  # a ledger written before these existed
             kwargs.setdefault(k, "")
-        kwargs["levels"] = [LevelSpend(**ls) for ls in kwargs.get("levels", [])]
+        kwargs["levels"] = [LevelSpend(**ls) for ls in _expand_levels(kwargs.get("levels", []))]
         return cls(**kwargs)
 
     @classmethod

@@ -81,6 +81,13 @@ def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
         raise DataError(f"true values must be numeric, got dtype {vals.dtype}")
     if np.issubdtype(vals.dtype, np.floating) and not np.all(np.isfinite(vals)):
         raise DataError("true values contain NaN or infinity")
+    if vals.dtype == np.uint64 and vals.size and vals.max() > np.iinfo(np.int64).max:
+        rules.enforce(rules.value_range_problem(float(vals.max())), DataError)
+    if vals.size and vals.dtype != bool:
+        # exact for integers: |int64 min| does not fit int64, so compare the two ends
+        hi, lo = vals.max(), vals.min()
+        big = max(abs(int(hi)), abs(int(lo))) if np.issubdtype(vals.dtype, np.integer) else max(abs(hi), abs(lo))
+        rules.enforce(rules.value_range_problem(big), DataError)
     return vals
 
 
@@ -136,6 +143,7 @@ def release(
     ('pure', False)
     """
     vals = _check_values(tree, values)
+    rules.enforce(rules.seed_problem(seed), DataError)
     the_plan = resolve_plan(plan, mechanism=mechanism, budget=budget)
     sens = _sensitivity(sensitivity, max_contributions)
     total, guarantee = the_plan.total(epsilon=epsilon, delta=delta, rho=rho)

@@ -34,7 +34,13 @@ from hierdp.mechanisms.base import Sensitivity
 
 __all__ = ["SUM_RTOL", "enforce", "budget_sum_problem", "trim_to_total", "mechanism_unit_problem",
            "rho_per_level_problem", "unit_bound_problem", "max_contributions_problem", "sensitivity_problem",
-           "chain_order_problems", "check_chain", "check_budget_values", "delta_mechanism_problem"]
+           "chain_order_problems", "check_chain", "check_budget_values", "delta_mechanism_problem",
+           "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem"]
+
+#: the largest integer every step of a release handles exactly: post-processing (BLUE, GMC)
+#: and the continuous mechanisms compute in float64, whose 53-bit significand holds every
+#: integer up to 2**53 and no odd one above it (one person could then move a count by 2)
+MAX_EXACT_COUNT = 2 ** 53
 
 #: relative tolerance of "per-level budgets add up to the total"
 SUM_RTOL = 1e-9
@@ -44,6 +50,39 @@ def enforce(problem: str | None, error: type[Exception]) -> None:
     """Raise ``error(problem)`` when a rule reported a problem."""
     if problem is not None:
         raise error(problem)
+
+
+# ------------------------------------------------------------------------ numbers
+def finite_float(x: Any) -> float | None:
+    """``x`` as a finite float, or None when it is not a real number, is NaN/infinite, or is
+    too large for a float (a 400-digit int would otherwise raise OverflowError)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        return None
+    try:
+        f = float(x)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def value_range_problem(max_abs: float, what: str = "a node value") -> str | None:
+    """Counts and totals must stay within :data:`MAX_EXACT_COUNT` (computed exactly); the
+    message never shows the (private) value."""
+    if max_abs > MAX_EXACT_COUNT:
+        return (f"{what} exceeds 2**53 = {MAX_EXACT_COUNT:,} in magnitude, the largest integer a release "
+                "handles exactly (post-processing computes in float64); count in larger units (e.g. "
+                "thousands) or release parts of the data separately")
+    return None
+
+
+def seed_problem(seed: Any) -> str | None:
+    """A seed is None (secure randomness) or a non-negative integer."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        return (f"seed must be a non-negative integer (tests only) or None for secure randomness, got {seed!r} "
+                f"({type(seed).__name__})")
+    return None
 
 
 # ------------------------------------------------------------------------ budgets
@@ -112,7 +151,9 @@ def max_contributions_problem(max_contributions: Any) -> str | None:
     """The contribution bound is a positive integer."""
     if isinstance(max_contributions, (bool, np.bool_)) or not isinstance(max_contributions, (int, np.integer)) \
             or max_contributions < 1:
-        return f"max_contributions must be a positive integer, got {max_contributions!r}"
+        return f"max_contributions must be a positive integer, got {max_contributions!r:.60}"
+    if max_contributions > MAX_EXACT_COUNT:
+        return f"max_contributions must be at most 2**53 = {MAX_EXACT_COUNT:,}; got a {len(str(max_contributions))}-digit number"
     return None
 
 
@@ -137,7 +178,8 @@ def sensitivity_problem(declared: Any, floor: Any, how: str) -> str | None:
     if declared is None:
         return None
     if not isinstance(declared, Sensitivity):
-        return f"sensitivity must be a hierdp Sensitivity, got {type(declared).__name__}"
+        return (f"sensitivity must be a hierdp Sensitivity, e.g. sensitivity=hierdp.Sensitivity(l1=2, l2=2), "
+                f"got {type(declared).__name__}")
     if not declared.covers(floor):
         return (f"sensitivity {declared} is smaller than one privacy unit can change a level ({floor}, fixed "
                 f"by {how}); pass a larger one or none")
@@ -169,8 +211,8 @@ def check_chain(steps: Sequence[Any]) -> None:
 def check_budget_values(alloc: Mapping[str, Any], desc: str) -> None:
     """Each level's budget is a finite number >= 0 (0: not measured)."""
     for level, v in alloc.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(v) or v < 0:
-            raise BudgetError(f"budget for level {level!r} must be a finite number >= 0, got {v!r}"
+        f = finite_float(v)
+        if f is None or f < 0:
+            raise BudgetError(f"budget for level {level!r} must be a finite number >= 0, got {v!r:.60}"
                               if desc == "per-level" else f"budget strategy {desc!r} produced an invalid split")
 

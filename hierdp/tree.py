@@ -522,6 +522,15 @@ class Tree:
                 f"leaf_values must have shape ({self.n_leaves},) or ({self.n_leaves}, k), got {lv.shape}"
             )
         dtype = np.result_type(lv.dtype, np.int64) if np.issubdtype(lv.dtype, np.integer) or lv.dtype == bool else np.float64
+        if dtype == np.float64 and lv.dtype != np.float64 and not np.issubdtype(lv.dtype, np.floating) \
+                and lv.dtype != bool:  # uint64 mixed with int64: no exact common integer type
+            raise HierarchyError(f"leaf_values of dtype {lv.dtype} cannot be summed exactly; pass int64 values")
+        if np.issubdtype(dtype, np.integer) and lv.size:
+            # no subtree sum overflows int64 when the sum of magnitudes fits (checked exactly near the edge)
+            mag = float(np.sum(np.abs(lv.astype(np.float64))))
+            if mag >= 2.0 ** 62 and sum(abs(int(x)) for x in lv.ravel().tolist()) > np.iinfo(np.int64).max:
+                raise HierarchyError("the sums of leaf_values overflow int64 (the largest integer is 2**63 - 1); "
+                                     "pass smaller values or floats")
         full = np.zeros((self.n_nodes,) + lv.shape[1:], dtype=dtype)
         full[self._int(self.leaves)] = lv
         return self.to_external(self._sum_up(full))
@@ -556,7 +565,9 @@ class Tree:
         return self.n_nodes
 
     def __repr__(self) -> str:
-        lv = " > ".join(self._level_names)
+        names = [str(n) for n in self._level_names]
+        lv = " > ".join(names) if len(names) <= 8 else (
+            " > ".join(names[:3]) + " > … > " + " > ".join(names[-2:]) + f" ({len(names):,} levels)")
         return f"<Tree: {self.n_nodes:,} nodes, {self.n_leaves:,} leaves, height {self.height}; levels {lv}>"
 
     def __eq__(self, other: object) -> bool:

@@ -131,3 +131,12 @@ def test_plan_parameters_beside_plan_are_per_level_only(tree_and_counts):
     assert [ls.budget for ls in r.ledger.levels] == [0, 0, 0, 1.0]
     with pytest.raises(hierdp.PluginError, match="unknown plan 'nope'"):
         hierdp.release(tree, x, epsilon=1.0, plan="nope")
+
+
+def test_a_400_digit_sensitivity_or_budget_is_a_budget_error():
+    from hierdp.mechanisms.base import check_budget
+
+    with pytest.raises(BudgetError, match="sensitivity l1 must be a positive finite number, got a number of 401 digits"):
+        Sensitivity(l1=10**400)
+    with pytest.raises(BudgetError, match="epsilon budget must be a finite number > 0, got a number of 401 digits"):
+        check_budget(10**400)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from hierdp.errors import DataError, expected_one_of
+from hierdp.readers import read_table
 
 __all__ = ["DEMOS", "load_demo", "demo_geography", "demo_path", "example_names", "example_path",
            "example_description", "resolve_spec"]
@@ -45,15 +46,15 @@ def load_demo(name: str = "census") -> pd.DataFrame:
     ``census``: ~60k people with ``person_id, state, county, tract, age_group`` on a
     6-state, 44-county, 174-tract geography (FIPS-like string codes).
     """
-    with demo_path(name).open("rb") as fh:
-        return pd.read_csv(fh, compression="gzip", dtype=_CODES)
+    with resources.as_file(demo_path(name)) as path:
+        return read_table(path, "csv", label_columns=list(_CODES))
 
 
 def demo_geography(name: str = "census") -> pd.DataFrame:
     """The public geography of a demo: every declared (state, county, tract) path,
     including tracts where nobody lives."""
-    with demo_path(name, geography=True).open("rb") as fh:
-        return pd.read_csv(fh, dtype={**_CODES, "state_name": "string"})
+    with resources.as_file(demo_path(name, geography=True)) as path:
+        return read_table(path, "csv", label_columns=[*_CODES, "state_name"])
 
 
 # ------------------------------------------------------------------ example specs

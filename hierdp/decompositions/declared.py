@@ -9,7 +9,11 @@ Privacy rule 1 (design): the structure is public. Each level declares its domain
 * a ``DataFrame`` of public paths (e.g. a published geography file) with the columns of
   this level and of every level above it;
 * ``"observed"`` — the user's explicit assertion that the values seen in the data are
-  public knowledge (the "known attributes" of Dawson et al.).
+  public knowledge (the "known attributes" of Dawson et al.); with pre-aggregated counts
+  a zero-count row is not an observation;
+* ``"categories"`` — for a pandas categorical column: its declared categories are the
+  domain (an explicit opt-in: categories often come from a public code list, but are
+  never used as a domain unless asked).
 
 ``domains="observed"`` applies the assertion to all levels; a DataFrame applies to every
 level whose column it has. Declared values absent from the data become zero-count nodes;
@@ -75,6 +79,7 @@ class DeclaredStructure(Structure):
         n_children_ext = self.tree.n_children
         for lo in self._levels:
             col = pd.Series(columns[lo.name]) if not isinstance(columns[lo.name], pd.Series) else columns[lo.name]
+            _check_label_column(col, lo.name)
             isna = col.isna().to_numpy()
             codes = _codes_for(lo.index, col)
             found = _find(lo, node, codes)
@@ -130,20 +135,51 @@ def _as_index(values: Any, level: str) -> pd.Index:
 
 def _no_blank_labels(idx: pd.Index, level: str) -> None:
     """An empty or blank label would print like a missing value in the output (and read
-    back as one), so its row could not be told from its parent's."""
+    back as one), so its row could not be told from its parent's; two labels that print
+    the same (``1`` and ``'1'``) would be two nodes nobody can tell apart."""
     if idx.dtype == object or pd.api.types.is_string_dtype(idx.dtype):
         if any(isinstance(v, str) and not v.strip() for v in idx):
             raise HierarchyError(f"level {level!r} has an empty label ''; give every value a visible name "
                                  "(empty cells read back as missing)")
+    if idx.dtype == object:
+        text = idx.astype(str)
+        if text.duplicated().any():
+            same = text[text.duplicated()][0]
+            kinds = sorted({type(v).__name__ for v, t in zip(idx, text) if t == same})
+            raise HierarchyError(f"level {level!r} has labels of different types that print the same ({same!r} as "
+                                 f"{' and '.join(kinds)}); make the column one type, e.g. df[{level!r}].astype(str)")
 
 
-def _normalize_domains(domains: Any, levels: Sequence[str]) -> dict[str, Any]:
+def _check_label_column(col: pd.Series, level: str) -> None:
+    """A level column holds labels (strings, numbers): a list, dict or set in a cell is a DataError."""
+    if col.dtype == object:
+        try:
+            pd.unique(col.to_numpy())
+        except TypeError:
+            bad = next((type(v).__name__ for v in col if isinstance(v, (list, dict, set, np.ndarray))), "unhashable")
+            raise DataError(f"level column {level!r} holds {bad} values; each cell must be one label (a string or "
+                            f"a number), e.g. explode the lists with df.explode({level!r}) first") from None
+
+
+def _categories(df: pd.DataFrame | None, level: str) -> pd.Index:
+    """The declared categories of a categorical level column (``domains="categories"``)."""
+    if df is None:
+        raise HierarchyError(f"level {level!r} is declared 'categories' but no data were given")
+    col = df[level]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        raise HierarchyError(f"level {level!r} is declared 'categories' but its column has dtype {col.dtype}, not "
+                             f"category; declare its values, or convert it with df[{level!r}].astype('category')")
+    return pd.Index(col.cat.categories)
+
+
+def _normalize_domains(domains: Any, levels: Sequence[str], df: pd.DataFrame | None = None) -> dict[str, Any]:
     if domains is None:
         raise HierarchyError(NO_DOMAIN_MESSAGE.format(level=levels[0]))
     if isinstance(domains, str):
-        if domains != "observed":
-            raise HierarchyError(f"domains must be 'observed', a dict per level or a DataFrame; got {domains!r}")
-        return {lv: "observed" for lv in levels}
+        if domains not in ("observed", "categories"):
+            raise HierarchyError(f"domains must be 'observed', 'categories', a dict per level or a DataFrame; "
+                                 f"got {domains!r}")
+        return {lv: _categories(df, lv) if domains == "categories" else "observed" for lv in levels}
     if isinstance(domains, pd.DataFrame):
         missing = [lv for lv in levels if lv not in domains.columns]
         if missing:
@@ -158,7 +194,8 @@ def _normalize_domains(domains: Any, levels: Sequence[str]) -> dict[str, Any]:
         for lv in levels:
             if lv not in domains:
                 raise HierarchyError(NO_DOMAIN_MESSAGE.format(level=lv))
-            out[lv] = domains[lv]
+            out[lv] = _categories(df, lv) if isinstance(domains[lv], str) and domains[lv] == "categories" \
+                else domains[lv]
         return out
     raise HierarchyError(f"domains must be 'observed', a dict per level or a DataFrame; got {type(domains).__name__}")
 
@@ -166,7 +203,9 @@ def _normalize_domains(domains: Any, levels: Sequence[str]) -> dict[str, Any]:
 def _codes_for(index: pd.Index, column: pd.Series) -> np.ndarray:
     try:
         return np.asarray(index.get_indexer(pd.Index(column)), dtype=np.int64)
-    except Exception:  # unhashable or incomparable values
+    except TypeError:  # incomparable values (unhashable ones are refused by _check_label_column)
+        if isinstance(column, pd.Series):
+            _check_label_column(column, str(column.name))
         return np.asarray(pd.Index(column, dtype=object).map(lambda x: index.get_loc(x) if x in index else -1),
                           dtype=np.int64)
 
@@ -190,12 +229,14 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
     ``df`` is read only for levels declared ``"observed"`` (and to check columns exist).
     """
     levels = check_levels(levels, root)
-    specs = _normalize_domains(domains, levels)
     if df is not None:
         missing = [lv for lv in levels if lv not in df.columns]
         if missing:
             raise DataError(expected_one_of("level column", missing[0], [str(c) for c in df.columns]).replace(
                 "unknown level column", "missing level column"))
+        for lv in levels:
+            _check_label_column(df[lv], lv)
+    specs = _normalize_domains(domains, levels, df)
     parents_ext = [np.array([-1], np.int64)]
     codes_ext = [np.array([0], np.int64)]
     lv_objs: list[_Level] = []

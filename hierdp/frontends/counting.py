@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp import rules
 from hierdp.errors import DataError, expected_one_of
 from hierdp.tree import Tree
 
@@ -26,14 +27,38 @@ def check_counts(df: pd.DataFrame, count: str) -> np.ndarray:
     c = df[count]
     if not pd.api.types.is_numeric_dtype(c) or pd.api.types.is_bool_dtype(c):
         raise DataError(f"count column {count!r} must hold non-negative integers, got dtype {c.dtype}")
-    arr = c.to_numpy(dtype=np.float64, na_value=np.nan)
-    if np.isnan(arr).any():
+    if c.isna().any():
         raise DataError(f"count column {count!r} has missing values; fill or drop them")
+    if pd.api.types.is_integer_dtype(c):
+        # integers stay integers: never through float64, which cannot hold odd counts above 2**53
+        if pd.api.types.is_unsigned_integer_dtype(c) and len(c) and int(c.max()) > rules.MAX_EXACT_COUNT:
+            rules.enforce(rules.value_range_problem(float(c.max()), f"a count in column {count!r}"), DataError)
+        arr = c.to_numpy(dtype=np.int64)
+        if (arr < 0).any():
+            raise DataError(f"count column {count!r} has negative counts; counts must be >= 0")
+        if arr.size:
+            rules.enforce(rules.value_range_problem(int(arr.max()), f"a count in column {count!r}"), DataError)
+        return arr
+    arr = c.to_numpy(dtype=np.float64, na_value=np.nan)
     if (arr < 0).any():
         raise DataError(f"count column {count!r} has negative counts; counts must be >= 0")
     if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
         raise DataError(f"count column {count!r} has non-integer counts; counts must be whole numbers")
+    if arr.size:  # a float above 2**53 may already have lost its last digits
+        rules.enforce(rules.value_range_problem(float(arr.max()), f"a count in column {count!r}"), DataError)
     return arr.astype(np.int64)
+
+
+def _total_problem(weights: np.ndarray) -> str | None:
+    """The sum of non-negative int64 counts must stay within MAX_EXACT_COUNT (then no
+    int64 sum of a subset can overflow). Exact: the float sum decides unless it is close
+    to the limit, where Python integers do."""
+    approx = float(np.sum(weights, dtype=np.float64))
+    if approx > 2.0 * rules.MAX_EXACT_COUNT:
+        return rules.value_range_problem(approx, "the total of the counts")
+    if approx > 0.5 * rules.MAX_EXACT_COUNT:
+        return rules.value_range_problem(sum(int(w) for w in weights.tolist()), "the total of the counts")
+    return None
 
 
 def leaf_counts_to_nodes(tree: Tree, counts_ext: np.ndarray) -> np.ndarray:
@@ -52,17 +77,24 @@ def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None, unknown: 
     counted in the private notes (``unknown="drop"``).
     """
     notes: dict[str, Any] = {}
+    weights = check_counts(df, count) if count is not None else None
     node, bad, examples = structure.locate(df)
+    if weights is not None:
+        bad &= weights != 0  # a zero-count row counts nothing, wherever it points
     if bad.any():
         if unknown == "raise":
             raise DataError(
-                "the data have " + "; ".join(examples) + " (values not shown: they are private; in Python, "
-                "df.dptree(...).out_of_domain() lists the rows). Fix the domains, or pass unknown='drop' to drop such rows"
+                "the data have " + "; ".join(examples) + " (values not shown: they are private). Fix the "
+                "domains, or drop such rows (unknown='drop' [spec: hierarchy.unknown: drop]; in Python "
+                "df.dptree(...).out_of_domain() lists them)"
             )
         notes["rows_dropped_out_of_domain"] = int(bad.sum())
-    weights = check_counts(df, count) if count is not None else None
     keep = ~bad
     w = None if weights is None else weights[keep]
-    counts = np.bincount(node[keep], weights=w, minlength=structure.n_ext)
-    counts = np.rint(counts).astype(np.int64) if w is not None else counts.astype(np.int64)
+    if w is None:
+        counts = np.bincount(node[keep], minlength=structure.n_ext).astype(np.int64)
+    else:  # int64 sums (np.bincount would add the weights in float64)
+        rules.enforce(_total_problem(w), DataError)
+        counts = np.zeros(structure.n_ext, dtype=np.int64)
+        np.add.at(counts, node[keep], w)
     return leaf_counts_to_nodes(structure.tree, counts), notes

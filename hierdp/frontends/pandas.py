@@ -59,6 +59,8 @@ class DPTree:
             raise DataError(f"unknown={unknown!r}: expected 'raise' (default) or 'drop'")
         rules.enforce(rules.unit_bound_problem(unit=unit is not None, max_contributions=max_contributions is not None,
                                                count=count is not None), DataError)
+        if isinstance(max_contributions, int) and max_contributions > rules.MAX_EXACT_COUNT:
+            rules.enforce(rules.max_contributions_problem(max_contributions), DataError)
         if unit is not None and unit not in df.columns:
             raise DataError(expected_one_of("privacy-unit column", unit, [str(c) for c in df.columns]).replace(
                 "unknown privacy-unit column", "missing privacy-unit column"))
@@ -71,9 +73,12 @@ class DPTree:
         # the public guarantee of each release of this data so far; the .dptree accessor
         # passes one list per DataFrame, so every DPTree built from it shares the count
         self._spent: list[dict[str, Any]] = [] if spent is None else spent
-        self._structure = Declared(self.levels, domains, root=root).decompose(df)
         if count is not None:
-            check_counts(df, count)
+            # a zero-count row (e.g. from groupby(observed=False)) is not an observation
+            observed_rows = df[check_counts(df, count) != 0]
+        else:
+            observed_rows = df
+        self._structure = Declared(self.levels, domains, root=root).decompose(observed_rows)
 
     @property
     def tree(self) -> Tree:
@@ -142,6 +147,7 @@ class DPTree:
         ['level', 'state', 'county', 'estimate', 'std']
         """
         seed = kwargs.get("seed")
+        rules.enforce(rules.seed_problem(seed), DataError)
         bound_rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 97) % (1 << 63))
         values, private_notes = self._node_values(bound_rng)
         notes = list(kwargs.pop("notes", ()))

@@ -37,8 +37,9 @@ class Sensitivity:
     def __post_init__(self) -> None:
         for name in ("l1", "l2", "linf"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise BudgetError(f"sensitivity {name} must be a positive finite number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v <= 0:
+                shown = v if len(repr(v)) <= 40 else f"a number of {len(str(v))} digits"
+                raise BudgetError(f"sensitivity {name} must be a positive finite number, got {shown}")
 
     def covers(self, other: Sensitivity) -> bool:
         """At least as large as ``other`` in the norms mechanisms calibrate on (l1, l2): a
@@ -110,7 +111,16 @@ def check_budget(budget: object, unit: str = "epsilon", mechanism: str = "") -> 
     """Validate one per-level budget: a finite number > 0 (0 means "not measured" and is
     handled by the caller, never by a mechanism)."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(float(budget)) or budget <= 0:
+            or not _finite(budget) or budget <= 0:
         who = f" for mechanism {mechanism!r}" if mechanism else ""
-        raise BudgetError(f"{unit} budget{who} must be a finite number > 0, got {budget!r}")
+        shown = budget if len(repr(budget)) <= 40 else f"a number of {len(str(budget))} digits"
+        raise BudgetError(f"{unit} budget{who} must be a finite number > 0, got {shown}")
     return float(budget)
+
+
+def _finite(v: object) -> bool:
+    """Whether ``v`` is a finite float64 (an int too large for float64 is not)."""
+    try:
+        return math.isfinite(float(v))  # type: ignore[arg-type]
+    except OverflowError:
+        return False

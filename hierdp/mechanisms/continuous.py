@@ -59,8 +59,18 @@ def _grid_add(x, z, g, inv_g):
     return out
 
 
+#: integers above this do not all have a float64 (53-bit significand): neighbours would
+#: round to the same or to values 2 apart, so the stated ε would not hold
+_EXACT_INT = 2 ** (np.finfo(np.float64).nmant + 1)
+
+
 def _noisy(values: np.ndarray, z: np.ndarray, g: Fraction, mechanism: str) -> np.ndarray:
-    x = np.asarray(values, dtype=np.float64)
+    raw = np.asarray(values)
+    if np.issubdtype(raw.dtype, np.integer) and raw.size and \
+            max(abs(int(raw.max())), abs(int(raw.min()))) > _EXACT_INT:
+        raise DataError(f"{mechanism}: an integer value exceeds 2**53, above which float64 cannot hold every "
+                        "integer (the guarantee would not hold); scale the values down")
+    x = np.asarray(raw, dtype=np.float64)
     flat = np.ascontiguousarray(x).reshape(-1)
     out = _grid_add(flat, z, float(g), float(1 / g))
     if flat.size and not np.isfinite(out).all():

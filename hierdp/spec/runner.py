@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp.errors import DataError, NonPrivateWarning, SpecError
+from hierdp.readers import read_table, read_text_lines
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
 
@@ -99,7 +100,10 @@ def _to_str_list(values: Any) -> list[str]:
 
 
 def _public_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    return pd.read_csv(path, dtype="string", usecols=columns, keep_default_na=False)
+    """A public CSV (domain or paths file), every column a label (hierdp.readers rules)."""
+    from hierdp.readers import csv_header
+
+    return read_table(path, "csv", columns=columns, label_columns=csv_header(path) if columns is None else columns)
 
 
 def _paths_frame(spec: ReleaseSpec) -> pd.DataFrame | None:
@@ -137,8 +141,7 @@ def _domains(spec: ReleaseSpec) -> dict[str, Any]:
         elif kind == "file":
             _, path, col, parent_col = dom
             if col is None:  # .txt: one value per line
-                lines = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
-                out[lv.name] = [ln for ln in lines if ln]
+                out[lv.name] = read_text_lines(path)
                 continue
             table = _public_table(path)
             above = [p.column for p in spec.levels[:i]]
@@ -164,6 +167,18 @@ def _apply_filters(df: pd.DataFrame, filters: list[dict[str, Any]]) -> pd.DataFr
         if pd.api.types.is_string_dtype(col):
             val = [str(v) for v in val] if isinstance(val, list) else str(val)
         op = f["op"]
+        if op in ("<", "<=", ">", ">=") and not pd.api.types.is_numeric_dtype(col):
+            # an order on labels compares numbers when the column parses as numbers ("010" >= 9);
+            # never text order, where "10" < "9"
+            num = pd.to_numeric(col, errors="coerce")
+            if bool((num.isna() & col.notna()).any()):
+                raise DataError(f"source.filter: op {op!r} on column {f['column']!r} compares numbers, but the "
+                                "column holds values that are not numbers; use op: in with the values to keep")
+            fval = val if isinstance(val, (int, float)) and not isinstance(val, bool) else pd.to_numeric(
+                pd.Series([val]), errors="coerce").iloc[0]
+            if pd.isna(fval):
+                raise DataError(f"source.filter: op {op!r} on column {f['column']!r} needs a number, got {val!r}")
+            col, val = num, fval
         try:
             if op == "in":
                 m = col.isin(val)
@@ -192,9 +207,7 @@ def read_source(spec: ReleaseSpec) -> pd.DataFrame:
             raise DataError(f"demo {spec.source_demo!r} has no column {missing[0]!r}")
         df = df[cols]
     else:
-        from hierdp.io import read_table
-
-        df = read_table(spec.source_files, spec.source_format, columns=cols, string_columns=str_cols)
+        df = read_table(spec.source_files, spec.source_format, columns=cols, label_columns=str_cols)
     for c in str_cols:
         if not pd.api.types.is_string_dtype(df[c]):
             df[c] = df[c].astype("string")
@@ -238,7 +251,7 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
         raise SpecError(f"budget.params.prior.file: file {ref['file']!r} does not exist (looked for {path})")
     column = ref.get("column", "estimate")
     names = [lv.name for lv in spec.levels]
-    table = pd.read_csv(path, dtype={n: "string" for n in names})
+    table = read_table(path, "csv", label_columns=names)
     missing = [c for c in names + [column] if c not in table.columns]
     if missing:
         raise SpecError(f"budget.params.prior.file: {path.name!r} has no column {missing[0]!r}; "
@@ -319,8 +332,19 @@ def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None
     ledger = out.get("ledger") if path is None else None
     from hierdp.io import ledger_path_for
 
-    _refuse_overwriting_inputs(spec, [Path(dest), Path(ledger) if ledger else ledger_path_for(dest)])
+    check_output_paths(spec, [Path(dest), Path(ledger) if ledger else ledger_path_for(dest)])
     return write_release(release_frame(spec, result), result.ledger.to_json(), dest, fmt=fmt, ledger_path=ledger)
+
+
+def check_output_paths(spec: ReleaseSpec, outputs: list[Path]) -> None:
+    """Refuse, before anything is released, output paths that would destroy an input of the
+    spec or that lie inside a file (one-line SpecErrors)."""
+    _refuse_overwriting_inputs(spec, outputs)
+    for dest in outputs:
+        for parent in Path(dest).absolute().parents:
+            if parent.exists() and not parent.is_dir():
+                raise SpecError(f"the output {str(dest)!r} is inside {str(parent)!r}, which is a file, not a "
+                                "folder; choose another output path")
 
 
 def _refuse_overwriting_inputs(spec: ReleaseSpec, outputs: list[Path]) -> None:

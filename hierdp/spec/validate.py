@@ -28,7 +28,8 @@ from typing import Any
 
 from hierdp import registry, rules
 from hierdp.decompositions.declared import RESERVED_COLUMNS
-from hierdp.errors import HierDPError, SpecError, did_you_mean
+from hierdp.errors import DataError, HierDPError, SpecError, did_you_mean
+from hierdp.readers import csv_header
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.schema import check_against_schema, load_schema
 
@@ -159,13 +160,95 @@ def validate(source: Any, *, check_files: bool = True) -> ReleaseSpec:
     if "hierdp" in data and data["hierdp"] != 1:
         raise_issues([marks.issue(("hierdp",), f"unsupported spec version {data['hierdp']!r}; "
                                                "this hierdp reads `hierdp: 1`")], fname)
-    issues = check_against_schema(data, load_schema(), marks)
+    issues: list[Issue] = []
+    data = _labels_as_text(data, marks, issues)
+    issues += check_against_schema(data, load_schema(), marks)
     ctx = _Checker(data, marks, loaded.base_dir or Path.cwd(), issues, check_files)
     spec = ctx.run(fname)
     issues.sort(key=lambda i: (i.line if i.line is not None else 0, i.column or 0))
     raise_issues(issues, fname)
     assert spec is not None
     return spec
+
+
+def _label_text(value: Any, raw: str | None, path: tuple, marks: Marks, issues: list[Issue]) -> Any:
+    """A label as written: the source text of a plain YAML scalar read as a number or
+    boolean (``01``, ``1e3``), the string itself, ``str(n)`` for an int of a Python dict;
+    anything else (a boolean, float or null of a dict spec) is reported and kept."""
+    if isinstance(value, str):
+        return value
+    if raw is not None and value is not None:
+        return raw
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (bool, float)) or value is None:
+        issues.append(marks.issue(path, f"a label must be a string, got {value!r} ({_kind(value)}); quote it "
+                                        f"(e.g. '{raw if raw is not None else value}') to keep it as written"))
+    return value
+
+
+def _labels_as_text(data: Any, marks: Marks, issues: list[Issue]) -> Any:
+    """The spec with every *label* (domain values, per-parent keys and values, filter values
+    on level columns) as the text written, so YAML never turns a label into a number or a
+    boolean. Other values (budgets, thresholds) keep their types."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+
+    def fix_list(items: Any, path: tuple) -> Any:
+        if not isinstance(items, list):
+            return items
+        return [_label_text(v, marks.raw.get(path + (j,)), path + (j,), marks, issues)
+                if not isinstance(v, (list, dict)) else v for j, v in enumerate(items)]
+
+    h = data.get("hierarchy")
+    level_cols: set[str] = set()
+    if isinstance(h, dict) and isinstance(h.get("levels"), list):
+        h = data["hierarchy"] = dict(h)
+        levels = h["levels"] = list(h["levels"])
+        for i, lv in enumerate(levels):
+            if not isinstance(lv, dict):
+                continue
+            for key in ("name", "column"):
+                if isinstance(lv.get(key), str):
+                    level_cols.add(lv[key])
+            dom = lv.get("domain")
+            here = ("hierarchy", "levels", i, "domain")
+            if isinstance(dom, list):
+                levels[i] = dict(lv, domain=fix_list(dom, here))
+            elif isinstance(dom, dict):
+                dom = dict(dom)
+                for k in ("values", "product"):
+                    if k in dom:
+                        dom[k] = fix_list(dom[k], here + (k,))
+                pp = dom.get("per_parent")
+                if isinstance(pp, dict):
+                    new: dict[Any, Any] = {}
+                    for key, vals in pp.items():
+                        kpath = here + ("per_parent", key)
+                        k2 = _label_text(key, marks.raw_key.get(kpath), kpath, marks, issues)
+                        try:
+                            hash(k2)
+                        except TypeError:
+                            k2 = key
+                        if k2 != key:  # positions follow the key as written
+                            for table in (marks.value, marks.key):
+                                for src in [p for p in table if p[:len(kpath)] == kpath]:
+                                    table.setdefault(here + ("per_parent", k2) + src[len(kpath):], table[src])
+                        new[k2] = fix_list(vals, here + ("per_parent", key))
+                    dom["per_parent"] = new
+                levels[i] = dict(lv, domain=dom)
+    src = data.get("source")
+    if isinstance(src, dict) and isinstance(src.get("filter"), list):
+        src = data["source"] = dict(src)
+        filters = src["filter"] = list(src["filter"])
+        for i, f in enumerate(filters):
+            if isinstance(f, dict) and f.get("column") in level_cols and f.get("op") in ("==", "!=", "in", "not_in"):
+                path = ("source", "filter", i, "value")
+                v = f.get("value")
+                filters[i] = dict(f, value=fix_list(v, path) if isinstance(v, list)
+                                  else _label_text(v, marks.raw.get(path), path, marks, issues))
+    return data
 
 
 def _kind(value: Any) -> str:
@@ -364,7 +447,10 @@ class _Checker:
                         return None
                     names = list(pq.read_schema(f).names)
                 else:
-                    names = [str(c) for c in pd.read_csv(f, nrows=0).columns]
+                    names = csv_header(f)
+            except DataError as exc:  # undecodable bytes, repeated names, empty file: the reader's message
+                self.err(path, str(exc))
+                return None
             except Exception as exc:  # unreadable/garbled file: report, do not crash
                 self.err(path, f"cannot read the header of {f.name!r} as {fmt} ({type(exc).__name__}); "
                                "check the file and its format")
@@ -776,8 +862,10 @@ def _demo_columns(name: str) -> list[str]:
 
     from hierdp.data import demo_path
 
-    with demo_path(name).open("rb") as fh:
-        return [str(c) for c in pd.read_csv(fh, compression="gzip", nrows=0).columns]
+    from importlib import resources
+
+    with resources.as_file(demo_path(name)) as path:
+        return csv_header(path)
 
 
 def _valid_list(values: Any) -> bool:

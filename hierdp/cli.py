@@ -260,7 +260,11 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.quiet:
         unit = "ρ" if spec.rho is not None else "ε"
         levels = " > ".join(spec.level_names)
-        out.write(f"{args.spec}: valid ({levels}; {unit} = {spec.total:g}; mechanism {spec.mechanism[0]}; "
+        how = f"plan {spec.plan[0]}" if spec.plan is not None else f"mechanism {spec.mechanism[0]}"
+        if spec.delta is not None and spec.rho is None:
+            unit = "(ε, δ)"
+        total = f"({spec.epsilon:g}, {spec.delta:g})" if unit == "(ε, δ)" else f"{spec.total:g}"
+        out.write(f"{args.spec}: valid ({levels}; {unit} = {total}; {how}; "
                   f"post-processing {' -> '.join(n for n, _ in spec.postprocess) or 'none'})\n")
     return EXIT_OK
 

@@ -109,11 +109,15 @@ def trim_to_total(alloc: dict[str, float], total: float) -> dict[str, float]:
     return alloc
 
 
-def mechanism_unit_problem(unit: str, name: str, *, epsilon: bool, delta: bool, rho: bool) -> str | None:
-    """Which totals a mechanism budgeted in ``unit`` accepts (which were given: flags)."""
+def mechanism_unit_problem(unit: str, name: str, *, epsilon: bool, delta: bool, rho: bool,
+                           kind: str = "mechanism") -> str | None:
+    """Which totals a mechanism (or plan) budgeted in ``unit`` accepts (which were given: flags)."""
+    if unit == "approx" and (rho or not (epsilon and delta)):
+        return (f"{kind} {name!r} is (ε, δ)-DP: give privacy.epsilon and privacy.delta (epsilon= and delta=, "
+                "e.g. 1e-6)" + (", not rho" if rho else ""))
     if unit == "epsilon" and (rho or delta):
         which = "privacy.rho (rho=)" if rho else "privacy.delta (delta=)"
-        return (f"mechanism {name!r} is pure ε-DP and is budgeted by epsilon alone: remove {which} and give "
+        return (f"{kind} {name!r} is pure ε-DP and is budgeted by epsilon alone: remove {which} and give "
                 "epsilon, or choose a zCDP mechanism such as 'gaussian'")
     if unit == "rho" and epsilon and not delta and not rho:
         return (f"mechanism {name!r} (Gaussian noise) cannot give pure ε-DP: give privacy.rho, or privacy.epsilon "

@@ -226,3 +226,29 @@ def test_audit_catches_a_sparse_with_too_little_noise():
     (measured: ε̂ ≈ 0.13 for claimed 1 with 60k draws). Noise 32x too small is caught."""
     res = _audit_classification(32.0, 40_000)
     assert res.violates, str(res)
+
+
+def test_spec_route_with_a_plan(tmp_path):
+    """A spec names a plan other than per_level with `plan:`; its unit decides the privacy
+    keys, per_level's `mechanism`/`budget` do not apply, and the chain defaults to the plan's."""
+    import warnings
+
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import run_spec
+    from hierdp.spec.validate import validate
+
+    text = ("hierdp: 1\nsource:\n  demo: census\nhierarchy:\n  paths:\n    demo: census\n  levels:\n"
+            "    - name: state\n    - name: county\nprivacy:\n  epsilon: 1.0\n{delta}plan:\n  name: ghazi\n"
+            "  params: {{alpha: 0.5, eta: 0.05}}\n{extra}")
+    spec = tmp_path / "g.yaml"
+    spec.write_text(text.format(delta="  delta: 1.0e-6\n", extra=""))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run_spec(str(spec), seed=1, write=False)
+    assert r.ledger.plan == "ghazi" and r.ledger.guarantee == "approx" and "threshold" in r.frame.columns
+    spec.write_text(text.format(delta="", extra=""))
+    with pytest.raises(SpecError, match=r"plan 'ghazi' is \(ε, δ\)-DP: give privacy.epsilon and privacy.delta"):
+        validate(str(spec))
+    spec.write_text(text.format(delta="  delta: 1.0e-6\n", extra="budget: equal\n"))
+    with pytest.raises(SpecError, match="`budget` is a parameter of the plan 'per_level'"):
+        validate(str(spec))

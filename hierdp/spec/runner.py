@@ -285,13 +285,17 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
 
 
 def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | None = None):
+    how: dict[str, Any]
+    if spec.plan is not None:
+        how = {"plan": {"name": spec.plan[0], "params": dict(spec.plan[1])}}
+    else:
+        how = {"mechanism": {"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
+               "budget": _budget_arg(spec, dpt)}
     return dpt.release(
         epsilon=spec.epsilon if epsilon is None else epsilon,
         delta=spec.delta, rho=spec.rho if epsilon is None else None,
-        mechanism={"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
-        budget=_budget_arg(spec, dpt),
         postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
-        seed=seed,
+        seed=seed, **how,
     )
 
 

@@ -80,6 +80,7 @@ class ReleaseSpec:
     seed: int | None
     description: str = ""
     warnings: list[str] = field(default_factory=list)
+    plan: tuple[str, dict[str, Any]] | None = None  # a plan other than per_level, with its params
 
     def input_files(self) -> list[Path]:
         """Every file this spec reads (spec, source, domain and paths files, a prior file),
@@ -288,15 +289,23 @@ class _Checker:
         src = self.source()
         levels, root, paths, unknown = self.hierarchy()
         priv = self.privacy()
-        mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
-        self.check_mechanism_unit(mech, priv)
-        pps_raw = d.get("postprocess", ["blue"])
+        plan = self.plugin(("plan",), d.get("plan", "per_level"), "plan")
+        per_level = plan is None or plan[0] == "per_level"
+        if per_level:
+            mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
+            self.check_mechanism_unit(mech, priv)
+        else:
+            mech = None
+            self.check_plan(plan, priv)
+        default_chain = list(getattr(registry.get("plan", plan[0]), "default_postprocess", ("blue",))) \
+            if plan is not None else ["blue"]
+        pps_raw = d.get("postprocess", default_chain)
         pps = []
         if isinstance(pps_raw, list):
             for i, item in enumerate(pps_raw):
                 pps.append(self.plugin(("postprocess", i), item, "postprocessor"))
             self.check_postprocess_order(pps)
-        budget = self.budget(levels, root, priv, mech)
+        budget = self.budget(levels, root, priv, mech) if per_level else None
         output = self.output()
         evaluate = self.evaluate(priv)
         eps = priv.get("epsilon")
@@ -312,6 +321,7 @@ class _Checker:
             unit=priv.get("unit"), max_contributions=priv.get("max_contributions"),
             epsilon=priv.get("epsilon"), delta=priv.get("delta"), rho=priv.get("rho"), budget=budget,
             mechanism=mech or ("discrete_laplace", {}), postprocess=[p for p in pps if p is not None],
+            plan=plan if plan is not None and not per_level else None,
             output=output, evaluate=evaluate, seed=_get(d, "seed", int),
             description=_get(d, "description", str, ""), warnings=self.warnings,
         )
@@ -667,6 +677,26 @@ class _Checker:
         cls = registry.get(kind, name)
         self.check_params(cls, kind, name, params, path + ("params",))
         return name, dict(params)
+
+    def check_plan(self, plan: tuple | None, priv: dict) -> None:
+        """A plan other than ``per_level`` takes its parameters in ``plan.params``, and its
+        budget unit decides which privacy totals it accepts (rules.mechanism_unit_problem)."""
+        if plan is None:
+            return
+        for key in ("mechanism", "budget"):
+            if key in self.data:
+                self.err((key,), f"`{key}` is a parameter of the plan 'per_level'; plan {plan[0]!r} takes its "
+                                 "parameters in plan.params", prefer_key=True)
+        try:
+            unit = registry.create("plan", plan[0], **plan[1]).budget_unit
+        except HierDPError:
+            return  # bad parameters were reported by check_params
+        p = self.data.get("privacy", {})
+        path = ("plan",) if isinstance(self.data.get("plan"), str) else ("plan", "name")
+        problem = rules.mechanism_unit_problem(unit, plan[0], epsilon="epsilon" in p, delta="delta" in p,
+                                               rho="rho" in p, kind="plan")
+        if problem is not None:
+            self.err(path, problem)
 
     def check_postprocess_order(self, pps: list) -> None:
         """A post-processor that needs a consistent input must follow a consistent one."""

@@ -12,6 +12,7 @@ from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, 
                            NotForPublicationWarning, PluginError, PrivacyError, SpecError)
 from hierdp.evaluation import evaluate
 from hierdp.frontends.pandas import DPTree
+from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import postprocess, release

@@ -13,6 +13,7 @@ from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, 
 from hierdp.evaluation import evaluate
 from hierdp.frontends.pandas import DPTree
 from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
+from hierdp.frontends import dask as _dask_frontend  # noqa: F401  (registers .dptree on Dask DataFrames if dask is installed)
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import postprocess, release

@@ -196,15 +196,16 @@ class ArrayDPTree(DPTree):
         node, bad_row, _ = self._structure.locate(self._paths)  # coordinates only, no data read
         target = self._cell_targets()
         row_ok, col_ok = ~bad_row, target >= 0
-        good = A if row_ok.all() else A[row_ok]
-        sub = good if col_ok.all() else good[:, col_ok]
         floating = np.issubdtype(A.dtype, np.floating)
-        clean = np.where(np.isnan(A), 0.0, A) if floating else A
-        checks = [(clean < 0).any(), (np.isinf(clean).any() if floating else False),
-                  ((clean != np.floor(clean)).any() if floating else False)]
-        nz_rows = (clean[bad_row] != 0).any(axis=1) if bad_row.any() else np.zeros(0, bool)
-        good_clean = clean if row_ok.all() else clean[row_ok]
-        nz_cols = (good_clean[:, ~col_ok] != 0).any(axis=0) if (~col_ok).any() else np.zeros(0, bool)
+        with np.errstate(invalid="ignore"):
+            clean = np.where(np.isfinite(A), A, 0.0) if floating else A  # NaN (no record) = 0; inf checked below
+            ints = clean.astype(np.int64)  # lazy for Dask; refused below unless exact
+        checks = [clean.min() < 0 if A.size else False, np.isinf(A).any() if floating else False,
+                  ((ints != clean).any() | (clean.max() >= _EXACT)) if floating and A.size else False]
+        good = ints if row_ok.all() else ints[row_ok]
+        sub = good if col_ok.all() else good[:, col_ok]
+        nz_rows = (ints[bad_row] != 0).any(axis=1) if bad_row.any() else np.zeros(0, bool)
+        nz_cols = (good[:, ~col_ok] != 0).any(axis=0) if (~col_ok).any() else np.zeros(0, bool)
         sub, nz_rows, nz_cols, neg, inf, frac = _compute(sub, nz_rows, nz_cols, *checks)
         return {"node": node, "bad_row": bad_row, "target": target, "row_ok": row_ok, "col_ok": col_ok,
                 "sub": np.asarray(sub), "nz_rows": np.asarray(nz_rows, bool), "nz_cols": np.asarray(nz_cols, bool),
@@ -239,22 +240,21 @@ class ArrayDPTree(DPTree):
             if self.unknown == "raise":
                 raise domain_error(problems, what="da.dptree(...).out_of_domain() lists them")
             notes["paths_or_cells_dropped_out_of_domain"] = int(r["nz_rows"].sum() + r["nz_cols"].sum())
-        sub = r["sub"]
-        if sub.size and float(np.nanmax(np.abs(sub))) * max(len(sub), 1) >= _EXACT:
-            raise DataError(f"count variable {name!r} holds counts too large to add exactly; scale them down")
+        vals = r["sub"]  # int64, in-domain paths x in-domain cells
         k = int(np.prod(cell_sizes(self.cells))) if self.cells else 1
-        n_ext = self._structure.n_ext
-        out = np.zeros((n_ext, k), np.int64)
+        out = np.zeros((self._structure.n_ext, k), np.int64)
         rows = r["node"][r["row_ok"]]
         cols = r["target"][r["col_ok"]]
-        vals = np.nan_to_num(sub, nan=0.0).astype(np.int64) if np.issubdtype(sub.dtype, np.floating) \
-            else sub.astype(np.int64)
-        placed = np.zeros((len(rows), k), np.int64)
-        placed[:, cols] = vals  # distinct labels map to distinct cells
-        if np.unique(rows).size == rows.size:
-            out[rows] = placed
+        unique_rows = np.unique(rows).size == rows.size
+        if unique_rows and np.array_equal(cols, np.arange(k)):
+            out[rows] = vals  # the usual case: every cell label declared, in order
         else:
-            np.add.at(out, rows, placed)
+            placed = np.zeros((len(rows), k), np.int64)
+            placed[:, cols] = vals  # distinct labels map to distinct cells
+            if unique_rows:
+                out[rows] = placed
+            else:
+                np.add.at(out, rows, placed)
         values = leaf_counts_to_nodes(self._structure.tree, out if self.cells else out[:, 0])
         return values, notes
 

@@ -109,7 +109,7 @@ def on_dask(n: int, partitions: int) -> None:
     print(f"Dask: {n:,} records in {partitions} partitions, generated on the workers; "
           "unit='hh', max_contributions=2")
     with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}), \
-            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                      memory_limit="8GiB", silence_logs=50) as cluster, distributed.Client(cluster):
         rows: list = []
         step("dask groupby(levels + cells).size().compute()  [baseline]",

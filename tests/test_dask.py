@@ -28,8 +28,9 @@ CELLS = {"age": [0, 1, 2], "sex": ["F", "M"]}
 @pytest.fixture(scope="module")
 def client():
     # forked workers inherit the imported hierdp (spawned ones would spend seconds importing it)
-    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}), distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
-                                  silence_logs=50) as cluster, distributed.Client(cluster) as c:
+    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}), \
+            distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+                                     silence_logs=50) as cluster, distributed.Client(cluster) as c:
         yield c
 
 

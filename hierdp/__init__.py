@@ -12,6 +12,8 @@ from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, 
                            NotForPublicationWarning, PluginError, PrivacyError, SpecError)
 from hierdp.evaluation import evaluate
 from hierdp.frontends.pandas import DPTree
+from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
+from hierdp.frontends._dask_hook import install as _install_dask_frontend
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import postprocess, release
@@ -21,6 +23,8 @@ from hierdp.session import Session
 from hierdp.tree import Tree
 
 from hierdp._version import __version__
+
+_install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)
 
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
            "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "registry", "plot",

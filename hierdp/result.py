@@ -64,11 +64,19 @@ class ReleaseResult:
             if noisy:
                 cols["noisy"] = noisy_vals
             return pd.DataFrame(cols)
-        # (n, k): one row per node and cell
+        # (n, k): one row per node and cell, one column per cell dimension (row-major cells)
         k = est.shape[1]
         base = pd.DataFrame(cols)
         rep = base.loc[base.index.repeat(k)].reset_index(drop=True)
-        rep["cell"] = np.tile(np.arange(k), tree.n_nodes)
+        axes = _cell_axes(self.meta, k)
+        if list(axes) == ["cell"] and isinstance(axes["cell"], pd.RangeIndex):
+            rep["cell"] = np.tile(np.arange(k), tree.n_nodes)  # unlabelled cells: their position
+        else:
+            sizes = [len(ix) for ix in axes.values()]
+            for i, (name, ix) in enumerate(axes.items()):
+                inner = int(np.prod(sizes[i + 1:]))
+                codes = np.tile(np.repeat(np.arange(len(ix)), inner), tree.n_nodes * int(np.prod(sizes[:i])))
+                rep[name] = pd.Categorical.from_codes(codes, categories=ix)
         rep["estimate"] = est.reshape(-1)
         if var is None:
             rep["std"] = np.nan
@@ -107,21 +115,35 @@ class ReleaseResult:
         """:attr:`frame`, optionally with the raw ``noisy`` measurements."""
         return self._frame(noisy=noisy)
 
-    def to_xarray(self):
-        """An ``xarray.Dataset`` with a ``node`` dimension (and ``cell`` for histograms)."""
+    def to_xarray(self, noisy: bool = False):
+        """An ``xarray.Dataset`` with dimensions ``node`` and, for histograms, one per cell
+        dimension (labelled; a single ``cell`` 0..k-1 when the release has no cell labels):
+        ``estimate``, ``std`` (per node when shared by its cells), ``noisy`` on request, the
+        level labels as coordinates along ``node`` and the ledger (JSON) in ``attrs``."""
         import xarray as xr
 
         tree = self.tree
         est = tree.to_internal(self.estimate.values)
         var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
-        dims = ("node",) if est.ndim == 1 else ("node", "cell")
-        data: dict[str, Any] = {"estimate": (dims, est)}
+        axes = {} if est.ndim == 1 else _cell_axes(self.meta, est.shape[1])
+        shape = (tree.n_nodes, *(len(ix) for ix in axes.values()))
+        dims = ("node", *axes)
+        data: dict[str, Any] = {"estimate": (dims, est.reshape(shape))}
         if var is not None:
-            vdims = ("node",) if var.ndim == 1 else ("node", "cell")
-            data["std"] = (vdims, np.sqrt(var))
+            if var.ndim == 1:
+                data["std"] = (("node",), np.sqrt(var))
+            else:
+                data["std"] = (dims, np.sqrt(var).reshape(shape))
+        if noisy:
+            raw = self._noisy_internal()
+            raw = raw.to_numpy(dtype=np.float64, na_value=np.nan) if isinstance(raw, pd.api.extensions.ExtensionArray) \
+                else np.asarray(raw, dtype=np.float64)
+            data["noisy"] = (dims, raw.reshape(shape))
         coords: dict[str, Any] = {"level": ("node", np.asarray(tree.level_names, dtype=object)[tree.internal.depth])}
         for name, col in tree.label_columns().items():
             coords[name] = ("node", np.asarray(pd.Series(col, dtype=object).where(pd.notna(col), None)))
+        for name, ix in axes.items():
+            coords[name] = (name, np.asarray(ix))
         ds = xr.Dataset(data, coords=coords)
         ds.attrs["ledger"] = self.ledger.to_json()
         return ds
@@ -132,3 +154,13 @@ class ReleaseResult:
         flag = "" if L.for_publication else " [NOT FOR PUBLICATION]"
         return (f"<ReleaseResult: {self.tree.n_nodes:,} nodes, {budget}, {L.mechanism}, "
                 f"post-processing {' -> '.join(L.postprocess) or 'none'}{flag}>")
+
+
+def _cell_axes(meta: dict[str, Any], k: int) -> dict[str, pd.Index]:
+    """The cell dimensions of an (n, k) release: ``meta["cells"]`` (``{name: labels}``,
+    row-major, set by the front-ends) or one unlabelled ``cell`` dimension 0..k-1."""
+    cells = meta.get("cells") or {}
+    axes = {str(name): pd.Index(ix) for name, ix in cells.items()}
+    if not axes or int(np.prod([len(ix) for ix in axes.values()])) != k:
+        return {"cell": pd.RangeIndex(k)}
+    return axes

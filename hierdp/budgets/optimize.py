@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from hierdp.budgets._objective import TreeErrorObjective
 from hierdp.budgets.greedy import _GreedyBase, _OracleMixin, _PriorMixin, greedy_split
@@ -56,6 +55,8 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
     starts = [start, np.full(L, total / L)]
     ms_v = objective.mean_square(vertices)
     starts += [vertices[i] for i in np.argsort(ms_v)[:2] if np.isfinite(ms_v[i])]
+    from scipy.optimize import minimize  # ~0.3-0.9 s to import: only when a split is optimised
+
     for x0 in starts:
         res = minimize(fun, x0, jac=True, method="SLSQP", bounds=[(lo, total)] * L, constraints=cons,
                        options={"maxiter": maxiter, "ftol": 1e-12})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,9 @@ import pandas as pd
 from hierdp import rules
 from hierdp.decompositions.declared import Declared, DeclaredStructure, check_levels
 from hierdp.errors import DataError, PrivacyError, expected_one_of
+from hierdp.frontends._cells import cell_codes, cell_sizes, cells_notes, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
-from hierdp.frontends.counting import check_counts, count_rows
+from hierdp.frontends.counting import check_counts, count_cells, count_rows
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
 from hierdp.rng import make_rng
@@ -52,6 +53,7 @@ class DPTree:
         unknown: str = "raise",
         root: str = "total",
         spent: list[dict[str, Any]] | None = None,
+        cells: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(df, pd.DataFrame):
             raise DataError(f"expected a pandas DataFrame, got {type(df).__name__}")
@@ -79,6 +81,18 @@ class DPTree:
         else:
             observed_rows = df
         self._structure = Declared(self.levels, domains, root=root).decompose(observed_rows)
+        self.cells = self._resolve_cells(observed_rows, cells, root)
+
+    def _resolve_cells(self, df: pd.DataFrame, cells: Mapping[str, Any] | None, root: str) -> dict[str, pd.Index]:
+        """The declared cell domains ``{column: pd.Index}`` (``{}`` without cells); see
+        :mod:`hierdp.frontends._cells`."""
+        return resolve_cells(cells, levels=self.levels, root=root, observed=lambda name: df[name].dropna().unique(),
+                             columns=df.columns)
+
+    @property
+    def n_cells(self) -> int:
+        """Cells per node: the product of the cell domains' sizes (1 without cells)."""
+        return int(np.prod(cell_sizes(self.cells))) if self.cells else 1
 
     @property
     def tree(self) -> Tree:
@@ -96,7 +110,10 @@ class DPTree:
         if self.unit is not None:
             df, n_dropped = bound_contributions(df, self.unit, self.max_contributions, rng or make_rng(None))
             notes["rows_dropped_by_contribution_bound"] = int(n_dropped)
-        values, more = count_rows(self._structure, df, count=self.count, unknown=self.unknown)
+        if self.cells:
+            values, more = count_cells(self._structure, df, self.cells, count=self.count, unknown=self.unknown)
+        else:
+            values, more = count_rows(self._structure, df, count=self.count, unknown=self.unknown)
         notes.update(more)
         return values, notes
 
@@ -115,6 +132,8 @@ class DPTree:
         """NON-PRIVATE diagnostics: the rows of the data that fall outside the declared domains
         (or lack a level value), for fixing the domains. Never publish them."""
         _, bad, _ = self._structure.locate(self._df)
+        if self.cells:
+            bad = bad | cell_codes(self.cells, self._df)[1]
         return self._df[bad]
 
     def true_counts(self) -> np.ndarray:
@@ -155,10 +174,15 @@ class DPTree:
             # stated whatever the data: whether any row was dropped is itself private
             notes.append("rows outside the declared domains, if any, were dropped (unknown='drop'); "
                          "whether and how many is not public")
+        if self.cells:
+            notes.extend(cells_notes(self.cells, unit=self.unit, max_contributions=self.max_contributions,
+                                     count=self.count))
         self._check_release_keywords(kwargs)
         for key, value in self.release_defaults().items():
             kwargs.setdefault(key, value)
         result = release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
+        if self.cells:
+            result.meta["cells"] = dict(self.cells)  # the labels of the k cells, for .frame and .to_xarray()
         led = result.ledger
         self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
         if len(self._spent) > 1:
@@ -190,7 +214,9 @@ class DPTree:
         kind = f"pre-aggregated (count={self.count!r})" if self.count else (
             f"record-level, unit={self.unit!r} (≤{self.max_contributions} rows)" if self.unit else
             "record-level (one row = one individual)")
-        return (f"<DPTree {' > '.join(self.levels)}: {t.n_nodes:,} public nodes, {t.n_leaves:,} leaves; "
+        cells = ("; cells: " + " x ".join(f"{name} ({len(idx)})" for name, idx in self.cells.items())
+                 if getattr(self, "cells", None) else "")
+        return (f"<DPTree {' > '.join(self.levels)}: {t.n_nodes:,} public nodes, {t.n_leaves:,} leaves{cells}; "
                 f"{kind}; domains: {doms}>")
 
 
@@ -212,7 +238,7 @@ def _spent_for(obj: pd.DataFrame | pd.Series) -> list[dict[str, Any]]:
 
 @pd.api.extensions.register_dataframe_accessor("dptree")
 class DPTreeFrameAccessor:
-    """``df.dptree(levels, domains, count=None, unit=None, max_contributions=None, unknown="raise")``."""
+    """``df.dptree(levels, domains, count=None, unit=None, max_contributions=None, unknown="raise", cells=None)``."""
 
     def __init__(self, obj: pd.DataFrame) -> None:
         self._obj = obj
@@ -220,9 +246,9 @@ class DPTreeFrameAccessor:
 
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
-                 root: str = "total") -> DPTree:
+                 root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
         return DPTree(self._obj, levels, domains, count=count, unit=unit, max_contributions=max_contributions,
-                      unknown=unknown, root=root, spent=self._spent)
+                      unknown=unknown, root=root, spent=self._spent, cells=cells)
 
 
 @pd.api.extensions.register_series_accessor("dptree")
@@ -234,15 +260,18 @@ class DPTreeSeriesAccessor:
         self._spent = _spent_for(obj)
 
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None, unknown: str = "raise",
-                 root: str = "total") -> DPTree:
+                 root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
         s = self._obj
         names = [n for n in s.index.names]
         if any(n is None for n in names):
             raise DataError("the Series index must name its levels (e.g. the result of df.groupby([...]).size())")
         if levels is None:
-            levels = names
-        elif list(levels) != names:
-            raise DataError(f"levels {list(levels)} do not match the index names {names}")
+            levels = [n for n in names if not cells or n not in cells]
+        elif list(levels) + [n for n in names if n not in levels] != names or sorted(
+                n for n in names if n not in levels) != sorted(cells or ()):
+            raise DataError(f"levels {list(levels)} (and cells {list(cells or ())}) do not match the index names "
+                            f"{names}: the index names the levels, top-down, then the cell dimensions")
         value_name = "count" if "count" not in names else "__count__"
         frame = s.rename(value_name).reset_index()
-        return DPTree(frame, levels, domains, count=value_name, unknown=unknown, root=root, spent=self._spent)
+        return DPTree(frame, levels, domains, count=value_name, unknown=unknown, root=root, spent=self._spent,
+                      cells=cells)

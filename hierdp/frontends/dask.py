@@ -1,0 +1,225 @@
+"""The Dask DataFrame front-end: ``ddf.dptree(...)`` (registered when dask is installed).
+
+Records too many for one machine's memory, counted where they live. Same arguments as
+the pandas ``df.dptree`` (``levels``, ``domains``, ``cells``, ``count``, ``unit``,
+``max_contributions``, ``unknown``, ``root``); what runs where:
+
+* distributed — contribution bounding (a shuffle by ``unit`` so each unit's rows meet in
+  one partition, then a uniform choice of ``c`` rows per unit drawn on the worker from a
+  secure source created in the task), the domain checks (a missing column or an
+  out-of-domain value in any partition raises the pandas error) and the aggregation:
+  each partition is reduced to ``(leaf-cell key, count)`` pairs, then summed by key;
+* in memory — the public structure (built from the declared domains; ``"observed"``
+  computes only the distinct level paths / cell labels), the small per-leaf result, the
+  noise and the post-processing (they are small: 10⁹ records are ~10⁷ nodes).
+
+Without contribution bounding no randomness is drawn on workers, and a seeded release is
+identical to the pandas one. With bounding, an unseeded release draws a fresh secure key
+per task; a seeded one derives a per-partition seed (reproducible for a fixed partitioning,
+not equal to the pandas choice).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hierdp import rules
+from hierdp.decompositions.declared import Declared, check_levels
+from hierdp.errors import DataError, expected_one_of
+from hierdp.frontends._cells import cell_sizes, check_cell_columns, domain_error, resolve_cells
+from hierdp.frontends._contributions import bound_contributions
+from hierdp.frontends.counting import check_counts, leaf_counts_to_nodes, place_cells
+from hierdp.frontends.pandas import DPTree, _spent_for
+from hierdp.rng import make_rng
+
+try:  # an optional dependency: pip install "hierdp[dask]"
+    import dask
+    import dask.dataframe as dd
+    from dask.dataframe.extensions import register_dataframe_accessor
+except ImportError:  # pragma: no cover - exercised only without dask
+    dask = dd = register_dataframe_accessor = None
+
+__all__ = ["DaskDPTree", "DPTreeDaskAccessor"]
+
+_DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = -1, -2  # reserved keys of the per-partition result
+
+
+def _check_columns(columns: Sequence[Any], levels: Sequence[str], cells: Mapping[str, Any], count: str | None,
+                   unit: str | None) -> None:
+    """The pandas errors for a missing level, cell, count or privacy-unit column."""
+    cols = [str(c) for c in columns]
+    for lv in levels:
+        if lv not in cols:
+            raise DataError(expected_one_of("level column", lv, cols).replace("unknown level column",
+                                                                              "missing level column"))
+    check_cell_columns(cells, cols)
+    if count is not None and count not in cols:
+        raise DataError(expected_one_of("count column", count, cols).replace("unknown count column",
+                                                                             "missing count column"))
+    if unit is not None and unit not in cols:
+        raise DataError(expected_one_of("privacy-unit column", unit, cols).replace("unknown privacy-unit column",
+                                                                                   "missing privacy-unit column"))
+
+
+def _place(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index]) -> tuple[np.ndarray, np.ndarray,
+                                                                                        list[str]]:
+    if cells:
+        return place_cells(structure, part, cells)
+    node, bad, problems = structure.locate(part)
+    return node, bad, problems
+
+
+def _count_partition(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index], count: str | None,
+                     unit: str | None, max_contributions: int | None, unknown: str, seed_base: int | None,
+                     partition_info: dict | None = None) -> pd.DataFrame:
+    """One partition → ``(key, w)``: the count per leaf-cell key (``node * k + cell``), plus
+    the private numbers of rows dropped under the reserved negative keys. Runs on a worker."""
+    _check_columns(part.columns, structure.levels, cells, count, unit)
+    dropped_bound = 0
+    if unit is not None:
+        if seed_base is None:
+            rng = make_rng(None)  # a fresh secure key in this task
+        else:
+            number = 0 if partition_info is None else int(partition_info.get("number", 0))
+            rng = make_rng((seed_base * 1_000_003 + number) % (1 << 63))
+            try:  # a reproducible row order whatever order the shuffle delivered them in
+                part = part.sort_values(list(part.columns), kind="mergesort")
+            except TypeError:
+                pass
+        part, dropped_bound = bound_contributions(part, unit, max_contributions, rng)
+    key, bad, problems = _place(part, structure, cells)
+    dropped = 0
+    if bad.any():
+        if unknown == "raise":
+            raise domain_error(problems)
+        dropped = int(bad.sum())
+    w = check_counts(part, count) if count is not None else None
+    keep = ~bad
+    key = key[keep]
+    uniq, inv = np.unique(key, return_inverse=True)
+    sums = np.bincount(inv, weights=None if w is None else w[keep], minlength=len(uniq))
+    return pd.DataFrame({"key": np.r_[uniq, _DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN].astype(np.int64),
+                         "w": np.r_[np.rint(sums), dropped_bound, dropped].astype(np.int64)})
+
+
+def _bad_rows(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index]) -> pd.DataFrame:
+    _check_columns(part.columns, structure.levels, cells, None, None)
+    return part[_place(part, structure, cells)[1]]
+
+
+def _empty_like(ddf: Any) -> pd.DataFrame:
+    """An empty pandas frame with the Dask DataFrame's columns and dtypes (no data read)."""
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in ddf.dtypes.items()})
+
+
+def _wrap(obj: Any) -> Any:
+    """A large constant for the task graph, embedded once (by name, without hashing it)."""
+    return dask.delayed(obj, name=f"hierdp-{type(obj).__name__}-{uuid.uuid4().hex}")
+
+
+class DaskDPTree(DPTree):
+    """Records in a Dask DataFrame placed on a public tree; what ``ddf.dptree(...)`` returns.
+
+    Same interface as :class:`~hierdp.frontends.pandas.DPTree`; counting runs on the Dask
+    scheduler (see the module docstring), the release in memory.
+    """
+
+    def __init__(self, ddf: Any, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
+                 unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
+                 root: str = "total", cells: Mapping[str, Any] | None = None,
+                 spent: list[dict[str, Any]] | None = None) -> None:
+        if dd is None:  # pragma: no cover
+            from hierdp.errors import MissingDependencyError
+
+            raise MissingDependencyError("dask", "dask")
+        if not isinstance(ddf, dd.DataFrame):
+            raise DataError(f"expected a Dask DataFrame, got {type(ddf).__name__}")
+        if unknown not in ("raise", "drop"):
+            raise DataError(f"unknown={unknown!r}: expected 'raise' (default) or 'drop'")
+        rules.enforce(rules.unit_bound_problem(unit=unit is not None, max_contributions=max_contributions is not None,
+                                               count=count is not None), DataError)
+        meta = _empty_like(ddf)
+        if unit is not None and unit not in meta.columns:
+            raise DataError(expected_one_of("privacy-unit column", unit, [str(c) for c in meta.columns]).replace(
+                "unknown privacy-unit column", "missing privacy-unit column"))
+        self._ddf = ddf
+        self.levels = check_levels(levels, root)
+        self.count = count
+        self.unit = unit
+        self.max_contributions = max_contributions
+        self.unknown = unknown
+        self._spent = [] if spent is None else spent
+        decl = Declared(self.levels, domains, root=root)
+        if self._observed(domains):
+            _check_columns(meta.columns, self.levels, {}, None, None)
+            # the distinct level paths are enough for the observed domains (and small)
+            self._structure = decl.decompose(ddf[self.levels].drop_duplicates().compute())
+        else:
+            self._structure = decl.decompose(meta)  # checks the domains and the columns; reads no data
+        if count is not None:
+            check_counts(meta, count)
+        self.cells = resolve_cells(cells, levels=self.levels, root=root, columns=meta.columns,
+                                   observed=lambda name: ddf[name].dropna().unique().compute())
+
+    @staticmethod
+    def _observed(domains: Any) -> bool:
+        if isinstance(domains, str):
+            return domains == "observed"
+        return isinstance(domains, Mapping) and any(isinstance(v, str) and v == "observed" for v in domains.values())
+
+    def _node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """True node counts (external order) and private notes; the counting runs on Dask."""
+        seed_base = None
+        if self.unit is not None and rng is not None and not rng.secure:
+            seed_base = int(rng.words(1)[0] >> np.uint64(1))
+        frame = self._ddf
+        if self.unit is not None:
+            frame = frame.shuffle(on=self.unit)  # every unit's rows in one partition
+        meta = pd.DataFrame({"key": pd.Series(dtype="int64"), "w": pd.Series(dtype="int64")})
+        per_part = frame.map_partitions(_count_partition, _wrap(self._structure), _wrap(self.cells), self.count,
+                                        self.unit, self.max_contributions, self.unknown, seed_base, meta=meta)
+        sums = per_part.groupby("key")["w"].sum().compute()
+        keys = sums.index.to_numpy(np.int64)
+        w = sums.to_numpy(np.int64)
+        notes: dict[str, Any] = {}
+        if self.unit is not None:
+            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
+        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
+        if n_ood:
+            notes["rows_dropped_out_of_domain"] = n_ood
+        k = int(np.prod(cell_sizes(self.cells))) if self.cells else 1
+        counts = np.zeros(self._structure.n_ext * k, np.int64)
+        ok = keys >= 0
+        counts[keys[ok]] = w[ok]
+        counts = counts.reshape(self._structure.n_ext, k) if self.cells else counts
+        return leaf_counts_to_nodes(self._structure.tree, counts), notes
+
+    def out_of_domain(self) -> Any:
+        """NON-PRIVATE diagnostics: a lazy Dask DataFrame of the rows outside the declared
+        domains (``.compute()`` it, or ``.head()``). Never publish them."""
+        return self._ddf.map_partitions(_bad_rows, _wrap(self._structure), _wrap(self.cells),
+                                        meta=_empty_like(self._ddf))
+
+
+class DPTreeDaskAccessor:
+    """``ddf.dptree(levels, domains, count=None, unit=None, max_contributions=None, unknown="raise",
+    cells=None)``, as ``df.dptree`` on pandas."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+        self._spent = _spent_for(obj)
+
+    def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
+                 unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
+                 root: str = "total", cells: Mapping[str, Any] | None = None) -> DaskDPTree:
+        return DaskDPTree(self._obj, levels, domains, count=count, unit=unit, max_contributions=max_contributions,
+                          unknown=unknown, root=root, cells=cells, spent=self._spent)
+
+
+if register_dataframe_accessor is not None:
+    register_dataframe_accessor("dptree")(DPTreeDaskAccessor)

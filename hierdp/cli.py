@@ -282,6 +282,11 @@ def _cmd_evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from hierdp.errors import SpecError
 
         raise SpecError(f"{args.spec}: no evaluation output; set evaluate.output in the spec or pass -o OUT")
+    target = args.output if args.output is not None else (spec.evaluate or {}).get("output")
+    if target == "-" or "://" in str(target) or ":" in Path(str(target)).parts[0]:
+        from hierdp.errors import SpecError
+
+        raise SpecError(f"evaluate writes a local table and plot; {target!r} is not a local file path")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateWarning)
         table = evaluate_spec(spec, repetitions=args.repetitions, seed=args.seed, output=args.output,

@@ -236,3 +236,10 @@ def test_sigkill_at_random_points_leaves_old_or_new_pair(tmp_path):
     assert tmp_path / "r.ledger.json" in restored
     assert hio.table_release_id(tmp_path / "r.json") == before and _pair_matches(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.ledger.json"]
+
+
+def test_evaluate_refuses_urls_instead_of_making_a_local_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "attribution", "-o", "s3://bucket/ev.csv", "-q"]) == EXIT_USER
+    assert "is not a local file path" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -21,6 +21,7 @@ Exit codes
    cannot be read or written — one line per problem naming where it is and how to fix it,
    no traceback (``--debug`` shows it), and no output file is created.
 130 interrupted (Ctrl-C); no partial output is left behind.
+141 standard output closed early by its reader (e.g. ``| head``); nothing is reported.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USER = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # as a shell reports a process killed by SIGPIPE
 COMPILE_SECONDS = 5  # first release on a cold kernel cache, measured by benchmarks/bench_startup.py
 
 
@@ -283,6 +285,11 @@ def _cmd_evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from hierdp.errors import SpecError
 
         raise SpecError(f"{args.spec}: no evaluation output; set evaluate.output in the spec or pass -o OUT")
+    target = args.output if args.output is not None else (spec.evaluate or {}).get("output")
+    if target == "-" or "://" in str(target) or ":" in Path(str(target)).parts[0]:
+        from hierdp.errors import SpecError
+
+        raise SpecError(f"evaluate writes a local table and plot; {target!r} is not a local file path")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateWarning)
         table = evaluate_spec(spec, repetitions=args.repetitions, seed=args.seed, output=args.output,
@@ -357,6 +364,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.write("interrupted; no output was written\n")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
+        except (OSError, ValueError):
+            pass
+        return EXIT_BROKEN_PIPE
     except SpecError as exc:
         if args.debug:
             traceback.print_exc(file=err)

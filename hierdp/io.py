@@ -285,10 +285,8 @@ def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) 
             staged.append(tmp)
         backups: list[Path | None] = []
         for d in dests:
-            backup = None
-            if d.exists():
-                backup = _unique(d, ".bak")
-                _named(d, lambda b: os.link(d, b), backup)  # the previous file stays in place until replaced
+            backup = _named(d, _link_backup, d)  # the previous file stays in place until replaced
+            if backup is not None:
                 stack.callback(backup.unlink, missing_ok=True)
             backups.append(backup)
         journal = None
@@ -316,6 +314,23 @@ def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) 
         if journal is not None:  # committed: from here on a kill leaves the new files
             journal.unlink(missing_ok=True)
     return dests
+
+
+def _link_backup(dest: Path) -> Path | None:
+    """Hard-link the current ``dest`` to a fresh backup name; None when there is no ``dest``.
+
+    Linux's link(2) fails with ENOENT when another writer renames over ``dest`` at that
+    instant (the old inode has no name left): then the new file is linked instead."""
+    for _ in range(100):
+        if not dest.exists():
+            return None
+        backup = _unique(dest, ".bak")
+        try:
+            os.link(dest, backup)
+            return backup
+        except FileNotFoundError:
+            continue
+    raise OSError(f"{dest} keeps being replaced by other writers; try again")
 
 
 def _named(dest: Path, fn: Callable[[Path], Any], arg: Path) -> Any:

@@ -146,6 +146,10 @@ class ReleaseResult:
             coords[name] = (name, np.asarray(ix))
         ds = xr.Dataset(data, coords=coords)
         ds.attrs["ledger"] = self.ledger.to_json()
+        ds.attrs["hierdp.ledger"] = ds.attrs["ledger"]  # the key the Parquet metadata uses
+        ds.attrs["hierdp.release_id"] = self.ledger.release_id
+        for key in ("hierdp_version", "created", "trust_model", "accounting"):
+            ds.attrs[key] = getattr(self.ledger, key)
         return ds
 
     def __repr__(self) -> str:

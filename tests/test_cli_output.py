@@ -143,7 +143,8 @@ def test_disk_full_names_the_destination(tmp_path, monkeypatch, capsys):
         hio.write_release(pd.DataFrame({"a": [1]}), _ledger_json(), dest)
     assert info.value.filename == str(dest) and info.value.errno == 28
     assert main(["release", "demo", "--seed", "1", "-o", str(dest)]) == EXIT_USER
-    assert capsys.readouterr().err.strip() == f"error: No space left on device: {dest}"
+    err = capsys.readouterr().err
+    assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [f"error: No space left on device: {dest}"]
     assert list(tmp_path.iterdir()) == []
 
 

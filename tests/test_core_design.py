@@ -140,3 +140,14 @@ def test_a_400_digit_sensitivity_or_budget_is_a_budget_error():
         Sensitivity(l1=10**400)
     with pytest.raises(BudgetError, match="epsilon budget must be a finite number > 0, got a number of 401 digits"):
         check_budget(10**400)
+
+
+def test_run_spec_by_example_name_and_xarray_carries_the_ledger_fields():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotForPublicationWarning)
+        r = hierdp.run_spec("demo", seed=2, write=False)
+    ds = r.to_xarray()
+    assert json.loads(ds.attrs["hierdp.ledger"])["release_id"] == r.ledger.release_id == ds.attrs["hierdp.release_id"]
+    assert ds.attrs["trust_model"] == "central" and ds.attrs["hierdp_version"] == hierdp.__version__

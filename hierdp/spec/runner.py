@@ -52,7 +52,9 @@ def load_spec(spec: Any, **overrides: Any) -> ReleaseSpec:
     elif isinstance(spec, (str, Path)) and ("\n" in str(spec) or str(spec).lstrip().startswith("hierdp:")):
         loaded = load_text(str(spec), None, Path.cwd())
     elif isinstance(spec, (str, Path)):
-        loaded = load_file(spec)
+        from hierdp.data import resolve_spec  # a bundled example by name ("demo") when no such file exists
+
+        loaded = load_file(resolve_spec(spec) if isinstance(spec, str) else spec)
     else:
         raise SpecError(f"cannot read a spec from {type(spec).__name__}; give a path, YAML text or a dict")
     raise_issues(loaded.issues, loaded.filename)

@@ -12,6 +12,7 @@ import pandas as pd
 from hierdp.ledger import Ledger
 from hierdp.postprocessors.base import Estimate
 from hierdp.tree import Tree
+from hierdp.uncertainty import DEFAULT_DRAWS, Intervals, release_intervals
 
 __all__ = ["ReleaseResult"]
 
@@ -100,9 +101,44 @@ class ReleaseResult:
         (``<NA>`` below the node's level), ``estimate`` and ``std``."""
         return self._frame(noisy=False)
 
-    def to_frame(self, noisy: bool = False) -> pd.DataFrame:
-        """:attr:`frame`, optionally with the raw ``noisy`` measurements."""
-        return self._frame(noisy=noisy)
+    def to_frame(self, noisy: bool = False, confidence: float | None = None, *, draws: int = DEFAULT_DRAWS,
+                 seed: int | None = None) -> pd.DataFrame:
+        """:attr:`frame`, optionally with the raw ``noisy`` measurements and, with
+        ``confidence=c``, ``ci_low``/``ci_high`` and the per-node ``ci_method``.
+
+        The intervals come from the public noise law (:mod:`hierdp.uncertainty`): exact
+        quantiles where a value is one measurement, simulation through the chain (``draws``
+        noise vectors, O(draws·n)) for linear estimates, a parametric bootstrap after
+        ``nonneg``/``round`` — whose ``std`` column then holds the bootstrap RMSE instead of
+        the linear estimate's std. ``frame.attrs["uncertainty"]`` says which method and
+        what coverage. ``seed`` seeds the simulation (public noise only).
+        """
+        frame = self._frame(noisy=noisy)
+        if confidence is None:
+            return frame
+        return self._add_intervals(frame, self.intervals(confidence, draws=draws, seed=seed), float(confidence))
+
+    def intervals(self, confidence: float | tuple[float, ...] = 0.9, *, draws: int = DEFAULT_DRAWS,
+                  seed: int | None = None) -> Intervals:
+        """Confidence intervals of the released values (external order); see
+        :func:`hierdp.uncertainty.release_intervals`. Post-processing: no privacy cost."""
+        return release_intervals(self.tree, self.estimate, self.measurements, self.ledger,
+                                 confidence=confidence, draws=draws, seed=seed)
+
+    def _add_intervals(self, frame: pd.DataFrame, iv: Intervals, c: float) -> pd.DataFrame:
+        tree = self.tree
+        lo, hi = tree.to_internal(iv.low[c]), tree.to_internal(iv.high[c])
+        std = tree.to_internal(iv.std)
+        method = np.asarray(tree.to_internal(iv.method))
+        if lo.ndim == 2:  # the long frame of (n, k) cells: node-major
+            method = np.repeat(method, lo.shape[1])
+        frame["std"] = std.reshape(-1)
+        frame["ci_low"] = lo.reshape(-1)
+        frame["ci_high"] = hi.reshape(-1)
+        frame["ci_method"] = pd.Categorical(method, categories=["exact", "simulation", "bootstrap", "normal",
+                                                                "none"])
+        frame.attrs["uncertainty"] = dict(iv.summary)
+        return frame
 
     def to_xarray(self):
         """An ``xarray.Dataset`` with a ``node`` dimension (and ``cell`` for histograms)."""

@@ -102,28 +102,31 @@ class ReleaseResult:
         return self._frame(noisy=False)
 
     def to_frame(self, noisy: bool = False, confidence: float | None = None, *, draws: int = DEFAULT_DRAWS,
-                 seed: int | None = None) -> pd.DataFrame:
+                 seed: int | None = None, nonlinear: str = "bound") -> pd.DataFrame:
         """:attr:`frame`, optionally with the raw ``noisy`` measurements and, with
         ``confidence=c``, ``ci_low``/``ci_high`` and the per-node ``ci_method``.
 
         The intervals come from the public noise law (:mod:`hierdp.uncertainty`): exact
         quantiles where a value is one measurement, simulation through the chain (``draws``
-        noise vectors, O(draws·n)) for linear estimates, a parametric bootstrap after
-        ``nonneg``/``round`` — whose ``std`` column then holds the bootstrap RMSE instead of
-        the linear estimate's std. ``frame.attrs["uncertainty"]`` says which method and
-        what coverage. ``seed`` seeds the simulation (public noise only).
+        noise vectors, O(draws·n)) for linear estimates; after ``nonneg``/``round`` a
+        conservative bound (``nonlinear="bound"``: ``std`` is then empty, not the linear
+        estimate's) or a parametric bootstrap (``"bootstrap"``: ``std`` is its RMSE).
+        ``frame.attrs["uncertainty"]`` says which method and what coverage. ``seed``
+        seeds the simulation (public noise only).
         """
         frame = self._frame(noisy=noisy)
         if confidence is None:
             return frame
-        return self._add_intervals(frame, self.intervals(confidence, draws=draws, seed=seed), float(confidence))
+        iv = self.intervals(confidence, draws=draws, seed=seed, nonlinear=nonlinear)
+        return self._add_intervals(frame, iv, float(confidence))
 
     def intervals(self, confidence: float | tuple[float, ...] = 0.9, *, draws: int = DEFAULT_DRAWS,
-                  seed: int | None = None) -> Intervals:
+                  seed: int | None = None, randomize: bool = True, nonlinear: str = "bound") -> Intervals:
         """Confidence intervals of the released values (external order); see
         :func:`hierdp.uncertainty.release_intervals`. Post-processing: no privacy cost."""
         return release_intervals(self.tree, self.estimate, self.measurements, self.ledger,
-                                 confidence=confidence, draws=draws, seed=seed)
+                                 confidence=confidence, draws=draws, seed=seed, randomize=randomize,
+                                 nonlinear=nonlinear)
 
     def _add_intervals(self, frame: pd.DataFrame, iv: Intervals, c: float) -> pd.DataFrame:
         tree = self.tree
@@ -135,8 +138,8 @@ class ReleaseResult:
         frame["std"] = std.reshape(-1)
         frame["ci_low"] = lo.reshape(-1)
         frame["ci_high"] = hi.reshape(-1)
-        frame["ci_method"] = pd.Categorical(method, categories=["exact", "simulation", "bootstrap", "normal",
-                                                                "none"])
+        frame["ci_method"] = pd.Categorical(method, categories=["exact", "simulation", "bound", "bootstrap",
+                                                                "normal", "none"])
         frame.attrs["uncertainty"] = dict(iv.summary)
         return frame
 

@@ -55,6 +55,7 @@ from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
 from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
 from hierdp.postprocessors.base import Estimate, Measurements
+from hierdp.postprocessors.blue import BLUE, blue
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
 from hierdp.rng import make_rng
 
@@ -111,44 +112,58 @@ def _check_confidence(confidence: Any) -> tuple[float, ...]:
 
 
 # -- exact quantiles of one measurement ------------------------------------------------
-def exact_halfwidth(mechanism: Mechanism, budget: float, sensitivity: Sensitivity, confidence: float) -> float | None:
-    """Smallest k with P(|Z| <= k) >= c for the noise Z of ``mechanism`` (exact law), or
-    ``None`` when hierdp has no closed form for this mechanism.
-
-    Discrete Laplace with P(z) ∝ q^|z|, q = exp(-1/scale) (Dawson et al. 2023, §2):
-    P(|Z| <= k) = 1 - 2q^(k+1)/(1+q). Discrete Gaussian N_Z(0, σ²) (Canonne, Kamath &
-    Steinke 2020, Def. 1): its pmf summed exactly over |y| <= 12σ (the tail beyond is
-    below 1e-30); σ > 2^18 uses the normal quantile with a continuity correction.
-    """
-    c = float(confidence)
+def _abs_cdf(mechanism: Mechanism, budget: float, sensitivity: Sensitivity):
+    """``m -> P(|Z| <= m)`` (m >= -1 an integer) for the exact noise law, or ``None``."""
     if isinstance(mechanism, DiscreteLaplace):
         scale = float(mechanism.scale(budget, sensitivity))
         q = math.exp(-1.0 / scale)
-        tail = (1.0 - c) * (1.0 + q) / 2.0
-        k = max(0, math.ceil(math.log(tail) / math.log(q)) - 1)
-
-        def cov(kk: int) -> float:
-            return 1.0 - 2.0 * q ** (kk + 1) / (1.0 + q)
-
-        while k > 0 and cov(k - 1) >= c:
-            k -= 1
-        while cov(k) < c:
-            k += 1
-        return float(k)
+        return lambda m: 0.0 if m < 0 else 1.0 - 2.0 * q ** (m + 1) / (1.0 + q)
     if isinstance(mechanism, DiscreteGaussian):
         s2 = float(mechanism.params(budget, sensitivity).sigma2)
         sigma = math.sqrt(s2)
         if sigma > 2.0**18:
             from scipy.stats import norm
 
-            return float(max(0, math.ceil(float(norm.ppf(0.5 + c / 2)) * sigma - 0.5)))
+            return lambda m: 0.0 if m < 0 else float(2.0 * norm.cdf((m + 0.5) / sigma) - 1.0)
         kmax = int(math.ceil(12.0 * sigma)) + 2
         y = np.arange(kmax + 1, dtype=np.float64)
         w = np.exp(-(y * y) / (2.0 * s2))
-        cum = np.cumsum(w) * 2.0 - w[0]          # P(|Z| <= k) * normaliser
+        cum = np.cumsum(w) * 2.0 - w[0]          # P(|Z| <= m) * normaliser
         p = cum / cum[-1]
-        return float(int(np.searchsorted(p, c - 1e-15, side="left")))
+        return lambda m: 0.0 if m < 0 else float(p[min(m, kmax)])
     return None
+
+
+def exact_halfwidth(mechanism: Mechanism, budget: float, sensitivity: Sensitivity, confidence: float,
+                    randomized: bool = False) -> float | None:
+    """Half-width h of the interval for one measurement under the exact noise law, or
+    ``None`` when hierdp has no closed form for this mechanism.
+
+    Deterministic: the smallest integer k with P(|Z| <= k) >= c (coverage >= c, above c by
+    up to one lattice step). Randomized: h with P(|Z + U| <= h) = c exactly, U uniform on
+    (-1/2, 1/2) added to the estimate (the randomized interval for a lattice law, Stevens
+    1950): h = k - 1/2 + (c - P(|Z| <= k-1)) / P(|Z| = k).
+
+    Discrete Laplace with P(z) ∝ q^|z|, q = exp(-1/scale) (Dawson et al. 2023, §2):
+    P(|Z| <= k) = 1 - 2q^(k+1)/(1+q). Discrete Gaussian N_Z(0, σ²) (Canonne, Kamath &
+    Steinke 2020, Def. 1): its pmf summed exactly over |y| <= 12σ (the tail beyond is
+    below 1e-30); σ > 2^18 uses the normal law with a continuity correction.
+    """
+    cdf = _abs_cdf(mechanism, budget, sensitivity)
+    if cdf is None:
+        return None
+    c = float(confidence)
+    lo, hi = -1, 1
+    while cdf(hi) < c:          # bracket, then bisect: O(log k) evaluations
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if cdf(mid) < c else (lo, mid)
+    k = hi                      # smallest k with cdf(k) >= c
+    if not randomized:
+        return float(k)
+    below = cdf(k - 1)
+    return k - 0.5 + (c - below) / (cdf(k) - below)
 
 
 # -- the public noise law of a release -------------------------------------------------
@@ -213,15 +228,17 @@ class _Extremes:
         self.sumsq = np.zeros(rows)
         self.count = 0
 
-    def add(self, e: np.ndarray) -> None:
+    def add(self, e: np.ndarray, raw: np.ndarray | None = None) -> None:
+        """Add draws ``e`` (last axis); the moments are taken of ``raw`` (default ``e``)."""
         j = self.j
         cat = np.concatenate([self.lo, e], axis=-1)
         self.lo = np.partition(cat, j - 1, axis=-1)[..., :j]
         cat = np.concatenate([self.hi, e], axis=-1)
         self.hi = np.partition(cat, cat.shape[-1] - j, axis=-1)[..., -j:]
         if self.moments:
-            self.sum += e.sum(axis=-1)
-            self.sumsq += np.einsum("...r,...r->...", e, e)
+            r = e if raw is None else raw
+            self.sum += r.sum(axis=-1)
+            self.sumsq += np.einsum("...r,...r->...", r, r)
         self.count += e.shape[-1]
 
     def order_stats(self, j: int) -> tuple[np.ndarray, np.ndarray]:
@@ -249,7 +266,7 @@ def _is_unbiased(tree: Tree, steps: list, variance: np.ndarray, consistent: bool
 
 
 def _simulate_linear(tree: Tree, levels: list[_Level], steps: list, variance: np.ndarray, draws: int, jmax: int,
-                     rng: Any) -> tuple[_Extremes, np.ndarray]:
+                     rng: Any, jitter: np.random.Generator | None) -> tuple[_Extremes, np.ndarray]:
     """Order statistics of the simulated errors A z of a linear chain (internal order,
     shape (n,)), and which nodes' errors equal their own measurement's noise."""
     n = tree.n_nodes
@@ -263,13 +280,15 @@ def _simulate_linear(tree: Tree, levels: list[_Level], steps: list, variance: np
         e = _run(tree, steps, z, variance) if steps else z
         rows = np.flatnonzero(same)  # after the first batch, few rows are left to check
         same[rows] = np.all(np.abs(e[rows] - z[rows]) <= 1e-9 * (1.0 + np.abs(z[rows])), axis=1)
+        if jitter is not None:
+            e += jitter.uniform(-0.5, 0.5, e.shape)
         ext.add(e)
         done += m
     return ext, same
 
 
 def _simulate_bootstrap(tree: Tree, levels: list[_Level], steps: list, variance: np.ndarray, plug: np.ndarray,
-                        draws: int, jmax: int, rng: Any) -> _Extremes:
+                        draws: int, jmax: int, rng: Any, jitter: np.random.Generator | None) -> _Extremes:
     """Order statistics of D = chain(x̂ + z) - x̂ (internal order, shape (n, k))."""
     n = tree.n_nodes
     p2 = plug.reshape(n, -1)
@@ -284,14 +303,56 @@ def _simulate_bootstrap(tree: Tree, levels: list[_Level], steps: list, variance:
         z = _noise(tree, levels, (k, m), rng)                         # (n, k, m)
         y = (base[:, :, None] + z).reshape(n, k * m)
         out = _run(tree, steps, y, variance).reshape(n, k, m)
-        ext.add(out - p2[:, :, None])
+        d = out - p2[:, :, None]
+        ext.add(d if jitter is None else d + jitter.uniform(-0.5, 0.5, d.shape), raw=d)
         done += m
     return ext
 
 
+def _coverage_text(cs: tuple[float, ...], js: dict[float, int], draws: int, randomized: bool) -> dict[float, str]:
+    if randomized:
+        return {c: f"exact quantiles: {c:g}; simulation: {1 - 2 * js[c] / (draws + 1):g} in expectation "
+                   "(order statistics; randomized at the integer lattice)" for c in cs}
+    return {c: f"exact quantiles: >= {c:g}; simulation: {1 - 2 * js[c] / (draws + 1):g} in expectation "
+               "(order statistics; >= with ties)" for c in cs}
+
+
+def _linear_intervals(tree: Tree, levels: list[_Level], steps: list, mvar: np.ndarray, x2: np.ndarray,
+                      cs: tuple[float, ...], js: dict[float, int], draws: int, sim_seed: int | None,
+                      jitter: np.random.Generator | None, ledger: Ledger, key_chain: tuple | None = None):
+    """Intervals ``x2 - error quantiles`` of a linear unbiased chain: order statistics of the
+    simulated errors, exact quantiles where a node's estimate is its own measurement."""
+    n = tree.n_nodes
+    jmax = max(js.values())
+    key = (_CACHE_KEY, ledger.mechanism, tuple((lv.depth, lv.budget, lv.sensitivity) for lv in levels),
+           key_chain or tuple(ledger.postprocess), draws, jmax, sim_seed, jitter is not None)
+    cached = tree.cache.get(key)
+    if cached is None:
+        cached = _simulate_linear(tree, levels, steps, mvar, draws, jmax, make_rng(sim_seed), jitter)
+        tree.cache[key] = cached
+    ext, same = cached
+    method = np.full(n, "simulation", dtype=object)
+    low, high = {}, {}
+    for c, j in js.items():
+        elo, ehi = ext.order_stats(j)
+        lo_off, hi_off = elo.copy(), ehi.copy()       # error quantiles (n,)
+        for lv in levels:
+            hw = exact_halfwidth(lv.mechanism, lv.budget, lv.sensitivity, c, randomized=jitter is not None)
+            if hw is None:
+                continue
+            sel = np.zeros(n, bool)
+            sel[lv.index] = True
+            sel &= same
+            lo_off[sel], hi_off[sel] = -hw, hw
+            method[sel] = "exact"
+        low[c] = x2 - hi_off[:, None]
+        high[c] = x2 - lo_off[:, None]
+    return low, high, method
+
+
 def release_intervals(tree: Tree, estimate: Estimate, measurements: Estimate, ledger: Ledger, *,
                       confidence: float | Sequence[float] = 0.9, draws: int = DEFAULT_DRAWS,
-                      seed: int | None = None) -> Intervals:
+                      seed: int | None = None, randomize: bool = True, nonlinear: str = "bound") -> Intervals:
     """Intervals with nominal coverage for the released values (see the module docstring).
 
     Parameters
@@ -304,8 +365,19 @@ def release_intervals(tree: Tree, estimate: Estimate, measurements: Estimate, le
     seed : seed of the simulation's randomness (public noise only, no privacy role);
         ``None`` uses the secure source, or the release's seed for a seeded release so
         that its tables are reproducible.
+    randomize : with integer noise, add a public uniform U(-1/2, 1/2) to the estimate
+        and to every simulated error (a randomized interval for a lattice law, Stevens
+        1950): coverage exactly c instead of >= c with a lattice step of slack. With
+        ``False`` the intervals are deterministic and conservative.
+    nonlinear : after ``nonneg``/``round``: ``"bound"`` (default; the linear (BLUE)
+        estimate's interval of the same measurements, ∩ [0, inf), holding the released
+        value: coverage >= c, no std) or ``"bootstrap"`` (parametric bootstrap through
+        the chain: std = bootstrap RMSE; coverage not guaranteed, poor where counts sit
+        at 0 — see benchmarks/bench_coverage.py).
     """
     cs = _check_confidence(confidence)
+    if nonlinear not in ("bound", "bootstrap"):
+        raise DataError(f"nonlinear must be 'bound' or 'bootstrap', got {nonlinear!r}")
     if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 1:
         raise DataError(f"draws must be a positive integer (e.g. 999), got {draws!r}")
     draws = int(draws)
@@ -336,35 +408,47 @@ def release_intervals(tree: Tree, estimate: Estimate, measurements: Estimate, le
         js = {c: order_index(c, draws) for c in cs}
         jmax = max(js.values())
         sim_seed = seed if seed is not None else ledger.seed
+        jitter = None
+        if randomize and integer:
+            jitter = np.random.default_rng(None if sim_seed is None else [sim_seed, 1])
+            x2 = x2 + jitter.uniform(-0.5, 0.5, x2.shape)   # NaN stays NaN
         if linear:
-            key = (_CACHE_KEY, ledger.mechanism, tuple((lv.depth, lv.budget, lv.sensitivity) for lv in levels),
-                   tuple(ledger.postprocess), draws, jmax, sim_seed)
-            cached = tree.cache.get(key)
-            if cached is None:
-                cached = _simulate_linear(tree, levels, steps, mvar, draws, jmax, make_rng(sim_seed))
-                tree.cache[key] = cached
-            ext, same = cached
-            method[:] = "simulation"
-            for c, j in js.items():
-                elo, ehi = ext.order_stats(j)
-                lo_off, hi_off = elo.copy(), ehi.copy()       # error quantiles (n,)
-                for lv in levels:
-                    hw = exact_halfwidth(lv.mechanism, lv.budget, lv.sensitivity, c)
-                    if hw is None:
-                        continue
-                    sel = np.zeros(n, bool)
-                    sel[lv.index] = True
-                    sel &= same
-                    lo_off[sel], hi_off[sel] = -hw, hw
-                    method[sel] = "exact"
-                low[c] = x2 - hi_off[:, None]
-                high[c] = x2 - lo_off[:, None]
+            low, high, method = _linear_intervals(tree, levels, steps, mvar, x2, cs, js, draws, sim_seed, jitter,
+                                                  ledger)
             summary["method"] = "exact quantiles of one measurement where the estimate is one; elsewhere " \
                                 f"simulation of the public noise law through the chain (R={draws})"
-            summary["coverage"] = {c: f"exact: >= {c:g}; simulation: {1 - 2 * js[c] / (draws + 1):g} in "
-                                      "expectation (order statistics; >= with ties)" for c in cs}
+            summary["coverage"] = _coverage_text(cs, js, draws, jitter is not None)
+            summary["randomized"] = jitter is not None
+        elif nonlinear == "bound":
+            # the truth is covered by the BLUE reference's interval (exact coverage, post-processing of
+            # the same measurements), intersected with [0, inf) and widened to hold the released value
+            ref = blue(tree, np.asarray(tree.to_internal(measurements.values), np.float64), mvar)
+            xr2 = np.asarray(ref.values, np.float64).reshape(n, -1)
+            if jitter is not None:
+                xr2 = xr2 + jitter.uniform(-0.5, 0.5, xr2.shape)
+            rlow, rhigh, method = _linear_intervals(tree, levels, [BLUE()], mvar, xr2, cs, js, draws, sim_seed,
+                                                    jitter, ledger, key_chain=("blue",))
+            method = np.where(method == "exact", "bound", "bound").astype(object)
+            undetermined_ref = np.isinf(np.asarray(ref.variance, float)).reshape(n, -1)
+            for c in cs:
+                lo, hi = rlow[c], rhigh[c]
+                if integer:
+                    lo, hi = np.ceil(lo - 1e-9), np.floor(hi + 1e-9)
+                if nonneg_chain:
+                    lo = np.maximum(lo, 0.0)
+                lo = np.where(undetermined_ref, -np.inf, lo)
+                hi = np.where(undetermined_ref, np.inf, hi)
+                low[c] = np.minimum(lo, x2)
+                high[c] = np.maximum(hi, x2)
+            std2 = np.full((n, k), np.nan)
+            summary["method"] = "conservative bound after a non-linear step: the interval of the linear " \
+                                "(BLUE) estimate of the same measurements, intersected with [0, inf) when the " \
+                                f"chain asserts non-negative counts, widened to hold the released value (R={draws})"
+            summary["coverage"] = {c: f">= {c:g} (that of the linear estimate's interval)" for c in cs}
+            summary["std"] = "not reported: after a non-linear step the error of the released value has no " \
+                             "closed form (nonlinear='bootstrap' gives a bootstrap RMSE, coverage not guaranteed)"
         else:
-            ext = _simulate_bootstrap(tree, levels, steps, mvar, x2, draws, jmax, make_rng(sim_seed))
+            ext = _simulate_bootstrap(tree, levels, steps, mvar, x, draws, jmax, make_rng(sim_seed), jitter)
             method[:] = "bootstrap"
             for c, j in js.items():
                 dlo, dhi = ext.order_stats(j)
@@ -390,13 +474,16 @@ def release_intervals(tree: Tree, estimate: Estimate, measurements: Estimate, le
                              "released values)"
     # nodes without an estimate (unmeasured, no consistent step) or undetermined (variance inf)
     missing = ~np.isfinite(x2)
-    undetermined = np.isinf(std2) & ~missing
+    undetermined = np.isinf(std2) & ~missing if linear or levels is None else np.zeros_like(missing)
     for c in cs:
         lo, hi = low[c], high[c]
         if integer:
             lo, hi = np.ceil(lo - 1e-9), np.floor(hi + 1e-9)
         if nonneg_chain:
             lo = np.maximum(lo, 0.0)
+        if nonneg_chain or integer:  # the released value stays inside its interval
+            xr = x.reshape(n, -1)
+            lo, hi = np.minimum(lo, xr), np.maximum(hi, xr)
         lo = np.where(undetermined, -np.inf, np.where(missing, np.nan, lo))
         hi = np.where(undetermined, np.inf, np.where(missing, np.nan, hi))
         low[c] = tree.to_external(lo.reshape(shape))

@@ -1,5 +1,6 @@
 """Every notebook in notebooks/ runs top to bottom (examples stay executable)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -7,11 +8,16 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+ROOT = Path(__file__).parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path):
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    # the kernel runs in tmp_path: put this checkout first on its path (a relative
+    # PYTHONPATH, or an installed hierdp, would otherwise test another copy of the code);
+    # a failed assertion in a notebook (its claims are asserted there) raises here
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT.resolve()), os.environ.get("PYTHONPATH", "")]))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})

@@ -273,8 +273,11 @@ def _is_unbiased(tree: Tree, steps: list, variance: np.ndarray, consistent: bool
     x = tree.to_internal(tree.aggregate(leaves))
     unmeasured = np.isinf(variance)
     y = np.where(unmeasured, 0.0, x)
-    out = _run(tree, steps, y[:, None], variance)[:, 0]
+    est = run_chain(tree, Measurements(y[:, None], variance), steps)
+    out = np.asarray(est.values, np.float64)[:, 0]
     check = np.ones(tree.n_nodes, bool) if consistent else ~unmeasured
+    if est.variance is not None:  # nodes the data leave undetermined (variance inf) get no interval
+        check &= np.isfinite(np.asarray(est.variance, np.float64).reshape(tree.n_nodes, -1)[:, 0])
     return bool(np.allclose(out[check], x[check], rtol=1e-9, atol=1e-6))
 
 

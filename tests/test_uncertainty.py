@@ -141,3 +141,13 @@ def test_cells_share_the_node_law():
     f = r.to_frame(confidence=0.9, draws=99, seed=0)
     assert len(f) == 2 * tree.n_nodes
     assert (f["ci_low"] <= f["estimate"]).all() and (f["estimate"] <= f["ci_high"]).all()
+
+
+def test_undetermined_nodes_get_an_unbounded_interval():
+    # only the middle level measured: BLUE leaves the leaves' split undetermined (variance inf)
+    tree = hierdp.Tree.complete(fanout=2, height=3)
+    r = _release(tree, tree.aggregate(np.arange(4)), epsilon=1.0, budget=[0, 1.0, 0], postprocess=["blue"], seed=3)
+    f = r.to_frame(confidence=0.9, draws=99, seed=0)
+    leaf = (f["level"] == "level_2").to_numpy()
+    assert np.isinf(f.loc[leaf, "ci_low"]).all() and np.isinf(f.loc[leaf, "ci_high"]).all()
+    assert (f.loc[~leaf, "ci_method"] != "bound").all() and np.isfinite(f.loc[~leaf, "ci_low"]).all()

@@ -12,6 +12,7 @@ import pandas as pd
 from hierdp.ledger import Ledger
 from hierdp.postprocessors.base import Estimate
 from hierdp.tree import Tree
+from hierdp.uncertainty import DEFAULT_DRAWS, Intervals, release_intervals
 
 __all__ = ["ReleaseResult"]
 
@@ -54,7 +55,10 @@ class ReleaseResult:
         cols["level"] = level_cat
         cols.update(tree.label_columns())
         est = tree.to_internal(self.estimate.values)
-        var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
+        # after a non-linear step (nonneg, round) the linear estimate's std is not the error of
+        # the released value: no std (to_frame(confidence=...) gives a conservative interval)
+        var = None if self.estimate.variance is None or not self.estimate.linear \
+            else tree.to_internal(self.estimate.variance)
         noisy_vals = self._noisy_internal() if noisy else None
         if est.ndim == 1:
             cols["estimate"] = est
@@ -63,7 +67,7 @@ class ReleaseResult:
                 cols["threshold"] = tree.to_internal(np.asarray(self.estimate.info["threshold"], dtype=np.float64))
             if noisy:
                 cols["noisy"] = noisy_vals
-            return pd.DataFrame(cols)
+            return self._with_note(pd.DataFrame(cols))
         # (n, k): one row per node and cell, one column per cell dimension (row-major cells)
         k = est.shape[1]
         base = pd.DataFrame(cols)
@@ -86,7 +90,14 @@ class ReleaseResult:
         if noisy:
             rep["noisy"] = noisy_vals if isinstance(noisy_vals, pd.api.extensions.ExtensionArray) \
                 else noisy_vals.reshape(-1)
-        return rep
+        return self._with_note(rep)
+
+    def _with_note(self, frame: pd.DataFrame) -> pd.DataFrame:
+        if self.estimate.variance is not None and not self.estimate.linear:
+            frame.attrs["std"] = ("empty: the chain ends in a non-linear step (e.g. nonneg, round), so the linear "
+                                  "estimate's std is not the released value's error; use to_frame(confidence=...) "
+                                  "for intervals with their coverage")
+        return frame
 
     def _noisy_internal(self) -> np.ndarray | pd.arrays.IntegerArray:
         """Raw measurements (internal order), missing (NaN / <NA>) where a level was not measured."""
@@ -111,9 +122,47 @@ class ReleaseResult:
         τ_u above which a node's estimate is within the factor 1 ± α, for plan ``ghazi``)."""
         return self._frame(noisy=False)
 
-    def to_frame(self, noisy: bool = False) -> pd.DataFrame:
-        """:attr:`frame`, optionally with the raw ``noisy`` measurements."""
-        return self._frame(noisy=noisy)
+    def to_frame(self, noisy: bool = False, confidence: float | None = None, *, draws: int = DEFAULT_DRAWS,
+                 seed: int | None = None, nonlinear: str = "bound") -> pd.DataFrame:
+        """:attr:`frame`, optionally with the raw ``noisy`` measurements and, with
+        ``confidence=c``, ``ci_low``/``ci_high`` and the per-node ``ci_method``.
+
+        The intervals come from the public noise law (:mod:`hierdp.uncertainty`): exact
+        quantiles where a value is one measurement, simulation through the chain (``draws``
+        noise vectors, O(draws·n)) for linear estimates; after ``nonneg``/``round`` a
+        conservative bound (``nonlinear="bound"``: ``std`` is then empty, not the linear
+        estimate's) or a parametric bootstrap (``"bootstrap"``: ``std`` is its RMSE).
+        ``frame.attrs["uncertainty"]`` says which method and what coverage. ``seed``
+        seeds the simulation (public noise only).
+        """
+        frame = self._frame(noisy=noisy)
+        if confidence is None:
+            return frame
+        iv = self.intervals(confidence, draws=draws, seed=seed, nonlinear=nonlinear)
+        return self._add_intervals(frame, iv, float(confidence))
+
+    def intervals(self, confidence: float | tuple[float, ...] = 0.9, *, draws: int = DEFAULT_DRAWS,
+                  seed: int | None = None, randomize: bool = True, nonlinear: str = "bound") -> Intervals:
+        """Confidence intervals of the released values (external order); see
+        :func:`hierdp.uncertainty.release_intervals`. Post-processing: no privacy cost."""
+        return release_intervals(self.tree, self.estimate, self.measurements, self.ledger,
+                                 confidence=confidence, draws=draws, seed=seed, randomize=randomize,
+                                 nonlinear=nonlinear)
+
+    def _add_intervals(self, frame: pd.DataFrame, iv: Intervals, c: float) -> pd.DataFrame:
+        tree = self.tree
+        lo, hi = tree.to_internal(iv.low[c]), tree.to_internal(iv.high[c])
+        std = tree.to_internal(iv.std)
+        method = np.asarray(tree.to_internal(iv.method))
+        if lo.ndim == 2:  # the long frame of (n, k) cells: node-major
+            method = np.repeat(method, lo.shape[1])
+        frame["std"] = std.reshape(-1)
+        frame["ci_low"] = lo.reshape(-1)
+        frame["ci_high"] = hi.reshape(-1)
+        frame["ci_method"] = pd.Categorical(method, categories=["exact", "simulation", "bound", "bootstrap",
+                                                                "normal", "none"])
+        frame.attrs["uncertainty"] = dict(iv.summary)
+        return frame
 
     def to_xarray(self, noisy: bool = False):
         """An ``xarray.Dataset`` with dimensions ``node`` and, for histograms, one per cell

@@ -11,6 +11,7 @@ import hierdp
 from hierdp.errors import DataError
 from hierdp.mechanisms import (DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Sensitivity,
                                TruncatedLaplace)
+from hierdp.mechanisms._samplers import dlap_params
 from hierdp.mechanisms.continuous import grid_step
 from hierdp.mechanisms.truncated_laplace import truncation_radius
 from hierdp.rng import SeededRandom
@@ -96,14 +97,24 @@ def test_integer_mechanisms_reject_fractional_counts():
 def test_truncated_laplace_bound_follows_lemma_16():
     # R = (1/ε) ln(1 + (e^ε - 1)/(2δ)); ε = 1, δ = 1e-6: ln(1 + 1.71828/2e-6) = 13.6636
     assert truncation_radius(1.0, 1e-6) == pytest.approx(math.log(1 + (math.e - 1) / 2e-6), rel=1e-12)
-    t = TruncatedLaplace(delta=1e-6)
+    assert TruncatedLaplace(delta=1e-6).bound(1.0, Sensitivity()) == 15  # ceil(13.66...) + 1
+    # a large δ makes N small, so that the truncation and the law inside it can be checked:
+    # ε = 1, δ = 0.05: R = ln(1 + 1.71828/0.1) = 2.9004, N = ceil(R) + 1 = 4
+    t = TruncatedLaplace(delta=0.05)
     n = t.bound(1.0, Sensitivity())
-    assert 13.6636 <= n <= 15
-    z = t.sample(np.zeros(300_000, dtype=np.int64), 1.0, Sensitivity(), SeededRandom(4))
-    assert np.abs(z).max() <= n
-    # the edge value is hit (the bound is not loose by orders of magnitude): P(|z| = N) ~ 1e-6 * 2
-    z = t.sample(np.zeros(200_000, dtype=np.int64), 0.2, Sensitivity(), SeededRandom(5))
-    assert np.abs(z).max() == t.bound(0.2, Sensitivity()) or np.abs(z).max() >= t.bound(0.2, Sensitivity()) - 20
+    assert n == 4
+    # Lemma 16's δ: the mass one neighbour's output set lacks, P(z = -N), is at most δ
+    zs = np.arange(-n, n + 1)
+    pmf = np.exp(-np.abs(zs) * float(dlap_params(1.0).s) / dlap_params(1.0).t)
+    pmf /= pmf.sum()
+    assert pmf[0] <= 0.05
+    draws = 200_000
+    z = t.sample(np.zeros(draws, dtype=np.int64), 1.0, Sensitivity(), SeededRandom(4))
+    assert np.abs(z).max() == n  # truncated at N, and the edge is reached (P(|z| = 4) = 0.028)
+    freq = np.array([(z == v).sum() for v in zs]) / draws
+    se = np.sqrt(pmf * (1 - pmf) / draws)
+    assert np.all(np.abs(freq - pmf) <= 5 * se), (freq, pmf)
+    assert t.variance(1.0, Sensitivity()) == pytest.approx(float(np.dot(zs * zs, pmf)), rel=1e-12)
 
 
 def test_truncated_laplace_delta_validation():

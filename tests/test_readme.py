@@ -11,7 +11,22 @@ def test_python_blocks_run():
     blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
     assert blocks
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), {})
+        ns: dict = {}
+        exec(compile(block, "README.md", "exec"), ns)
+        result = ns.get("result")
+        if result is None:
+            continue
+        # what the README says of the release it shows: consistent (every parent the sum of
+        # its children), the tidy table's columns, a ledger of what was spent, publishable
+        assert result.tree.is_consistent(result.values)
+        comment = re.search(r"result\.frame\s+# tidy table: ([\w, ]+)", block)
+        if comment:
+            listed = [c.strip() for c in comment.group(1).split(",")]
+            assert listed == [c for c in result.frame.columns if c in listed]
+        eps = re.search(r"epsilon=([\d.]+)", block)
+        if eps:
+            assert abs(result.ledger.spent - float(eps.group(1))) < 1e-9
+        assert result.ledger.for_publication
 
 
 def test_named_builtins_are_registered():

@@ -3,7 +3,8 @@
 Dawson et al. (2023, §5) optimise the split greedily on a grid of k units (Alg. 3);
 here the same objective — the tree error computed from BLUE (or raw) variances — is
 minimised over the continuous simplex {b ≥ b_min, Σ b = total} with SLSQP (scipy),
-started from the greedy split, the equal split and the two best "all on one level" splits. The
+started from the greedy split, the equal split, the two best "all on one level" splits and
+the two best splits between two levels (a coarse grid). The
 objective is not convex in the budgets (the discrete Laplace variance falls
 exponentially in ε, so concentrating budget can pay off more than greedy unit steps
 see), hence the several starts. The result is never worse than greedy: the greedy split
@@ -28,7 +29,8 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
 
     Gradients are forward differences, all levels scored in one sweep of the variance
     kernel. Each level keeps at least γ·total/(d+1), as in Alg. 3. Starts: the greedy
-    split, the equal split and the two best vertices (all but the floor on one level).
+    split, the equal split, the two best vertices (all but the floor on one level) and
+    the two best two-level splits of a coarse grid.
     """
     L = objective.tree.n_levels
     start = greedy_split(objective, total, phases=phases, gamma=gamma)
@@ -55,6 +57,12 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
     starts = [start, np.full(L, total / L)]
     ms_v = objective.mean_square(vertices)
     starts += [vertices[i] for i in np.argsort(ms_v)[:2] if np.isfinite(ms_v[i])]
+    # the objective is not convex: also start from the best splits between two levels (a
+    # coarse grid, scored in one sweep), where greedy's unit steps and the vertices miss
+    pairs = _pair_grid(L, total, lo)
+    if len(pairs):
+        ms_p = objective.mean_square(pairs)
+        starts += [pairs[i] for i in np.argsort(ms_p)[:2] if np.isfinite(ms_p[i])]
     from scipy.optimize import minimize  # ~0.3-0.9 s to import: only when a split is optimised
 
     for x0 in starts:
@@ -66,6 +74,20 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
         if f < best_f:
             best, best_f = x, f
     return best
+
+
+def _pair_grid(L: int, total: float, lo: float, steps: int = 10) -> np.ndarray:
+    """Splits putting all but the floor on two levels, in shares 1/steps .. (steps-1)/steps."""
+    rows = []
+    free = total - L * lo
+    for i in range(L):
+        for j in range(i + 1, L):
+            for k in range(1, steps):
+                x = np.full(L, lo)
+                x[i] += free * k / steps
+                x[j] += free * (steps - k) / steps
+                rows.append(x)
+    return np.array(rows).reshape(-1, L)
 
 
 class Optimal(_PriorMixin, _GreedyBase):

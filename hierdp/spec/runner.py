@@ -305,21 +305,17 @@ def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:
     """The output table of a release: level and hierarchy columns plus the requested value columns."""
     out = spec.output or {}
     want = list(out.get("columns") or ["estimate", "std"])
-    frame = result.to_frame(noisy="noisy" in want)
-    keep = [c for c in frame.columns if c not in ("estimate", "std", "noisy")]
+    level = float(out.get("ci_level") or 0.95) if "ci" in want else None
+    # with intervals, ``std`` is the one they come with (the bootstrap RMSE after nonneg/round)
+    frame = result.to_frame(noisy="noisy" in want, confidence=level)
+    keep = [c for c in frame.columns if c not in ("estimate", "std", "noisy", "ci_low", "ci_high", "ci_method")]
     for c in want:
         if c in ("estimate", "std", "noisy"):
             keep.append(c)
+    if "ci" in want:  # exact / simulated / bootstrap quantiles of the public noise law (hierdp.uncertainty)
+        keep += ["ci_low", "ci_high", "ci_method"]
     table = frame[keep].copy()
-    if "ci" in want:
-        from scipy.stats import norm
-
-        level = float(out.get("ci_level") or 0.95)
-        z = float(norm.ppf(0.5 + level / 2))
-        std = frame["std"].to_numpy(dtype=float)
-        est = frame["estimate"].to_numpy(dtype=float)
-        table["ci_low"] = est - z * std
-        table["ci_high"] = est + z * std
+    table.attrs = dict(frame.attrs)
     if not result.ledger.for_publication:
         # a seeded (or non-private) release must say so in every copy of its table, not only the ledger
         table["status"] = "NOT FOR PUBLICATION: " + "; ".join(result.ledger.not_for_publication_reasons())

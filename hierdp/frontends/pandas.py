@@ -218,6 +218,17 @@ class DPTreeFrameAccessor:
         return DPTree(self._obj, levels, domains, count=count, unit=unit, max_contributions=max_contributions,
                       unknown=unknown, root=root, spent=self._spent)
 
+    def privtree(self, columns: Sequence[str], bounds: Any, epsilon: float | None = None, **kwargs: Any):
+        """A private spatial decomposition of the points in ``columns`` inside the public
+        ``bounds`` and its region counts: :func:`hierdp.frontends.points.release_points`
+        (``method="privtree"`` by default; ``"simpletree"`` and ``"grid"`` for baselines)."""
+        from hierdp.frontends.points import release_points
+
+        result = release_points(self._obj, columns, bounds, epsilon=epsilon, **kwargs)
+        led = result.ledger
+        self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
+        return result
+
 
 @pd.api.extensions.register_series_accessor("dptree")
 class DPTreeSeriesAccessor:

@@ -1,12 +1,13 @@
 """Measurement plans. Built-ins are registered through the ``hierdp_register_plans`` hook."""
 
 from hierdp.plans.base import Plan
+from hierdp.plans.leaves import Leaves
 from hierdp.plans.per_level import PerLevel
 from hierdp.plugins.markers import hookimpl
 
-__all__ = ["Plan", "PerLevel"]
+__all__ = ["Plan", "PerLevel", "Leaves"]
 
 
 @hookimpl
 def hierdp_register_plans():
-    return [PerLevel]
+    return [PerLevel, Leaves]

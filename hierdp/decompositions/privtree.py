@@ -56,7 +56,7 @@ __all__ = ["PrivTree", "SimpleTree", "UniformGrid", "SpatialStructure", "PrivTre
 
 #: Resolution of the integer grid on which PrivTree's scores and threshold live.
 GRID = 1 << 20
-_CODE_BITS = 63  # cell codes are int64
+_CODE_BITS = 62  # cell codes and the end of the last range fit in int64
 _FLOAT_BITS = 52  # finer cells than this are below float64 resolution of the box
 
 
@@ -167,7 +167,7 @@ def _schedule(d: int, split: str, max_depth: int | None) -> tuple[list[list[int]
 
     ``split="all"``: every level halves every dimension (β = 2^d, the quadtree);
     ``split="cycle"``: level k halves dimension k mod d (β = 2, a k-d-style binary tree).
-    The cap defaults to the deepest level whose cell codes fit in 63 bits with at most 52
+    The cap defaults to the deepest level whose cell codes fit in 62 bits with at most 52
     halvings per dimension (float64 resolution of the box).
     """
     if split not in ("all", "cycle"):
@@ -385,17 +385,20 @@ class PrivTree(_Spatial):
         beta = 2 ** d if self.split == "all" else 2
         return privtree_parameters(epsilon, beta, self.theta, self.contributions)
 
+    @staticmethod
+    def decider(p: PrivTreeParameters, rng: RandomSource) -> Callable[[int, np.ndarray], np.ndarray]:
+        """Alg. 2, lines 5-8, for all nodes of one depth: split iff K·b(v) + DLap(K·λ) > K·θ."""
+        def decide(depth: int, counts: np.ndarray) -> np.ndarray:
+            score = _biased_score(counts, depth, p.delta_grid, p.theta_grid)
+            return score + sample_discrete_laplace(p.noise, counts.size, rng) > p.theta_grid
+        return decide
+
     def decompose(self, data: Any = None, *, budget: float | None = None,
                   rng: RandomSource | None = None) -> SpatialStructure:
         pts, b, cols, eps, rng = self._setup(data, budget, rng)
         levels, cap = _schedule(b.shape[0], self.split, self.max_depth)
         p = self.parameters(eps, b.shape[0])
-
-        def decide(k: int, counts: np.ndarray) -> np.ndarray:
-            score = _biased_score(counts, k, p.delta_grid, p.theta_grid)
-            return score + sample_discrete_laplace(p.noise, counts.size, rng) > p.theta_grid
-
-        grown = _grow(pts, b, levels, cap, decide)
+        grown = _grow(pts, b, levels, cap, self.decider(p, rng))
         params = {"epsilon": eps, "beta": p.beta, "lambda": p.lam, "delta": p.delta, "theta": p.theta,
                   "split": self.split, "max_depth": cap, "contributions": self.contributions}
         return _structure(grown, cols, b, [Spend(eps, "epsilon", label="privtree structure")], params, self.name,

@@ -295,3 +295,21 @@ def test_audit_catches_privtree_with_half_lambda(monkeypatch):
     monkeypatch.setattr(pt, "_lambda_paper", lambda beta, eps, x: x * (2 * beta - 1) / ((beta - 1) * eps) / 2)
     res = audit(_leaf_depth_sampler(), 9, 10, n=200_000, seed=2, claimed=AUDIT_EPS)
     assert res.violates, str(res)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_range_counts_match_brute_force_with_ties_and_closed_boxes(d):
+    g = np.random.default_rng(d)
+    pts = np.round(g.uniform(0, 1, (2000, d)), 2)  # many ties, points on box edges
+    lo = np.round(g.uniform(0, 0.8, (200, d)), 2)
+    hi = lo + np.round(g.uniform(0, 0.3, (200, d)), 2)
+    brute = np.array([np.count_nonzero(np.all((pts >= a) & (pts <= b), axis=1)) for a, b in zip(lo, hi)])
+    np.testing.assert_array_equal(range_counts(pts, lo, hi), brute)
+
+
+def test_plot_draws_the_leaves(clustered):
+    pytest.importorskip("matplotlib")
+    r = clustered.dptree.privtree(columns=["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=2)
+    ax = hierdp.plot.decomposition(r)
+    assert len(ax.collections[0].get_paths()) == r.tree.n_leaves
+    assert ax.get_xlim() == (0.0, 1.0)

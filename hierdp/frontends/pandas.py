@@ -23,6 +23,7 @@ from hierdp.decompositions.declared import Declared, DeclaredStructure, check_le
 from hierdp.errors import DataError, PrivacyError, expected_one_of
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.counting import check_counts, count_rows
+from hierdp.frontends.points import release_points
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
 from hierdp.rng import make_rng
@@ -222,8 +223,6 @@ class DPTreeFrameAccessor:
         """A private spatial decomposition of the points in ``columns`` inside the public
         ``bounds`` and its region counts: :func:`hierdp.frontends.points.release_points`
         (``method="privtree"`` by default; ``"simpletree"`` and ``"grid"`` for baselines)."""
-        from hierdp.frontends.points import release_points
-
         result = release_points(self._obj, columns, bounds, epsilon=epsilon, **kwargs)
         led = result.ledger
         self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})

@@ -313,3 +313,15 @@ def test_plot_draws_the_leaves(clustered):
     ax = hierdp.plot.decomposition(r)
     assert len(ax.collections[0].get_paths()) == r.tree.n_leaves
     assert ax.get_xlim() == (0.0, 1.0)
+
+
+def test_grid_closed_form_matches_the_tree_descent():
+    g = np.random.default_rng(3)
+    pts = g.uniform(0, 1, (3000, 2))
+    st = UniformGrid(bounds=[(0, 1), (0, 1)], m=7).decompose(pts)
+    leaf = st.leaf_counts(pts).astype(float)
+    lo = g.uniform(0, 0.7, (300, 2))
+    hi = lo + g.uniform(0, 0.3, (300, 2))
+    fast = query_structure(st, leaf, lo, hi)
+    st.method = "grid-as-tree"  # forces the generic descent
+    np.testing.assert_allclose(query_structure(st, leaf, lo, hi, max_pairs=64), fast, rtol=1e-9)

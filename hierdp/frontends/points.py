@@ -47,46 +47,65 @@ def _check_boxes(lows: Any, highs: Any, d: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def query_structure(structure: SpatialStructure, leaf_values: np.ndarray, lows: Any, highs: Any,
-                    *, batch: int = 4096) -> np.ndarray:
+                    *, max_pairs: int = 1 << 21) -> np.ndarray:
     """Range counts over ``[low, high]`` boxes from leaf values (``tree.leaves`` order).
 
     A node inside a box contributes its subtree sum, a leaf crossing the box the share of
     its value proportional to the overlapping volume (uniformity assumption, §2.2). The
-    tree is descended one depth at a time for all (query, node) pairs of a batch of
-    ``batch`` queries at once (no Python loop per query or per node).
+    tree is descended one depth at a time for many (query, node) pairs at once, at most
+    ``max_pairs`` per step (no Python loop per query or per node). A uniform grid is
+    answered in closed form: the overlap shares factor over the dimensions.
     """
     tree = structure.tree
     qlo, qhi = _check_boxes(lows, highs, len(structure.columns))
-    sub = tree.aggregate(np.asarray(leaf_values, dtype=np.float64))  # subtree sums, external order
+    leaf_values = np.asarray(leaf_values, dtype=np.float64)
+    if structure.method == "grid" and len(structure.columns) == 2 and tree.n_nodes > 1:
+        return _grid_query(structure, leaf_values, qlo, qhi)
+    sub = tree.aggregate(leaf_values)  # subtree sums, external order
     vol = np.prod(structure.highs - structure.lows, axis=1)
-    out = np.zeros(qlo.shape[0])
-    for a in range(0, qlo.shape[0], batch):
-        out[a:a + batch] = _descend(structure, sub, vol, qlo[a:a + batch], qhi[a:a + batch])
-    return out
-
-
-def _descend(structure: SpatialStructure, sub: np.ndarray, vol: np.ndarray, qlo: np.ndarray,
-             qhi: np.ndarray) -> np.ndarray:
     nlo, nhi, first = structure.lows, structure.highs, structure.first_child
-    n_children = structure.tree.n_children
+    n_children = tree.n_children
     out = np.zeros(qlo.shape[0])
-    q = np.arange(qlo.shape[0])
-    node = np.full(q.size, structure.tree.root, np.int64)
-    while q.size:
+    stack = [(np.arange(qlo.shape[0]), np.full(qlo.shape[0], tree.root, np.int64))]
+    while stack:
+        q, node = stack.pop()
         lo_q, hi_q, lo_n, hi_n = qlo[q], qhi[q], nlo[node], nhi[node]
         width = np.clip(np.minimum(hi_q, hi_n) - np.maximum(lo_q, lo_n), 0.0, None)
         overlap = np.prod(width, axis=1) > 0
         inside = np.all((lo_q <= lo_n) & (hi_q >= hi_n), axis=1)
         partial = overlap & ~inside
         leaf = partial & (first[node] < 0)
-        share = np.where(inside, 1.0, 0.0)
+        share = inside.astype(np.float64)
         share[leaf] = np.prod(width[leaf], axis=1) / vol[node[leaf]]
         out += np.bincount(q, weights=sub[node] * share, minlength=out.size)
-        go = partial & ~leaf
-        qg, ng = q[go], node[go]
-        nc = n_children[ng]
-        q = np.repeat(qg, nc)
-        node = np.repeat(first[ng] - np.cumsum(nc) + nc, nc) + np.arange(q.size)
+        go = np.flatnonzero(partial & ~leaf)
+        nc = n_children[node[go]]
+        chunk = np.cumsum(nc) // max_pairs  # expand at most ~max_pairs children at a time
+        for c in np.unique(chunk):
+            sel = go[chunk == c]
+            k = n_children[node[sel]]
+            q2 = np.repeat(q[sel], k)
+            start = np.repeat(first[node[sel]] - np.cumsum(k) + k, k)
+            stack.append((q2, start + np.arange(q2.size)))
+    return out
+
+
+def _grid_query(structure: SpatialStructure, leaf_values: np.ndarray, qlo: np.ndarray,
+                qhi: np.ndarray, batch: int = 2048) -> np.ndarray:
+    """Uniform grid (m × m cells under the root): answer = wx · E · wyᵀ with the per-axis
+    overlap shares wx, wy of every cell row/column."""
+    m = int(structure.params["m"])
+    est = leaf_values.reshape(m, m)  # cells in ravel order (x index major), as located
+    lo, hi = structure.bounds[:, 0], structure.bounds[:, 1]
+    edges = [lo[j] + (hi[j] - lo[j]) * np.arange(m + 1) / m for j in range(2)]
+    out = np.empty(qlo.shape[0])
+    for a in range(0, qlo.shape[0], batch):
+        w = []
+        for j in range(2):
+            e0, e1 = edges[j][:-1], edges[j][1:]
+            ov = np.clip(np.minimum(qhi[a:a + batch, j, None], e1) - np.maximum(qlo[a:a + batch, j, None], e0), 0, None)
+            w.append(ov / (e1 - e0))
+        out[a:a + batch] = np.einsum("qi,qi->q", w[0] @ est, w[1])
     return out
 
 

@@ -325,3 +325,14 @@ def test_grid_closed_form_matches_the_tree_descent():
     fast = query_structure(st, leaf, lo, hi)
     st.method = "grid-as-tree"  # forces the generic descent
     np.testing.assert_allclose(query_structure(st, leaf, lo, hi, max_pairs=64), fast, rtol=1e-9)
+
+
+def test_x_leaves_per_tuple_scales_lambda_and_leaf_noise():
+    pts = np.random.default_rng(0).uniform(0, 1, (400, 2))
+    r1 = release_points(pts, bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=1)
+    r2 = release_points(pts, bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=1, contributions=2)
+    assert r2.structure.params["lambda"] == pytest.approx(2 * r1.structure.params["lambda"], rel=1e-5)
+    dlap = hierdp.registry.create("mechanism", "discrete_laplace")
+    assert r2.ledger.max_contributions == 2
+    assert r2.ledger.levels[0].noise_variance == pytest.approx(dlap.variance(0.5, hierdp.Sensitivity.bounded(2)))
+    assert r1.ledger.levels[0].noise_variance == pytest.approx(dlap.variance(0.5, hierdp.Sensitivity()))

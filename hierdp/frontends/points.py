@@ -218,7 +218,8 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     ``structure_share`` of ``epsilon`` pays for the structure (half, as in §3.4), the rest
     for the leaf counts (``mechanism``, discrete Laplace by default). ``contributions`` = x
     (PrivTree, §3.5): a tuple may fall in x leaves, so λ and the leaf sensitivity are
-    multiplied by x.
+    multiplied by x. The bound is the user's assertion (as ``max_contributions``): rows are
+    not grouped by unit here, so bound them first if a unit may have more than x rows.
     """
     if method not in METHODS:
         raise DataError(expected_one_of("method", method, METHODS))

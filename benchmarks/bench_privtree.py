@@ -95,7 +95,7 @@ def main() -> None:
     # -- accuracy
     methods = {"privtree": [dict(method="privtree")],
                "simpletree": [dict(method="simpletree", height=h) for h in (6, 8, 10)],
-               "grid": [dict(method="grid", structure_share=0.01)]}
+               "grid": [dict(method="grid")]}
     print("\nmean relative error (Δ = 0.1% of n), "
           f"{reps} repetitions; SimpleTree: best of heights 6, 8, 10")
     print(f"{'ε':>6} {'query set':>10} " + " ".join(f"{m:>12}" for m in methods))

@@ -158,7 +158,8 @@ class Ledger:
         lines.append(f"  mechanism: {self.mechanism}; budget: {self.budget_strategy}")
         if self.decomposition:
             kind = "private output" if self.decomposition.get("private_structure") else "public"
-            lines.append(f"  structure ({kind}): {self.decomposition.get('name', '')}")
+            what = self.decomposition.get("description") or self.decomposition.get("name", "")
+            lines.append(f"  structure ({kind}): {what}")
             lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}" for s in self.decomposition.get("spends", []))
         for ls in self.levels:
             spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"

@@ -184,6 +184,7 @@ def _structure_spends(acc: Accountant, structure: Structure | None, tree: Tree) 
     if structure.spends and not acc.total < acc.budget:
         raise BudgetError(f"the structure spent the whole budget ({acc.total:g}); nothing is left to measure counts")
     return {"name": getattr(structure, "method", "") or type(structure).__name__,
+            "description": str(getattr(structure, "description", "")),
             "private_structure": bool(structure.private_structure),
             "spends": [{"label": s.label, "amount": s.amount, "unit": s.unit} for s in structure.spends],
             "spent": acc.total}

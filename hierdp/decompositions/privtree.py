@@ -203,6 +203,7 @@ class SpatialStructure(Structure):
     first_child: np.ndarray = None  # type: ignore[assignment]
     params: dict[str, Any] = field(default_factory=dict)
     method: str = ""
+    description: str = ""
     _locator: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
 
     @property
@@ -339,7 +340,7 @@ def _structure(grown: dict[str, Any], cols: list[str], bounds: np.ndarray, spend
     tree = Tree.from_parent(grown["parent"], level_names=names)
     return SpatialStructure(tree=tree, spends=spends, private_structure=True, lows=grown["lows"],
                             highs=grown["highs"], columns=cols, bounds=bounds, first_child=grown["first_child"],
-                            params=params, method=method, _locator=grown["locator"])
+                            params=params, method=method, description=provenance, _locator=grown["locator"])
 
 
 class _Spatial(Decomposition):

@@ -207,7 +207,7 @@ class PointsResult(ReleaseResult):
 
 
 def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any = None, *,
-                   epsilon: float | None = None, method: str = "privtree", structure_share: float = 0.5,
+                   epsilon: float | None = None, method: str = "privtree", structure_share: float | None = None,
                    seed: int | None = None, mechanism: Any = "discrete_laplace", postprocess: Any = ("blue",),
                    notes: Sequence[str] = (), **params: Any) -> PointsResult:
     """Privately decompose points in a public box and release the region counts.
@@ -215,7 +215,8 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     ``method``: ``"privtree"`` (Alg. 2; keywords ``theta``, ``split``, ``max_depth``,
     ``contributions``), ``"simpletree"`` (Alg. 1; ``height`` required) or ``"grid"`` (the
     uniform grid; ``n`` public or estimated with the structure share, ``m``).
-    ``structure_share`` of ``epsilon`` pays for the structure (half, as in §3.4), the rest
+    ``structure_share`` of ``epsilon`` pays for the structure (default half, as in §3.4;
+    1% for the grid, which only needs a noisy n), the rest
     for the leaf counts (``mechanism``, discrete Laplace by default). ``contributions`` = x
     (PrivTree, §3.5): a tuple may fall in x leaves, so λ and the leaf sensitivity are
     multiplied by x. The bound is the user's assertion (as ``max_contributions``): rows are
@@ -226,6 +227,8 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     if epsilon is None:
         raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
     eps = check_epsilon(epsilon)
+    if structure_share is None:
+        structure_share = 0.01 if method == "grid" else 0.5
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
     pts, b, cols = as_points(data, columns, bounds)

@@ -3,6 +3,7 @@ on range-count queries (Zhang, Xiao & Xie 2016, §6.1 qualitatively).
 
     python benchmarks/bench_privtree.py            # 1.6M points, ε in {0.05, 0.2, 1, 1.6}, 3 repetitions
     python benchmarks/bench_privtree.py --quick    # ε in {0.2, 1}, 2 repetitions
+    python benchmarks/bench_privtree.py --audit    # only the audits, 2M draws per input
 
 Data: 1.6M points in [0, 1]² drawn with a fixed seed — skewed multi-scale Gaussian
 clusters (σ from 0.001 to 0.08, Zipf-like weights), road-like noisy line segments and 5%
@@ -66,10 +67,57 @@ def relative_error(true: np.ndarray, est: np.ndarray, n: int) -> float:
     return m.summary(true, est, delta=0.001 * n)
 
 
+def _leaf_depth_sampler(eps: float, d: int, max_depth: int = 40):
+    """Depth of the leaf holding the extra point, for m independent runs of PrivTree's split
+    decisions (``PrivTree.decider``, the code ``decompose`` runs) where every node on the
+    point's path holds c points (the other nodes' decisions do not depend on it)."""
+    from hierdp.decompositions.privtree import PrivTree
+
+    def sample(c, m, rng):
+        decide = PrivTree.decider(PrivTree(bounds=[(0, 1)] * d).parameters(eps, d), rng)
+        depth = np.full(m, max_depth)
+        alive = np.arange(m)
+        for k in range(max_depth):
+            split = decide(k, np.full(alive.size, int(c)))
+            depth[alive[~split]] = k
+            alive = alive[split]
+            if alive.size == 0:
+                break
+        return depth.astype(float)
+    return sample
+
+
+def audits(n: int) -> None:
+    from hierdp.audit import audit
+    from hierdp.decompositions import privtree as pt
+
+    print(f"audits of PrivTree's split decisions ({n:,} draws per input; c vs c + 1 points on the path)")
+    orig_score, orig_lam = pt._biased_score, pt._lambda_paper
+    variants = {
+        "PrivTree": (orig_score, orig_lam),
+        "no floor": (lambda counts, depth, dg, tg: counts.astype(np.int64) * pt.GRID - depth * dg, orig_lam),
+        "λ halved": (orig_score, lambda beta, eps, x: orig_lam(beta, eps, x) / 2),
+    }
+    for d, eps in ((1, 3.0), (2, 3.0), (1, 1.0)):
+        for name, (score, lam) in variants.items():
+            pt._biased_score, pt._lambda_paper = score, lam
+            try:
+                best = max((audit(_leaf_depth_sampler(eps, d), c, c + 1, n=n, seed=c, claimed=eps)
+                            for c in (0, 3, 6, 9)), key=lambda r: r.epsilon_lb)
+            finally:
+                pt._biased_score, pt._lambda_paper = orig_score, orig_lam
+            flag = "VIOLATES" if best.violates else "within"
+            print(f"  β={2 ** d} ε={eps:g} {name:>9}: {flag:8} {best}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--audit", action="store_true")
     args = ap.parse_args()
+    if args.audit:
+        audits(2_000_000)
+        return
     eps_list = [0.2, 1.0] if args.quick else [0.05, 0.2, 1.0, 1.6]
     reps = 2 if args.quick else 3
     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)

@@ -6,7 +6,6 @@ the split decisions (correct within ε; no floor and halved λ caught)."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pandas as pd

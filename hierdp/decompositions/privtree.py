@@ -129,7 +129,8 @@ def as_points(data: Any, columns: Sequence[str] | None, bounds: Any) -> tuple[np
         cols = [str(c) for c in columns]
         missing = [c for c in columns if c not in data.columns]
         if missing:
-            raise DataError(f"missing coordinate column {missing[0]!r}; the DataFrame has {list(map(str, data.columns))}")
+            raise DataError(f"missing coordinate column {missing[0]!r}; the DataFrame has "
+                            f"{list(map(str, data.columns))}")
         try:
             pts = data[list(columns)].to_numpy(dtype=np.float64)
         except (TypeError, ValueError):
@@ -270,7 +271,7 @@ def _grow(pts: np.ndarray, bounds: np.ndarray, levels: list[list[int]], max_dept
     prefix = np.zeros(1, np.int64)
     cell = np.zeros((1, d), np.int64)  # integer cell index per dimension at this depth
     parents = [np.array([-1], np.int64)]
-    prefixes, cells, depths, splits = [], [], [], []
+    prefixes, cells, depths = [], [], []
     offset = 0  # external id of the first node of this depth
     for k in range(max_depth + 1):
         n_k = prefix.size
@@ -283,7 +284,6 @@ def _grow(pts: np.ndarray, bounds: np.ndarray, levels: list[list[int]], max_dept
         prefixes.append(prefix)
         cells.append(cell)
         depths.append(np.full(n_k, k, np.int64))
-        splits.append(split)
         if not split.any():
             break
         s = levels[k]
@@ -299,13 +299,11 @@ def _grow(pts: np.ndarray, bounds: np.ndarray, levels: list[list[int]], max_dept
         prefix, cell = child_prefix, child_cell
     parent = np.concatenate(parents[:len(prefixes)])
     depth = np.concatenate(depths)
-    is_split = np.concatenate(splits)
     n = parent.size
     # children of node i are contiguous (BFS order): first child via the parent array
     first_child = np.full(n, -1, np.int64)
     child_ids = np.arange(1, n)
     first_child[parent[1:][::-1]] = child_ids[::-1]
-    assert np.array_equal(first_child >= 0, is_split)
     # regions from integer cell indices: halvings of dimension j above depth k
     halvings = np.zeros((max_depth + 1, d), np.int64)
     for k, s in enumerate(levels[:max_depth]):

@@ -101,6 +101,8 @@ class Ledger:
     notes: list[str] = field(default_factory=list)
     non_private: list[str] = field(default_factory=list)  # reasons this release is not DP (e.g. oracle budget)
     private_notes: dict[str, Any] = field(default_factory=dict, repr=False)  # true counts: never rendered
+    #: a data-dependent structure (e.g. PrivTree): name, private_structure, its spends and their composed cost
+    decomposition: dict[str, Any] = field(default_factory=dict)
     # provenance: which release this is, by what, when, under which trust model and accounting
     release_id: str = field(default_factory=lambda: str(uuid.uuid4()))  # also in the table file's metadata
     created: str = field(default_factory=lambda: _utc_now())  # UTC, ISO 8601
@@ -127,8 +129,9 @@ class Ledger:
 
     @property
     def spent(self) -> float:
-        """Total spend in the mechanism's unit (sum over levels: basic composition)."""
-        return float(math.fsum(ls.budget for ls in self.levels))
+        """Total spend in the mechanism's unit (sum over levels and the structure's cost:
+        basic composition)."""
+        return float(math.fsum([ls.budget for ls in self.levels] + [self.decomposition.get("spent", 0.0)]))
 
     def by_level(self) -> dict[str, float]:
         return {ls.level: ls.budget for ls in self.levels}
@@ -188,6 +191,8 @@ class Ledger:
         if len(units) > 1:
             raise ValueError(f"levels are budgeted in several units {sorted(units)}")
         acc = Accountant(unit=units.pop() if units else ("rho" if self.guarantee != "pure" else "epsilon"))
+        for s in self.decomposition.get("spends", []):
+            acc.spend(s["amount"], label=s["label"], unit=s["unit"])
         for ls in self.levels:
             if ls.measured:
                 acc.spend(ls.budget, label=ls.level, delta=ls.delta)
@@ -208,6 +213,11 @@ class Ledger:
         if self.max_contributions is not None:
             lines.append(f"  max contributions per unit: {self.max_contributions}")
         lines.append(f"  mechanism: {self.mechanism}; budget: {self.budget_strategy}")
+        if self.decomposition:
+            kind = "private output" if self.decomposition.get("private_structure") else "public"
+            what = self.decomposition.get("description") or self.decomposition.get("name", "")
+            lines.append(f"  structure ({kind}): {what}")
+            lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}" for s in self.decomposition.get("spends", []))
         for ls in self.levels:
             spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"
             if ls.delta:

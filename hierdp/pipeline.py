@@ -18,6 +18,7 @@ import numpy as np
 
 from hierdp import registry, rules
 from hierdp.accounting import Accountant
+from hierdp.decompositions.base import Structure
 from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, PluginError, PrivacyError
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
@@ -121,6 +122,7 @@ def release(
     session: Session | None = None,
     notes: Sequence[str] = (),
     private_notes: Mapping[str, Any] | None = None,
+    structure: Structure | None = None,
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
 
@@ -133,6 +135,11 @@ def release(
     overspend. With ``seed`` the randomness is reproducible: a
     :class:`~hierdp.errors.NotForPublicationWarning` is raised and the ledger and written
     tables are marked NOT FOR PUBLICATION.
+
+    ``structure``: the :class:`~hierdp.decompositions.base.Structure` ``tree`` came from.
+    A data-dependent one (e.g. ``privtree``) already spent ``structure.spends`` choosing the
+    tree: they are paid from the total first (the plan measures with what is left), the
+    ledger composes both and records the structure as a private output.
 
     >>> import numpy as np, hierdp, warnings
     >>> t = hierdp.Tree.complete(fanout=2, height=2)
@@ -153,8 +160,10 @@ def release(
     if session is not None:
         session.check(guarantee)
     rng = make_rng(seed)
-    meas = the_plan.measure(tree, tree.to_internal(vals), total=total, delta=delta, sensitivity=sens, rng=rng)
     acc = Accountant(unit="rho" if the_plan.budget_unit == "rho" else "epsilon", budget=total)
+    decomposition = _structure_spends(acc, structure, tree)
+    meas = the_plan.measure(tree, tree.to_internal(vals), total=total - acc.total, delta=delta, sensitivity=sens,
+                            rng=rng)
     for s in meas.spends:  # refuses a plan that spent more than the total
         acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
     if delta is not None and acc.delta_total > delta * (1 + rules.SUM_RTOL):
@@ -170,9 +179,9 @@ def release(
         guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
         rho=guarantee.get("rho"), privacy_unit=privacy_unit, max_contributions=max_contributions,
         mechanism=fields["mechanism"], budget_strategy=fields["budget_strategy"], plan=the_plan.name,
-        levels=list(meas.levels), structure=tree.provenance, postprocess=[pp.name for pp in pps], seed=seed,
+        levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance, postprocess=[pp.name for pp in pps], seed=seed,
         secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(notes),
-        private_notes=dict(private_notes or {}),
+        private_notes=dict(private_notes or {}), decomposition=decomposition,
     )
     ledger.non_private.extend(meas.info.get("non_private", []))
     ledger.non_private.extend(the_plan.non_private_reasons())
@@ -187,6 +196,23 @@ def release(
         measurements=external_estimate(tree, Estimate(meas.values, meas.variance, dict(meas.info))),
         ledger=ledger,
     )
+
+
+def _structure_spends(acc: Accountant, structure: Structure | None, tree: Tree) -> dict[str, Any]:
+    """Pay a data-dependent structure's spends first; the ledger's ``decomposition`` entry."""
+    if structure is None:
+        return {}
+    if structure.tree is not tree:
+        raise DataError("structure= must be the Structure the released tree came from (structure.tree is tree)")
+    for s in structure.spends:  # refuses a structure that spent more than the total
+        acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
+    if structure.spends and not acc.total < acc.budget:
+        raise BudgetError(f"the structure spent the whole budget ({acc.total:g}); nothing is left to measure counts")
+    return {"name": getattr(structure, "method", "") or type(structure).__name__,
+            "description": str(getattr(structure, "description", "")),
+            "private_structure": bool(structure.private_structure),
+            "spends": [{"label": s.label, "amount": s.amount, "unit": s.unit} for s in structure.spends],
+            "spent": acc.total}
 
 
 def _unmeasured_missing(est: Estimate, pps: list) -> Estimate:

@@ -2,7 +2,9 @@
 
 * :func:`error_vs_epsilon` — one line per configuration, error against the total budget
   on log axes (Dawson et al. 2023, Figures 4-5: RMSRE_τ(T) vs ε);
-* :func:`error_by_level` — one line per configuration across the levels of the tree.
+* :func:`error_by_level` — one line per configuration across the levels of the tree;
+* :func:`decomposition` — the leaf cells of a private spatial decomposition (PrivTree,
+  SimpleTree, grid) over the public box, shaded by estimated density (Zhang et al. 2016).
 
 matplotlib is optional (``pip install 'hierdp[plot]'``) and imported only when a plot is
 drawn. Without ``ax`` a new figure is made without pyplot (no global state); the axes
@@ -18,7 +20,7 @@ import pandas as pd
 
 from hierdp.errors import DataError, MissingDependencyError
 
-__all__ = ["error_vs_epsilon", "error_by_level"]
+__all__ = ["error_vs_epsilon", "error_by_level", "decomposition"]
 
 
 def _axes(ax: Any, figsize: tuple[float, float]):
@@ -133,4 +135,35 @@ def error_by_level(results: pd.DataFrame, metric: str | None = None, *, epsilon:
     ax.set_title(title if title is not None else f"{metric} by level")
     ax.legend(fontsize="small")
     ax.grid(True, axis="y", which="both", alpha=0.3)
+    return ax
+
+
+def decomposition(result: Any, *, dims: tuple[int, int] = (0, 1), ax: Any = None, shade: bool = True,
+                  cmap: str = "viridis", figsize: tuple[float, float] = (6.0, 6.0)):
+    """The leaf regions of a points release (:class:`hierdp.frontends.points.PointsResult`)
+    over its public box: cell outlines, shaded by released density (estimate / area, clipped
+    at 0) when ``shade``. Two of the coordinates (``dims``) are drawn."""
+    st = getattr(result, "structure", None)
+    if st is None or getattr(st, "lows", None) is None:
+        raise DataError("plot.decomposition needs the result of a points release (e.g. df.dptree.privtree(...))")
+    from matplotlib.collections import PolyCollection
+
+    ax = _axes(ax, figsize)
+    i, j = dims
+    leaves = np.flatnonzero(st.is_leaf)
+    lo, hi = st.lows[leaves], st.highs[leaves]
+    boxes = np.stack([np.c_[lo[:, i], lo[:, j]], np.c_[hi[:, i], lo[:, j]], np.c_[hi[:, i], hi[:, j]],
+                      np.c_[lo[:, i], hi[:, j]]], axis=1)
+    coll = PolyCollection(boxes, edgecolors="0.3", linewidths=0.2, facecolors="none")
+    if shade:
+        area = np.prod(hi - lo, axis=1)
+        dens = np.clip(np.asarray(result.estimate.values, dtype=float)[leaves], 0, None) / area
+        coll.set_array(np.log1p(dens))
+        coll.set_cmap(cmap)
+    ax.add_collection(coll)
+    ax.set_xlim(*st.bounds[i])
+    ax.set_ylim(*st.bounds[j])
+    ax.set_xlabel(st.columns[i])
+    ax.set_ylabel(st.columns[j])
+    ax.set_title(f"{st.method}: {leaves.size:,} leaves")
     return ax

@@ -30,7 +30,14 @@ class TestPerLevelWithAGaussianMechanism(BasePlanTests):
 
 
 _PEOPLE = pd.DataFrame({"state": ["A", "A", "B", "B", "B"], "county": ["x", "y", "z", "z", "w"]})
-_DATA = {"declared": (dict(levels=["state", "county"], domains="observed"), _PEOPLE)}
+_POINTS = pd.DataFrame(np.random.default_rng(0).uniform(0, 1, size=(400, 2)) ** 3, columns=["x", "y"])
+_BOX = dict(columns=["x", "y"], bounds=[(0.0, 1.0), (0.0, 1.0)])
+_DATA = {
+    "declared": (dict(levels=["state", "county"], domains="observed"), _PEOPLE),
+    "privtree": (_BOX, _POINTS),
+    "simpletree": (dict(_BOX, height=4), _POINTS),
+    "grid": (dict(_BOX, n=400), _POINTS),
+}
 
 
 @pytest.mark.parametrize("name", DECOMPOSITIONS)

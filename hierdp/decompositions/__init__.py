@@ -3,11 +3,13 @@
 
 from hierdp.decompositions.base import Decomposition, Structure
 from hierdp.decompositions.declared import Declared, DeclaredStructure, build_structure
+from hierdp.decompositions.privtree import PrivTree, SimpleTree, SpatialStructure, UniformGrid
 from hierdp.plugins.markers import hookimpl
 
-__all__ = ["Decomposition", "Structure", "Declared", "DeclaredStructure", "build_structure"]
+__all__ = ["Decomposition", "Structure", "Declared", "DeclaredStructure", "build_structure",
+           "PrivTree", "SimpleTree", "UniformGrid", "SpatialStructure"]
 
 
 @hookimpl
 def hierdp_register_decompositions():
-    return [Declared]
+    return [Declared, PrivTree, SimpleTree, UniformGrid]

@@ -24,6 +24,7 @@ from hierdp.errors import DataError, PrivacyError, expected_one_of
 from hierdp.frontends._cells import cell_codes, cell_sizes, cells_notes, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.counting import check_counts, count_cells, count_rows
+from hierdp.frontends.points import release_points
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
 from hierdp.rng import make_rng
@@ -249,6 +250,15 @@ class DPTreeFrameAccessor:
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
         return DPTree(self._obj, levels, domains, count=count, unit=unit, max_contributions=max_contributions,
                       unknown=unknown, root=root, spent=self._spent, cells=cells)
+
+    def privtree(self, columns: Sequence[str], bounds: Any, epsilon: float | None = None, **kwargs: Any):
+        """A private spatial decomposition of the points in ``columns`` inside the public
+        ``bounds`` and its region counts: :func:`hierdp.frontends.points.release_points`
+        (``method="privtree"`` by default; ``"simpletree"`` and ``"grid"`` for baselines)."""
+        result = release_points(self._obj, columns, bounds, epsilon=epsilon, **kwargs)
+        led = result.ledger
+        self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
+        return result
 
 
 @pd.api.extensions.register_series_accessor("dptree")

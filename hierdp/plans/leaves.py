@@ -1,0 +1,78 @@
+"""The built-in plan ``leaves``: one mechanism call on the leaves only.
+
+Each privacy unit lies in one leaf (or, with ``max_contributions`` = c, changes the leaf
+vector by at most the sensitivity), and the leaves of any tree are disjoint, so measuring
+all of them — at whatever depths they sit — costs the total once (parallel composition).
+Internal nodes are not measured (variance ``inf``); a consistent post-processor (BLUE,
+GMC) gives them the sum of their leaves. This is how PrivTree (Zhang et al. 2016, §3.4)
+releases counts on its decomposition, whose leaves are at different depths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierdp import rules
+from hierdp.accounting import Spend, total_budget
+from hierdp.errors import BudgetError
+from hierdp.ledger import LevelSpend
+from hierdp.plans.base import Plan
+from hierdp.plans.per_level import resolve_mechanism
+from hierdp.postprocessors.base import Measurements
+
+if TYPE_CHECKING:
+    from hierdp.mechanisms.base import Sensitivity
+    from hierdp.rng import RandomSource
+    from hierdp.tree import Tree
+
+__all__ = ["Leaves"]
+
+
+class Leaves(Plan):
+    """Measure every leaf with ``mechanism`` (default ``discrete_laplace``) at the whole
+    total; internal nodes are left to post-processing."""
+
+    name = "leaves"
+
+    def __init__(self, mechanism: Any = "discrete_laplace") -> None:
+        self.mechanism = resolve_mechanism(mechanism)
+
+    @property
+    def budget_unit(self) -> str:
+        return "approx" if self.mechanism.delta_per_use > 0 else self.mechanism.budget_unit
+
+    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
+        mech = self.mechanism
+        if mech.delta_per_use > 0:
+            eps, _ = total_budget("epsilon", epsilon=epsilon, rho=rho, mechanism=mech.name)
+            return eps, {"guarantee": "approx", "epsilon": eps, "delta": delta, "rho": None}
+        return total_budget(mech.budget_unit, epsilon=epsilon, delta=delta, rho=rho, mechanism=mech.name)
+
+    def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
+                sensitivity: Sensitivity, rng: RandomSource) -> Measurements:
+        mech = self.mechanism
+        if not total > 0:
+            raise BudgetError("no budget left for the leaf counts; lower the structure's share")
+        rules.enforce(rules.delta_mechanism_problem(mech.name, mech.delta_per_use, 1, delta), BudgetError)
+        leaves = np.flatnonzero(tree.internal.n_children == 0)  # internal ids of the leaves
+        out_dtype = np.int64 if (mech.integer and np.issubdtype(values.dtype, np.integer)) else np.float64
+        noisy = np.zeros(values.shape, dtype=out_dtype)
+        variance = np.full(tree.n_nodes, np.inf)
+        noisy[leaves] = mech.sample(values[leaves], total, sensitivity, rng)
+        var = float(mech.variance(total, sensitivity))
+        variance[leaves] = var
+        unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"
+        level = LevelSpend(level="leaves", depth=-1, budget=float(total), unit=mech.budget_unit,
+                           mechanism=mech.name, n_nodes=int(leaves.size), noise_variance=var,
+                           sensitivity_l1=sensitivity.l1, sensitivity_l2=sensitivity.l2)
+        return Measurements(values=noisy, variance=variance,
+                            spends=[Spend(float(total), unit, label="leaves", delta=mech.delta_per_use)],
+                            levels=[level], info={"budget_strategy": "leaves only"})
+
+    def ledger_fields(self) -> dict[str, str]:
+        return {"mechanism": self.mechanism.name, "budget_strategy": "leaves only (parallel composition)"}
+
+    def __repr__(self) -> str:
+        return f"<plan 'leaves' mechanism={self.mechanism.name!r}>"

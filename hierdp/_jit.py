@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["numba", "cache_dir", "preferred_cache_dir", "cache_is_cold", "mark_cache_warm", "CACHE_ENV"]
+__all__ = ["numba", "cache_dir", "preferred_cache_dir", "shared_kernels_tag", "cache_is_cold", "mark_cache_warm",
+           "CACHE_ENV"]
 
 CACHE_ENV = "HIERDP_CACHE_DIR"
 
@@ -67,11 +68,32 @@ def cache_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix="hierdp-cache-"))  # a fresh private folder always works
 
 
+def shared_kernels_tag() -> str:
+    """A hash of the kernels every other kernel module inlines (``hierdp/_kernel_common.py``).
+
+    numba keys a cached function by its own file only, so a kernel that inlines a helper
+    from another module would keep running the helper's old machine code after an edit;
+    keying the cache folder by the helper's source makes such an edit start a fresh cache.
+    """
+    import hashlib
+
+    src = Path(__file__).resolve().parent / "_kernel_common.py"
+    try:
+        return hashlib.sha1(src.read_bytes()).hexdigest()[:10]
+    except OSError:  # pragma: no cover - a broken install
+        return "unknown"
+
+
 def _configure() -> Path | None:
-    """Point numba at :func:`cache_dir` unless the user chose ``NUMBA_CACHE_DIR``."""
+    """Point numba at :func:`cache_dir` (a subfolder per version of the shared inlined
+    kernels, see :func:`shared_kernels_tag`) unless the user chose ``NUMBA_CACHE_DIR``."""
     if os.environ.get("NUMBA_CACHE_DIR"):
         return Path(os.environ["NUMBA_CACHE_DIR"])
-    folder = cache_dir()
+    folder = cache_dir() / f"kernels-{shared_kernels_tag()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        folder = cache_dir()
     os.environ["NUMBA_CACHE_DIR"] = str(folder)
     if "numba" in sys.modules:  # numba was imported first: it has read its config already
         sys.modules["numba"].config.CACHE_DIR = str(folder)

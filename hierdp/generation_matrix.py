@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from hierdp import _gm_kernels as GK
+from hierdp import _gm_passes as GP
 from hierdp.errors import DataError, HierarchyError
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def upward(tree: Tree, v: np.ndarray, w_node=None, w_edge=None) -> np.ndarray:
     """Upward propagation ``z = G^-T v`` (Prop. 2, formula 14) in one bottom-up pass."""
     a, shape = _as2d(tree, v)
     out = np.empty_like(a)
-    GK.upward_2d(tree.internal.parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
+    GP.upward_2d(tree.internal.parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
     return out.reshape(shape)
 
 
@@ -147,7 +147,7 @@ def downward(tree: Tree, v: np.ndarray, w_node=None, w_edge=None) -> np.ndarray:
     """Downward propagation ``z = G^-1 v`` (Prop. 3, formula 15) in one top-down pass."""
     a, shape = _as2d(tree, v)
     out = np.empty_like(a)
-    GK.downward_2d(tree.internal.parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
+    GP.downward_2d(tree.internal.parent, _weights(tree, w_node, "w_node"), _weights(tree, w_edge, "w_edge"), a, out)
     return out.reshape(shape)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp import _kernels as K
+from hierdp import _tree_kernels as K
 from hierdp.errors import HierarchyError
 
 __all__ = ["Tree", "InternalArrays"]

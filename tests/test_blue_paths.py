@@ -1,4 +1,4 @@
-"""BLUE's one-histogram kernels (``_kernels.blue_1d`` and ``blue_flat_1d``, fused validation)
+"""BLUE's one-histogram kernels (``_blue_kernels.blue_1d`` and ``blue_flat_1d``, fused validation)
 against the general k-column kernel and hand-computed cases, on every tree layout they
 distinguish."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hierdp
-from hierdp import _kernels as K
+from hierdp.postprocessors import _blue_kernels as K
 from hierdp.errors import DataError
 from hierdp.postprocessors import blue as B
 from hierdp.postprocessors.blue import blue

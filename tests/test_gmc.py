@@ -143,7 +143,7 @@ def test_theorem_5_monte_carlo_syndata():
 def test_stage2_leaf_kernels_agree(n, seed):
     """Formula (39) leaves run by run and one by one (both 1-D kernels, whichever the
     dispatch picks) give the same projection as the dense solve."""
-    from hierdp import _gm_kernels as GK
+    from hierdp.postprocessors import _gmc_kernels as GK
 
     rng = np.random.default_rng(seed)
     tree = _tree(n, seed)

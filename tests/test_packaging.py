@@ -48,13 +48,13 @@ def _probe(env: dict[str, str], code: str) -> str:
 
 def test_numba_is_pointed_at_the_cache_folder_before_it_is_imported(tmp_path):
     code = "import hierdp._jit, numba; print(numba.config.CACHE_DIR)"
-    assert _probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")}, code) == str(tmp_path / "h")
+    assert Path(_probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")}, code)).parent == tmp_path / "h"
     # the user's own NUMBA_CACHE_DIR always wins
     assert _probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h"), "NUMBA_CACHE_DIR": str(tmp_path / "n")},
                   code) == str(tmp_path / "n")
     # numba imported first (by the user): hierdp still moves the cache out of site-packages
-    assert _probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")},
-                  "import numba, hierdp._jit; print(numba.config.CACHE_DIR)") == str(tmp_path / "h")
+    assert Path(_probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")},
+                       "import numba, hierdp._jit; print(numba.config.CACHE_DIR)")).parent == tmp_path / "h"
 
 
 def test_no_writable_home_still_imports_and_runs(tmp_path):
@@ -149,3 +149,18 @@ def test_runtime_dependencies_cover_what_the_demo_imports():
     assert "cryptography" in deps  # the secure source's ChaCha20
     for dev_only in ("pytest", "matplotlib", "nbclient"):
         assert dev_only not in deps
+
+
+def test_the_kernel_cache_folder_follows_the_shared_inlined_kernels(monkeypatch, tmp_path):
+    """Editing hierdp/_kernel_common.py (inlined into other modules' kernels) must not leave
+    callers on stale cached machine code: the cache folder is keyed by its source."""
+    import hierdp._jit as jit
+
+    real = Path(jit.__file__).resolve().parent / "_kernel_common.py"
+    copy = tmp_path / "_kernel_common.py"
+    copy.write_bytes(real.read_bytes())
+    monkeypatch.setattr(jit, "__file__", str(tmp_path / "_jit.py"))
+    before = jit.shared_kernels_tag()
+    copy.write_bytes(real.read_bytes() + b"\n# an edit\n")
+    assert jit.shared_kernels_tag() != before
+    assert f"kernels-{jit.shared_kernels_tag()}" not in str(jit.CACHE_DIR)  # the live folder is this install's

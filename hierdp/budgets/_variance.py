@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 from hierdp._jit import numba as nb
 import numpy as np
 
+from hierdp._kernel_common import blue_combine
+
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
@@ -255,7 +257,8 @@ def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, u, su, out):
     ``lvar`` (n_levels, C): input variance of every node of a level (inf = unmeasured,
     0 = exact). Work arrays ``u``, ``su`` and the result ``out`` have shape (C, m): one
     contiguous row per candidate, swept one candidate at a time (cache friendly). Same
-    case analysis as :func:`hierdp._kernels.blue_2d`.
+    case analysis as :func:`hierdp.postprocessors._blue_kernels.blue_2d`
+    (:func:`hierdp._kernel_common.blue_combine` for the merge).
     """
     m = cparent.shape[0]
     C = lvar.shape[1]
@@ -274,16 +277,8 @@ def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, u, su, out):
             vi = lvar[cdepth[i], c]
             if cleaf[i]:
                 ui = vi
-            else:
-                U = sc[i]
-                if vi == inf:
-                    ui = U
-                elif U == inf:
-                    ui = vi
-                elif vi == 0.0 or U == 0.0:
-                    ui = 0.0
-                else:
-                    ui = vi * U / (vi + U)
+            else:  # the variance half of the BLUE combine rule (no values here)
+                _, ui = blue_combine(0.0, vi, 0.0, sc[i])
             uc[i] = ui
             p = cparent[i]
             if p >= 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import numba as nb
+from hierdp._jit import numba as nb
 import numpy as np
 import pandas as pd
 

@@ -16,7 +16,8 @@ import numpy as np
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["Estimate", "Measurements", "PostProcessor", "node_values", "node_variance"]
+__all__ = ["Estimate", "Measurements", "PostProcessor", "node_values", "node_variance", "finite_values",
+           "checked_variance"]
 
 
 def _floats(a: Any, what: str) -> np.ndarray:
@@ -55,6 +56,29 @@ def node_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray:
         raise DataError(f"variance must have shape {' or '.join(map(str, allowed))}, got {v.shape}")
     return v
 
+
+
+def finite_values(tree: Tree, values: Any) -> np.ndarray:
+    """:func:`node_values`, and a one-line DataError if any value is NaN or infinite."""
+    from hierdp.errors import DataError
+
+    y = node_values(tree, values)
+    if not np.all(np.isfinite(y)):
+        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
+    return y
+
+
+def checked_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray | None:
+    """:func:`node_variance` (``None`` passes through), and a one-line DataError if any
+    variance is NaN or negative (``inf`` marks an unmeasured node, 0 an exact one)."""
+    from hierdp.errors import DataError
+
+    if variance is None:
+        return None
+    v = node_variance(tree, variance, shape)
+    if np.any(np.isnan(v)) or np.any(v < 0):
+        raise DataError("variances must be non-negative (inf marks an unmeasured node)")
+    return v
 
 @dataclass
 class Measurements:

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp import _gm_kernels as GK
 from hierdp.errors import DataError
-from hierdp.postprocessors.base import Estimate, PostProcessor
-from hierdp.postprocessors.gmc import _check_values, _check_variance
+from hierdp.postprocessors import _baseline_kernels as BLK
+from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -53,8 +52,8 @@ class Processless(PostProcessor):
     linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        y = _check_values(tree, estimate.values)
-        var = _check_variance(tree, estimate.variance, y.shape)
+        y = finite_values(tree, estimate.values)
+        var = checked_variance(tree, estimate.variance, y.shape)
         return Estimate(y.copy(), None if var is None else var.copy(), _meas_info(estimate, "none"))
 
 
@@ -70,7 +69,7 @@ def boosting(tree: Tree, values: np.ndarray) -> np.ndarray:
 
     Warns :class:`BoostingWarning` when the tree is not a complete k-ary tree.
     """
-    y = _check_values(tree, values)
+    y = finite_values(tree, values)
     k = int(tree.internal.n_children[0])
     if tree.n_nodes > 1 and not _is_complete(tree, k):
         warnings.warn(
@@ -81,7 +80,7 @@ def boosting(tree: Tree, values: np.ndarray) -> np.ndarray:
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty_like(y2)
     z = np.empty_like(y2)
-    GK.boosting_2d(tree.internal.parent, tree.internal.height, tree.internal.child_ptr, tree.internal.child_idx, max(k, 1), y2, out, z)
+    BLK.boosting_2d(tree.internal.parent, tree.internal.height, tree.internal.child_ptr, tree.internal.child_idx, max(k, 1), y2, out, z)
     return out.reshape(y.shape)
 
 
@@ -94,8 +93,8 @@ class Boosting(PostProcessor):
     linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        y = _check_values(tree, estimate.values)
-        var = _check_variance(tree, estimate.variance, y.shape)
+        y = finite_values(tree, estimate.values)
+        var = checked_variance(tree, estimate.variance, y.shape)
         if var is not None and not np.all(np.isfinite(var)):
             raise DataError("boosting needs every level measured (an unmeasured level's values are placeholders); "
                             "use 'blue' or 'gmc'")
@@ -150,9 +149,9 @@ def privtrie(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
 
     ``variance``: per-node variances (finite, positive), default uniform. Internal order.
     """
-    y = _check_values(tree, values)
+    y = finite_values(tree, values)
     n = tree.n_nodes
-    var = _check_variance(tree, variance, y.shape)
+    var = checked_variance(tree, variance, y.shape)
     if var is None:
         var = np.ones(n)
     if not np.all(np.isfinite(var)) or np.any(var <= 0):
@@ -194,12 +193,12 @@ def dense_ls(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
     the diagonal of ``A (A^T W A)^+ A^T``, and ``inf`` for nodes the measurements do not
     determine (their row of A is outside the row space of the measured rows). Raises for more than ``DENSE_MAX_NODES`` nodes.
     """
-    y = _check_values(tree, values)
+    y = finite_values(tree, values)
     n = tree.n_nodes
     if n > DENSE_MAX_NODES:
         raise DataError(f"the dense solver is for trees of at most {DENSE_MAX_NODES} nodes (got {n}); "
                         "use 'gmc' or 'blue'")
-    var = _check_variance(tree, variance, y.shape)
+    var = checked_variance(tree, variance, y.shape)
     if var is None:
         var = np.ones(n)
     if np.any(var == 0):

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierdp import _kernels as K
-from hierdp._kernels import aligned_empty as _aligned_empty
+from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
+from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
 
 if TYPE_CHECKING:
@@ -36,8 +36,8 @@ def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
     return y, y2, v2, v.shape
 
 
-#: Use :func:`hierdp._kernels.blue_flat_1d` when more than this fraction of nodes start a
-#: fan-out different from the previous internal node's (each change costs the per-parent
+#: Use :func:`hierdp.postprocessors._blue_kernels.blue_flat_1d` when more than this
+#: fraction of nodes start a fan-out different from the previous internal node's (each change costs the per-parent
 #: kernel a branch miss per pass). Measured on this project's 2-core VM (ratios to a numpy
 #: pass): random fan-out 2-5 (0.23 changes per node) 9.3x per-parent vs 7.4x flat; binary
 #: (0) 6.0x vs 7.2x; census-like (0.03) 5.9x vs 7.7x.
@@ -49,7 +49,7 @@ class _BlueStructure:
     """Structure arrays of the one-histogram kernels (public structure only)."""
 
     n1: int
-    first: np.ndarray                 # see K.blue_structure
+    first: np.ndarray                 # see BK.blue_structure
     cidx: np.ndarray
     flat_parent: np.ndarray | None    # int32/64 parents when the flat kernel is chosen
     _pool: list = field(default_factory=list, repr=False)
@@ -78,7 +78,7 @@ def _check_exact(y2: np.ndarray, v2: np.ndarray, x2: np.ndarray) -> None:
 def _structure(tree: Tree) -> _BlueStructure:
     st = tree.cache.get(_STRUCT_KEY)  # immutable structure arrays; a racing rebuild is harmless
     if st is None:
-        n1, first, cidx = K.blue_structure(tree.internal.parent, tree.internal.n_children)
+        n1, first, cidx = BK.blue_structure(tree.internal.parent, tree.internal.n_children)
         fan = tree.internal.n_children[:n1]
         changes = int(np.count_nonzero(fan[1:] != fan[:-1])) if n1 > 1 else 0
         flat_parent = None
@@ -105,19 +105,19 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     infinite variance carry no weight; where the data leave a node's value undetermined
     its residual share is split in proportion to leaf counts and its variance is ``inf``.
     Runs in O(n k): two passes of a compiled loop. For one histogram with one variance
-    per node the kernels also validate the input: :func:`hierdp._kernels.blue_1d` (loops
+    per node the kernels also validate the input: :func:`hierdp.postprocessors._blue_kernels.blue_1d` (loops
     over each parent's children) or, on trees whose fan-out keeps changing,
-    :func:`hierdp._kernels.blue_flat_1d` (loops over nodes only).
+    :func:`hierdp.postprocessors._blue_kernels.blue_flat_1d` (loops over nodes only).
     """
     y, y2, v2, vshape = _as_2d_pair(tree, values, variance)
     n = tree.n_nodes
     if y2.shape[1] != 1 or v2.shape[1] != 1:
-        bad = K.check_values_variances(y2, v2)  # one fused pass, no temporaries
+        bad = BK.check_values_variances(y2, v2)  # one fused pass, no temporaries
         if bad:
             raise DataError(_BAD_INPUT[bad])
         x = np.empty_like(y2)
         xv = np.empty_like(v2)
-        K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, v2, x, xv)
+        BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, v2, x, xv)
         if np.any(v2 == 0.0):
             _check_exact(y2, v2, x)
         return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})
@@ -129,11 +129,11 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     if st.flat_parent is not None:
         work = st.scratch()
         try:
-            bad = K.blue_flat_1d(st.flat_parent, st.n1, y1, v1, x, xv, work)
+            bad = BK.blue_flat_1d(st.flat_parent, st.n1, y1, v1, x, xv, work)
         finally:
             st._pool.append(work)
     if bad == 3:  # the per-parent kernel (also handles uninformative or exact children)
-        bad = K.blue_1d(st.first, st.cidx, tree.internal.leafcount, st.n1, y1, v1, x, xv)
+        bad = BK.blue_1d(st.first, st.cidx, tree.internal.leafcount, st.n1, y1, v1, x, xv)
     if bad == 5:
         _check_exact(y2, v2, x.reshape(n, 1))
         bad = 0

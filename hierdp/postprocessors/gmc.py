@@ -9,7 +9,7 @@ passes; formula (36) (square roots) on request.
 Non-uniform variances (per-level budgets) use the weighted generalisation the paper
 points to: ``v - D M (M^T D M)^-1 M^T v`` with ``D = diag(variances)``; ``M^T D M`` is
 factorised by the same bottom-up recursion as Alg. 1 (``theta'_i = d_i + U_i``, see
-:func:`hierdp._gm_kernels.gmc_weighted_stage1`). Its result is the weighted
+:func:`hierdp.postprocessors._gmc_kernels.gmc_weighted_stage1`). Its result is the weighted
 least-squares consistent estimate, i.e. the BLUE of Dawson et al. (Theorem 8 there).
 
 Chaining: the chain (:mod:`hierdp.postprocessors.chain`) hands the *measurement*
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp import _gm_kernels as GK
-from hierdp import _kernels as K
-from hierdp._kernels import aligned_empty as _aligned_empty
+from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
-from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
+from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.postprocessors import _gmc_kernels as GK
+from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["GMC", "GMCStructure", "gmc_structure", "gmc", "gmc_weighted"]
 
 _CACHE_KEY = "gmc.structure"
-#: Stage 2 visits leaves one by one (:func:`hierdp._gm_kernels.gmc_39_1d_flat`) when the
+#: Stage 2 visits leaves one by one (:func:`hierdp.postprocessors._gmc_kernels.gmc_39_1d_flat`) when the
 #: runs of sibling leaves are shorter than this on average, else run by run. Measured on
 #: this project's 2-core VM (ratio to a numpy pass, run by run vs one by one): binary
 #: (runs of 2) 4.7x vs 4.3x, random fan-out 2-5 (2.9) 6.1x vs 4.7x, census-like (52) 3.2x
@@ -69,7 +69,7 @@ class GMCStructure:
             n = tree.n_nodes
             x = np.empty((n, 1))
             xv = np.empty((n, 1))
-            K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros((n, 1)), np.ones((n, 1)), x, xv)
+            BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros((n, 1)), np.ones((n, 1)), x, xv)
             self._unit_variance = xv[:, 0]
             self._unit_variance.setflags(write=False)
         return self._unit_variance
@@ -94,22 +94,6 @@ def gmc_structure(tree: Tree) -> GMCStructure:
                           leaf_parent=leaf_parent)
         tree.cache[_CACHE_KEY] = st
     return st
-
-
-def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
-    y = node_values(tree, values)
-    if not np.all(np.isfinite(y)):
-        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
-    return y
-
-
-def _check_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray | None:
-    if variance is None:
-        return None
-    v = node_variance(tree, variance, shape)
-    if np.any(np.isnan(v)) or np.any(v < 0):
-        raise DataError("variances must be non-negative (inf marks an unmeasured node)")
-    return v
 
 
 def _work(st: GMCStructure, k: int) -> np.ndarray:
@@ -137,7 +121,7 @@ def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | 
         raise DataError(f"formula must be 36 or 39 (Cai et al.), got {formula!r}")
     st = gmc_structure(tree)
     if st.n1 == 0:
-        return _check_values(tree, y).copy()
+        return finite_values(tree, y).copy()
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     k = y2.shape[1]
     if out is None:
@@ -226,8 +210,8 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     positive (see :class:`GMC` for unmeasured nodes). Returns ``(estimate, variance of the
     estimate)``; stage 1 is cached per tree when the variances are constant per level.
     """
-    y = _check_values(tree, values)
-    v = _check_variance(tree, variance, y.shape)
+    y = finite_values(tree, values)
+    v = checked_variance(tree, variance, y.shape)
     if v is None or not np.all(np.isfinite(v)) or np.any(v <= 0):
         raise DataError("gmc_weighted needs finite, positive variances; use 'blue' for unmeasured or exact nodes")
     st = gmc_structure(tree)
@@ -244,7 +228,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
         xv = np.empty_like(x)
-        K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros_like(d2), d2, x, xv)
+        BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros_like(d2), d2, x, xv)
         f.variance = xv
     return o2.reshape(y.shape), f.variance.reshape(v.shape).copy()
 
@@ -265,7 +249,7 @@ class GMC(PostProcessor):
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         y = node_values(tree, estimate.values)
-        var = _check_variance(tree, estimate.variance, y.shape)
+        var = checked_variance(tree, estimate.variance, y.shape)
         info: dict[str, Any] = {"method": "gmc", "formula": self.formula}
         if var is None:
             return Estimate(gmc(tree, y, formula=self.formula), None, info)
@@ -276,7 +260,7 @@ class GMC(PostProcessor):
             uv = st.unit_variance(tree) * float(var.flat[0])
             ov = uv if var.ndim == 1 else np.repeat(uv[:, None], var.shape[1], axis=1)
             return Estimate(out, ov, info)
-        y = _check_values(tree, y)
+        y = finite_values(tree, y)
         if finite_pos:
             out, ov = gmc_weighted(tree, y, var)
             info["method"] = "gmc_weighted"

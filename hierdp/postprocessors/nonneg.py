@@ -30,11 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp import _gm_kernels as GK
-from hierdp import _kernels as K
 from hierdp.errors import DataError
-from hierdp.postprocessors.base import Estimate, PostProcessor
-from hierdp.postprocessors.gmc import _check_values, _check_variance
+from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.postprocessors import _nonneg_kernels as NK
+from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -49,7 +48,7 @@ class NonnegConvergenceWarning(UserWarning):
 def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
     x = np.empty_like(y2)
     xv = np.empty_like(d2)
-    K.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2, x, xv)
+    BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2, x, xv)
     return x
 
 
@@ -62,10 +61,10 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     unmeasured; must be > 0). Returns ``(x, info)``; ``x`` is consistent (it is the
     aggregate of its non-negative leaves) and non-negative.
     """
-    y = _check_values(tree, values)
+    y = finite_values(tree, values)
     n = tree.n_nodes
     k = 1 if y.ndim == 1 else y.shape[1]
-    var = _check_variance(tree, variance, y.shape)
+    var = checked_variance(tree, variance, y.shape)
     if var is None:
         var = np.ones(n)
     if np.any(var == 0):
@@ -90,7 +89,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     converged = False
     while True:
         it += 1
-        nbad = GK.nnls_step_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, n1, xhat, d2, fixed, tol, x, bad)
+        nbad = NK.nnls_step_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, n1, xhat, d2, fixed, tol, x, bad)
         if not nbad.any():
             converged = True
             break
@@ -108,7 +107,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
                 j = np.flatnonzero(bad[:, c])[-1]
                 fixed[j, c] = not fixed[j, c]
     # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated (in place)
-    resid, comp, objective = GK.nnls_finish_2d(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
+    resid, comp, objective = NK.nnls_finish_2d(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
     out = x
     info: dict[str, Any] = {
         "method": "nonneg",

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierdp import _gm_kernels as GK
 from hierdp.errors import DataError
-from hierdp.postprocessors.base import Estimate, PostProcessor
-from hierdp.postprocessors.gmc import _check_values, _check_variance
+from hierdp.postprocessors import _rounding_kernels as RK
+from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -34,7 +33,7 @@ _EXACT_MAX = 2.0**53
 
 def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> np.ndarray:
     """Consistent non-negative int64 counts within 1 of ``values`` (internal order)."""
-    y = _check_values(tree, values)
+    y = finite_values(tree, values)
     if not 0 <= atol < 0.5:
         raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
     if y.size and float(np.max(np.abs(y))) >= _EXACT_MAX:
@@ -42,7 +41,7 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
                         "scale the values down first")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty(y2.shape, np.int64)
-    GK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, y2, out, float(atol))
+    RK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, y2, out, float(atol))
     return out.reshape(y.shape)
 
 
@@ -63,5 +62,5 @@ class ControlledRounding(PostProcessor):
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         out = controlled_round(tree, estimate.values, atol=self.atol)
         info = {"method": "round"}
-        var = _check_variance(tree, estimate.variance, np.shape(estimate.values))
+        var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
         return Estimate(out, None if var is None else var.copy(), info)

@@ -1,8 +1,9 @@
-"""Compiled O(n) passes over trees numbered so that every parent precedes its children.
+"""Compiled two-pass BLUE (Dawson et al. 2023, Alg. 1 CombineEstimates + Alg. 2), used by
+:mod:`hierdp.postprocessors.blue` (and by ``gmc``/``nonneg`` for exact variances).
 
-Every kernel here is a single loop over node indices: a reverse loop visits children
-before parents (bottom-up), a forward loop visits parents before children (top-down).
-numba compiles them on first use and caches the machine code on disk.
+Arrays are in parent-before-child order (hierdp's internal order: every leaf in the
+trailing run ``[n1, n)``). A node's own measurement is merged with the sum of its
+children's estimates by :func:`hierdp._kernel_common.blue_combine`.
 """
 
 from __future__ import annotations
@@ -10,124 +11,9 @@ from __future__ import annotations
 from hierdp._jit import numba as nb
 import numpy as np
 
+from hierdp._kernel_common import blue_combine
+
 _jit = nb.njit(cache=True, nogil=True)
-
-
-def aligned_empty(shape: tuple, offset_lines: int) -> np.ndarray:
-    """float64 array whose data start ``offset_lines`` cache lines past a 4 KiB boundary.
-
-    Work arrays of ~2^k bytes that share an address modulo 4096 alias in the L1 cache
-    (measured 2-3x slowdowns on binary trees of height 23-24); staggering the offsets
-    avoids it.
-    """
-    n = int(np.prod(shape))
-    raw = np.empty(n + 4096 // 8 + 8 * offset_lines + 8, dtype=np.float64)
-    addr = raw.__array_interface__["data"][0]
-    skip = ((-addr) % 4096) // 8 + offset_lines * 8
-    return raw[skip:skip + n].reshape(shape)
-
-
-@_jit
-def depths_checked(parent):
-    """Depth of every node of an arbitrarily numbered parent array.
-
-    Returns ``(depth, bad)``: ``bad`` is -1 when the array is a tree, else a node on a cycle.
-    """
-    n = parent.shape[0]
-    depth = np.full(n, -1, np.int64)
-    state = np.zeros(n, np.int8)  # 0 unseen, 1 on the current path, 2 done
-    stack = np.empty(n, np.int64)
-    for i in range(n):
-        if state[i] == 2:
-            continue
-        top = 0
-        j = i
-        while j != -1 and state[j] == 0:
-            state[j] = 1
-            stack[top] = j
-            top += 1
-            j = parent[j]
-        if j != -1 and state[j] == 1:
-            return depth, j
-        base = -1 if j == -1 else depth[j]
-        while top > 0:
-            top -= 1
-            k = stack[top]
-            base += 1
-            depth[k] = base
-            state[k] = 2
-    return depth, -1
-
-
-@_jit
-def heights_in_order(parent, order):
-    """Node heights (leaves = 1, Generation Matrix Def. 2) visiting ``order`` (children first)."""
-    n = parent.shape[0]
-    h = np.ones(n, np.int64)
-    for t in range(n):
-        i = order[t]
-        p = parent[i]
-        if p >= 0 and h[p] < h[i] + 1:
-            h[p] = h[i] + 1
-    return h
-
-
-@_jit
-def depth_topological(parent):
-    n = parent.shape[0]
-    d = np.zeros(n, np.int64)
-    for i in range(1, n):
-        d[i] = d[parent[i]] + 1
-    return d
-
-
-@_jit
-def height_topological(parent):
-    n = parent.shape[0]
-    h = np.ones(n, np.int64)
-    for i in range(n - 1, 0, -1):
-        p = parent[i]
-        if h[p] < h[i] + 1:
-            h[p] = h[i] + 1
-    return h
-
-
-@_jit
-def sum_up_2d(parent, values, out):
-    """out[v] = sum of ``values`` over the subtree of v; values/out shape (n, k)."""
-    n, k = values.shape
-    for i in range(n):
-        for c in range(k):
-            out[i, c] = values[i, c]
-    for i in range(n - 1, 0, -1):
-        p = parent[i]
-        for c in range(k):
-            out[p, c] += out[i, c]
-    return out
-
-
-@_jit
-def sum_up_1d(parent, values, out):
-    n = values.shape[0]
-    for i in range(n):
-        out[i] = values[i]
-    for i in range(n - 1, 0, -1):
-        out[parent[i]] += out[i]
-    return out
-
-
-@_jit
-def ancestor_codes(parent, depth, codes, level):
-    """For each node, the code of its ancestor at depth ``level`` (-1 above that depth)."""
-    n = parent.shape[0]
-    out = np.full(n, -1, np.int64)
-    for i in range(n):
-        d = depth[i]
-        if d == level:
-            out[i] = codes[i]
-        elif d > level:
-            out[i] = out[parent[i]]
-    return out
 
 
 @_jit
@@ -186,25 +72,8 @@ def _blue_prefix_general(parent, n_children, leafcount, y, var, x, xvar, s, su, 
                 if c == 0 or kv > 1:
                     xvar[i, cv] = vi
                 continue
-            U = su[i, cv]
-            if U < 0.0:
-                U = inf
-            S = s[i, c]
-            if vi == inf:
-                zi = S
-                ui = U
-            elif U == inf:
-                zi = y[i, c]
-                ui = vi
-            elif vi == 0.0:
-                zi = y[i, c]
-                ui = 0.0
-            elif U == 0.0:
-                zi = S
-                ui = 0.0
-            else:
-                zi = (y[i, c] * U + S * vi) / (vi + U)
-                ui = vi * U / (vi + U)
+            U = su[i, cv]  # < 0: some child carries no information
+            zi, ui = blue_combine(y[i, c], vi, s[i, c], inf if U < 0.0 else U)
             x[i, c] = zi
             if c == 0 or kv > 1:
                 xvar[i, cv] = ui
@@ -337,24 +206,8 @@ def blue_2d(parent, n_children, leafcount, y, var, x, xvar):
                 zi = 0.0 if vi == inf else y[i, 0]
                 ui = vi
             else:
-                U = su[i, 0]
-                S = s[i, 0]
-                if U > 0.0 and 0.0 < vi < inf:
-                    r = 1.0 / (vi + U)
-                    zi = (y[i, 0] * U + S * vi) * r
-                    ui = vi * U * r
-                elif vi == inf:
-                    zi = S
-                    ui = inf if U < 0.0 else U
-                elif U < 0.0:
-                    zi = y[i, 0]
-                    ui = vi
-                elif vi == 0.0:
-                    zi = y[i, 0]
-                    ui = 0.0
-                else:  # U == 0
-                    zi = S
-                    ui = 0.0
+                U = su[i, 0]  # < 0: some child carries no information
+                zi, ui = blue_combine(y[i, 0], vi, s[i, 0], inf if U < 0.0 else U)
             x[i, 0] = zi
             xvar[i, 0] = ui
             p = parent[i]
@@ -548,22 +401,7 @@ def blue_1d(first, cidx, leafcount, n1, y, var, x, xvar):
         acc += yi * 0.0
         bad += not (vi >= 0.0)
         exact += vi == 0.0
-        if cnt == 0.0 and U > 0.0 and 0.0 < vi < inf:
-            r = 1.0 / (vi + U)
-            zi = (yi * U + S * vi) * r
-            ui = vi * U * r
-        elif vi == inf:
-            zi = S
-            ui = inf if cnt > 0.0 else U
-        elif cnt > 0.0:
-            zi = yi
-            ui = vi
-        elif vi == 0.0:
-            zi = yi
-            ui = 0.0
-        else:  # U == 0: the children determine z exactly
-            zi = S
-            ui = 0.0
+        zi, ui = blue_combine(yi, vi, S, inf if cnt > 0.0 else U)
         x[p] = zi
         xvar[p] = ui
         if park:
@@ -732,16 +570,7 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
         bad += not (vc >= 0.0)
         exact += vc == 0.0
         special += not (0.0 < U < inf)
-        if vc == inf:      # unmeasured: the children's sum
-            z = S
-            u = U
-        elif vc > 0.0 and U > 0.0:
-            r = 1.0 / (vc + U)
-            z = (yc * U + S * vc) * r
-            u = vc * U * r
-        else:              # exact (or U = 0, or invalid input: reported below)
-            z = yc
-            u = 0.0
+        z, u = blue_combine(yc, vc, S, U)  # U = inf, 0 or invalid input: reported below
         x[c] = z
         xvar[c] = u
         if c > 0:

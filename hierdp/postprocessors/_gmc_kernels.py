@@ -1,0 +1,314 @@
+"""Compiled GMC stages (Cai et al., Generation Matrix, Alg. 1-2, formulas 36 and 39, and
+the weighted variant), used by :mod:`hierdp.postprocessors.gmc`.
+
+All arrays are in descending-height ("internal") order: the root is 0, every parent
+precedes its children, the ``n1`` non-leaf nodes form the prefix ``[0, n1)`` and the
+leaves the suffix ``[n1, n)`` (Cai et al., Def. 3 and 6). Leaves that share a parent are
+stored as *runs* ``(start, stop, parent)`` so the leaf passes, which carry most of the
+nodes, read the values contiguously and never touch a per-leaf parent index.
+"""
+
+from __future__ import annotations
+
+from hierdp._jit import numba as nb
+import numpy as np
+
+_jit = nb.njit(cache=True, nogil=True)
+_jit_fast = nb.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
+
+
+@_jit
+def leaf_runs(parent, n1):
+    """Maximal runs of consecutive leaves (indices >= n1) with the same parent.
+
+    Returns ``(starts, parents)`` (int64); run r covers ``[starts[r], starts[r+1])`` with
+    ``starts[-1] == n``.
+    """
+    n = parent.shape[0]
+    count = 0
+    prev = -2
+    for i in range(n1, n):
+        if parent[i] != prev:
+            count += 1
+            prev = parent[i]
+    starts = np.empty(count + 1, np.int64)
+    pars = np.empty(count, np.int64)
+    r = 0
+    prev = -2
+    for i in range(n1, n):
+        if parent[i] != prev:
+            starts[r] = i
+            pars[r] = parent[i]
+            r += 1
+            prev = parent[i]
+    starts[count] = n
+    return starts, pars
+
+
+@_jit
+def gmc_theta(parent, n_children, n1):
+    """Alg. 1 of Cai et al.: theta_i = |C_i| - sum_{j in C_i, j <= n1} (1 + theta_j)^-1.
+
+    Returns ``theta' = theta + 1`` for the ``n1`` non-leaf nodes (formula 39's vector).
+    """
+    theta = np.empty(n1)
+    for i in range(n1):
+        theta[i] = n_children[i]
+    for i in range(n1 - 1, 0, -1):
+        theta[parent[i]] -= 1.0 / (1.0 + theta[i])
+    for i in range(n1):
+        theta[i] += 1.0
+    return theta
+
+
+@_jit
+def gmc_weighted_stage1(parent, n1, d, leaf_starts, leaf_parents):
+    """Stage 1 of the weighted GMC for node variances ``d`` (finite, > 0).
+
+    Factorises ``M^T D M = L^T L`` (the weighted analogue of Theorem 8) by the same
+    bottom-up recursion as Alg. 1: ``theta'_i = d_i + U_i`` with ``U_i = sum_c u_c``,
+    ``u_c = d_c`` for a leaf child and ``u_c = d_c U_c / theta'_c`` otherwise. Returns
+    ``(inv_theta, rho, u)`` on the non-leaf prefix with ``rho = d / theta'`` and
+    ``u = d (1 - rho)``. With ``d = 1`` this reduces to Alg. 1 (``theta' = 1 + theta``).
+    """
+    U = np.zeros(n1)
+    for r in range(leaf_parents.shape[0]):
+        s = 0.0
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            s += d[i]
+        U[leaf_parents[r]] += s
+    inv_theta = np.empty(n1)
+    rho = np.empty(n1)
+    u = np.empty(n1)
+    for i in range(n1 - 1, -1, -1):
+        th = d[i] + U[i]
+        inv_theta[i] = 1.0 / th
+        rho[i] = d[i] / th
+        u[i] = d[i] * U[i] / th
+        if i > 0:
+            U[parent[i]] += u[i]
+    return inv_theta, rho, u
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _leaf_sums_2d(n1, leaf_starts, leaf_parents, v, acc):
+    """``acc[:n1] = -(sum of each node's leaf-child values)``: the leaf part of ``M^T v``,
+    shared by the (n, k) GMC kernels (formulas 36 and 39)."""
+    k = v.shape[1]
+    for i in range(n1):
+        for c in range(k):
+            acc[i, c] = 0.0
+    for r in range(leaf_parents.shape[0]):
+        p = leaf_parents[r]
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            for c in range(k):
+                acc[p, c] -= v[i, c]
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _leaves_out_2d(n1, leaf_starts, leaf_parents, v, out, acc):
+    """``out = v - M y`` on the leaves (``acc`` holds y of their parents); a tree that is a
+    single node is returned as it is. Shared by the (n, k) GMC kernels."""
+    n, k = v.shape
+    for r in range(leaf_parents.shape[0]):
+        p = leaf_parents[r]
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            for c in range(k):
+                out[i, c] = v[i, c] + acc[p, c]
+    if n1 == 0:
+        for i in range(n):
+            for c in range(k):
+                out[i, c] = v[i, c]
+
+
+@_jit_fast
+def gmc_39_2d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
+    """Formula (39): v - M G^-1 (theta' * G^-T (M^T v)) with G = G_{T(1)}^(theta', 1).
+
+    ``v``/``out`` (n, k); ``work`` (n1, k) scratch. Bottom-up: ``z_i = (r_i + sum of the
+    non-leaf children's z) / theta'_i`` with ``r = M^T v``; top-down:
+    ``y_i = z_i + y_{f_i} / theta'_i``; then ``out = v - M y``.
+    """
+    n, k = v.shape
+    acc = work
+    _leaf_sums_2d(n1, leaf_starts, leaf_parents, v, acc)  # acc[p] = -(sum of p's leaf values)
+    # non-leaves bottom-up: z_i = (v_i + acc_i) / theta'_i ; acc[f] += z_i - v_i
+    for i in range(n1 - 1, 0, -1):
+        p = parent[i]
+        it = inv_theta[i]
+        for c in range(k):
+            z = (v[i, c] + acc[i, c]) * it
+            acc[i, c] = z
+            acc[p, c] += z - v[i, c]
+    if n1 > 0:
+        it = inv_theta[0]
+        for c in range(k):
+            z = (v[0, c] + acc[0, c]) * it
+            acc[0, c] = z
+            out[0, c] = v[0, c] - z
+    # top-down: y_i = z_i + y_f / theta'_i ; out_i = v_i - y_i + y_f
+    for i in range(1, n1):
+        p = parent[i]
+        it = inv_theta[i]
+        for c in range(k):
+            yf = acc[p, c]
+            y = acc[i, c] + yf * it
+            acc[i, c] = y
+            out[i, c] = v[i, c] - y + yf
+    _leaves_out_2d(n1, leaf_starts, leaf_parents, v, out, acc)
+    return out
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _gmc_39_internal(parent, n1, inv_theta, v, out, acc):
+    """The non-leaf part of formula (39) for one histogram (n1 >= 1), shared by the 1-D
+    kernels: ``acc`` enters holding minus the sum of each node's leaf children; bottom-up
+    it becomes z, top-down y, and ``out[:n1]`` is written."""
+    for i in range(n1 - 1, 0, -1):
+        z = (v[i] + acc[i]) * inv_theta[i]
+        acc[i] = z
+        acc[parent[i]] += z - v[i]
+    z = (v[0] + acc[0]) * inv_theta[0]
+    acc[0] = z
+    out[0] = v[0] - z
+    for i in range(1, n1):
+        yf = acc[parent[i]]
+        y = acc[i] + yf * inv_theta[i]
+        acc[i] = y
+        out[i] = v[i] - y + yf
+
+
+@_jit_fast
+def gmc_39_1d(parent, n1, inv_theta, leaf_starts, leaf_parents, v, out, work):
+    """1-D specialisation of :func:`gmc_39_2d` (same formula (39))."""
+    n = v.shape[0]
+    acc = work
+    for i in range(n1):
+        acc[i] = 0.0
+    for r in range(leaf_parents.shape[0]):
+        s = 0.0
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            s += v[i]
+        acc[leaf_parents[r]] -= s
+    if n1 > 0:
+        _gmc_39_internal(parent, n1, inv_theta, v, out, acc)
+    for r in range(leaf_parents.shape[0]):
+        yf = acc[leaf_parents[r]]
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            out[i] = v[i] + yf
+    if n1 == 0:
+        for i in range(n):
+            out[i] = v[i]
+    return out
+
+
+@_jit_fast
+def gmc_39_1d_flat(parent, n1, inv_theta, leaf_parent, v, out, work):
+    """:func:`gmc_39_1d` with the leaves visited one by one through their parent index
+    (``leaf_parent[i - n1]``) instead of run by run: no loop whose length changes from one
+    parent to the next, which is faster when sibling runs are short (binary and random
+    fan-out trees). Each parent's leaf children must be adjacent (one run per parent)."""
+    n = v.shape[0]
+    acc = work
+    for i in range(n1):
+        acc[i] = 0.0
+    prev = -1
+    s = 0.0
+    for i in range(n1, n):  # acc[p] = -(sum of p's leaf children), summed in registers
+        p = leaf_parent[i - n1]
+        s = (s if p == prev else 0.0) + v[i]
+        acc[p] = -s
+        prev = p
+    _gmc_39_internal(parent, n1, inv_theta, v, out, acc)
+    for i in range(n1, n):
+        out[i] = v[i] + acc[leaf_parent[i - n1]]
+    return out
+
+
+@_jit
+def gmc_36_2d(parent, n1, w, leaf_starts, leaf_parents, v, out, work):
+    """Formula (36): v - M G^-1 (G^-T (M^T v)) with G = G_{T(1)<-T} (Theorem 9 weights).
+
+    ``w`` holds the node weights ``w_i = sqrt(1 + theta_i)``; the edge weights are
+    ``1 / w_i`` (formula 37). Upward propagation (Prop. 2) then downward (Prop. 3).
+    """
+    n, k = v.shape
+    acc = work
+    _leaf_sums_2d(n1, leaf_starts, leaf_parents, v, acc)  # acc[p] = -(sum of p's leaf values)
+    # r = M^T v ; upward G^T z = r: z_i = (r_i + sum_{j in C_i, j < n1} z_j / w_j) / w_i
+    for i in range(n1 - 1, -1, -1):
+        wi = w[i]
+        for c in range(k):
+            # acc holds -sum_leafchildren v + sum_{internal children} (z_j / w_j - v_j)
+            z = (v[i, c] + acc[i, c]) / wi
+            acc[i, c] = z
+            if i > 0:
+                acc[parent[i], c] += z / wi - v[i, c]
+    # downward G y = z: y_i = (z_i + y_f / w_i) / w_i
+    for i in range(n1):
+        wi = w[i]
+        for c in range(k):
+            if i == 0:
+                y = acc[i, c] / wi
+                acc[i, c] = y
+                out[i, c] = v[i, c] - y
+            else:
+                yf = acc[parent[i], c]
+                y = (acc[i, c] + yf / wi) / wi
+                acc[i, c] = y
+                out[i, c] = v[i, c] - y + yf
+    _leaves_out_2d(n1, leaf_starts, leaf_parents, v, out, acc)
+    return out
+
+
+@_jit_fast
+def gmc_weighted_2d(parent, n1, d, inv_theta, rho, u, leaf_starts, leaf_parents, v, out, work):
+    """Weighted GMC stage 2: ``v - D M (M^T D M)^-1 M^T v`` for node variances ``d``.
+
+    With the stage-1 factors of :func:`gmc_weighted_stage1`: bottom-up
+    ``p_i = r_i + sum_{j in C_i, j < n1} rho_j p_j``; top-down
+    ``y_i = p_i / theta'_i + rho_i y_{f_i}``; ``out_i = v_i - rho_i p_i + u_i y_{f_i}`` on
+    non-leaves and ``out_i = v_i + d_i y_{f_i}`` on leaves. ``d`` is (n,) or (n, k); the
+    factors are (n1,) or (n1, k) accordingly.
+    """
+    n, k = v.shape
+    kv = d.shape[1]
+    acc = work
+    for i in range(n1):
+        for c in range(k):
+            acc[i, c] = 0.0
+    for r in range(leaf_parents.shape[0]):
+        p = leaf_parents[r]
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            for c in range(k):
+                acc[p, c] -= v[i, c]
+    for i in range(n1 - 1, -1, -1):
+        for c in range(k):
+            cv = c if kv > 1 else 0
+            pi = v[i, c] + acc[i, c]
+            acc[i, c] = pi
+            if i > 0:
+                acc[parent[i], c] += rho[i, cv] * pi - v[i, c]
+    for i in range(n1):
+        for c in range(k):
+            cv = c if kv > 1 else 0
+            pi = acc[i, c]
+            if i == 0:
+                y = pi * inv_theta[i, cv]
+                out[i, c] = v[i, c] - rho[i, cv] * pi
+            else:
+                yf = acc[parent[i], c]
+                y = pi * inv_theta[i, cv] + rho[i, cv] * yf
+                out[i, c] = v[i, c] - rho[i, cv] * pi + u[i, cv] * yf
+            acc[i, c] = y
+    for r in range(leaf_parents.shape[0]):
+        p = leaf_parents[r]
+        for i in range(leaf_starts[r], leaf_starts[r + 1]):
+            for c in range(k):
+                cv = c if kv > 1 else 0
+                out[i, c] = v[i, c] + d[i, cv] * acc[p, c]
+    if n1 == 0:
+        for i in range(n):
+            for c in range(k):
+                out[i, c] = v[i, c]
+    return out

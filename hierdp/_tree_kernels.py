@@ -114,3 +114,98 @@ def ancestor_codes(parent, depth, codes, level):
         elif d > level:
             out[i] = out[parent[i]]
     return out
+
+
+# ----------------------------------------------------------------- small trees: numpy
+#: Trees with at most this many nodes take the numpy passes below instead of the compiled
+#: loops. A first release in a fresh install would otherwise spend ~0.7 s compiling five
+#: tree kernels (measured by benchmarks/bench_startup.py) for a tree that numpy walks in
+#: well under a millisecond; above this size the compiled loops win and their one-time
+#: compile is amortised.
+SMALL_TREE = 1 << 14
+
+
+def _np_depths(parent: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`depths_checked` by pointer doubling: O(n log depth) vectorised steps."""
+    n = parent.shape[0]
+    jump = parent.copy()
+    dist = (parent >= 0).astype(np.int64)
+    for _ in range(max(1, int(n).bit_length()) + 1):
+        m = jump >= 0
+        if not m.any():
+            return dist, -1
+        dist[m] = dist[m] + dist[jump[m]]
+        jump[m] = jump[jump[m]]
+    # 2**k >= n steps up from a node whose ancestors never end lands on a cycle
+    return dist, int(jump[np.flatnonzero(jump >= 0)[0]])
+
+
+def _np_by_depth(depth: np.ndarray) -> list[np.ndarray]:
+    """Node indices per depth, shallowest first."""
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
+    return [order[bounds[d]:bounds[d + 1]] for d in range(bounds.size - 1)]
+
+
+def _np_heights(parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    h = np.ones(parent.shape[0], np.int64)
+    for nodes in reversed(_np_by_depth(depth)[1:]):
+        np.maximum.at(h, parent[nodes], h[nodes] + 1)
+    return h
+
+
+def _np_sum_up(parent: np.ndarray, depth: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = values.copy()
+    for nodes in reversed(_np_by_depth(depth)[1:]):
+        np.add.at(out, parent[nodes], out[nodes])
+    return out
+
+
+def _np_ancestor_codes(parent: np.ndarray, depth: np.ndarray, codes: np.ndarray, level: int) -> np.ndarray:
+    out = np.full(parent.shape[0], -1, np.int64)
+    layers = _np_by_depth(depth)
+    if level < len(layers):
+        out[layers[level]] = codes[layers[level]]
+        for nodes in layers[level + 1:]:
+            out[nodes] = out[parent[nodes]]
+    return out
+
+
+def tree_depths(parent: np.ndarray) -> tuple[np.ndarray, int]:
+    """Depths of any parent array and a node on a cycle (-1 for a tree)."""
+    return _np_depths(parent) if parent.shape[0] <= SMALL_TREE else depths_checked(parent)
+
+
+def tree_heights(parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Heights (leaves 1) of any parent array with known depths."""
+    if parent.shape[0] <= SMALL_TREE:
+        return _np_heights(parent, depth)
+    return heights_in_order(parent, np.argsort(-depth, kind="stable"))
+
+
+def internal_depths(parent: np.ndarray) -> np.ndarray:
+    """Depths of a parent array numbered parents first."""
+    return _np_depths(parent)[0] if parent.shape[0] <= SMALL_TREE else depth_topological(parent)
+
+
+def internal_heights(parent: np.ndarray) -> np.ndarray:
+    """Heights of a parent array numbered parents first."""
+    if parent.shape[0] <= SMALL_TREE:
+        return _np_heights(parent, _np_depths(parent)[0])
+    return height_topological(parent)
+
+
+def subtree_sums(parent: np.ndarray, depth: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Subtree sums of (n,) or (n, k) values of a parent array numbered parents first."""
+    if parent.shape[0] <= SMALL_TREE:
+        return _np_sum_up(parent, depth, values)
+    if values.ndim == 1:
+        return sum_up_1d(parent, values, np.empty_like(values))
+    return sum_up_2d(parent, np.ascontiguousarray(values), np.empty_like(values))
+
+
+def ancestor_codes_at(parent: np.ndarray, depth: np.ndarray, codes: np.ndarray, level: int) -> np.ndarray:
+    """For each node, the code of its ancestor at depth ``level`` (-1 above that depth)."""
+    if parent.shape[0] <= SMALL_TREE:
+        return _np_ancestor_codes(parent, depth, codes, level)
+    return ancestor_codes(parent, depth, codes, level)

@@ -190,12 +190,10 @@ class Tree:
         selfloop = np.flatnonzero(p == np.arange(n))
         if selfloop.size:
             raise HierarchyError(f"node {selfloop[0]} is its own parent; the parent array has a cycle")
-        depth, on_cycle = K.depths_checked(p)
+        depth, on_cycle = K.tree_depths(p)
         if on_cycle >= 0:
             raise HierarchyError(f"parent array has a cycle through node {on_cycle}; a tree cannot contain cycles")
-        # heights, visiting deepest nodes first
-        by_depth = np.argsort(-depth, kind="stable")
-        height = K.heights_in_order(p, by_depth)
+        height = K.tree_heights(p, depth)
         order = _descending_height_order(p, depth, height)
         identity = bool(np.array_equal(order, np.arange(n)))
         if identity:
@@ -266,11 +264,11 @@ class Tree:
 
     @cached_property
     def _depth(self) -> np.ndarray:
-        return _readonly(K.depth_topological(self._parent))
+        return _readonly(K.internal_depths(self._parent))
 
     @cached_property
     def _height(self) -> np.ndarray:
-        return _readonly(K.height_topological(self._parent))
+        return _readonly(K.internal_heights(self._parent))
 
     @cached_property
     def _n_children(self) -> np.ndarray:
@@ -292,7 +290,7 @@ class Tree:
     def _leafcount(self) -> np.ndarray:
         """Number of leaves in the subtree of each internal node."""
         leaf = (self._n_children == 0).astype(np.int64)
-        return _readonly(K.sum_up_1d(self._parent, leaf, np.empty_like(leaf)))
+        return _readonly(K.subtree_sums(self._parent, self._depth, leaf))
 
     @cached_property
     def _height_ptr(self) -> np.ndarray:
@@ -505,7 +503,7 @@ class Tree:
         if self._codes is None:
             return {"node": self._ext(np.arange(self.n_nodes))}
         for d in range(1, self.n_levels):
-            codes = K.ancestor_codes(self._parent, self._depth, self._codes, d)
+            codes = K.ancestor_codes_at(self._parent, self._depth, self._codes, d)
             cols[self._level_names[d]] = pd.Categorical.from_codes(codes, categories=self._level_labels[d])
         return cols
 
@@ -537,9 +535,7 @@ class Tree:
 
     def _sum_up(self, values: np.ndarray) -> np.ndarray:
         """Internal-order subtree sums of internal-order node values (leaf values elsewhere 0)."""
-        if values.ndim == 1:
-            return K.sum_up_1d(self._parent, values, np.empty_like(values))
-        return K.sum_up_2d(self._parent, np.ascontiguousarray(values), np.empty_like(values))
+        return K.subtree_sums(self._parent, self._depth, values)
 
     def is_consistent(self, values: np.ndarray, rtol: float = 1e-9, atol: float = 1e-6) -> bool:
         """Whether every internal node equals the sum of its children (external order)."""
@@ -604,7 +600,7 @@ def _check_internal_order(parent: np.ndarray) -> None:
         raise HierarchyError("internal parent array must start with the root (-1)")
     if n > 1 and (np.any(parent[1:] >= np.arange(1, n)) or np.any(parent[1:] < 0)):
         raise HierarchyError("internal parent array must number every parent before its children")
-    h = K.height_topological(parent)
+    h = K.internal_heights(parent)
     if np.any(h[1:] > h[:-1]):
         raise HierarchyError("internal parent array is not in descending order of height")
 

@@ -156,3 +156,35 @@ def test_trees_are_equal_only_with_the_same_labels_and_hash_alike():
     assert np.array_equal(t1.parent, t2.parent) and t1 != t2
     assert t1 == t1b and hash(t1) == hash(t1b) and len({t1, t1b}) == 1
     assert hierdp.Tree.complete(2, 3) == hierdp.Tree.complete(2, 3) and hierdp.Tree.complete(2, 3) != t1
+
+
+def test_small_tree_numpy_passes_equal_the_compiled_loops():
+    """Trees up to SMALL_TREE nodes take numpy passes (no compile on a first release): they
+    must give exactly what the compiled loops give, cycles included."""
+    from hierdp import _tree_kernels as K
+
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 7, 60, 500):
+        for _ in range(5):
+            parent = np.full(n, -1, np.int64)
+            parent[1:] = [rng.integers(0, i) for i in range(1, n)]
+            perm = rng.permutation(n)
+            ext = np.empty(n, np.int64)
+            ext[perm] = np.where(parent >= 0, perm[np.maximum(parent, 0)], -1)
+            d_np, bad_np = K._np_depths(ext)
+            d_c, bad_c = K.depths_checked(ext)
+            assert bad_np == bad_c == -1 and np.array_equal(d_np, d_c)
+            assert np.array_equal(K._np_heights(ext, d_np), K.heights_in_order(ext, np.argsort(-d_c, kind="stable")))
+            vals = rng.integers(-5, 9, (n, 3))
+            assert np.array_equal(K._np_sum_up(parent, K.depth_topological(parent), vals),
+                                  K.sum_up_2d(parent, vals, np.empty_like(vals)))
+            codes = rng.integers(0, 4, n)
+            dep = K.depth_topological(parent)
+            for level in range(int(dep.max()) + 2):
+                assert np.array_equal(K._np_ancestor_codes(parent, dep, codes, level),
+                                      K.ancestor_codes(parent, dep, codes, level))
+    cyc = np.array([-1, 2, 3, 1, 3])  # 1 -> 2 -> 3 -> 1, and 4 hangs off the cycle
+    d, bad = K._np_depths(cyc)
+    assert bad in (1, 2, 3) and K.depths_checked(cyc)[1] in (1, 2, 3)
+    with pytest.raises(hierdp.HierarchyError, match="cycle through node [123]"):
+        hierdp.Tree.from_parent(cyc)

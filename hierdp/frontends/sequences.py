@@ -115,7 +115,7 @@ class SequenceResult(ReleaseResult):
         if np.any(lengths == 0):
             raise DataError("a query string is empty; frequencies are defined for strings of at least one symbol")
         out = np.zeros(lengths.size)
-        if lengths.size == 0:
+        if lengths.size == 0 or not self._mass[0] > 0:  # an empty model predicts no occurrence
             return out
         known = np.ones(lengths.size, bool)
         if np.any(codes < 0):
@@ -198,7 +198,7 @@ class SequenceResult(ReleaseResult):
         ctx[:, 0] = m                                   # the start marker
         lengths = np.full(n, cap, np.int64)
         act = np.arange(n)
-        cdf = np.cumsum(self.hist, axis=1) / self._mass[:, None]
+        cdf = np.cumsum(self.hist, axis=1) / np.where(self._mass > 0, self._mass, 1.0)[:, None]
         flat = ctx.reshape(-1)
         for t in range(cap):
             if not act.size:

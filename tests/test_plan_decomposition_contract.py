@@ -37,6 +37,9 @@ _DATA = {
     "privtree": (_BOX, _POINTS),
     "simpletree": (dict(_BOX, height=4), _POINTS),
     "grid": (dict(_BOX, n=400), _POINTS),
+    "suffix_tree": (dict(alphabet="ABC", max_length=6),
+                    ["".join(np.random.default_rng(1).choice(list("ABC"), size=int(n))) for n in
+                     np.random.default_rng(2).integers(0, 9, size=300)]),
 }
 
 

@@ -25,6 +25,7 @@ from hierdp.frontends._cells import cell_codes, cell_sizes, cells_notes, resolve
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.counting import check_counts, count_cells, count_rows
 from hierdp.frontends.points import release_points
+from hierdp.frontends.sequences import release_sequences
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
 from hierdp.rng import make_rng
@@ -256,6 +257,18 @@ class DPTreeFrameAccessor:
         ``bounds`` and its region counts: :func:`hierdp.frontends.points.release_points`
         (``method="privtree"`` by default; ``"simpletree"`` and ``"grid"`` for baselines)."""
         result = release_points(self._obj, columns, bounds, epsilon=epsilon, **kwargs)
+        led = result.ledger
+        self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
+        return result
+
+    def suffix_tree(self, column: str, epsilon: float | None = None, max_length: int | None = None,
+                    alphabet: Any = None, **kwargs: Any):
+        """A private prediction suffix tree over the sequences in ``column`` (strings or
+        lists of symbols; one row = one sequence = one privacy unit) with ``alphabet`` declared
+        (a list) or ``"observed"`` and l⊤ = ``max_length``:
+        :func:`hierdp.frontends.sequences.release_sequences`."""
+        result = release_sequences(self._obj, column, epsilon=epsilon, max_length=max_length, alphabet=alphabet,
+                                   **kwargs)
         led = result.ledger
         self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
         return result

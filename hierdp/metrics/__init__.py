@@ -2,6 +2,7 @@
 
 from hierdp.metrics.base import Metric
 from hierdp.metrics.errors import BUILTIN_METRICS
+from hierdp.metrics.sequences import LengthTVD
 from hierdp.plugins.markers import hookimpl
 
 __all__ = ["Metric"]
@@ -9,4 +10,4 @@ __all__ = ["Metric"]
 
 @hookimpl
 def hierdp_register_metrics():
-    return list(BUILTIN_METRICS)
+    return list(BUILTIN_METRICS) + [LengthTVD]

@@ -8,12 +8,22 @@ Importing hierdp registers the ``.dptree`` accessor on pandas objects.
 """
 
 from hierdp import registry
-from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, NonPrivateWarning,
-                           NotForPublicationWarning, PluginError, PrivacyError, SpecError)
+from hierdp._version import __version__ as __version__  # re-exported
+from hierdp.errors import (
+    BudgetError,
+    DataError,
+    HierarchyError,
+    HierDPError,
+    NonPrivateWarning,
+    NotForPublicationWarning,
+    PluginError,
+    PrivacyError,
+    SpecError,
+)
 from hierdp.evaluation import evaluate
+from hierdp.frontends._dask_hook import install as _install_dask_frontend
 from hierdp.frontends.pandas import DPTree
 from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
-from hierdp.frontends._dask_hook import install as _install_dask_frontend
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import postprocess, release
@@ -21,8 +31,6 @@ from hierdp.postprocessors.base import Estimate, Measurements
 from hierdp.result import ReleaseResult
 from hierdp.session import Session
 from hierdp.tree import Tree
-
-from hierdp._version import __version__
 
 _install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)
 

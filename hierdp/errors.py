@@ -74,10 +74,6 @@ class MissingDependencyError(HierDPError, ImportError):
         return (type(self), (self.package, self.extra))
 
 
-class NotForPublicationWarning(UserWarning):
-    """A release was made with a fixed seed: reproducible, therefore not private."""
-
-
 class NonPrivateWarning(UserWarning):
     """A computation read true counts (evaluation, oracle budgets)."""
 

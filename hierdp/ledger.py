@@ -12,7 +12,7 @@ import json
 import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from hierdp._version import __version__
@@ -217,7 +217,8 @@ class Ledger:
             kind = "private output" if self.decomposition.get("private_structure") else "public"
             what = self.decomposition.get("description") or self.decomposition.get("name", "")
             lines.append(f"  structure ({kind}): {what}")
-            lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}" for s in self.decomposition.get("spends", []))
+            lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}"
+                         for s in self.decomposition.get("spends", []))
         for ls in self.levels:
             spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"
             if ls.delta:
@@ -256,7 +257,7 @@ def accounting_method(guarantee: str) -> str:
 
 
 def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _hierdp_version() -> str:

@@ -179,7 +179,8 @@ def release(
         guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
         rho=guarantee.get("rho"), privacy_unit=privacy_unit, max_contributions=max_contributions,
         mechanism=fields["mechanism"], budget_strategy=fields["budget_strategy"], plan=the_plan.name,
-        levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance, postprocess=[pp.name for pp in pps], seed=seed,
+        levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance,
+        postprocess=[pp.name for pp in pps], seed=seed,
         secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(notes),
         private_notes=dict(private_notes or {}), decomposition=decomposition,
     )

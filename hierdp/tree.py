@@ -465,7 +465,8 @@ class Tree:
         out = []
         while v > 0:
             d = int(self._depth[v])
-            out.append(self._level_labels[d][self._codes[v]] if self._codes is not None else int(self._ext(np.array([v]))[0]))
+            out.append(self._level_labels[d][self._codes[v]] if self._codes is not None
+                       else int(self._ext(np.array([v]))[0]))
             v = int(self._parent[v])
         return tuple(reversed(out))
 
@@ -476,7 +477,8 @@ class Tree:
         v = 0
         for d, lab in enumerate(path, start=1):
             if d >= self.n_levels:
-                raise HierarchyError(f"path {path!r} is deeper than the tree ({self.n_levels - 1} levels below the root)")
+                raise HierarchyError(f"path {path!r} is deeper than the tree "
+                                     f"({self.n_levels - 1} levels below the root)")
             kids = self._child_idx[self._child_ptr[v]:self._child_ptr[v + 1]]
             if self._codes is None:
                 match = kids[self._ext(kids) == lab]
@@ -519,7 +521,8 @@ class Tree:
             raise HierarchyError(
                 f"leaf_values must have shape ({self.n_leaves},) or ({self.n_leaves}, k), got {lv.shape}"
             )
-        dtype = np.result_type(lv.dtype, np.int64) if np.issubdtype(lv.dtype, np.integer) or lv.dtype == bool else np.float64
+        dtype = (np.result_type(lv.dtype, np.int64) if np.issubdtype(lv.dtype, np.integer) or lv.dtype == bool
+                 else np.float64)
         if dtype == np.float64 and lv.dtype != np.float64 and not np.issubdtype(lv.dtype, np.floating) \
                 and lv.dtype != bool:  # uint64 mixed with int64: no exact common integer type
             raise HierarchyError(f"leaf_values of dtype {lv.dtype} cannot be summed exactly; pass int64 values")

@@ -170,13 +170,14 @@ def evaluate(
 
     Returns
     -------
-    DataFrame with columns ``config, epsilon, rho, metric, level, mean, std_error, value,
-    analytic, repetitions, oracle_budget, non_private``: ``mean`` and ``std_error`` over the
-    per-repetition values; ``value`` the metric of the whole stack (expectations over
-    repetitions inside the definition, e.g. the RMS in RMSRE_τ); ``analytic`` the closed
-    form from the released variances where the metric has one (e.g. RMSRE_τ(T) from
-    BLUE variances, Dawson et al. App. B); ``level`` is ``"all"`` or a level name;
-    ``non_private`` is always True.
+    pandas.DataFrame
+        Columns ``config, epsilon, rho, metric, level, mean, std_error, value,
+        analytic, repetitions, oracle_budget, non_private``: ``mean`` and ``std_error`` over the
+        per-repetition values; ``value`` the metric of the whole stack (expectations over
+        repetitions inside the definition, e.g. the RMS in RMSRE_τ); ``analytic`` the closed
+        form from the released variances where the metric has one (e.g. RMSRE_τ(T) from
+        BLUE variances, Dawson et al. App. B); ``level`` is ``"all"`` or a level name;
+        ``non_private`` is always True.
     """
     tree = getattr(data, "tree", data)
     # how rows count (e.g. the sensitivity of unit-bounded data) applies to every release

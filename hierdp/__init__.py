@@ -7,6 +7,9 @@ The public names (see ``docs/architecture.md``): :class:`Tree`, :func:`release`,
 Importing hierdp registers the ``.dptree`` accessor on pandas objects.
 """
 
+import os
+from typing import Any
+
 from hierdp import registry
 from hierdp._version import __version__ as __version__  # re-exported
 from hierdp.errors import (
@@ -40,7 +43,7 @@ __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "
            "DataError", "NonPrivateWarning", "NotForPublicationWarning"]
 
 
-def metric(name: str, **params):
+def metric(name: str, **params: Any) -> Any:
     """The registered error metric ``name`` (callable), with default ``params``.
 
     Metrics read true counts: evaluation only, never part of a release.
@@ -52,7 +55,7 @@ def metric(name: str, **params):
     return registry.create("metric", name, **params)
 
 
-def run_spec(path, **overrides):
+def run_spec(path: str | os.PathLike[str], **overrides: Any) -> ReleaseResult:
     """Validate and run the YAML release spec at ``path``; returns a ``ReleaseResult``.
 
     ``overrides``: ``seed=``, ``output=``, ``write=``, ``progress=`` or spec sections
@@ -60,7 +63,8 @@ def run_spec(path, **overrides):
     """
     from hierdp.spec.runner import run_spec as _run_spec
 
-    return _run_spec(path, **overrides)
+    result: ReleaseResult = _run_spec(path, **overrides)
+    return result
 
 
 from hierdp import plot  # noqa: E402  (matplotlib is imported only when a plot is drawn)

@@ -48,7 +48,7 @@ COMPILE_SECONDS = 5  # first release on a cold kernel cache, measured by benchma
 class _Parser(argparse.ArgumentParser):
     """argparse with the one-line error format of the other commands (exit code 2)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"error: {message}; see `{self.prog} --help`\n")
         raise SystemExit(EXIT_USER)

@@ -13,9 +13,12 @@ import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hierdp._version import __version__
+
+if TYPE_CHECKING:
+    from hierdp.accounting import Accountant
 
 __all__ = ["LevelSpend", "Ledger"]
 
@@ -146,7 +149,8 @@ class Ledger:
         d["levels"] = _compact_levels(d["levels"])
         if not include_private:
             d.pop("private_notes")
-        return _json_safe(d)
+        out: dict[str, Any] = _json_safe(d)
+        return out
 
     def to_json(self, include_private: bool = False, **kwargs: Any) -> str:
         kwargs.setdefault("indent", 2)
@@ -182,7 +186,7 @@ class Ledger:
 
         return cls.from_dict(yaml.safe_load(text))
 
-    def accountant(self):
+    def accountant(self) -> Accountant:
         """An :class:`hierdp.accounting.Accountant` holding one spend per measured level
         (levels compose basically: the total equals :attr:`spent`)."""
         from hierdp.accounting import Accountant

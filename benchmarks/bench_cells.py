@@ -67,7 +67,6 @@ def step(label: str, fn, rows: list) -> object:
 
 
 def local(n: int) -> None:
-    import hierdp
 
     df = population(n)
     input_mib = df.memory_usage(deep=True).sum() / MiB

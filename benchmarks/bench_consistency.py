@@ -181,8 +181,8 @@ def run_shape(shape: str, mode: str, repeat: int) -> dict:
     b = blue(tree, noisy, variance)
     res["blue_s"] = best_of(lambda: blue(tree, noisy, variance), repeat)
     # the compiled kernel blue() picks, alone, outputs pre-allocated (as GMC stage 2 is timed)
-    from hierdp.postprocessors import _blue_kernels as K
     from hierdp._kernel_common import aligned_empty
+    from hierdp.postprocessors import _blue_kernels as K
     from hierdp.postprocessors.blue import _structure
 
     bst = _structure(tree)
@@ -278,8 +278,10 @@ def report(res: dict) -> None:
     print(f"\n== {res['shape']}: n = {n:,} nodes, {res['leaves']:,} leaves, height {res['height']} "
           f"(built in {res['build_s']:.1f} s)")
     print(f"{'step':<28}{'seconds':>10}{'ns/node':>10}{'x numpy':>10}")
-    rows = [("numpy pass y = x * 2.0", fl), ("  same, allocating y", res["numpy_alloc_s"]), ("GMC stage 1 (Alg. 1)", res["gmc_stage1_s"]),
-            (f"GMC st. 2 (39, {res['gmc_kernel']})", res["gmc_stage2_s"]), ("GMC stage 2 (formula 36)", res["gmc36_stage2_s"]),
+    rows = [("numpy pass y = x * 2.0", fl), ("  same, allocating y", res["numpy_alloc_s"]),
+            ("GMC stage 1 (Alg. 1)", res["gmc_stage1_s"]),
+            (f"GMC st. 2 (39, {res['gmc_kernel']})", res["gmc_stage2_s"]),
+            ("GMC stage 2 (formula 36)", res["gmc36_stage2_s"]),
             ("GMC stage 2, allocating", res["gmc_alloc_s"]),
             ("BLUE (Alg. 2), blue()", res["blue_s"]), (f"BLUE kernel ({res['blue_kernel']})", res["blue_kernel_s"]),
             ("nonneg (exact)", res["nonneg_s"]), ("round", res["round_s"]),
@@ -333,7 +335,8 @@ def main(argv=None) -> int:
     peaks = []
     if not args.no_peak:  # fresh processes first, before this one grows
         for shape in shapes:
-            cmd = [sys.executable, os.path.abspath(__file__), "--peak-child", shape] + (["--quick"] if args.quick else [])
+            cmd = ([sys.executable, os.path.abspath(__file__), "--peak-child", shape]
+                   + (["--quick"] if args.quick else []))
             if args.sizes:
                 cmd += ["--sizes", args.sizes]
             if shape == "binary":
@@ -348,7 +351,8 @@ def main(argv=None) -> int:
         report(res)
         results.append(res)
     for p in peaks:
-        line = f"\npeak RSS ({p['shape']}, n = {p['n']:,}): gmc+nonneg+round+blue chain {p['chain_peak_rss_gib']:.2f} GiB"
+        line = (f"\npeak RSS ({p['shape']}, n = {p['n']:,}): gmc+nonneg+round+blue chain "
+                f"{p['chain_peak_rss_gib']:.2f} GiB")
         if "release_peak_rss_gib" in p:
             line += (f"; full release (discrete Laplace, blue+nonneg+round) {p['release_peak_rss_gib']:.2f} GiB "
                      f"in {p['release_s']:.1f} s, consistent: {p['release_consistent']}")

@@ -26,9 +26,10 @@ from _machine import best_of, in_fresh_process, numpy_floor, warm_memory  # noqa
 
 
 def run_case(kind: str, size: float, queue) -> None:
+    import _trees
+
     import hierdp
     from hierdp import release
-    import _trees
 
     warm = hierdp.Tree.complete(2, 4)  # compile / load the numba kernels outside the timings
     release(warm, warm.aggregate(np.arange(warm.n_leaves)), epsilon=1.0, seed=0)

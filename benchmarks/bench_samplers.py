@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 from hierdp.mechanisms import _samplers as S
-from hierdp.mechanisms.continuous import Gaussian, Laplace
 from hierdp.mechanisms.base import Sensitivity
+from hierdp.mechanisms.continuous import Gaussian, Laplace
 from hierdp.rng import SecureRandom, SeededRandom
 
 

@@ -7,13 +7,26 @@ The public names (see ``docs/architecture.md``): :class:`Tree`, :func:`release`,
 Importing hierdp registers the ``.dptree`` accessor on pandas objects.
 """
 
+import os
+from typing import Any
+
 from hierdp import registry
-from hierdp.errors import (BudgetError, DataError, HierarchyError, HierDPError, NonPrivateWarning,
-                           NotForPublicationWarning, PluginError, PrivacyError, SpecError)
+from hierdp._version import __version__ as __version__  # re-exported
+from hierdp.errors import (
+    BudgetError,
+    DataError,
+    HierarchyError,
+    HierDPError,
+    NonPrivateWarning,
+    NotForPublicationWarning,
+    PluginError,
+    PrivacyError,
+    SpecError,
+)
 from hierdp.evaluation import evaluate
+from hierdp.frontends._dask_hook import install as _install_dask_frontend
 from hierdp.frontends.pandas import DPTree
 from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
-from hierdp.frontends._dask_hook import install as _install_dask_frontend
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import postprocess, release
@@ -21,8 +34,6 @@ from hierdp.postprocessors.base import Estimate, Measurements
 from hierdp.result import ReleaseResult
 from hierdp.session import Session
 from hierdp.tree import Tree
-
-from hierdp._version import __version__
 
 _install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)
 
@@ -32,7 +43,7 @@ __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "
            "DataError", "NonPrivateWarning", "NotForPublicationWarning"]
 
 
-def metric(name: str, **params):
+def metric(name: str, **params: Any) -> Any:
     """The registered error metric ``name`` (callable), with default ``params``.
 
     Metrics read true counts: evaluation only, never part of a release.
@@ -44,7 +55,7 @@ def metric(name: str, **params):
     return registry.create("metric", name, **params)
 
 
-def run_spec(path, **overrides):
+def run_spec(path: str | os.PathLike[str], **overrides: Any) -> ReleaseResult:
     """Validate and run the YAML release spec at ``path``; returns a ``ReleaseResult``.
 
     ``overrides``: ``seed=``, ``output=``, ``write=``, ``progress=`` or spec sections
@@ -52,7 +63,8 @@ def run_spec(path, **overrides):
     """
     from hierdp.spec.runner import run_spec as _run_spec
 
-    return _run_spec(path, **overrides)
+    result: ReleaseResult = _run_spec(path, **overrides)
+    return result
 
 
 from hierdp import plot  # noqa: E402  (matplotlib is imported only when a plot is drawn)

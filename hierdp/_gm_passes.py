@@ -5,8 +5,9 @@ over internal-order arrays (every parent precedes its children).
 
 from __future__ import annotations
 
-from hierdp._jit import numba as nb
 import numpy as np
+
+from hierdp._jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 

@@ -13,8 +13,9 @@ that folder after editing this file).
 
 from __future__ import annotations
 
-from hierdp._jit import numba as nb
 import numpy as np
+
+from hierdp._jit import numba as nb
 
 
 def aligned_empty(shape: tuple, offset_lines: int) -> np.ndarray:

@@ -7,8 +7,9 @@ numba compiles them on first use and caches the machine code on disk.
 
 from __future__ import annotations
 
-from hierdp._jit import numba as nb
 import numpy as np
+
+from hierdp._jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 

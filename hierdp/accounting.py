@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,9 @@ def zcdp_to_approx_dp(rho: float, delta: float, method: str = "cks20") -> float:
     if method != "cks20":
         raise BudgetError(f"unknown conversion {method!r}; expected one of 'bs16', 'cks20'")
     # the objective is convex in α on (1, ∞): golden-section search on log(α - 1)
-    f = lambda la: _cks_eps(rho, L, 1.0 + math.exp(la))  # noqa: E731
+    def f(la: float) -> float:
+        return _cks_eps(rho, L, 1.0 + math.exp(la))
+
     lo, hi = -30.0, 40.0
     g = (math.sqrt(5) - 1) / 2
     a, b = hi - g * (hi - lo), lo + g * (hi - lo)
@@ -123,7 +126,7 @@ def approx_dp_to_zcdp(epsilon: float, delta: float) -> float:
 
 
 def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None = None,
-                 rho: float | None = None, mechanism: str = "") -> tuple[float, dict]:
+                 rho: float | None = None, mechanism: str = "") -> tuple[float, dict[str, Any]]:
     """The total budget in the mechanism's ``unit`` and the guarantee fields of the ledger.
 
     Returns ``(total, {"guarantee": ..., "epsilon": ..., "delta": ..., "rho": ...})``.
@@ -255,13 +258,13 @@ class Accountant:
             return math.inf
         return max(0.0, self.budget - self.total)
 
-    def guarantee(self, delta: float | None = None, method: str = "cks20") -> dict:
+    def guarantee(self, delta: float | None = None, method: str = "cks20") -> dict[str, Any]:
         """Ledger fields for the composed cost; for ρ with ``delta``, adds the (ε, δ) conversion."""
         if self.unit == "epsilon":
             if self.delta_total > 0:
                 return {"guarantee": "approx", "epsilon": self.total, "delta": self.delta_total, "rho": None}
             return {"guarantee": "pure", "epsilon": self.total, "delta": None, "rho": None}
-        out = {"guarantee": "zcdp", "epsilon": None, "delta": None, "rho": self.total}
+        out: dict[str, Any] = {"guarantee": "zcdp", "epsilon": None, "delta": None, "rho": self.total}
         if delta is not None and self.total > 0:
             out["delta"] = check_delta(delta)
             out["epsilon"] = zcdp_to_approx_dp(self.total, out["delta"], method)

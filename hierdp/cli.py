@@ -48,7 +48,7 @@ COMPILE_SECONDS = 5  # first release on a cold kernel cache, measured by benchma
 class _Parser(argparse.ArgumentParser):
     """argparse with the one-line error format of the other commands (exit code 2)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"error: {message}; see `{self.prog} --help`\n")
         raise SystemExit(EXIT_USER)
@@ -249,7 +249,8 @@ def _cmd_examples(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for n in names:
         out.write(f"{n:<{width}}  {example_description(n)}\n")
     if not args.quiet and names:
-        out.write(f"\nrun one with: hierdp release NAME (e.g. hierdp release {names[0] if 'demo' not in names else 'demo'})"
+        out.write("\nrun one with: hierdp release NAME "
+                  f"(e.g. hierdp release {names[0] if 'demo' not in names else 'demo'})"
                   f"; the files are in {example_path(names[0]).parent}\n")
     return EXIT_OK
 

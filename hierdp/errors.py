@@ -55,7 +55,7 @@ class SpecError(HierDPError, ValueError):
         super().__init__(message)
         self.errors = list(errors) if errors is not None else [message]
 
-    def __reduce__(self):  # keep `errors` when pickled
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:  # keep `errors` when pickled
         return (type(self), (self.args[0], self.errors))
 
 
@@ -70,12 +70,8 @@ class MissingDependencyError(HierDPError, ImportError):
         self.package = package
         self.extra = extra
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
         return (type(self), (self.package, self.extra))
-
-
-class NotForPublicationWarning(UserWarning):
-    """A release was made with a fixed seed: reproducible, therefore not private."""
 
 
 class NonPrivateWarning(UserWarning):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -107,24 +107,24 @@ def _fixed_budget(strategy: BudgetStrategy, alloc: dict[str, float]) -> BudgetSt
         "allocate": lambda self, tree, total, **kw: dict(alloc),
         "__doc__": f"The split chosen once by {strategy.name!r} (reused across repetitions).",
     })
-    return cls()
+    return cast(BudgetStrategy, cls())
 
 
-def _progress(total: int, progress: bool | None):
+def _progress(total: int, progress: bool | None) -> Any:
     if progress is False or (progress is None and not (total >= 50 and sys.stderr.isatty())):
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:  # a plain counter on stderr
         class _Counter:
-            def __init__(self):
+            def __init__(self) -> None:
                 self.n = 0
 
-            def update(self, k=1):
+            def update(self, k: int = 1) -> None:
                 self.n += k
                 print(f"\r{self.n}/{total} releases", end="", file=sys.stderr)
 
-            def close(self):
+            def close(self) -> None:
                 print(file=sys.stderr)
 
         return _Counter()
@@ -170,13 +170,14 @@ def evaluate(
 
     Returns
     -------
-    DataFrame with columns ``config, epsilon, rho, metric, level, mean, std_error, value,
-    analytic, repetitions, oracle_budget, non_private``: ``mean`` and ``std_error`` over the
-    per-repetition values; ``value`` the metric of the whole stack (expectations over
-    repetitions inside the definition, e.g. the RMS in RMSRE_τ); ``analytic`` the closed
-    form from the released variances where the metric has one (e.g. RMSRE_τ(T) from
-    BLUE variances, Dawson et al. App. B); ``level`` is ``"all"`` or a level name;
-    ``non_private`` is always True.
+    pandas.DataFrame
+        Columns ``config, epsilon, rho, metric, level, mean, std_error, value,
+        analytic, repetitions, oracle_budget, non_private``: ``mean`` and ``std_error`` over the
+        per-repetition values; ``value`` the metric of the whole stack (expectations over
+        repetitions inside the definition, e.g. the RMS in RMSRE_τ); ``analytic`` the closed
+        form from the released variances where the metric has one (e.g. RMSRE_τ(T) from
+        BLUE variances, Dawson et al. App. B); ``level`` is ``"all"`` or a level name;
+        ``non_private`` is always True.
     """
     tree = getattr(data, "tree", data)
     # how rows count (e.g. the sensitivity of unit-bounded data) applies to every release

@@ -12,10 +12,13 @@ import json
 import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from hierdp._version import __version__
+
+if TYPE_CHECKING:
+    from hierdp.accounting import Accountant
 
 __all__ = ["LevelSpend", "Ledger"]
 
@@ -146,7 +149,8 @@ class Ledger:
         d["levels"] = _compact_levels(d["levels"])
         if not include_private:
             d.pop("private_notes")
-        return _json_safe(d)
+        out: dict[str, Any] = _json_safe(d)
+        return out
 
     def to_json(self, include_private: bool = False, **kwargs: Any) -> str:
         kwargs.setdefault("indent", 2)
@@ -182,7 +186,7 @@ class Ledger:
 
         return cls.from_dict(yaml.safe_load(text))
 
-    def accountant(self):
+    def accountant(self) -> Accountant:
         """An :class:`hierdp.accounting.Accountant` holding one spend per measured level
         (levels compose basically: the total equals :attr:`spent`)."""
         from hierdp.accounting import Accountant
@@ -217,7 +221,8 @@ class Ledger:
             kind = "private output" if self.decomposition.get("private_structure") else "public"
             what = self.decomposition.get("description") or self.decomposition.get("name", "")
             lines.append(f"  structure ({kind}): {what}")
-            lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}" for s in self.decomposition.get("spends", []))
+            lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}"
+                         for s in self.decomposition.get("spends", []))
         for ls in self.levels:
             spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"
             if ls.delta:
@@ -256,7 +261,7 @@ def accounting_method(guarantee: str) -> str:
 
 
 def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _hierdp_version() -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, Plug
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
-from hierdp.postprocessors.base import Estimate, Measurements, node_values, node_variance
+from hierdp.postprocessors.base import Estimate, Measurements, PostProcessor, node_values, node_variance
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
 from hierdp.result import ReleaseResult
 from hierdp.rng import make_rng
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["release", "postprocess", "resolve_plan", "external_estimate"]
 
 
-class _PlanDefault(tuple):
+class _PlanDefault(tuple[str, ...]):
     """The default ``postprocess=``: the plan's own ``default_postprocess`` (``('blue',)`` for
     ``per_level``)."""
 
@@ -71,7 +71,7 @@ def resolve_plan(plan: Any, *, mechanism: Any = None, budget: Any = None) -> Pla
             raise PluginError(f"{' and '.join(extra)} are parameters of the plan 'per_level'; plan {name!r} takes "
                               "its parameters in plan={'name': ..., ...}")
         params = {**params, **extra}
-    return registry.create("plan", name, **params)
+    return cast(Plan, registry.create("plan", name, **params))
 
 
 def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
@@ -179,7 +179,8 @@ def release(
         guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
         rho=guarantee.get("rho"), privacy_unit=privacy_unit, max_contributions=max_contributions,
         mechanism=fields["mechanism"], budget_strategy=fields["budget_strategy"], plan=the_plan.name,
-        levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance, postprocess=[pp.name for pp in pps], seed=seed,
+        levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance,
+        postprocess=[pp.name for pp in pps], seed=seed,
         secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(notes),
         private_notes=dict(private_notes or {}), decomposition=decomposition,
     )
@@ -206,7 +207,7 @@ def _structure_spends(acc: Accountant, structure: Structure | None, tree: Tree) 
         raise DataError("structure= must be the Structure the released tree came from (structure.tree is tree)")
     for s in structure.spends:  # refuses a structure that spent more than the total
         acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
-    if structure.spends and not acc.total < acc.budget:
+    if structure.spends and not acc.total < cast(float, acc.budget):  # a Structure comes with a budget
         raise BudgetError(f"the structure spent the whole budget ({acc.total:g}); nothing is left to measure counts")
     return {"name": getattr(structure, "method", "") or type(structure).__name__,
             "description": str(getattr(structure, "description", "")),
@@ -215,7 +216,7 @@ def _structure_spends(acc: Accountant, structure: Structure | None, tree: Tree) 
             "spent": acc.total}
 
 
-def _unmeasured_missing(est: Estimate, pps: list) -> Estimate:
+def _unmeasured_missing(est: Estimate, pps: list[PostProcessor]) -> Estimate:
     """Without a consistent step in the chain, the values of unmeasured nodes (variance
     inf) are the measurement's placeholders, not estimates: they become NaN."""
     if est.variance is None or any(pp.consistent for pp in pps):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -50,8 +50,8 @@ class ReleaseResult:
     def _frame(self, noisy: bool) -> pd.DataFrame:
         tree = self.tree
         cols: dict[str, Any] = {}
-        level_cat = pd.Categorical.from_codes(tree.internal.depth.astype(np.int64), categories=list(tree.level_names),
-                                              ordered=True)
+        level_cat = pd.Categorical.from_codes(tree.internal.depth.astype(np.int64),
+                                              categories=cast(Any, list(tree.level_names)), ordered=True)
         cols["level"] = level_cat
         cols.update(tree.label_columns())
         est = tree.to_internal(self.estimate.values)
@@ -89,7 +89,7 @@ class ReleaseResult:
             rep["std"] = np.sqrt(v).reshape(-1)
         if noisy:
             rep["noisy"] = noisy_vals if isinstance(noisy_vals, pd.api.extensions.ExtensionArray) \
-                else noisy_vals.reshape(-1)
+                else cast(np.ndarray, noisy_vals).reshape(-1)
         return self._with_note(rep)
 
     def _with_note(self, frame: pd.DataFrame) -> pd.DataFrame:
@@ -164,7 +164,7 @@ class ReleaseResult:
         frame.attrs["uncertainty"] = dict(iv.summary)
         return frame
 
-    def to_xarray(self, noisy: bool = False):
+    def to_xarray(self, noisy: bool = False) -> Any:
         """An ``xarray.Dataset`` with dimensions ``node`` and, for histograms, one per cell
         dimension (labelled; a single ``cell`` 0..k-1 when the release has no cell labels):
         ``estimate``, ``std`` (per node when shared by its cells), ``noisy`` on request, the

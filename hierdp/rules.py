@@ -121,7 +121,8 @@ def mechanism_unit_problem(unit: str, name: str, *, epsilon: bool, delta: bool, 
                 "epsilon, or choose a zCDP mechanism such as 'gaussian'")
     if unit == "rho" and epsilon and not delta and not rho:
         return (f"mechanism {name!r} (Gaussian noise) cannot give pure ε-DP: give privacy.rho, or privacy.epsilon "
-                "together with privacy.delta (rho=, or epsilon= with delta=, e.g. 1e-9), or use a Laplace mechanism such as 'discrete_laplace'")
+                "together with privacy.delta (rho=, or epsilon= with delta=, e.g. 1e-9), "
+                "or use a Laplace mechanism such as 'discrete_laplace'")
     return None
 
 
@@ -157,7 +158,8 @@ def max_contributions_problem(max_contributions: Any) -> str | None:
             or max_contributions < 1:
         return f"max_contributions must be a positive integer, got {max_contributions!r:.60}"
     if max_contributions > MAX_EXACT_COUNT:
-        return f"max_contributions must be at most 2**53 = {MAX_EXACT_COUNT:,}; got a {len(str(max_contributions))}-digit number"
+        return (f"max_contributions must be at most 2**53 = {MAX_EXACT_COUNT:,}; "
+                f"got a {len(str(max_contributions))}-digit number")
     return None
 
 

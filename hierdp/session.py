@@ -126,5 +126,6 @@ class Session:
                             f"{spent} together (basic composition)")
 
     def __repr__(self) -> str:
-        total = ", ".join(f"{k}={getattr(self, k):g}" for k in ("epsilon", "delta", "rho") if getattr(self, k) is not None)
+        total = ", ".join(f"{k}={getattr(self, k):g}" for k in ("epsilon", "delta", "rho")
+                          if getattr(self, k) is not None)
         return f"<Session {total}: {len(self.releases)} releases, remaining {self.remaining}>"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -83,7 +83,7 @@ class InternalArrays:
         return self._tree._leafcount
 
     @property
-    def level_index(self) -> tuple:
+    def level_index(self) -> tuple[slice | np.ndarray, ...]:
         """Per depth, a slice (when the depth is contiguous) or an index array of its nodes."""
         return self._tree._level_index
 
@@ -252,8 +252,9 @@ class Tree:
         """
         from hierdp import registry
 
-        return registry.create("decomposition", "declared", levels=levels, domains=domains,
-                               root=root).decompose(df).tree
+        tree: Tree = registry.create("decomposition", "declared", levels=levels, domains=domains,
+                                     root=root).decompose(df).tree
+        return tree
 
     # ------------------------------------------------------------------ internal arrays
     @cached_property
@@ -310,7 +311,7 @@ class Tree:
         return slice(int(ptr[H - h]), int(ptr[H - h + 1]))
 
     @cached_property
-    def _level_index(self) -> tuple:
+    def _level_index(self) -> tuple[slice | np.ndarray, ...]:
         """For each depth, a slice (when contiguous) or an index array of internal nodes."""
         d = self._depth
         out = []
@@ -452,20 +453,26 @@ class Tree:
     def has_labels(self) -> bool:
         return self._codes is not None
 
+    @property
+    def _labels(self) -> tuple[pd.Index, ...]:
+        # the per-level label indexes of a labelled tree (set whenever _codes is; a cast, no check)
+        return cast("tuple[pd.Index, ...]", self._level_labels)
+
     def level_labels(self, level: int | str) -> pd.Index:
         """The label values (domain) of a level; the root level has ``[root name]``."""
         d = self.level_depth(level)
         if self._level_labels is None:
-            return pd.Index(self.level_nodes(d))
-        return self._level_labels[d]
+            return cast(pd.Index, pd.Index(self.level_nodes(d)))
+        return self._labels[d]
 
-    def path(self, node: int) -> tuple:
+    def path(self, node: int) -> tuple[Hashable, ...]:
         """Labels from depth 1 down to ``node`` (external id); ``()`` for the root."""
         v = self._int_node(node)
-        out = []
+        out: list[Hashable] = []
         while v > 0:
             d = int(self._depth[v])
-            out.append(self._level_labels[d][self._codes[v]] if self._codes is not None else int(self._ext(np.array([v]))[0]))
+            out.append(self._labels[d][self._codes[v]] if self._codes is not None
+                       else int(self._ext(np.array([v]))[0]))
             v = int(self._parent[v])
         return tuple(reversed(out))
 
@@ -476,18 +483,19 @@ class Tree:
         v = 0
         for d, lab in enumerate(path, start=1):
             if d >= self.n_levels:
-                raise HierarchyError(f"path {path!r} is deeper than the tree ({self.n_levels - 1} levels below the root)")
+                raise HierarchyError(f"path {path!r} is deeper than the tree "
+                                     f"({self.n_levels - 1} levels below the root)")
             kids = self._child_idx[self._child_ptr[v]:self._child_ptr[v + 1]]
             if self._codes is None:
                 match = kids[self._ext(kids) == lab]
             else:
-                idx = self._level_labels[d]
-                code = idx.get_indexer([lab])[0]
+                idx = self._labels[d]
+                code = idx.get_indexer(cast(Any, [lab]))[0]  # a list, as pandas takes it (the stubs want an Index)
                 match = kids[self._codes[kids] == code] if code >= 0 else kids[:0]
             if match.size != 1:
                 from hierdp.errors import did_you_mean
 
-                names = (list(self._level_labels[d][self._codes[kids]]) if self._codes is not None
+                names = (list(self._labels[d][self._codes[kids]]) if self._codes is not None
                          else list(self._ext(kids)))
                 raise HierarchyError(
                     f"no node {lab!r} at level {self._level_names[d]!r} under {path[:d - 1]!r}"
@@ -504,7 +512,7 @@ class Tree:
             return {"node": self._ext(np.arange(self.n_nodes))}
         for d in range(1, self.n_levels):
             codes = K.ancestor_codes_at(self._parent, self._depth, self._codes, d)
-            cols[self._level_names[d]] = pd.Categorical.from_codes(codes, categories=self._level_labels[d])
+            cols[self._level_names[d]] = pd.Categorical.from_codes(codes, categories=self._labels[d])
         return cols
 
     # ------------------------------------------------------------------ values
@@ -519,7 +527,8 @@ class Tree:
             raise HierarchyError(
                 f"leaf_values must have shape ({self.n_leaves},) or ({self.n_leaves}, k), got {lv.shape}"
             )
-        dtype = np.result_type(lv.dtype, np.int64) if np.issubdtype(lv.dtype, np.integer) or lv.dtype == bool else np.float64
+        dtype = (np.result_type(lv.dtype, np.int64) if np.issubdtype(lv.dtype, np.integer) or lv.dtype == bool
+                 else np.float64)
         if dtype == np.float64 and lv.dtype != np.float64 and not np.issubdtype(lv.dtype, np.floating) \
                 and lv.dtype != bool:  # uint64 mixed with int64: no exact common integer type
             raise HierarchyError(f"leaf_values of dtype {lv.dtype} cannot be summed exactly; pass int64 values")
@@ -545,7 +554,7 @@ class Tree:
         internal = self._n_children > 0
         return bool(np.allclose(s[internal], v[internal], rtol=rtol, atol=atol))
 
-    def generation_matrix(self, *args: Any, **kwargs: Any):
+    def generation_matrix(self, *args: Any, **kwargs: Any) -> Any:
         """The Generation Matrix (Cai et al., Def. 7) as ``scipy.sparse``; see :mod:`hierdp.generation_matrix`."""
         from hierdp import generation_matrix as gm
 
@@ -578,18 +587,20 @@ class Tree:
             return False
         if not self.has_labels:
             return True
-        return (all(a.equals(b) for a, b in zip(self._level_labels, other._level_labels))
-                and np.array_equal(self.to_external(self._codes), other.to_external(other._codes)))
+        return (all(a.equals(b) for a, b in zip(self._labels, other._labels))
+                and np.array_equal(self.to_external(cast(np.ndarray, self._codes)),
+                                   other.to_external(cast(np.ndarray, other._codes))))
 
     def __hash__(self) -> int:  # consistent with __eq__: equal trees share size and level names
         return hash((self.n_nodes, self._level_names))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (_rebuild, (self._parent, self._perm, self._level_names, self._level_labels, self._codes,
                            self._provenance))
 
 
-def _rebuild(parent, perm, level_names, level_labels, codes, provenance):
+def _rebuild(parent: np.ndarray, perm: np.ndarray | None, level_names: Any, level_labels: Any,
+             codes: np.ndarray | None, provenance: dict[str, str] | None) -> Tree:
     return Tree(parent, perm=perm, level_names=level_names, level_labels=level_labels, codes=codes,
                 provenance=provenance, _check=False)
 

@@ -135,7 +135,7 @@ _PRIVATE_TREE = re.compile(r"\b(?:tree|t|self\.tree|st\.tree|structure\.tree|res
 
 def test_no_private_tree_attribute_is_read_outside_tree_py():
     hits = []
-    for mod, path in _modules().items():
+    for _mod, path in _modules().items():
         if path.name == "tree.py" and path.parent == PKG:
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

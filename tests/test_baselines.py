@@ -7,8 +7,17 @@ import pytest
 import hierdp
 from hierdp.errors import DataError
 from hierdp.postprocessors import Estimate
-from hierdp.postprocessors.baselines import (DENSE_MAX_NODES, Boosting, BoostingWarning, DenseLS, PrivTrie,
-                                          Processless, boosting, dense_ls, privtrie)
+from hierdp.postprocessors.baselines import (
+    DENSE_MAX_NODES,
+    Boosting,
+    BoostingWarning,
+    DenseLS,
+    PrivTrie,
+    Processless,
+    boosting,
+    dense_ls,
+    privtrie,
+)
 from hierdp.postprocessors.gmc import gmc
 from tests.helpers import random_parent
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hierdp
-from hierdp.postprocessors import _blue_kernels as K
 from hierdp.errors import DataError
+from hierdp.postprocessors import _blue_kernels as K
 from hierdp.postprocessors import blue as B
 from hierdp.postprocessors.blue import blue
 from tests.helpers import random_parent

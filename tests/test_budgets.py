@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp import Tree, registry
+from hierdp import Tree, registry, release
 from hierdp.budgets._objective import TreeErrorObjective
 from hierdp.budgets._variance import blue_variance, class_tree
 from hierdp.budgets.greedy import greedy_split
@@ -17,7 +17,6 @@ from hierdp.budgets.optimize import optimal_split
 from hierdp.errors import BudgetError
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.postprocessors.blue import blue
-from hierdp import release
 
 MECH = registry.create("mechanism", "discrete_laplace")
 SENS = Sensitivity()

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from hierdp.frontends._contributions import bound_contributions
 from hierdp.errors import DataError
+from hierdp.frontends._contributions import bound_contributions
 from hierdp.rng import SeededRandom, make_rng
 
 

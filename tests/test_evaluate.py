@@ -10,10 +10,9 @@ import pandas as pd
 import pytest
 
 import hierdp
-from hierdp import Tree
+from hierdp import Tree, release
 from hierdp.errors import DataError, MissingDependencyError, SpecError
 from hierdp.evaluation import COLUMNS, NON_PRIVATE_NOTE
-from hierdp import release
 
 
 @pytest.fixture(scope="module")

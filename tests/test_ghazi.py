@@ -231,7 +231,6 @@ def test_audit_catches_a_sparse_with_too_little_noise():
 def test_spec_route_with_a_plan(tmp_path):
     """A spec names a plan other than per_level with `plan:`; its unit decides the privacy
     keys, per_level's `mechanism`/`budget` do not apply, and the chain defaults to the plan's."""
-    import warnings
 
     from hierdp.errors import SpecError
     from hierdp.spec.runner import run_spec

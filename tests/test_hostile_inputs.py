@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import importlib
-import math
 import time
 
 import numpy as np
@@ -16,7 +15,6 @@ import pandas as pd
 import pytest
 
 import hierdp
-from hierdp import rules
 from hierdp.cli import main
 from hierdp.errors import BudgetError, DataError, HierarchyError, HierDPError, PluginError, PrivacyError, SpecError
 from hierdp.ledger import Ledger

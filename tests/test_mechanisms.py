@@ -9,8 +9,7 @@ import pytest
 
 import hierdp
 from hierdp.errors import DataError
-from hierdp.mechanisms import (DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Sensitivity,
-                               TruncatedLaplace)
+from hierdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Sensitivity, TruncatedLaplace
 from hierdp.mechanisms._samplers import dlap_params
 from hierdp.mechanisms.continuous import grid_step
 from hierdp.mechanisms.truncated_laplace import truncation_radius

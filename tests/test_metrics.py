@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp import Tree
+from hierdp import Tree, release
 from hierdp.errors import DataError, HierarchyError
 from hierdp.metrics.errors import random_ranges
-from hierdp import release
 
 M = hierdp.metric
 

@@ -27,7 +27,6 @@ class TestEveryRegisteredPostProcessor(BasePostProcessorTests):
 
 
 # ---------------------------------------------------------------- the suite can fail
-import numpy as np  # noqa: E402
 
 from hierdp.postprocessors.base import Estimate, PostProcessor  # noqa: E402
 from hierdp.testing.postprocessors import contract_trees  # noqa: E402

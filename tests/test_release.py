@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import hierdp
+from hierdp import release
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.ledger import Ledger
 from hierdp.plugins import hookimpl
-from hierdp import release
 from hierdp.rng import SecureRandom
 
 

@@ -28,7 +28,7 @@ def _chi2_by_cdf(x: np.ndarray, cdf, support_lo: int, support_hi: int, n_bins: i
     # merge small bins into their neighbour
     p2, o2 = [], []
     acc_p = acc_o = 0.0
-    for p, o, k in zip(probs, obs, keep):
+    for p, o, _k in zip(probs, obs, keep):
         acc_p += p
         acc_o += o
         if acc_p * x.size >= 5:

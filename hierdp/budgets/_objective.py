@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hierdp._jit import numba as nb
 import numpy as np
 import pandas as pd
 
+from hierdp._jit import numba as nb
 from hierdp.budgets._variance import class_tree, class_variances
 from hierdp.errors import BudgetError
 

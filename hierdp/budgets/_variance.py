@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hierdp._jit import numba as nb
 import numpy as np
 
+from hierdp._jit import numba as nb
 from hierdp._kernel_common import blue_combine
 
 if TYPE_CHECKING:

@@ -52,7 +52,8 @@ class Equal(BudgetStrategy):
 
     name = "equal"
 
-    def allocate(self, tree, total, *, mechanism, sensitivity, true_values=None):
+    def allocate(self, tree: Tree, total: float, *, mechanism: Mechanism, sensitivity: Sensitivity,
+                 true_values: np.ndarray | None = None) -> dict[str, float]:
         k = tree.n_levels
         return {name: total / k for name in tree.level_names}
 
@@ -62,7 +63,8 @@ class Leaves(BudgetStrategy):
 
     name = "leaves"
 
-    def allocate(self, tree, total, *, mechanism, sensitivity, true_values=None):
+    def allocate(self, tree: Tree, total: float, *, mechanism: Mechanism, sensitivity: Sensitivity,
+                 true_values: np.ndarray | None = None) -> dict[str, float]:
         from hierdp.errors import BudgetError
 
         leaf_depths = np.unique(tree.internal.depth[tree.internal.n_children == 0])

@@ -23,8 +23,6 @@ number kept out of the public ledger).
 
 from __future__ import annotations
 
-import math
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -379,7 +377,8 @@ def _paths_of(lv_objs: list[_Level], parents_ext: list[np.ndarray], codes_ext: l
 def check_levels(levels: Any, root: str) -> list[str]:
     """Level names: a non-empty list of distinct column names, none the root's or an output column's."""
     if isinstance(levels, str) or not isinstance(levels, Sequence) or len(levels) == 0:
-        raise HierarchyError(f"levels must be a non-empty list of column names, e.g. ['state', 'county']; got {levels!r}")
+        raise HierarchyError("levels must be a non-empty list of column names, e.g. ['state', 'county']; "
+                             f"got {levels!r}")
     levels = list(levels)
     if len(set(levels)) != len(levels):
         dup = sorted({x for x in levels if levels.count(x) > 1})
@@ -388,7 +387,8 @@ def check_levels(levels: Any, root: str) -> list[str]:
         raise HierarchyError(f"a level is named {root!r}, the name of the root level; rename it or pass root=")
     clash = [lv for lv in levels if lv in RESERVED_COLUMNS]
     if clash:
-        raise HierarchyError(f"level {clash[0]!r} has the name of an output column ({', '.join(sorted(RESERVED_COLUMNS))}); "
+        raise HierarchyError(f"level {clash[0]!r} has the name of an output column "
+                             f"({', '.join(sorted(RESERVED_COLUMNS))}); "
                              "rename the column first, e.g. df.rename(columns={...})")
     return levels
 

@@ -34,7 +34,6 @@ the next depth prepends — no Python loop per sequence or per node.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 

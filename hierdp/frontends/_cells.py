@@ -35,7 +35,8 @@ _RESERVED_FOR_CELLS = RESERVED_COLUMNS - {"cell"}
 
 def _cell_index(values: Any, name: str) -> pd.Index:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise HierarchyError(f"domain of cell dimension {name!r} must be a list of values or 'observed'; got {values!r}")
+        raise HierarchyError(f"domain of cell dimension {name!r} must be a list of values or 'observed'; "
+                             f"got {values!r}")
     idx = pd.Index(list(values) if not isinstance(values, (pd.Index, np.ndarray, pd.Series)) else values)
     if len(idx) == 0:
         raise HierarchyError(f"domain of cell dimension {name!r} is empty; declare at least one value")
@@ -128,12 +129,14 @@ def cell_codes(cells: Mapping[str, pd.Index], columns: Any) -> tuple[np.ndarray,
         try:
             codes = np.asarray(idx.get_indexer(pd.Index(col)), dtype=np.int64)
         except Exception:  # unhashable or incomparable values
-            codes = np.asarray(pd.Index(col, dtype=object).map(lambda x: idx.get_loc(x) if x in idx else -1),
+            # the lambda runs here, inside this iteration: binding idx late is harmless
+            codes = np.asarray(pd.Index(col, dtype=object).map(lambda x: idx.get_loc(x) if x in idx else -1),  # noqa: B023
                                dtype=np.int64)
         miss = codes < 0
         if miss.any():
             isna = col.isna().to_numpy()
-            what = f"missing {name!r} values" if isna[miss].all() else f"{name!r} values outside the declared cell domain"
+            what = (f"missing {name!r} values" if isna[miss].all()
+                    else f"{name!r} values outside the declared cell domain")
             if what not in problems:
                 problems.append(what)
         bad |= miss

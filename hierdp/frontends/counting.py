@@ -71,7 +71,8 @@ def leaf_counts_to_nodes(tree: Tree, counts_ext: np.ndarray) -> np.ndarray:
     return tree.to_external(tree.internal.sum_up(np.ascontiguousarray(internal)))
 
 
-def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None, unknown: str) -> tuple[np.ndarray, dict[str, Any]]:
+def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None,
+               unknown: str) -> tuple[np.ndarray, dict[str, Any]]:
     """True node counts (external order) of the rows of ``df`` and private notes.
 
     Rows outside the declared domains raise (``unknown="raise"``) or are dropped and

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -24,10 +24,11 @@ from hierdp.errors import DataError, PrivacyError, expected_one_of
 from hierdp.frontends._cells import cell_codes, cell_sizes, cells_notes, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.counting import check_counts, count_cells, count_rows
-from hierdp.frontends.points import release_points
+from hierdp.frontends.points import PointsResult, release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
+from hierdp.result import ReleaseResult
 from hierdp.rng import make_rng
 from hierdp.tree import Tree
 
@@ -89,7 +90,7 @@ class DPTree:
         """The declared cell domains ``{column: pd.Index}`` (``{}`` without cells); see
         :mod:`hierdp.frontends._cells`."""
         return resolve_cells(cells, levels=self.levels, root=root, observed=lambda name: df[name].dropna().unique(),
-                             columns=df.columns)
+                             columns=cast(Sequence[Any], df.columns))
 
     @property
     def n_cells(self) -> int:
@@ -110,7 +111,8 @@ class DPTree:
         df = self._df
         notes: dict[str, Any] = {}
         if self.unit is not None:
-            df, n_dropped = bound_contributions(df, self.unit, self.max_contributions, rng or make_rng(None))
+            df, n_dropped = bound_contributions(df, self.unit, cast(int, self.max_contributions),
+                                               rng or make_rng(None))
             notes["rows_dropped_by_contribution_bound"] = int(n_dropped)
         if self.cells:
             values, more = count_cells(self._structure, df, self.cells, count=self.count, unknown=self.unknown)
@@ -123,7 +125,7 @@ class DPTree:
         """Release keywords implied by how rows count: the sensitivity (``Sensitivity.bounded(c)``
         with ``unit=``/``max_contributions=c``), the privacy-unit text and the bound."""
         if self.unit is not None:
-            return {"sensitivity": Sensitivity.bounded(self.max_contributions),
+            return {"sensitivity": Sensitivity.bounded(cast(int, self.max_contributions)),
                     "privacy_unit": f"one value of column {self.unit!r}",
                     "max_contributions": self.max_contributions}
         if self.count is not None:
@@ -157,7 +159,7 @@ class DPTree:
                        if key == "max_contributions" else f"it follows from {how}")
                 raise PrivacyError(f"{key} is not a release() option for a DPTree: {fix}")
 
-    def release(self, epsilon: float | None = None, **kwargs: Any):
+    def release(self, epsilon: float | None = None, **kwargs: Any) -> ReleaseResult:
         """Release the counts privately; keywords as :func:`hierdp.release` (``session=`` draws
         the spend from a :class:`hierdp.Session`).
 
@@ -252,7 +254,8 @@ class DPTreeFrameAccessor:
         return DPTree(self._obj, levels, domains, count=count, unit=unit, max_contributions=max_contributions,
                       unknown=unknown, root=root, spent=self._spent, cells=cells)
 
-    def privtree(self, columns: Sequence[str], bounds: Any, epsilon: float | None = None, **kwargs: Any):
+    def privtree(self, columns: Sequence[str], bounds: Any, epsilon: float | None = None,
+                 **kwargs: Any) -> PointsResult:
         """A private spatial decomposition of the points in ``columns`` inside the public
         ``bounds`` and its region counts: :func:`hierdp.frontends.points.release_points`
         (``method="privtree"`` by default; ``"simpletree"`` and ``"grid"`` for baselines)."""
@@ -285,7 +288,7 @@ class DPTreeSeriesAccessor:
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
         s = self._obj
-        names = [n for n in s.index.names]
+        names = [cast(str, n) for n in s.index.names]
         if any(n is None for n in names):
             raise DataError("the Series index must name its levels (e.g. the result of df.groupby([...]).size())")
         if levels is None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from hierdp._jit import numba as nb
 import numpy as np
 import pandas as pd
 
+from hierdp._jit import numba as nb
 from hierdp.accounting import check_epsilon
 from hierdp.decompositions.privtree import PrivTree, SimpleTree, SpatialStructure, UniformGrid, as_points
 from hierdp.errors import BudgetError, DataError, expected_one_of

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp.accounting import check_epsilon
-from hierdp.decompositions.suffix_tree import Corpus, SuffixStructure, SuffixTree, as_corpus
+from hierdp.decompositions.suffix_tree import Corpus, SuffixStructure, SuffixTree
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.pipeline import release
 from hierdp.plans.leaves import Leaves

@@ -50,9 +50,9 @@ import math
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 
-from hierdp._jit import numba as nb
 import numpy as np
 
+from hierdp._jit import numba as nb
 from hierdp.errors import BudgetError
 from hierdp.rng import RandomSource
 

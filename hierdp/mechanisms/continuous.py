@@ -29,13 +29,18 @@ from abc import abstractmethod
 from fractions import Fraction
 from typing import Any
 
-from hierdp._jit import numba as nb
 import numpy as np
 
+from hierdp._jit import numba as nb
 from hierdp.errors import DataError
-from hierdp.mechanisms._samplers import (dgauss_params, discrete_gaussian_variance,
-                                         discrete_laplace_variance, dlap_params,
-                                         sample_discrete_gaussian, sample_discrete_laplace)
+from hierdp.mechanisms._samplers import (
+    dgauss_params,
+    discrete_gaussian_variance,
+    discrete_laplace_variance,
+    dlap_params,
+    sample_discrete_gaussian,
+    sample_discrete_laplace,
+)
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.rng import RandomSource
 

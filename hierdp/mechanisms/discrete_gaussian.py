@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from hierdp.mechanisms._samplers import (DGaussParams, dgauss_params, discrete_gaussian_variance,
-                                         sample_discrete_gaussian)
+from hierdp.mechanisms._samplers import (
+    DGaussParams,
+    dgauss_params,
+    discrete_gaussian_variance,
+    sample_discrete_gaussian,
+)
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.mechanisms.discrete_laplace import ExactIntegerMechanism
 

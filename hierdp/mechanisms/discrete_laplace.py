@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from hierdp.errors import DataError
-from hierdp.mechanisms._samplers import (DLapParams, discrete_laplace_variance, dlap_params,
-                                         sample_discrete_laplace)
+from hierdp.mechanisms._samplers import DLapParams, discrete_laplace_variance, dlap_params, sample_discrete_laplace
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.rng import RandomSource
 

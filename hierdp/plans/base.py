@@ -43,7 +43,7 @@ class Plan(ABC):
     name: ClassVar[str]
     #: the post-processing chain a release uses when none is given (``blue`` needs the
     #: variances of a linear plan; a non-linear plan such as ``ghazi`` sets ``()``)
-    default_postprocess: ClassVar[tuple] = ("blue",)
+    default_postprocess: ClassVar[tuple[str, ...]] = ("blue",)
 
     def __init__(self, **params: Any) -> None:
         if params:
@@ -54,7 +54,7 @@ class Plan(ABC):
     def budget_unit(self) -> str:
         """``"epsilon"`` (pure ε-DP), ``"rho"`` (ρ-zCDP) or ``"approx"`` ((ε, δ)-DP)."""
 
-    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
+    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict[str, Any]]:
         """The total budget in :attr:`budget_unit` and the ledger's guarantee fields
         (:func:`hierdp.accounting.total_budget`)."""
         return total_budget(self.budget_unit, epsilon=epsilon, delta=delta, rho=rho, mechanism=self.name)

@@ -8,7 +8,7 @@ Built-in mechanisms, post-processors, metrics, budget strategies, plans and deco
 these very hooks (see ``DEFAULT_PLUGINS``); there is no second path.
 """
 
-from hierdp.plugins.markers import hookimpl, hookspec
 from hierdp.plugins.manager import DEFAULT_PLUGINS, ENTRY_POINT_GROUP, get_plugin_manager
+from hierdp.plugins.markers import hookimpl, hookspec
 
 __all__ = ["hookimpl", "hookspec", "get_plugin_manager", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP"]

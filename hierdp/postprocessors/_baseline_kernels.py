@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from hierdp._jit import numba as nb
-import numpy as np
 
 _jit = nb.njit(cache=True, nogil=True)
 
@@ -27,7 +26,7 @@ def boosting_2d(parent, height, child_ptr, child_idx, k_fan, v, out, z):
             for c in range(kk):
                 z[i, c] = v[i, c]
             continue
-        l = height[i]
+        l = height[i]  # noqa: E741  (the paper's l, a node's height)
         if kf == 1.0:
             a = 1.0 / l
         else:

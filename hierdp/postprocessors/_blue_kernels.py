@@ -8,9 +8,9 @@ children's estimates by :func:`hierdp._kernel_common.blue_combine`.
 
 from __future__ import annotations
 
-from hierdp._jit import numba as nb
 import numpy as np
 
+from hierdp._jit import numba as nb
 from hierdp._kernel_common import blue_combine
 
 _jit = nb.njit(cache=True, nogil=True)

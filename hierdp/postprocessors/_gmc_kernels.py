@@ -10,8 +10,9 @@ nodes, read the values contiguously and never touch a per-leaf parent index.
 
 from __future__ import annotations
 
-from hierdp._jit import numba as nb
 import numpy as np
+
+from hierdp._jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 _jit_fast = nb.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)

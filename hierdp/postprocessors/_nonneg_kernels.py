@@ -7,9 +7,9 @@ Arrays are in internal order: parents before children, leaves in the suffix ``[n
 
 from __future__ import annotations
 
-from hierdp._jit import numba as nb
 import numpy as np
 
+from hierdp._jit import numba as nb
 from hierdp._kernel_common import blue_combine
 
 _jit = nb.njit(cache=True, nogil=True)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from hierdp._jit import numba as nb
 import numpy as np
+
+from hierdp._jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 

@@ -43,7 +43,7 @@ def node_values(tree: Tree, values: Any) -> np.ndarray:
     return y
 
 
-def node_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray:
+def node_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.ndarray:
     """Variances as float64 of shape ``(n,)`` or ``shape`` (a scalar is broadcast to every
     node); shape errors only, the values are checked by the caller."""
     from hierdp.errors import DataError
@@ -68,7 +68,7 @@ def finite_values(tree: Tree, values: Any) -> np.ndarray:
     return y
 
 
-def checked_variance(tree: Tree, variance: Any, shape: tuple) -> np.ndarray | None:
+def checked_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     """:func:`node_variance` (``None`` passes through), and a one-line DataError if any
     variance is NaN or negative (``inf`` marks an unmeasured node, 0 an exact one)."""
     from hierdp.errors import DataError

@@ -80,7 +80,8 @@ def boosting(tree: Tree, values: np.ndarray) -> np.ndarray:
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty_like(y2)
     z = np.empty_like(y2)
-    BLK.boosting_2d(tree.internal.parent, tree.internal.height, tree.internal.child_ptr, tree.internal.child_idx, max(k, 1), y2, out, z)
+    BLK.boosting_2d(tree.internal.parent, tree.internal.height, tree.internal.child_ptr, tree.internal.child_idx,
+                    max(k, 1), y2, out, z)
     return out.reshape(y.shape)
 
 
@@ -191,7 +192,8 @@ def dense_ls(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
     Minimises ``sum_i (x_i - y_i)^2 / var_i`` over consistent ``x = A l`` (A: leaf-to-node
     aggregation); ``inf`` variance = weight 0. Returns ``(x, Var(x))`` where the variance is
     the diagonal of ``A (A^T W A)^+ A^T``, and ``inf`` for nodes the measurements do not
-    determine (their row of A is outside the row space of the measured rows). Raises for more than ``DENSE_MAX_NODES`` nodes.
+    determine (their row of A is outside the row space of the measured rows). Raises for more
+    than ``DENSE_MAX_NODES`` nodes.
     """
     y = finite_values(tree, values)
     n = tree.n_nodes

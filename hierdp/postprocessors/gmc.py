@@ -69,7 +69,8 @@ class GMCStructure:
             n = tree.n_nodes
             x = np.empty((n, 1))
             xv = np.empty((n, 1))
-            BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros((n, 1)), np.ones((n, 1)), x, xv)
+            BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
+                       np.zeros((n, 1)), np.ones((n, 1)), x, xv)
             self._unit_variance = xv[:, 0]
             self._unit_variance.setflags(write=False)
         return self._unit_variance
@@ -228,7 +229,8 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
         xv = np.empty_like(x)
-        BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, np.zeros_like(d2), d2, x, xv)
+        BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
+                   np.zeros_like(d2), d2, x, xv)
         f.variance = xv
     return o2.reshape(y.shape), f.variance.reshape(v.shape).copy()
 

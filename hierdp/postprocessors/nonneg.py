@@ -89,7 +89,8 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     converged = False
     while True:
         it += 1
-        nbad = NK.nnls_step_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, n1, xhat, d2, fixed, tol, x, bad)
+        nbad = NK.nnls_step_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
+                               n1, xhat, d2, fixed, tol, x, bad)
         if not nbad.any():
             converged = True
             break

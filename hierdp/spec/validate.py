@@ -342,7 +342,8 @@ class _Checker:
                          Path(led) if led else ledger_path_for(o["path"])))
         e = spec.evaluate or {}
         if e.get("output"):
-            outs += [(("evaluate", "output"), Path(e["output"])), (("evaluate", "output"), Path(e["output"]).with_suffix(".png"))]
+            outs += [(("evaluate", "output"), Path(e["output"])),
+                     (("evaluate", "output"), Path(e["output"]).with_suffix(".png"))]
         for where, out in outs:
             if out.resolve() in inputs:
                 self.err(where, f"{str(out)!r} is one of this spec's input files; writing it would replace that "
@@ -444,7 +445,6 @@ class _Checker:
 
     def read_header(self, files: list[Path], fmt: str, path: tuple) -> list[str] | None:
         """Column names only (CSV header row / Parquet schema); every file must have the first's columns."""
-        import pandas as pd
 
         headers = []
         for f in files:
@@ -888,11 +888,10 @@ class _Checker:
 
 def _demo_columns(name: str) -> list[str]:
     """Column names of a bundled demo dataset (its header row only)."""
-    import pandas as pd
-
-    from hierdp.data import demo_path
 
     from importlib import resources
+
+    from hierdp.data import demo_path
 
     with resources.as_file(demo_path(name)) as path:
         return csv_header(path)

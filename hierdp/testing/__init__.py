@@ -5,6 +5,7 @@ docstring); hierdp's built-ins run the very same suites.
 """
 
 import importlib
+from typing import Any
 
 _SUITES = {
     "BaseMechanismTests": "hierdp.testing.mechanisms",
@@ -16,7 +17,7 @@ _SUITES = {
 __all__ = sorted(_SUITES)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _SUITES:
         return getattr(importlib.import_module(_SUITES[name]), name)
     raise AttributeError(f"module 'hierdp.testing' has no attribute {name!r}")

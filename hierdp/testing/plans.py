@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -71,7 +72,8 @@ class BasePlanTests:
         return _TREES[request.param]
 
     @staticmethod
-    def _measure(plan: Plan, tree: Tree, values: np.ndarray, seed: int = 0) -> tuple[Measurements, float, dict]:
+    def _measure(plan: Plan, tree: Tree, values: np.ndarray,
+                 seed: int = 0) -> tuple[Measurements, float, dict[str, Any]]:
         budget = _BUDGETS[plan.budget_unit]
         total, guarantee = plan.total(epsilon=budget.get("epsilon"), delta=budget.get("delta"),
                                       rho=budget.get("rho"))
@@ -148,7 +150,7 @@ class BasePlanTests:
 
     @pytest.mark.parametrize("budget", [{"epsilon": 1.0}, {"rho": 0.5}, {"epsilon": 1.0, "delta": 1e-6},
                                         {"epsilon": -1.0}, {}])
-    def test_total_answers_every_budget_form_clearly(self, plan: Plan, budget: dict) -> None:
+    def test_total_answers_every_budget_form_clearly(self, plan: Plan, budget: dict[str, float]) -> None:
         try:
             total, g = plan.total(epsilon=budget.get("epsilon"), delta=budget.get("delta"), rho=budget.get("rho"))
         except HierDPError as exc:

@@ -102,7 +102,7 @@ class BasePostProcessorTests:
         return true + rng.normal(0.0, 2.0, size=shape), var
 
     @staticmethod
-    def _run(pp: PostProcessor, tree: Tree, est: Estimate, allowed: tuple) -> Estimate:
+    def _run(pp: PostProcessor, tree: Tree, est: Estimate, allowed: tuple[Any, ...]) -> Estimate:
         with warnings.catch_warnings():
             for w in allowed:
                 warnings.simplefilter("ignore", w)

@@ -122,7 +122,7 @@ def _encode(lengths: np.ndarray, flat: np.ndarray, strings: bool, alphabet: Any)
             index = pd.Index([chr(int(c)) for c in uniq], dtype=object)
         else:
             try:
-                uniq = sorted(uniq)
+                uniq = np.asarray(sorted(uniq), dtype=object)
             except TypeError:
                 pass
             index = pd.Index(list(uniq), dtype=object)
@@ -147,7 +147,7 @@ def _encode(lengths: np.ndarray, flat: np.ndarray, strings: bool, alphabet: Any)
         ok = keys[order][pos] == flat
         codes = np.where(ok, order[pos], -1)
     else:
-        codes = index.get_indexer(flat) if flat.size else np.zeros(0, np.int64)
+        codes = index.get_indexer(pd.Index(flat)) if flat.size else np.zeros(0, np.int64)
     bad = np.flatnonzero(codes < 0)
     if bad.size:
         raise DataError(f"symbol {(chr(int(flat[bad[0]])) if strings else flat[bad[0]])!r} is not in the declared "

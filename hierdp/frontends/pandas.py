@@ -25,7 +25,7 @@ from hierdp.frontends._cells import cell_codes, cell_sizes, cells_notes, resolve
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.counting import check_counts, count_cells, count_rows
 from hierdp.frontends.points import PointsResult, release_points
-from hierdp.frontends.sequences import release_sequences
+from hierdp.frontends.sequences import SequenceResult, release_sequences
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
 from hierdp.result import ReleaseResult
@@ -265,7 +265,7 @@ class DPTreeFrameAccessor:
         return result
 
     def suffix_tree(self, column: str, epsilon: float | None = None, max_length: int | None = None,
-                    alphabet: Any = None, **kwargs: Any):
+                    alphabet: Any = None, **kwargs: Any) -> SequenceResult:
         """A private prediction suffix tree over the sequences in ``column`` (strings or
         lists of symbols; one row = one sequence = one privacy unit) with ``alphabet`` declared
         (a list) or ``"observed"`` and l⊤ = ``max_length``:

@@ -51,10 +51,22 @@ class SequenceResult(ReleaseResult):
     histograms: str = "nonneg"
     strings: bool = True
 
+    @property
+    def _st(self) -> SuffixStructure:
+        if self.structure is None:
+            raise DataError("this SequenceResult has no suffix tree; make it with release_sequences(...)")
+        return self.structure
+
+    @property
+    def _h(self) -> np.ndarray:
+        if self.hist is None:
+            raise DataError("this SequenceResult has no histograms; make it with release_sequences(...)")
+        return self.hist
+
     # ------------------------------------------------------------------ model lookups
     @cached_property
     def _mass(self) -> np.ndarray:
-        return self.hist.sum(axis=1)
+        return self._h.sum(axis=1)
 
     @cached_property
     def _effective(self) -> np.ndarray:
@@ -73,7 +85,7 @@ class SequenceResult(ReleaseResult):
         """For contexts ``ctx[starts[j]:ends[j] + 1]`` (prepend codes: 0..m−1 symbols, m the
         start marker), the node whose string is their longest suffix in the PST (backing
         off past empty histograms). One vectorised step per depth."""
-        fc = self.structure.first_child
+        fc = self._st.first_child
         node = np.zeros(starts.size, np.int64)
         act = np.arange(starts.size)
         d = 0
@@ -95,7 +107,7 @@ class SequenceResult(ReleaseResult):
             raise DataError("pass a list of query strings (e.g. ['AB']), not a single string")
         items = list(strings)
         lengths = np.fromiter((len(s) for s in items), np.int64, len(items))
-        alphabet = self.structure.alphabet
+        alphabet = self._st.alphabet
         flat = [x for s in items for x in s]
         codes = alphabet.get_indexer(pd.Index(flat, dtype=object)) if flat else np.zeros(0, np.int64)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if lengths.size else np.zeros(0, np.int64)
@@ -122,14 +134,14 @@ class SequenceResult(ReleaseResult):
             q_of = np.repeat(np.arange(lengths.size), lengths)
             known[np.unique(q_of[codes < 0])] = False
         safe = np.where(codes < 0, 0, codes)
-        first = self.hist[0, safe[starts]]
+        first = self._h[0, safe[starts]]
         # predictions i = 1..l−1 of every query: context [start, start + i − 1], target start + i
         n_pred = lengths - 1
         q = np.repeat(np.arange(lengths.size), n_pred)
         rank = np.arange(int(n_pred.sum())) - np.repeat(np.cumsum(n_pred) - n_pred, n_pred)
         ends = starts[q] + rank
         node = self._match(safe, starts[q], ends)
-        p = self.hist[node, safe[ends + 1]] / self._mass[node]
+        p = self._h[node, safe[ends + 1]] / self._mass[node]
         with np.errstate(divide="ignore"):
             logp = np.bincount(q, weights=np.log(p), minlength=lengths.size)
         out = np.where(known, first * np.exp(logp), 0.0)
@@ -153,9 +165,9 @@ class SequenceResult(ReleaseResult):
         if length is not None and (isinstance(length, bool) or int(length) != length or length < 1):
             raise DataError(f"length must be a positive integer or None, got {length!r}")
         k = int(k)
-        m = self.structure.m
-        heap: list[tuple[float, tuple[int, ...]]] = [(-float(self.hist[0, a]), (a,)) for a in range(m)
-                                                      if self.hist[0, a] > 0]
+        m = self._st.m
+        heap: list[tuple[float, tuple[int, ...]]] = [(-float(self._h[0, a]), (a,)) for a in range(m)
+                                                      if self._h[0, a] > 0]
         heapq.heapify(heap)
         found: list[tuple[tuple[int, ...], float]] = []
         while heap and len(found) < k:
@@ -166,10 +178,10 @@ class SequenceResult(ReleaseResult):
                 continue
             ctx = np.asarray(s, np.int64)
             v = int(self._match(ctx, np.array([0]), np.array([ctx.size - 1]))[0])
-            f = -negf * self.hist[v, :m] / self._mass[v]
+            f = -negf * self._h[v, :m] / self._mass[v]
             for a in np.flatnonzero(f > 0):
                 heapq.heappush(heap, (-float(f[a]), s + (int(a),)))
-        alphabet = self.structure.alphabet
+        alphabet = self._st.alphabet
         strs = [self._render(np.asarray(s, np.int64), alphabet) for s, _ in found]
         return pd.DataFrame({"string": pd.Series(strs, dtype=object),
                              "length": np.array([len(s) for s, _ in found], np.int64),
@@ -185,20 +197,20 @@ class SequenceResult(ReleaseResult):
         their lengths; see :meth:`sample`."""
         if isinstance(n, bool) or int(n) != n or n < 0:
             raise DataError(f"n must be a non-negative integer, got {n!r}")
-        cap = self.structure.l_top if max_length is None else int(max_length)
+        cap = self._st.l_top if max_length is None else int(max_length)
         if cap < 1:
             raise DataError(f"max_length must be a positive integer, got {max_length!r}")
         if not self._mass[0] > 0:
             raise DataError("the released model is empty (every histogram count is 0): nothing to sample from")
         n = int(n)
-        m = self.structure.m
+        m = self._st.m
         gen = np.random.default_rng(seed)
         width = cap + 1
         ctx = np.full((n, width), -1, np.int64)
         ctx[:, 0] = m                                   # the start marker
         lengths = np.full(n, cap, np.int64)
         act = np.arange(n)
-        cdf = np.cumsum(self.hist, axis=1) / np.where(self._mass > 0, self._mass, 1.0)[:, None]
+        cdf = np.cumsum(self._h, axis=1) / np.where(self._mass > 0, self._mass, 1.0)[:, None]
         flat = ctx.reshape(-1)
         for t in range(cap):
             if not act.size:
@@ -220,7 +232,7 @@ class SequenceResult(ReleaseResult):
         draws reproducible (numpy's generator). Strings if the data were strings, else tuples.
         """
         codes, lengths = self.sample_codes(n, seed, max_length=max_length)
-        alphabet = self.structure.alphabet
+        alphabet = self._st.alphabet
         return pd.Series([self._render(codes[i, :lengths[i]], alphabet) for i in range(codes.shape[0])],
                          dtype=object, name="sequence")
 
@@ -230,8 +242,8 @@ class SequenceResult(ReleaseResult):
         """One row per node and next symbol: ``node``, ``depth``, ``context`` (the predictor
         string, ``$`` the start), ``leaf``, ``next`` (a symbol or ``&``), ``estimate`` (the
         histogram the uses read)."""
-        st = self.structure
-        n, k = self.hist.shape
+        st = self._st
+        n, k = self._h.shape
         ctx = st.contexts()
         if self.strings:
             ctx = np.array(["".join(c) for c in ctx], dtype=object)
@@ -239,7 +251,7 @@ class SequenceResult(ReleaseResult):
         return pd.DataFrame({"node": rep, "depth": np.repeat(self.tree.depth, k),
                              "context": pd.Series(ctx[rep], dtype=object), "leaf": np.repeat(st.is_leaf, k),
                              "next": pd.Categorical.from_codes(np.tile(np.arange(k), n), categories=st.cells),
-                             "estimate": self.hist.reshape(-1)})
+                             "estimate": self._h.reshape(-1)})
 
     def to_frame(self, noisy: bool = False) -> pd.DataFrame:  # type: ignore[override]
         """:attr:`frame`, with the raw noisy leaf measurements (``noisy``, NaN for internal nodes)."""

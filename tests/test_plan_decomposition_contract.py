@@ -37,6 +37,7 @@ _DATA = {
     "privtree": (_BOX, _POINTS),
     "simpletree": (dict(_BOX, height=4), _POINTS),
     "grid": (dict(_BOX, n=400), _POINTS),
+    "privtree_taxonomy": (dict(taxonomy=Tree.complete(3, 4)), np.arange(27, dtype=np.int64) * 5),
 }
 
 

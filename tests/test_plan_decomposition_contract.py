@@ -38,6 +38,8 @@ _DATA = {
     "simpletree": (dict(_BOX, height=4), _POINTS),
     "grid": (dict(_BOX, n=400), _POINTS),
     "privtree_taxonomy": (dict(taxonomy=Tree.complete(3, 4)), np.arange(27, dtype=np.int64) * 5),
+    "privtree_mixed": (dict(numeric={"x": (0.0, 1.0)}, categorical={"leaf": Tree.complete(2, 3)}),
+                       pd.DataFrame({"x": _POINTS["x"], "leaf": np.arange(400) % 4 + 3})),
 }
 
 

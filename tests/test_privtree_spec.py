@@ -125,3 +125,14 @@ def test_grid_and_simpletree_routes(tmp_path, pts_csv):
                                      "height: 3}"), seed=1, write=False)
     assert g.tree.n_nodes == 1 + 16 and g.structure.private_structure is False
     assert s.tree.depth.max() <= 2
+
+
+def test_cli_validate_and_release(tmp_path, capsys):
+    from hierdp.cli import main
+
+    assert main(["validate", "privtree"]) == 0
+    assert "valid (privtree on lon, lat; ε = 1" in capsys.readouterr().out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["release", "privtree", "--seed", "2", "-o", str(tmp_path / "p.csv"), "-q"]) == 0
+    assert (tmp_path / "p.ledger.json").is_file() and len(pd.read_csv(tmp_path / "p.csv")) > 100

@@ -206,3 +206,23 @@ def test_audit_sensitivity_two_score_within_epsilon():
 def test_audit_catches_understated_sensitivity():
     res = audit(_path_depth_sampler(_double, 1), 9, 10, n=200_000, seed=2, claimed=AUDIT_EPS)
     assert res.violates, str(res)
+
+
+def test_dptree_accessor_runs_privtree_on_the_declared_domains():
+    import pandas as pd
+
+    g = np.random.default_rng(1)
+    states = g.choice(["A", "B", "C"], 4000, p=[0.7, 0.25, 0.05])
+    df = pd.DataFrame({"state": states, "county": [f"{s}{i}" for s, i in zip(states, g.integers(0, 5, 4000))],
+                       "person": np.arange(4000) // 2})
+    domains = {"state": ["A", "B", "C"], "county": {s: [f"{s}{i}" for i in range(5)] for s in "ABC"}}
+    r = df.dptree(levels=["state", "county"], domains=domains).privtree(epsilon=2.0, seed=1)
+    assert r.tree.level_names[:2] == ("total", "state")
+    assert set(r.frame["state"].dropna()) <= {"A", "B", "C"} and r.tree.is_consistent(r.values)
+    r2 = df.dptree(levels=["state", "county"], domains=domains, unit="person", max_contributions=2).privtree(
+        epsilon=2.0, seed=1)
+    # β = 5 (five counties per state), ε_tree = 1, x = 2: λ = x·(2β−1)/((β−1)ε) = 2·9/4 = 4.5
+    assert r2.ledger.max_contributions == 2 and "λ=4.5," in r2.ledger.to_json()
+    with pytest.raises(hierdp.PrivacyError, match="contributions=1 is below"):
+        df.dptree(levels=["state", "county"], domains=domains, unit="person", max_contributions=2).privtree(
+            epsilon=2.0, seed=1, contributions=1)

@@ -7,6 +7,7 @@ sensitivity understated caught."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -222,7 +223,8 @@ def test_dptree_accessor_runs_privtree_on_the_declared_domains():
     r2 = df.dptree(levels=["state", "county"], domains=domains, unit="person", max_contributions=2).privtree(
         epsilon=2.0, seed=1)
     # β = 5 (five counties per state), ε_tree = 1, x = 2: λ = x·(2β−1)/((β−1)ε) = 2·9/4 = 4.5
-    assert r2.ledger.max_contributions == 2 and "λ=4.5," in r2.ledger.to_json()
+    assert r2.ledger.max_contributions == 2 and r2.ledger.privacy_unit == "one value of column 'person'"
+    assert "λ=4.5," in json.loads(r2.ledger.to_json())["decomposition"]["description"]
     with pytest.raises(hierdp.PrivacyError, match="contributions=1 is below"):
         df.dptree(levels=["state", "county"], domains=domains, unit="person", max_contributions=2).privtree(
             epsilon=2.0, seed=1, contributions=1)

@@ -209,6 +209,7 @@ class DPTree:
             if c < self.max_contributions:
                 raise PrivacyError(f"contributions={c} is below max_contributions={self.max_contributions}: a unit "
                                    "may reach that many leaves; leave contributions out")
+        kwargs.setdefault("privacy_unit", self.release_defaults().get("privacy_unit"))
         bound_rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 97) % (1 << 63))
         values, _ = self._node_values(bound_rng)
         result = release_taxonomy(self.tree, values[np.asarray(self.tree.leaves)], epsilon=epsilon, **kwargs)

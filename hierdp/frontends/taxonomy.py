@@ -39,14 +39,15 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, *, epsilon: float | None 
                      structure_share: float = 0.5, score: str | Callable[[np.ndarray], np.ndarray] = "count",
                      sensitivity: int | None = None, seed: int | None = None,
                      mechanism: Any = "discrete_laplace", postprocess: Any = ("blue",),
-                     notes: Sequence[str] = (), **params: Any) -> ReleaseResult:
+                     notes: Sequence[str] = (), privacy_unit: str | None = None, **params: Any) -> ReleaseResult:
     """PrivTree on ``taxonomy`` (Zhang et al. 2016, §3.5), then the leaf counts.
 
     ``leaf_counts``: private counts of the taxonomy's leaves (``taxonomy.leaves`` order),
     ``(n_leaves,)`` or per-bin ``(n_leaves, k)`` for histogram scores (the release counts
     the bins' sum). ``score``/``sensitivity``/``theta``/``beta``/``max_depth``/
     ``contributions``: see :class:`TaxonomyPrivTree`. ``structure_share`` of ``epsilon``
-    (default half, §3.4) pays for the structure, the rest for the leaves.
+    (default half, §3.4) pays for the structure, the rest for the leaves. ``privacy_unit``:
+    the ledger's description of one tuple (default one row).
     """
     if epsilon is None:
         raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
@@ -63,7 +64,8 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, *, epsilon: float | None 
     return release(structure.tree, values, epsilon=eps, plan=Leaves(mechanism), postprocess=postprocess, seed=seed,
                    notes=list(notes) + ["privtree_taxonomy: which categories are expanded is a private output "
                                         "paid from the budget"],
-                   structure=structure, max_contributions=x if x > 1 else None)
+                   structure=structure, max_contributions=x if x > 1 else None,
+                   **({"privacy_unit": privacy_unit} if privacy_unit is not None else {}))
 
 
 @dataclass(repr=False)

@@ -54,7 +54,7 @@ def test_bundled_example_releases_regions_that_tile_the_box(tmp_path):
 
 
 def test_spec_release_counts_the_source_rows(tmp_path, pts_csv):
-    """With a large ε the root estimate is the number of rows (802 with the filter)."""
+    """With a large ε the root estimate is the number of rows (800; the filter keeps all)."""
     path = _spec(tmp_path)
     text = path.read_text().replace("source: {path: pts.csv}",
                                     "source: {path: pts.csv, filter: [{column: id, op: '>=', value: -2}]}")

@@ -40,6 +40,9 @@ _DATA = {
     "suffix_tree": (dict(alphabet="ABC", max_length=6),
                     ["".join(np.random.default_rng(1).choice(list("ABC"), size=int(n))) for n in
                      np.random.default_rng(2).integers(0, 9, size=300)]),
+    "privtree_taxonomy": (dict(taxonomy=Tree.complete(3, 4)), np.arange(27, dtype=np.int64) * 5),
+    "privtree_mixed": (dict(numeric={"x": (0.0, 1.0)}, categorical={"leaf": Tree.complete(2, 3)}),
+                       pd.DataFrame({"x": _POINTS["x"], "leaf": np.arange(400) % 4 + 3})),
 }
 
 

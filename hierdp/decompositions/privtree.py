@@ -52,7 +52,7 @@ from hierdp.rng import RandomSource, make_rng
 from hierdp.tree import Tree
 
 __all__ = ["PrivTree", "SimpleTree", "UniformGrid", "SpatialStructure", "PrivTreeParameters",
-           "privtree_parameters", "as_points", "GRID"]
+           "privtree_parameters", "as_points", "schedule", "GRID"]
 
 #: Resolution of the integer grid on which PrivTree's scores and threshold live.
 GRID = 1 << 20
@@ -163,7 +163,7 @@ def as_points(data: Any, columns: Sequence[str] | None, bounds: Any) -> tuple[np
     return pts, b, cols
 
 
-def _schedule(d: int, split: str, max_depth: int | None) -> tuple[list[list[int]], int]:
+def schedule(d: int, split: str, max_depth: int | None) -> tuple[list[list[int]], int]:
     """Which dimensions each level halves, and the depth cap.
 
     ``split="all"``: every level halves every dimension (β = 2^d, the quadtree);
@@ -398,7 +398,7 @@ class PrivTree(_Spatial):
     def decompose(self, data: Any = None, *, budget: float | None = None,
                   rng: RandomSource | None = None) -> SpatialStructure:
         pts, b, cols, eps, rng = self._setup(data, budget, rng)
-        levels, cap = _schedule(b.shape[0], self.split, self.max_depth)
+        levels, cap = schedule(b.shape[0], self.split, self.max_depth)
         p = self.parameters(eps, b.shape[0])
         grown = _grow(pts, b, levels, cap, self.decider(p, rng))
         params = {"epsilon": eps, "beta": p.beta, "lambda": p.lam, "delta": p.delta, "theta": p.theta,
@@ -430,7 +430,7 @@ class SimpleTree(_Spatial):
     def decompose(self, data: Any = None, *, budget: float | None = None,
                   rng: RandomSource | None = None) -> SpatialStructure:
         pts, b, cols, eps, rng = self._setup(data, budget, rng)
-        levels, cap = _schedule(b.shape[0], self.split, self.height - 1)
+        levels, cap = schedule(b.shape[0], self.split, self.height - 1)
         noise = dlap_params(Fraction(self.height) / Fraction(eps))  # scale rounded up: λ >= h/ε
         thr = math.floor(self.theta)  # integer counts: c + Z > θ  <=>  c + Z > floor(θ)
 

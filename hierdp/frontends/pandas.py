@@ -26,6 +26,7 @@ from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.counting import check_counts, count_cells, count_rows
 from hierdp.frontends.points import PointsResult, release_points
 from hierdp.frontends.sequences import SequenceResult, release_sequences
+from hierdp.frontends.taxonomy import release_taxonomy
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
 from hierdp.result import ReleaseResult
@@ -193,6 +194,30 @@ class DPTree:
             led.notes.append(f"release {len(self._spent)} of the same DataFrame object in this process: together "
                              f"they spend {self.spent_text()} under basic composition (copies and data loaded "
                              "again are not counted; use hierdp.Session for a budget several releases draw from)")
+        return result
+
+    def privtree(self, epsilon: float | None = None, **kwargs: Any) -> ReleaseResult:
+        """PrivTree on this declared tree as a public taxonomy (Zhang et al. 2016, §3.5):
+        which categories to expand is decided privately, then the expanded tree's leaves
+        are counted (:func:`hierdp.frontends.taxonomy.release_taxonomy`; keywords
+        ``structure_share``, ``score``, ``theta``, ``beta``, ``max_depth``, ``seed``, ...).
+        With ``unit=``/``max_contributions=c`` a unit reaches at most c leaves:
+        ``contributions`` is c (λ and the leaf noise scaled by c)."""
+        if self.cells:
+            raise DataError("privtree on a DPTree with cells= is not supported; build the DPTree without cells")
+        seed = kwargs.get("seed")
+        rules.enforce(rules.seed_problem(seed), DataError)
+        if self.unit is not None and self.max_contributions is not None:
+            c = int(kwargs.setdefault("contributions", self.max_contributions))
+            if c < self.max_contributions:
+                raise PrivacyError(f"contributions={c} is below max_contributions={self.max_contributions}: a unit "
+                                   "may reach that many leaves; leave contributions out")
+        kwargs.setdefault("privacy_unit", self.release_defaults().get("privacy_unit"))
+        bound_rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 97) % (1 << 63))
+        values, _ = self._node_values(bound_rng)
+        result = release_taxonomy(self.tree, values[np.asarray(self.tree.leaves)], epsilon=epsilon, **kwargs)
+        led = result.ledger
+        self._spent.append({"guarantee": led.guarantee, "epsilon": led.epsilon, "delta": led.delta, "rho": led.rho})
         return result
 
     @property

@@ -23,7 +23,8 @@ from hierdp.readers import read_table, read_text_lines
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
 
-__all__ = ["load_spec", "run_spec", "prepare", "release_frame", "write_outputs", "evaluate_spec"]
+__all__ = ["load_spec", "run_spec", "prepare", "release_frame", "release_points_spec", "write_outputs",
+           "evaluate_spec"]
 
 
 # ------------------------------------------------------------------------ loading
@@ -301,10 +302,35 @@ def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | Non
     )
 
 
+def release_points_spec(spec: ReleaseSpec, df: pd.DataFrame, seed: int | None) -> Any:
+    """Release a spec's ``decomposition`` (PrivTree, SimpleTree or the grid) on the source
+    rows through the points front-end; returns the :class:`~hierdp.frontends.points.PointsResult`."""
+    from hierdp.frontends.points import release_points
+
+    name, params = spec.decomposition
+    params = dict(params)
+    cols, bounds = params.pop("columns"), params.pop("bounds")
+    share = params.pop("epsilon_share", None)
+    notes = [spec.description] if spec.description else []
+    return release_points(df, cols, bounds, epsilon=spec.epsilon, method=name, structure_share=share, seed=seed,
+                          mechanism={"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
+                          postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
+                          notes=notes, **params)
+
+
 def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:
-    """The output table of a release: level and hierarchy columns plus the requested value columns."""
+    """The output table of a release: level and hierarchy columns plus the requested value
+    columns (a decomposition: one row per region, its bounds per column, depth and leaf flag)."""
     out = spec.output or {}
     want = list(out.get("columns") or ["estimate", "std"])
+    if spec.decomposition is not None:
+        frame = result.to_frame(noisy="noisy" in want)
+        keep = [c for c in frame.columns if c not in ("estimate", "std", "noisy")] + \
+            [c for c in want if c in ("estimate", "std", "noisy")]
+        table = frame[keep].copy()
+        if not result.ledger.for_publication:
+            table["status"] = "NOT FOR PUBLICATION: " + "; ".join(result.ledger.not_for_publication_reasons())
+        return table
     level = float(out.get("ci_level") or 0.95) if "ci" in want else None
     # with intervals, ``std`` is the one they come with (the bootstrap RMSE after nonneg/round)
     frame = result.to_frame(noisy="noisy" in want, confidence=level)
@@ -382,10 +408,14 @@ def run_spec(spec: Any, *, seed: int | None = None, output: str | Path | None = 
     try:
         with steps.step("reading the source"):
             df = read_source(rs)
-        with steps.step("building the public tree"):
-            dpt = prepare(rs, df)
-        with steps.step("measuring and post-processing"):
-            result = _release(rs, dpt, rs.seed)
+        if rs.decomposition is not None:  # the structure is private: chosen and measured in one step
+            with steps.step("decomposing and measuring"):
+                result = release_points_spec(rs, df, rs.seed)
+        else:
+            with steps.step("building the public tree"):
+                dpt = prepare(rs, df)
+            with steps.step("measuring and post-processing"):
+                result = _release(rs, dpt, rs.seed)
         with steps.step("writing"):
             dest = output if output is not None else (rs.output or {}).get("path")
             if write and dest is not None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from hierdp import registry, rules
 from hierdp.decompositions.declared import RESERVED_COLUMNS
+from hierdp.decompositions.privtree import PrivTree, SimpleTree, UniformGrid, schedule
 from hierdp.errors import DataError, HierDPError, SpecError, did_you_mean
 from hierdp.readers import csv_header
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
@@ -81,6 +82,8 @@ class ReleaseSpec:
     description: str = ""
     warnings: list[str] = field(default_factory=list)
     plan: tuple[str, dict[str, Any]] | None = None  # a plan other than per_level, with its params
+    #: a spatial decomposition replacing the hierarchy: (name, params with columns, bounds, epsilon_share)
+    decomposition: tuple[str, dict[str, Any]] | None = None
 
     def input_files(self) -> list[Path]:
         """Every file this spec reads (spec, source, domain and paths files, a prior file),
@@ -114,6 +117,8 @@ class ReleaseSpec:
     def needed_columns(self) -> list[str]:
         """Source columns the release reads (levels, count, unit, filters, selection)."""
         cols = [lv.column for lv in self.levels]
+        if self.decomposition is not None:
+            cols += [c for c in self.decomposition[1]["columns"] if c not in cols]
         for c in [self.count, self.unit] + [f["column"] for f in self.filters] + list(self.source_columns or []):
             if c is not None and c not in cols:
                 cols.append(c)
@@ -289,9 +294,13 @@ class _Checker:
         src = self.source()
         levels, root, paths, unknown = self.hierarchy()
         priv = self.privacy()
+        decomposition = self.decomposition()
         plan = self.plugin(("plan",), d.get("plan", "per_level"), "plan")
-        per_level = plan is None or plan[0] == "per_level"
+        per_level = (plan is None or plan[0] == "per_level") and "decomposition" not in d
         if per_level:
+            mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
+            self.check_mechanism_unit(mech, priv)
+        elif "decomposition" in d:  # the leaves plan, with the spec's mechanism
             mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
             self.check_mechanism_unit(mech, priv)
         else:
@@ -321,7 +330,8 @@ class _Checker:
             unit=priv.get("unit"), max_contributions=priv.get("max_contributions"),
             epsilon=priv.get("epsilon"), delta=priv.get("delta"), rho=priv.get("rho"), budget=budget,
             mechanism=mech or ("discrete_laplace", {}), postprocess=[p for p in pps if p is not None],
-            plan=plan if plan is not None and not per_level else None,
+            plan=plan if plan is not None and not per_level and "decomposition" not in d else None,
+            decomposition=decomposition,
             output=output, evaluate=evaluate, seed=_get(d, "seed", int),
             description=_get(d, "description", str, ""), warnings=self.warnings,
         )
@@ -622,6 +632,105 @@ class _Checker:
                 self.err(here + ("domain", "per_parent"),
                          f"no entry for {parent.name} value(s) {missing[:3]}; add them (every parent needs a list)")
         return ("per_parent", mapping)
+
+    # ----------------------------------------------------------- decomposition
+    def decomposition(self) -> tuple[str, dict[str, Any]] | None:
+        """``decomposition: {name, params}``: a private spatial decomposition of coordinate
+        columns instead of a declared hierarchy (released by the points front-end). Checks
+        the columns against the source header, the bounds (finite, low < high, one pair per
+        column), the method's keywords, and the sections that do not apply."""
+        d = self.data
+        if "decomposition" not in d:
+            if "hierarchy" not in d:
+                self.err((), "the spec says nothing about what to count: add `hierarchy:` (a declared tree of "
+                              "categories) or `decomposition:` (a private spatial decomposition of coordinates)")
+            return None
+        here = ("decomposition",)
+        if "hierarchy" in d:
+            self.err(("hierarchy",), "give either hierarchy (declared categories) or decomposition (points), "
+                                     "not both", prefer_key=True)
+        for key, why in (("plan", "the leaves of a decomposition are measured by the plan 'leaves'"),
+                         ("budget", "the split is decomposition.params.epsilon_share"),
+                         ("evaluate", "evaluation of point releases is not supported in specs; use "
+                                      "benchmarks/bench_privtree.py")):
+            if key in d:
+                self.err((key,), f"`{key}` does not apply with a decomposition: {why}; remove it", prefer_key=True)
+        p = d.get("privacy")
+        if isinstance(p, dict):
+            for key in ("delta", "rho"):
+                if key in p:
+                    self.err(("privacy", key), f"a decomposition release is pure ε-DP (its structure is): give "
+                                               f"privacy.epsilon alone and remove {key}", prefer_key=True)
+            for key in ("unit", "max_contributions"):
+                if key in p:
+                    self.err(("privacy", key), "rows are not grouped by unit for a decomposition: bound each "
+                                               "unit to x rows beforehand and set decomposition.params."
+                                               f"contributions: x (PrivTree); remove {key}", prefer_key=True)
+        src = d.get("source")
+        if isinstance(src, dict) and "count" in src:
+            self.err(("source", "count"), "a decomposition counts rows (one point each); pre-aggregated counts "
+                                          "are not supported: remove source.count", prefer_key=True)
+        o = d.get("output")
+        if isinstance(o, dict) and isinstance(o.get("columns"), list) and "ci" in o["columns"]:
+            self.err(("output", "columns"), "intervals (`ci`) are not written for a decomposition; use estimate, "
+                                            "std and noisy")
+        dec = d["decomposition"]
+        if not isinstance(dec, dict) or not isinstance(dec.get("params"), dict):
+            return None  # the schema reported it
+        name = dec.get("name")
+        if name not in ("privtree", "simpletree", "grid"):
+            return None  # the schema reported it
+        params = dict(dec["params"])
+        cols, bounds = params.get("columns"), params.get("bounds")
+        ok = True
+        if not (isinstance(cols, list) and cols and all(isinstance(c, str) for c in cols)):
+            return None  # the schema reported it
+        if self.header is not None:
+            for i, c in enumerate(cols):
+                if c not in self.header:
+                    ok = False
+                    self.err(here + ("params", "columns", i), self.missing_col(c))
+        if not isinstance(bounds, list):
+            return None
+        if len(bounds) != len(cols):
+            self.err(here + ("params", "bounds"), f"{len(bounds)} bound pair(s) for {len(cols)} column(s); give "
+                                                  "one [low, high] per column")
+            return None
+        for i, pair in enumerate(bounds):
+            vals = [_num(v) for v in pair] if isinstance(pair, list) and len(pair) == 2 else [None]
+            lo, hi = (vals + [None])[:2]
+            if lo is None or hi is None:
+                ok = False  # the schema reported the type or finiteness
+            elif not lo < hi:
+                ok = False
+                self.err(here + ("params", "bounds", i), f"bounds of {cols[i]!r} must have low < high, got "
+                                                         f"{pair}; the box is public: declare it, wider than the data")
+        if not ok:
+            return None
+        cls = {"privtree": PrivTree, "simpletree": SimpleTree, "grid": UniformGrid}[name]
+        own = [k for k in _init_params(cls) if k not in ("columns", "bounds")]
+        extra = {k: v for k, v in params.items() if k not in ("columns", "bounds", "epsilon_share")}
+        for k in extra:
+            if k not in own:
+                ok = False
+                self.err(here + ("params", k), f"decomposition {name!r} has no parameter {k!r}"
+                                               f"{did_you_mean(str(k), own + ['epsilon_share'])}; its parameters: "
+                                               f"columns, bounds, epsilon_share, {', '.join(own)}", prefer_key=True)
+        if ok:
+            try:
+                obj = cls(cols, bounds, **extra)
+                if name == "privtree":
+                    schedule(len(cols), obj.split, obj.max_depth)
+                    obj.parameters(1.0, len(cols))  # theta, contributions
+                elif name == "simpletree":
+                    schedule(len(cols), obj.split, obj.height - 1)
+            except HierDPError as exc:
+                ok = False
+                self.err(here + ("params",), f"bad parameters for decomposition {name!r}: {exc}")
+            except (TypeError, ValueError) as exc:
+                ok = False
+                self.err(here + ("params",), f"bad parameters for decomposition {name!r}: {exc}")
+        return (name, params) if ok else None
 
     # ----------------------------------------------------------------- privacy
     def privacy(self) -> dict[str, Any]:

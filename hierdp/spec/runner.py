@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.errors import DataError, NonPrivateWarning, SpecError
+from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError
 from hierdp.readers import read_table, read_text_lines
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
@@ -196,10 +196,85 @@ def _apply_filters(df: pd.DataFrame, filters: list[dict[str, Any]]) -> pd.DataFr
     return df.loc[mask].reset_index(drop=True)
 
 
-def read_source(spec: ReleaseSpec) -> pd.DataFrame:
-    """The private records (only the needed columns), filtered, with level columns renamed to level names."""
+def _cells(spec: ReleaseSpec) -> dict[str, Any] | None:
+    """The ``cells=`` argument of ``.dptree``: {cell name: public values (declared order) or "observed"}."""
+    if not spec.cells:
+        return None
+    out: dict[str, Any] = {}
+    for c in spec.cells:
+        kind = c.domain[0]
+        if kind == "observed":
+            out[c.name] = "observed"
+        elif kind == "list":
+            out[c.name] = _to_str_list(c.domain[1])
+        elif c.domain[2] is None:  # .txt: one value per line
+            out[c.name] = read_text_lines(c.domain[1])
+        else:
+            table = _public_table(c.domain[1], [c.domain[2]])
+            out[c.name] = [str(v) for v in pd.unique(table[c.domain[2]].dropna().to_numpy())]
+    return out
+
+
+def _renames(spec: ReleaseSpec) -> dict[str, str]:
+    """Source column -> level or cell name, where they differ."""
+    pairs = [(lv.column, lv.name) for lv in spec.levels] + [(c.column, c.name) for c in spec.cells]
+    return {col: name for col, name in pairs if col != name}
+
+
+def _read_source_dask(spec: ReleaseSpec) -> Any:
+    """The source files as a lazy Dask DataFrame under the :mod:`hierdp.readers` rules (the
+    empty cell the only missing value, label columns as strings), filtered per partition."""
+    try:
+        import dask.dataframe as dd
+
+        import hierdp.frontends.dask  # noqa: F401  (registers ddf.dptree)
+    except ImportError:
+        raise MissingDependencyError("dask", "dask") from None
     cols = spec.needed_columns()
-    str_cols = [lv.column for lv in spec.levels] + ([spec.unit] if spec.unit else [])
+    str_cols = spec.label_columns
+    files = [str(f) for f in spec.source_files]
+    if spec.source_format == "parquet":
+        ddf = dd.read_parquet(files, columns=cols)
+    else:
+        ddf = dd.read_csv(files, usecols=cols, dtype={c: "string" for c in str_cols}, keep_default_na=False,
+                          na_values=[""], index_col=False, encoding="utf-8-sig")
+        ddf = ddf[cols]
+    for c in str_cols:
+        if not isinstance(ddf[c].dtype, pd.StringDtype):
+            ddf[c] = ddf[c].astype("string")
+    if spec.filters:
+        ddf = ddf.map_partitions(_apply_filters, spec.filters, meta=ddf._meta)
+    return ddf.rename(columns=_renames(spec))
+
+
+@contextmanager
+def _source_errors(spec: ReleaseSpec):
+    """Errors raised while Dask parses the source files (on a worker, at compute time) as the
+    one-line DataError of :mod:`hierdp.readers`, naming the source."""
+    if spec.engine != "dask":
+        yield
+        return
+    where = ", ".join(str(f) for f in spec.source_files[:3]) + (" ..." if len(spec.source_files) > 3 else "")
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: bytes that are not UTF-8 text; save the files as UTF-8") from None
+    except pd.errors.ParserError as exc:
+        raise DataError(f"{where}: not a readable CSV ({' '.join(str(exc).split())}); check the files") from None
+    except ValueError as exc:
+        if "Mismatched dtypes" not in str(exc):
+            raise
+        raise DataError(f"{where}: a column's type differs between parts of the source (Dask inferred it from the "
+                        "first rows); check for non-numeric values in the count column") from None
+
+
+def read_source(spec: ReleaseSpec) -> Any:
+    """The private records (only the needed columns), filtered, with level and cell columns
+    renamed to their names: a pandas DataFrame, or a lazy Dask DataFrame with ``engine: dask``."""
+    if spec.engine == "dask":
+        return _read_source_dask(spec)
+    cols = spec.needed_columns()
+    str_cols = spec.label_columns
     if spec.source_demo is not None:
         from hierdp.data import load_demo
 
@@ -214,15 +289,17 @@ def read_source(spec: ReleaseSpec) -> pd.DataFrame:
         if not pd.api.types.is_string_dtype(df[c]):
             df[c] = df[c].astype("string")
     df = _apply_filters(df, spec.filters)
-    return df.rename(columns={lv.column: lv.name for lv in spec.levels if lv.column != lv.name})
+    return df.rename(columns=_renames(spec))
 
 
-def prepare(spec: ReleaseSpec, data: pd.DataFrame | None = None):
-    """The :class:`~hierdp.frontends.pandas.DPTree` of a spec (``data`` replaces reading the source)."""
+def prepare(spec: ReleaseSpec, data: Any = None):
+    """The :class:`~hierdp.frontends.pandas.DPTree` of a spec (a ``DaskDPTree`` with
+    ``engine: dask``; ``data`` replaces reading the source)."""
     df = read_source(spec) if data is None else data
-    return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
-                     unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
-                     root=spec.root)
+    with _source_errors(spec):
+        return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
+                         unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
+                         root=spec.root, cells=_cells(spec))
 
 
 # ------------------------------------------------------------------------- release
@@ -384,7 +461,7 @@ def run_spec(spec: Any, *, seed: int | None = None, output: str | Path | None = 
             df = read_source(rs)
         with steps.step("building the public tree"):
             dpt = prepare(rs, df)
-        with steps.step("measuring and post-processing"):
+        with steps.step("measuring and post-processing"), _source_errors(rs):
             result = _release(rs, dpt, rs.seed)
         with steps.step("writing"):
             dest = output if output is not None else (rs.output or {}).get("path")

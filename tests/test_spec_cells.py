@@ -46,8 +46,8 @@ def records() -> pd.DataFrame:
 def _write_parts(df: pd.DataFrame, folder, fmt: str = "csv", parts: int = 3) -> str:
     for i, chunk in enumerate(np.array_split(np.arange(len(df)), parts)):
         part = df.iloc[chunk]
-        if fmt == "csv":
-            part.to_csv(folder / f"part{i}.csv", index=False)
+        if fmt.startswith("csv"):
+            part.to_csv(folder / f"part{i}.{fmt}", index=False)
         else:
             part.to_parquet(folder / f"part{i}.parquet", index=False)
     return f"part*.{fmt}"
@@ -139,7 +139,7 @@ def sync_dask():
 
 # dask's own Parquet reader calls a pandas method pandas 3.1 deprecates (not hierdp's code)
 @pytest.mark.filterwarnings("ignore:The inplace keyword in DataFrame.reset_index")
-@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
 def test_engine_dask_gives_the_pandas_release(tmp_path, records, sync_dask, fmt):
     if fmt == "parquet":
         pytest.importorskip("pyarrow")
@@ -225,3 +225,28 @@ def test_engine_dask_needs_source_files(tmp_path):
     (tmp_path / "s.yaml").write_text(text)
     with pytest.raises(SpecError, match="engine: dask reads source files"):
         validate(tmp_path / "s.yaml")
+
+
+@pytest.mark.cluster
+def test_engine_dask_bounds_contributions_on_a_cluster(tmp_path, records):
+    """A spec with engine: dask, unit and max_contributions on a 2-process LocalCluster and 4
+    CSV parts: each unit keeps min(rows, c) rows, whichever rows the workers choose."""
+    dask = pytest.importorskip("dask")
+    distributed = pytest.importorskip("distributed")
+    people = records.assign(pid=np.random.default_rng(3).integers(0, 200, len(records)).astype(str))
+    path = _write_parts(people, tmp_path, parts=4)
+    text = SPEC.replace("privacy: {{epsilon: 1}}", "privacy: {{epsilon: 1, unit: pid, max_contributions: 2}}")
+    per_unit = people.groupby("pid").size()
+    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}), \
+            distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+                                     silence_logs=50) as cluster, distributed.Client(cluster):
+        spec = validate(_spec(tmp_path, path, ", engine: dask", text=text))
+        assert spec.engine == "dask" and spec.max_contributions == 2
+        r = run_spec(spec, write=False)
+        kept = prepare(spec).true_counts()
+    assert int(kept[0].sum()) == int(np.minimum(per_unit, 2).sum())
+    assert r.ledger.private_notes["rows_dropped_by_contribution_bound"] == int(np.maximum(per_unit - 2, 0).sum())
+    assert r.ledger.for_publication  # no seed: secure randomness on the workers
+    est = r.estimate.values
+    states = r.tree.level_nodes("state")
+    np.testing.assert_allclose(est[states].sum(axis=0), est[0], atol=1e-6)  # every cell consistent

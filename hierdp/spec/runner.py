@@ -236,8 +236,10 @@ def _read_source_dask(spec: ReleaseSpec) -> Any:
     if spec.source_format == "parquet":
         ddf = dd.read_parquet(files, columns=cols)
     else:
+        # a gzip file cannot be split into blocks: one partition per file
+        blocks = {"blocksize": None} if any(f.lower().endswith(".gz") for f in files) else {}
         ddf = dd.read_csv(files, usecols=cols, dtype={c: "string" for c in str_cols}, keep_default_na=False,
-                          na_values=[""], index_col=False, encoding="utf-8-sig")
+                          na_values=[""], index_col=False, encoding="utf-8-sig", **blocks)
         ddf = ddf[cols]
     for c in str_cols:
         if not isinstance(ddf[c].dtype, pd.StringDtype):

@@ -238,15 +238,35 @@ def _read_source_dask(spec: ReleaseSpec) -> Any:
     else:
         # a gzip file cannot be split into blocks: one partition per file
         blocks = {"blocksize": None} if any(f.lower().endswith(".gz") for f in files) else {}
-        ddf = dd.read_csv(files, usecols=cols, dtype={c: "string" for c in str_cols}, keep_default_na=False,
-                          na_values=[""], index_col=False, encoding="utf-8-sig", **blocks)
+        # every column as text, the non-label ones (count, filters) made numbers per partition
+        # as pandas infers them per file: Dask would guess a type from the first rows and
+        # fail further on at a '1.5' or an empty cell
+        ddf = dd.read_csv(files, usecols=cols, dtype="string", keep_default_na=False, na_values=[""],
+                          index_col=False, encoding="utf-8-sig", **blocks)
         ddf = ddf[cols]
+        other = [c for c in cols if c not in str_cols]
+        if other:
+            meta = ddf._meta.astype({c: "float64" if c == spec.count else "object" for c in other})
+            ddf = ddf.map_partitions(_as_numbers, other, meta=meta)
     for c in str_cols:
         if not isinstance(ddf[c].dtype, pd.StringDtype):
             ddf[c] = ddf[c].astype("string")
     if spec.filters:
         ddf = ddf.map_partitions(_apply_filters, spec.filters, meta=ddf._meta)
     return ddf.rename(columns=_renames(spec))
+
+
+def _as_numbers(part: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """A CSV partition's ``columns`` (read as text) as numbers where every value is one, as
+    pandas infers a file's columns (integers stay exact integers; an empty cell is missing);
+    a column with other text stays text (the count check refuses it, filters compare text)."""
+    out = {}
+    for c in columns:
+        try:
+            out[c] = pd.to_numeric(part[c])
+        except (TypeError, ValueError):
+            pass
+    return part.assign(**out) if out else part
 
 
 @contextmanager
@@ -266,8 +286,9 @@ def _source_errors(spec: ReleaseSpec):
     except ValueError as exc:
         if "Mismatched dtypes" not in str(exc):
             raise
-        raise DataError(f"{where}: a column's type differs between parts of the source (Dask inferred it from the "
-                        "first rows); check for non-numeric values in the count column") from None
+        raise DataError(f"{where}: a column holds numbers in the first rows and other values further on (Dask "
+                        "infers a column's type from the first rows); make the column one kind of value, or read "
+                        "the source with engine: pandas") from None
 
 
 def read_source(spec: ReleaseSpec) -> Any:

@@ -105,3 +105,32 @@ def test_2_53_itself_is_still_a_count(people):
     da.loc[{"state": "A", "county": "x", "sex": "M"}] = 2.0 ** 53
     assert rules.value_range_problem(2.0 ** 53) is None
     assert da.dptree(DOMAINS, cells=CELLS).true_counts()[0].tolist() == [0, 2 ** 53]
+
+
+def test_a_total_above_2_53_is_refused_alike_and_never_wraps_around():
+    # 2048 rows of 2**53 add up to 2**64: int64 sums would wrap around to 0 and pass every
+    # later check; each count alone is allowed, their total is not
+    n = 2048
+    frame = pd.DataFrame({"state": ["A"] * n, "county": ["x"] * n, "sex": ["F"] * n, "n": [2 ** 53] * n})
+    want = rules.value_range_problem(n * 2 ** 53, "the total of the counts")
+    for kw in ({}, {"cells": CELLS}):
+        with pytest.raises(DataError) as info:
+            frame.dptree(levels=LEVELS, domains=DOMAINS, count="n", **kw).true_counts()
+        assert str(info.value) == want
+    # xarray: 1024 paths of 2**53 each, one dimension per level
+    counties = [f"x{j}" for j in range(n // 2)]
+    da = pd.Series(2.0 ** 53, index=pd.MultiIndex.from_product([["A"], counties], names=LEVELS)).to_xarray()
+    with pytest.raises(DataError) as info:
+        da.dptree({"state": ["A"], "county": counties}).true_counts()
+    assert str(info.value) == rules.value_range_problem((n // 2) * 2 ** 53, "the total of the counts")
+
+
+def test_a_total_above_2_53_is_refused_by_dask_too():
+    dask = pytest.importorskip("dask")
+    dd = pytest.importorskip("dask.dataframe")
+    n = 2048
+    frame = pd.DataFrame({"state": ["A"] * n, "county": ["x"] * n, "sex": ["F"] * n, "n": [2 ** 53] * n})
+    with dask.config.set(scheduler="synchronous"), pytest.raises(DataError) as info:
+        dd.from_pandas(frame, npartitions=4).dptree(levels=LEVELS, domains=DOMAINS, count="n",
+                                                    cells=CELLS).true_counts()
+    assert "the total of the counts exceeds 2**53" in str(info.value)

@@ -17,7 +17,7 @@ from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_codes, cell_sizes, domain_error
 from hierdp.tree import Tree
 
-__all__ = ["check_counts", "counted_rows", "leaf_counts_to_nodes", "count_rows", "count_cells", "place_cells",
+__all__ = ["check_counts", "counted_rows", "total_problem", "leaf_counts_to_nodes", "count_rows", "count_cells", "place_cells",
            "keyed_counts"]
 
 
@@ -66,7 +66,7 @@ def counted_rows(df: pd.DataFrame, count: str | None) -> tuple[pd.DataFrame, np.
     return df, weights
 
 
-def _total_problem(weights: np.ndarray) -> str | None:
+def total_problem(weights: np.ndarray) -> str | None:
     """The sum of non-negative int64 counts must stay within MAX_EXACT_COUNT (then no
     int64 sum of a subset can overflow). Exact: the float sum decides unless it is close
     to the limit, where Python integers do."""
@@ -105,7 +105,7 @@ def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None, unknown: 
     if w is None:
         counts = np.bincount(node[keep], minlength=structure.n_ext).astype(np.int64)
     else:  # int64 sums (np.bincount would add the weights in float64)
-        rules.enforce(_total_problem(w), DataError)
+        rules.enforce(total_problem(w), DataError)
         counts = np.zeros(structure.n_ext, dtype=np.int64)
         np.add.at(counts, node[keep], w)
     return leaf_counts_to_nodes(structure.tree, counts), notes
@@ -143,6 +143,8 @@ def count_cells(structure: Any, df: pd.DataFrame, cells: Any, *, count: str | No
             raise domain_error(problems)
         notes["rows_dropped_out_of_domain"] = int(bad.sum())
     keep = ~bad
+    if weights is not None:  # as count_rows: int64 sums never wrap around
+        rules.enforce(total_problem(weights[keep]), DataError)
     counts = keyed_counts(key[keep], None if weights is None else weights[keep], structure.n_ext * k)
     return leaf_counts_to_nodes(structure.tree, counts.reshape(structure.n_ext, k)), notes
 

@@ -203,18 +203,20 @@ class ArrayDPTree(DPTree):
             clean = np.where(np.isfinite(A), A, 0.0) if floating else A  # NaN (no record) = 0; inf checked below
             ints = clean.astype(np.int64)  # lazy for Dask; refused below unless exact
         checks = [clean.min() < 0 if A.size else False, np.isinf(A).any() if floating else False,
-                  (ints != clean).any() if floating and A.size else False, clean.max() if A.size else 0]
+                  (ints != clean).any() if floating and A.size else False, clean.max() if A.size else 0,
+                  clean.sum(dtype=np.float64) if A.size else 0.0]
         good = ints if row_ok.all() else ints[row_ok]
         sub = good if col_ok.all() else good[:, col_ok]
         nz_bad_rows = ints[bad_row] != 0 if bad_row.any() else np.zeros((0, A.shape[1]), bool)
         nz_bad_cols = good[:, ~col_ok] != 0 if (~col_ok).any() else np.zeros((len(good), 0), bool)
         # the out-of-domain entries with a count: the rows of out_of_domain()'s long table
         n_bad = nz_bad_rows.sum() + nz_bad_cols.sum()
-        sub, nz_rows, nz_cols, n_bad, neg, inf, frac, top = _compute(sub, nz_bad_rows.any(axis=1),
+        sub, nz_rows, nz_cols, n_bad, neg, inf, frac, top, total = _compute(sub, nz_bad_rows.any(axis=1),
                                                                     nz_bad_cols.any(axis=0), n_bad, *checks)
         return {"node": node, "bad_row": bad_row, "target": target, "row_ok": row_ok, "col_ok": col_ok,
                 "sub": np.asarray(sub), "nz_rows": np.asarray(nz_rows, bool), "nz_cols": np.asarray(nz_cols, bool),
-                "n_bad": int(n_bad), "neg": bool(neg), "inf": bool(inf), "frac": bool(frac), "top": top}
+                "n_bad": int(n_bad), "neg": bool(neg), "inf": bool(inf), "frac": bool(frac), "top": top,
+                "total": float(total)}
 
     def _problems(self, r: dict[str, Any]) -> list[str]:
         """Kinds of out-of-domain counts (naming levels and cell dimensions, never labels)."""
@@ -241,6 +243,9 @@ class ArrayDPTree(DPTree):
             top = r["top"]
             top = int(top) if isinstance(top, (int, np.integer)) else float(top)
             rules.enforce(rules.value_range_problem(top, f"a count in variable {name!r}"), DataError)
+            # as pandas: the total stays within 2**53, so no int64 sum wraps around (the float
+            # sum errs by far less than the margin to 2**63; the release checks nodes exactly)
+            rules.enforce(rules.value_range_problem(r["total"], "the total of the counts"), DataError)
         if r["inf"] or r["frac"]:
             raise DataError(f"count variable {name!r} has non-integer counts; counts must be whole numbers")
         notes: dict[str, Any] = {}

@@ -303,3 +303,12 @@ def test_engine_dask_infers_a_filter_column_per_file_as_pandas_does(tmp_path, sy
         counts.append(prepare(validate(tmp_path / "s.yaml")).true_counts())
     np.testing.assert_array_equal(counts[1], counts[0])
     assert counts[0][0].tolist() == [3, 1]  # kept: (A, F, 1), (B, F, 3), (B, M, x), (A, F, y)
+
+
+def test_hierdp_validate_states_the_cells_and_the_engine(tmp_path, records, capsys, sync_dask):
+    from hierdp.cli import main
+
+    spec = _spec(tmp_path, _write_parts(records, tmp_path), ", engine: dask")
+    assert main(["validate", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "(total > state > county with cells age x sex = 6 cells; engine dask; ε = 1;" in out

@@ -312,3 +312,17 @@ def test_hierdp_validate_states_the_cells_and_the_engine(tmp_path, records, caps
     assert main(["validate", str(spec)]) == 0
     out = capsys.readouterr().out
     assert "(total > state > county with cells age x sex = 6 cells; engine dask; ε = 1;" in out
+
+
+def test_a_histogram_release_is_a_prior_of_node_totals(tmp_path, records):
+    from hierdp.spec.runner import load_prior
+
+    path = _write_parts(records, tmp_path)
+    first = run_spec(_spec(tmp_path, path), seed=2, output=tmp_path / "first.csv")
+    text = SPEC + "budget: {{strategy: optimal, params: {{prior: {{file: first.csv}}}}}}\n"
+    spec = validate(_spec(tmp_path, path, text=text))
+    prior = load_prior(spec, first.tree, {"file": "first.csv"})
+    # each node's prior is its released histogram's total (6 rows of the table per node)
+    np.testing.assert_allclose(prior, first.estimate.values.sum(axis=1))
+    r = run_spec(spec, seed=2, write=False)
+    assert r.values.shape == (7, 6)

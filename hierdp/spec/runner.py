@@ -343,7 +343,9 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
 
     The table has the hierarchy columns (named like the levels, ``<NA>`` below a node's
     level, as a release's output has) and a value column (default ``estimate``); nodes
-    missing from the table get 0. A previous release's output is a valid prior.
+    missing from the table get 0. A previous release's output is a valid prior; with the
+    spec's cell columns (a histogram release's output) each node's value is its total
+    over the cells.
     """
     if not isinstance(ref.get("file"), str):
         raise SpecError("budget.params.prior needs `file:` (a CSV of node values, e.g. an earlier release)")
@@ -363,6 +365,12 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
     if bad:
         raise SpecError(f"budget.params.prior.file: {path.name!r} has {bad} value(s) in column {column!r} that "
                         "are not numbers; fix them or leave them empty")
+    cell_cols = [c.name for c in spec.cells if c.name in table.columns]
+    if cell_cols:  # a histogram release's output: the prior is each node's total over its cells
+        summed = pd.DataFrame({"v": values}).groupby([table[n] for n in names], dropna=False, sort=False)["v"]
+        totals = summed.sum(min_count=1)
+        table = totals.index.to_frame(index=False)
+        values = totals.to_numpy(dtype=float)
     # join on the label paths (missing below a node's level on both sides), one vectorised
     # merge: the nodes' paths in the tree's internal order, as label_columns gives them
     cols = tree.label_columns()

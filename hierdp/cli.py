@@ -27,6 +27,7 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -269,6 +270,12 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if spec.delta is not None and spec.rho is None:
             unit = "(ε, δ)"
         total = f"({spec.epsilon:g}, {spec.delta:g})" if unit == "(ε, δ)" else f"{spec.total:g}"
+        if spec.cells:  # histogram cells per node, and how many
+            sizes = [len(c.domain[1]) for c in spec.cells if c.domain[0] == "list"]
+            k = f" = {math.prod(sizes)} cells" if len(sizes) == len(spec.cells) else ""
+            levels += " with cells " + " x ".join(c.name for c in spec.cells) + k
+        if spec.engine != "pandas":
+            levels += f"; engine {spec.engine}"
         out.write(f"{args.spec}: valid ({levels}; {unit} = {total}; {how}; "
                   f"post-processing {' -> '.join(n for n, _ in spec.postprocess) or 'none'})\n")
     return EXIT_OK

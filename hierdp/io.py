@@ -31,6 +31,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -283,6 +284,9 @@ def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) 
             _named(d, writer, tmp)
             _named(d, _fsync, tmp)
             staged.append(tmp)
+        # one commit at a time per folder (threads and processes): two writers' moves must not
+        # interleave, or the last ledger and the last table could come from different releases
+        stack.enter_context(_commit_lock({d.parent for d in dests}))
         backups: list[Path | None] = []
         for d in dests:
             backup = _named(d, _link_backup, d)  # the previous file stays in place until replaced
@@ -314,6 +318,30 @@ def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) 
         if journal is not None:  # committed: from here on a kill leaves the new files
             journal.unlink(missing_ok=True)
     return dests
+
+
+_COMMIT_THREADS = threading.Lock()
+
+
+@contextlib.contextmanager
+def _commit_lock(folders: set[Path]) -> Iterator[None]:
+    """Exclusive commit section: a process-wide lock for threads, and ``flock`` on each
+    destination folder for other processes (POSIX; no lock file is left behind)."""
+    with _COMMIT_THREADS, contextlib.ExitStack() as stack:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: threads only
+            fcntl = None  # type: ignore[assignment]
+        if fcntl is not None:
+            for folder in sorted(folders):
+                try:
+                    fd = os.open(folder, os.O_RDONLY)
+                except OSError:
+                    continue  # the moves below report an unusable folder
+                stack.callback(os.close, fd)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                stack.callback(fcntl.flock, fd, fcntl.LOCK_UN)
+        yield
 
 
 def _link_backup(dest: Path) -> Path | None:

@@ -93,7 +93,7 @@ def test_a_cell_value_outside_its_domain_is_the_level_error(people):
     bad = people.copy()
     bad.loc[5, "sex"] = "X"
     with pytest.raises(DataError, match=r"the data have 'sex' values outside the declared cell domain \(values not "
-                                        r"shown.*pass unknown='drop'"):
+                                        r"shown.*drop such rows \(unknown='drop'"):
         bad.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS).release(epsilon=1.0, seed=0)
     bad.loc[6, "age"] = np.nan
     with pytest.raises(DataError, match="missing 'age' values"):

@@ -244,3 +244,27 @@ def test_evaluate_refuses_urls_instead_of_making_a_local_folder(tmp_path, capsys
     assert main(["evaluate", "attribution", "-o", "s3://bucket/ev.csv", "-q"]) == EXIT_USER
     assert "is not a local file path" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_slow_writer_and_a_fast_one_still_leave_one_release_pair(tmp_path, monkeypatch):
+    """Writer A moves its ledger, then stalls; writer B writes a whole pair meanwhile; A
+    moves its table last. Without a commit lock the folder ends with B's ledger beside A's
+    table (two different releases); with it B waits and the last pair is whole."""
+    dest = tmp_path / "r.json"
+    real_replace = os.replace
+    a_moved_ledger = threading.Event()
+
+    def replace(src, dst, *a, **k):
+        real_replace(src, dst, *a, **k)
+        if threading.current_thread().name == "A" and str(dst).endswith(".ledger.json"):
+            a_moved_ledger.set()
+            time.sleep(0.3)  # A stalls between its two moves
+
+    monkeypatch.setattr(hio.os, "replace", replace)
+    frame = pd.DataFrame({"a": [1, 2]})
+    a = threading.Thread(target=hio.write_release, args=(frame, _ledger_json(), dest), name="A")
+    a.start()
+    assert a_moved_ledger.wait(5)
+    hio.write_release(frame, _ledger_json(), dest)  # writer B, in this thread
+    a.join()
+    assert hio.table_release_id(dest) == json.loads((tmp_path / "r.ledger.json").read_text())["release_id"]

@@ -144,11 +144,15 @@ def cell_codes(cells: Mapping[str, pd.Index], columns: Any) -> tuple[np.ndarray,
     return flat, bad, problems
 
 
-def domain_error(problems: Sequence[str], what: str = "df.dptree(...).out_of_domain() lists the rows") -> DataError:
-    """The out-of-domain error of every front-end (the wording of ``count_rows``)."""
+def domain_error(problems: Sequence[str], accessor: str = "df") -> DataError:
+    """The out-of-domain error of every front-end (pandas with or without cells, xarray,
+    Dask, specs): the kinds of problem (naming levels and cell dimensions, never values),
+    and both fixes. ``accessor`` names the object whose ``.dptree(...).out_of_domain()``
+    lists the offending rows (``"df"``, ``"da"``, ``"ddf"``)."""
     return DataError(
-        "the data have " + "; ".join(problems) + f" (values not shown: they are private; in Python, {what}). "
-        "Fix the domains, or pass unknown='drop' to drop such rows"
+        "the data have " + "; ".join(problems) + " (values not shown: they are private). Fix the domains, or drop "
+        "such rows (unknown='drop' [spec: hierarchy.unknown: drop]; in Python "
+        f"{accessor}.dptree(...).out_of_domain() lists them)"
     )
 
 

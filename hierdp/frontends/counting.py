@@ -17,7 +17,8 @@ from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_codes, cell_sizes, domain_error
 from hierdp.tree import Tree
 
-__all__ = ["check_counts", "leaf_counts_to_nodes", "count_rows", "count_cells", "place_cells", "keyed_counts"]
+__all__ = ["check_counts", "counted_rows", "total_problem", "leaf_counts_to_nodes", "count_rows", "count_cells",
+           "place_cells", "keyed_counts"]
 
 
 def check_counts(df: pd.DataFrame, count: str) -> np.ndarray:
@@ -50,7 +51,22 @@ def check_counts(df: pd.DataFrame, count: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _total_problem(weights: np.ndarray) -> str | None:
+def counted_rows(df: pd.DataFrame, count: str | None) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """The rows that count something and their int64 counts (``None``: one row = one).
+
+    A zero-count row (e.g. from ``groupby(observed=False)``) counts nothing wherever it
+    points, so it is never out of domain: every front-end drops it before placing rows.
+    """
+    if count is None:
+        return df, None
+    weights = check_counts(df, count)
+    if weights.size and not weights.all():
+        nonzero = weights != 0
+        return df[nonzero], weights[nonzero]
+    return df, weights
+
+
+def total_problem(weights: np.ndarray) -> str | None:
     """The sum of non-negative int64 counts must stay within MAX_EXACT_COUNT (then no
     int64 sum of a subset can overflow). Exact: the float sum decides unless it is close
     to the limit, where Python integers do."""
@@ -79,24 +95,18 @@ def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None,
     counted in the private notes (``unknown="drop"``).
     """
     notes: dict[str, Any] = {}
-    weights = check_counts(df, count) if count is not None else None
+    df, weights = counted_rows(df, count)
     node, bad, examples = structure.locate(df)
-    if weights is not None:
-        bad &= weights != 0  # a zero-count row counts nothing, wherever it points
     if bad.any():
         if unknown == "raise":
-            raise DataError(
-                "the data have " + "; ".join(examples) + " (values not shown: they are private). Fix the "
-                "domains, or drop such rows (unknown='drop' [spec: hierarchy.unknown: drop]; in Python "
-                "df.dptree(...).out_of_domain() lists them)"
-            )
+            raise domain_error(examples)
         notes["rows_dropped_out_of_domain"] = int(bad.sum())
     keep = ~bad
     w = None if weights is None else weights[keep]
     if w is None:
         counts = np.bincount(node[keep], minlength=structure.n_ext).astype(np.int64)
     else:  # int64 sums (np.bincount would add the weights in float64)
-        rules.enforce(_total_problem(w), DataError)
+        rules.enforce(total_problem(w), DataError)
         counts = np.zeros(structure.n_ext, dtype=np.int64)
         np.add.at(counts, node[keep], w)
     return leaf_counts_to_nodes(structure.tree, counts), notes
@@ -127,13 +137,15 @@ def count_cells(structure: Any, df: pd.DataFrame, cells: Any, *, count: str | No
     """
     k = int(np.prod(cell_sizes(cells)))
     notes: dict[str, Any] = {}
+    df, weights = counted_rows(df, count)
     key, bad, problems = place_cells(structure, df, cells)
     if bad.any():
         if unknown == "raise":
             raise domain_error(problems)
         notes["rows_dropped_out_of_domain"] = int(bad.sum())
-    weights = check_counts(df, count) if count is not None else None
     keep = ~bad
+    if weights is not None:  # as count_rows: int64 sums never wrap around
+        rules.enforce(total_problem(weights[keep]), DataError)
     counts = keyed_counts(key[keep], None if weights is None else weights[keep], structure.n_ext * k)
     return leaf_counts_to_nodes(structure.tree, counts.reshape(structure.n_ext, k)), notes
 

@@ -33,7 +33,7 @@ from hierdp.decompositions.declared import Declared, check_levels
 from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, check_cell_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
-from hierdp.frontends.counting import check_counts, leaf_counts_to_nodes, place_cells
+from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
 from hierdp.frontends.pandas import DPTree, _spent_for
 from hierdp.rng import make_rng
 
@@ -92,14 +92,16 @@ def _count_partition(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.
             except TypeError:
                 pass
         part, dropped_bound = bound_contributions(part, unit, max_contributions, rng)
+    part, w = counted_rows(part, count)
     key, bad, problems = _place(part, structure, cells)
     dropped = 0
     if bad.any():
         if unknown == "raise":
-            raise domain_error(problems)
+            raise domain_error(problems)  # word for word the pandas error
         dropped = int(bad.sum())
-    w = check_counts(part, count) if count is not None else None
     keep = ~bad
+    if w is not None:  # as pandas: the counts' total stays exact (checked per partition and in sum)
+        rules.enforce(total_problem(w[keep]), DataError)
     key = key[keep]
     uniq, inv = np.unique(key, return_inverse=True)
     sums = np.bincount(inv, weights=None if w is None else w[keep], minlength=len(uniq))
@@ -186,6 +188,8 @@ class DaskDPTree(DPTree):
         sums = per_part.groupby("key")["w"].sum().compute()
         keys = sums.index.to_numpy(np.int64)
         w = sums.to_numpy(np.int64)
+        if self.count is not None:
+            rules.enforce(total_problem(w[keys >= 0]), DataError)
         notes: dict[str, Any] = {}
         if self.unit is not None:
             notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())

@@ -11,7 +11,11 @@ Every other dimension is a cell dimension (``cells={dim: domain}``), its coordin
 the cell labels. Domains follow the pandas rules (design, privacy rule 1): the declared
 domains decide which paths and cells exist; NaN counts are 0; a nonzero count on a path
 or cell outside the declared domains is the pandas out-of-domain error (or dropped with
-``unknown="drop"``); ``"observed"`` takes the paths/labels with any non-NaN count. The
+``unknown="drop"``: the private note ``rows_dropped_out_of_domain``, as in pandas, counts
+the dropped (path, cell) entries with a count, the rows of ``out_of_domain()``'s long
+table, which are the rows of the pre-aggregated pandas frame of the same counts); counts
+above 2**53 are refused as in pandas (:func:`hierdp.rules.value_range_problem`);
+``"observed"`` takes the paths/labels with any non-NaN count. The
 release is the pandas release of the same counts (same tree, same int64 values), so a
 seed gives identical numbers.
 
@@ -29,6 +33,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, domain_error, resolve_cells
@@ -36,9 +41,6 @@ from hierdp.frontends.counting import leaf_counts_to_nodes
 from hierdp.frontends.pandas import DPTree, _spent_for
 
 __all__ = ["ArrayDPTree", "DPTreeDataArrayAccessor", "DPTreeDatasetAccessor"]
-
-_EXACT = 2.0 ** 53
-
 
 def _is_dask(x: Any) -> bool:
     return type(x).__module__.startswith("dask.")
@@ -201,15 +203,20 @@ class ArrayDPTree(DPTree):
             clean = np.where(np.isfinite(A), A, 0.0) if floating else A  # NaN (no record) = 0; inf checked below
             ints = clean.astype(np.int64)  # lazy for Dask; refused below unless exact
         checks = [clean.min() < 0 if A.size else False, np.isinf(A).any() if floating else False,
-                  ((ints != clean).any() | (clean.max() >= _EXACT)) if floating and A.size else False]
+                  (ints != clean).any() if floating and A.size else False, clean.max() if A.size else 0,
+                  clean.sum(dtype=np.float64) if A.size else 0.0]
         good = ints if row_ok.all() else ints[row_ok]
         sub = good if col_ok.all() else good[:, col_ok]
-        nz_rows = (ints[bad_row] != 0).any(axis=1) if bad_row.any() else np.zeros(0, bool)
-        nz_cols = (good[:, ~col_ok] != 0).any(axis=0) if (~col_ok).any() else np.zeros(0, bool)
-        sub, nz_rows, nz_cols, neg, inf, frac = _compute(sub, nz_rows, nz_cols, *checks)
+        nz_bad_rows = ints[bad_row] != 0 if bad_row.any() else np.zeros((0, A.shape[1]), bool)
+        nz_bad_cols = good[:, ~col_ok] != 0 if (~col_ok).any() else np.zeros((len(good), 0), bool)
+        # the out-of-domain entries with a count: the rows of out_of_domain()'s long table
+        n_bad = nz_bad_rows.sum() + nz_bad_cols.sum()
+        sub, nz_rows, nz_cols, n_bad, neg, inf, frac, top, total = _compute(sub, nz_bad_rows.any(axis=1),
+                                                                    nz_bad_cols.any(axis=0), n_bad, *checks)
         return {"node": node, "bad_row": bad_row, "target": target, "row_ok": row_ok, "col_ok": col_ok,
                 "sub": np.asarray(sub), "nz_rows": np.asarray(nz_rows, bool), "nz_cols": np.asarray(nz_cols, bool),
-                "neg": bool(neg), "inf": bool(inf), "frac": bool(frac)}
+                "n_bad": int(n_bad), "neg": bool(neg), "inf": bool(inf), "frac": bool(frac), "top": top,
+                "total": float(total)}
 
     def _problems(self, r: dict[str, Any]) -> list[str]:
         """Kinds of out-of-domain counts (naming levels and cell dimensions, never labels)."""
@@ -232,14 +239,21 @@ class ArrayDPTree(DPTree):
         name = self.count
         if r["neg"]:
             raise DataError(f"count variable {name!r} has negative counts; counts must be >= 0")
+        if not r["inf"]:  # before the whole-number check: int64 cannot even hold a float above 2**63
+            top = r["top"]
+            top = int(top) if isinstance(top, (int, np.integer)) else float(top)
+            rules.enforce(rules.value_range_problem(top, f"a count in variable {name!r}"), DataError)
+            # as pandas: the total stays within 2**53, so no int64 sum wraps around (the float
+            # sum errs by far less than the margin to 2**63; the release checks nodes exactly)
+            rules.enforce(rules.value_range_problem(r["total"], "the total of the counts"), DataError)
         if r["inf"] or r["frac"]:
             raise DataError(f"count variable {name!r} has non-integer counts; counts must be whole numbers")
         notes: dict[str, Any] = {}
         problems = self._problems(r)
         if problems:
             if self.unknown == "raise":
-                raise domain_error(problems, what="da.dptree(...).out_of_domain() lists them")
-            notes["paths_or_cells_dropped_out_of_domain"] = int(r["nz_rows"].sum() + r["nz_cols"].sum())
+                raise domain_error(problems, accessor="da")
+            notes["rows_dropped_out_of_domain"] = r["n_bad"]
         vals = r["sub"]  # int64, in-domain paths x in-domain cells
         k = int(np.prod(cell_sizes(self.cells))) if self.cells else 1
         out = np.zeros((self._structure.n_ext, k), np.int64)

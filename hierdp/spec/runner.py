@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.errors import DataError, NonPrivateWarning, SpecError
+from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError
 from hierdp.readers import read_table, read_text_lines
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
@@ -197,10 +197,108 @@ def _apply_filters(df: pd.DataFrame, filters: list[dict[str, Any]]) -> pd.DataFr
     return df.loc[mask].reset_index(drop=True)
 
 
-def read_source(spec: ReleaseSpec) -> pd.DataFrame:
-    """The private records (only the needed columns), filtered, with level columns renamed to level names."""
+def _cells(spec: ReleaseSpec) -> dict[str, Any] | None:
+    """The ``cells=`` argument of ``.dptree``: {cell name: public values (declared order) or "observed"}."""
+    if not spec.cells:
+        return None
+    out: dict[str, Any] = {}
+    for c in spec.cells:
+        kind = c.domain[0]
+        if kind == "observed":
+            out[c.name] = "observed"
+        elif kind == "list":
+            out[c.name] = _to_str_list(c.domain[1])
+        elif c.domain[2] is None:  # .txt: one value per line
+            out[c.name] = read_text_lines(c.domain[1])
+        else:
+            table = _public_table(c.domain[1], [c.domain[2]])
+            out[c.name] = [str(v) for v in pd.unique(table[c.domain[2]].dropna().to_numpy())]
+    return out
+
+
+def _renames(spec: ReleaseSpec) -> dict[str, str]:
+    """Source column -> level or cell name, where they differ."""
+    pairs = [(lv.column, lv.name) for lv in spec.levels] + [(c.column, c.name) for c in spec.cells]
+    return {col: name for col, name in pairs if col != name}
+
+
+def _read_source_dask(spec: ReleaseSpec) -> Any:
+    """The source files as a lazy Dask DataFrame under the :mod:`hierdp.readers` rules (the
+    empty cell the only missing value, label columns as strings), filtered per partition."""
+    try:
+        import dask.dataframe as dd
+
+        import hierdp.frontends.dask  # noqa: F401  (registers ddf.dptree)
+    except ImportError:
+        raise MissingDependencyError("dask", "dask") from None
     cols = spec.needed_columns()
-    str_cols = [lv.column for lv in spec.levels] + ([spec.unit] if spec.unit else [])
+    str_cols = spec.label_columns
+    files = [str(f) for f in spec.source_files]
+    if spec.source_format == "parquet":
+        ddf = dd.read_parquet(files, columns=cols)
+    else:
+        # a gzip file cannot be split into blocks: one partition per file
+        blocks = {"blocksize": None} if any(f.lower().endswith(".gz") for f in files) else {}
+        # every column as text, the non-label ones (count, filters) made numbers per partition
+        # as pandas infers them per file: Dask would guess a type from the first rows and
+        # fail further on at a '1.5' or an empty cell
+        ddf = dd.read_csv(files, usecols=cols, dtype="string", keep_default_na=False, na_values=[""],
+                          index_col=False, encoding="utf-8-sig", **blocks)
+        ddf = ddf[cols]
+        other = [c for c in cols if c not in str_cols]
+        if other:
+            meta = ddf._meta.astype({c: "float64" if c == spec.count else "object" for c in other})
+            ddf = ddf.map_partitions(_as_numbers, other, meta=meta)
+    for c in str_cols:
+        if not isinstance(ddf[c].dtype, pd.StringDtype):
+            ddf[c] = ddf[c].astype("string")
+    if spec.filters:
+        ddf = ddf.map_partitions(_apply_filters, spec.filters, meta=ddf._meta)
+    return ddf.rename(columns=_renames(spec))
+
+
+def _as_numbers(part: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """A CSV partition's ``columns`` (read as text) as numbers where every value is one, as
+    pandas infers a file's columns (integers stay exact integers; an empty cell is missing);
+    a column with other text stays text (the count check refuses it, filters compare text)."""
+    out = {}
+    for c in columns:
+        try:
+            out[c] = pd.to_numeric(part[c])
+        except (TypeError, ValueError):
+            pass
+    return part.assign(**out) if out else part
+
+
+@contextmanager
+def _source_errors(spec: ReleaseSpec):
+    """Errors raised while Dask parses the source files (on a worker, at compute time) as the
+    one-line DataError of :mod:`hierdp.readers`, naming the source."""
+    if spec.engine != "dask":
+        yield
+        return
+    where = ", ".join(str(f) for f in spec.source_files[:3]) + (" ..." if len(spec.source_files) > 3 else "")
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: bytes that are not UTF-8 text; save the files as UTF-8") from None
+    except pd.errors.ParserError as exc:
+        raise DataError(f"{where}: not a readable CSV ({' '.join(str(exc).split())}); check the files") from None
+    except ValueError as exc:
+        if "Mismatched dtypes" not in str(exc):
+            raise
+        raise DataError(f"{where}: a column holds numbers in the first rows and other values further on (Dask "
+                        "infers a column's type from the first rows); make the column one kind of value, or read "
+                        "the source with engine: pandas") from None
+
+
+def read_source(spec: ReleaseSpec) -> Any:
+    """The private records (only the needed columns), filtered, with level and cell columns
+    renamed to their names: a pandas DataFrame, or a lazy Dask DataFrame with ``engine: dask``."""
+    if spec.engine == "dask":
+        return _read_source_dask(spec)
+    cols = spec.needed_columns()
+    str_cols = spec.label_columns
     if spec.source_demo is not None:
         from hierdp.data import load_demo
 
@@ -215,15 +313,17 @@ def read_source(spec: ReleaseSpec) -> pd.DataFrame:
         if not pd.api.types.is_string_dtype(df[c]):
             df[c] = df[c].astype("string")
     df = _apply_filters(df, spec.filters)
-    return df.rename(columns={lv.column: lv.name for lv in spec.levels if lv.column != lv.name})
+    return df.rename(columns=_renames(spec))
 
 
-def prepare(spec: ReleaseSpec, data: pd.DataFrame | None = None):
-    """The :class:`~hierdp.frontends.pandas.DPTree` of a spec (``data`` replaces reading the source)."""
+def prepare(spec: ReleaseSpec, data: Any = None):
+    """The :class:`~hierdp.frontends.pandas.DPTree` of a spec (a ``DaskDPTree`` with
+    ``engine: dask``; ``data`` replaces reading the source)."""
     df = read_source(spec) if data is None else data
-    return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
-                     unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
-                     root=spec.root)
+    with _source_errors(spec):
+        return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
+                         unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
+                         root=spec.root, cells=_cells(spec))
 
 
 # ------------------------------------------------------------------------- release
@@ -244,7 +344,9 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
 
     The table has the hierarchy columns (named like the levels, ``<NA>`` below a node's
     level, as a release's output has) and a value column (default ``estimate``); nodes
-    missing from the table get 0. A previous release's output is a valid prior.
+    missing from the table get 0. A previous release's output is a valid prior; with the
+    spec's cell columns (a histogram release's output) each node's value is its total
+    over the cells.
     """
     if not isinstance(ref.get("file"), str):
         raise SpecError("budget.params.prior needs `file:` (a CSV of node values, e.g. an earlier release)")
@@ -264,6 +366,12 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
     if bad:
         raise SpecError(f"budget.params.prior.file: {path.name!r} has {bad} value(s) in column {column!r} that "
                         "are not numbers; fix them or leave them empty")
+    cell_cols = [c.name for c in spec.cells if c.name in table.columns]
+    if cell_cols:  # a histogram release's output: the prior is each node's total over its cells
+        summed = pd.DataFrame({"v": values}).groupby([table[n] for n in names], dropna=False, sort=False)["v"]
+        totals = summed.sum(min_count=1)
+        table = totals.index.to_frame(index=False)
+        values = totals.to_numpy(dtype=float)
     # join on the label paths (missing below a node's level on both sides), one vectorised
     # merge: the nodes' paths in the tree's internal order, as label_columns gives them
     cols = tree.label_columns()
@@ -414,7 +522,7 @@ def run_spec(spec: Any, *, seed: int | None = None, output: str | Path | None = 
         else:
             with steps.step("building the public tree"):
                 dpt = prepare(rs, df)
-            with steps.step("measuring and post-processing"):
+            with steps.step("measuring and post-processing"), _source_errors(rs):
                 result = _release(rs, dpt, rs.seed)
         with steps.step("writing"):
             dest = output if output is not None else (rs.output or {}).get("path")

@@ -34,7 +34,7 @@ from hierdp.readers import csv_header
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.schema import check_against_schema, load_schema
 
-__all__ = ["ReleaseSpec", "LevelSpec", "validate", "raise_issues", "KNOWN_EXTENSIONS"]
+__all__ = ["ReleaseSpec", "LevelSpec", "CellSpec", "validate", "raise_issues", "KNOWN_EXTENSIONS"]
 
 #: file extension -> format
 KNOWN_EXTENSIONS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -49,6 +49,15 @@ class LevelSpec:
     column: str
     domain: Any  # ("list", values) | ("observed",) | ("file", Path, column) | ("per_parent", mapping) | ("paths",)
     attribute: str | None = None
+
+
+@dataclass
+class CellSpec:
+    """One cell dimension (``cells:`` section), normalised."""
+
+    name: str
+    column: str
+    domain: Any  # ("list", values) | ("observed",) | ("file", Path, column or None for .txt)
 
 
 @dataclass
@@ -84,6 +93,8 @@ class ReleaseSpec:
     plan: tuple[str, dict[str, Any]] | None = None  # a plan other than per_level, with its params
     #: a spatial decomposition replacing the hierarchy: (name, params with columns, bounds, epsilon_share)
     decomposition: tuple[str, dict[str, Any]] | None = None
+    cells: list[CellSpec] = field(default_factory=list)  # histogram cell dimensions, in row-major order
+    engine: str = "pandas"  # "pandas" (in memory) or "dask" (a Dask DataFrame over the source files)
 
     def input_files(self) -> list[Path]:
         """Every file this spec reads (spec, source, domain and paths files, a prior file),
@@ -96,6 +107,7 @@ class ReleaseSpec:
                 files.append(Path(lv.domain[1]))
         if self.paths is not None and self.paths[0] == "file":
             files.append(Path(self.paths[1]))
+        files += [Path(c.domain[1]) for c in self.cells if c.domain and c.domain[0] == "file"]
         b = self.budget
         prior = b.get("params", {}).get("prior") if isinstance(b, dict) and isinstance(b.get("params"), dict) else None
         if isinstance(prior, dict) and isinstance(prior.get("file"), str):
@@ -110,13 +122,18 @@ class ReleaseSpec:
         return [self.root] + [lv.name for lv in self.levels]
 
     @property
+    def label_columns(self) -> list[str]:
+        """Source columns read as text labels (levels, cells and the privacy unit; hierdp.readers rules)."""
+        return [lv.column for lv in self.levels] + [c.column for c in self.cells] + ([self.unit] if self.unit else [])
+
+    @property
     def total(self) -> float:
         """Total budget in the unit the mechanism uses (ε, or ρ when given)."""
         return self.rho if self.rho is not None else self.epsilon  # type: ignore[return-value]
 
     def needed_columns(self) -> list[str]:
-        """Source columns the release reads (levels, count, unit, filters, selection)."""
-        cols = [lv.column for lv in self.levels]
+        """Source columns the release reads (levels, cells, count, unit, filters, selection)."""
+        cols = [lv.column for lv in self.levels] + [c.column for c in self.cells]
         if self.decomposition is not None:
             cols += [c for c in self.decomposition[1]["columns"] if c not in cols]
         for c in [self.count, self.unit] + [f["column"] for f in self.filters] + list(self.source_columns or []):
@@ -244,6 +261,21 @@ def _labels_as_text(data: Any, marks: Marks, issues: list[Issue]) -> Any:
                         new[k2] = fix_list(vals, here + ("per_parent", key))
                     dom["per_parent"] = new
                 levels[i] = dict(lv, domain=dom)
+    cells = data.get("cells")
+    if isinstance(cells, list):
+        cells = data["cells"] = list(cells)
+        for i, c in enumerate(cells):
+            if not isinstance(c, dict):
+                continue
+            for key in ("name", "column"):
+                if isinstance(c.get(key), str):
+                    level_cols.add(c[key])  # read as text like a level column
+            dom = c.get("domain")
+            here = ("cells", i, "domain")
+            if isinstance(dom, list):
+                cells[i] = dict(c, domain=fix_list(dom, here))
+            elif isinstance(dom, dict) and "values" in dom:
+                cells[i] = dict(c, domain=dict(dom, values=fix_list(dom["values"], here + ("values",))))
     src = data.get("source")
     if isinstance(src, dict) and isinstance(src.get("filter"), list):
         src = data["source"] = dict(src)
@@ -293,6 +325,7 @@ class _Checker:
         d = self.data
         src = self.source()
         levels, root, paths, unknown = self.hierarchy()
+        cells = self.cells(levels, root)
         priv = self.privacy()
         decomposition = self.decomposition()
         plan = self.plugin(("plan",), d.get("plan", "per_level"), "plan")
@@ -334,6 +367,7 @@ class _Checker:
             decomposition=decomposition,
             output=output, evaluate=evaluate, seed=_get(d, "seed", int),
             description=_get(d, "description", str, ""), warnings=self.warnings,
+            cells=cells, engine=src["engine"],
         )
         self.check_outputs_spare_inputs(spec)
         return None if self.issues else spec
@@ -363,9 +397,17 @@ class _Checker:
     def source(self) -> dict[str, Any]:
         s = self.data.get("source")
         out: dict[str, Any] = {"files": [], "demo": None, "format": "csv", "columns": None, "count": None,
-                               "filter": []}
+                               "filter": [], "engine": "pandas"}
         if not isinstance(s, dict):
             return out
+        out["engine"] = _get(s, "engine", str, "pandas")
+        if out["engine"] == "dask":
+            if "demo" in s:
+                self.err(("source", "engine"), "engine: dask reads source files (source.path); a bundled demo is "
+                                               "read in memory: remove `engine: dask`", prefer_key=True)
+            problem = _dask_problem()
+            if problem is not None:
+                self.err(("source", "engine"), problem)
         path, demo = _get(s, "path", str), _get(s, "demo", str)
         out["columns"] = _get(s, "columns", list)
         out["count"] = _get(s, "count", str)
@@ -652,7 +694,8 @@ class _Checker:
         for key, why in (("plan", "the leaves of a decomposition are measured by the plan 'leaves'"),
                          ("budget", "the split is decomposition.params.epsilon_share"),
                          ("evaluate", "evaluation of point releases is not supported in specs; use "
-                                      "benchmarks/bench_privtree.py")):
+                                      "benchmarks/bench_privtree.py"),
+                         ("cells", "a decomposition releases one count per region, not histograms")):
             if key in d:
                 self.err((key,), f"`{key}` does not apply with a decomposition: {why}; remove it", prefer_key=True)
         p = d.get("privacy")
@@ -731,6 +774,94 @@ class _Checker:
                 ok = False
                 self.err(here + ("params",), f"bad parameters for decomposition {name!r}: {exc}")
         return (name, params) if ok else None
+
+    # ------------------------------------------------------------------- cells
+    def cells(self, levels: list[LevelSpec], root: str) -> list[CellSpec]:
+        """The ``cells:`` section: histogram cell dimensions with public domains, checked like
+        levels (names, columns in the source header, domains)."""
+        raw = self.data.get("cells")
+        out: list[CellSpec] = []
+        if not isinstance(raw, list):
+            return out
+        level_names = {root} | {lv.name for lv in levels}
+        level_cols = {lv.column: j for j, lv in enumerate(levels)}
+        reserved = RESERVED_COLUMNS - {"cell"}
+        names_seen: dict[str, int] = {}
+        cols_seen: dict[str, int] = {}
+        for i, c in enumerate(raw):
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                continue
+            here = ("cells", i)
+            name = c["name"]
+            col = c["column"] if isinstance(c.get("column"), str) else name
+            col_path = here + ("column",) if "column" in c else here + ("name",)
+            if name in level_names:
+                self.err(here + ("name",), f"{name!r} is both a level (or the root) and a cell dimension; it must be "
+                                           "one or the other")
+                continue
+            if name in names_seen:
+                self.err(here + ("name",), f"duplicate cell name {name!r} (also cells[{names_seen[name]}]); each cell "
+                                           "dimension needs its own name")
+                continue
+            if name in reserved:
+                self.err(here + ("name",), f"cell name {name!r} is the name of an output column "
+                                           f"({', '.join(sorted(reserved))}); rename it and keep `column: {col}`")
+                continue
+            names_seen[name] = i
+            if col in level_cols:
+                self.err(col_path, f"column {col!r} is already used by level {level_cols[col]}; a column is a level "
+                                   "or a cell dimension, not both")
+                continue
+            if col in cols_seen:
+                self.err(col_path, f"column {col!r} is already used by cells[{cols_seen[col]}]; each cell dimension "
+                                   "needs its own column")
+                continue
+            cols_seen[col] = i
+            if self.header is not None and col not in self.header:
+                self.err(col_path, "cell " + self.missing_col(col))
+            dom = self.cell_domain(c, here, col)
+            if dom is not None:
+                out.append(CellSpec(name=name, column=col, domain=dom))
+        return out
+
+    def cell_domain(self, c: dict, here: tuple, col: str) -> Any:
+        """A cell domain: a list, ``observed`` (warned), ``{values}`` or ``{file, column}``."""
+        dom = c.get("domain")
+        if dom == "observed":
+            self.warnings.append(f"cell {c['name']!r} uses `observed`: you assert that its values present in the "
+                                 "data are public knowledge")
+            return ("observed",)
+        if isinstance(dom, list):
+            return ("list", dom) if _valid_list(dom) else None
+        if not isinstance(dom, dict):
+            return None
+        if "values" in dom and "file" in dom:
+            self.err(here + ("domain",), "the cell domain gives values and file; give exactly one of them")
+            return None
+        if "column" in dom and "file" not in dom:
+            self.err(here + ("domain", "column"), "`column` only applies to a domain file; add `file:` or remove it",
+                     prefer_key=True)
+            return None
+        if "values" in dom:
+            return ("list", dom["values"]) if _valid_list(dom["values"]) else None
+        if not isinstance(dom.get("file"), str):
+            return None
+        files = self.resolve_glob(dom["file"], here + ("domain", "file"))
+        if not files:
+            return None
+        f = files[0]
+        if f.suffix.lower() == ".txt" and "column" not in dom:
+            return ("file", f, None)
+        dcol = dom["column"] if isinstance(dom.get("column"), str) else col
+        hdr = self.read_header([f], "csv", here + ("domain", "file")) if self.check_files else [dcol]
+        if hdr is None:
+            return None
+        if dcol not in hdr:
+            self.err(here + ("domain", "file"), f"domain file {f.name!r} has no column {dcol!r}"
+                                                f"{did_you_mean(dcol, hdr)}; name the column with `column:` "
+                                                "(its columns: " + ", ".join(hdr) + ")")
+            return None
+        return ("file", f, dcol)
 
     # ----------------------------------------------------------------- privacy
     def privacy(self) -> dict[str, Any]:
@@ -993,6 +1124,16 @@ class _Checker:
                                                "remove epsilons", prefer_key=True)
         return {"metrics": metrics, "repetitions": _get(e, "repetitions", int, 10),
                 "epsilons": _get(e, "epsilons", list), "output": _get(e, "output", str)}
+
+
+def _dask_problem() -> str | None:
+    """Why ``engine: dask`` cannot run here (dask.dataframe missing), else None."""
+    try:
+        import dask.dataframe  # noqa: F401
+    except ImportError:
+        return ("engine: dask needs the optional package dask (dask.dataframe); install it with: "
+                "pip install 'hierdp[dask]' (or remove `engine: dask` to read the source with pandas)")
+    return None
 
 
 def _demo_columns(name: str) -> list[str]:

@@ -389,8 +389,8 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
             col = spec[lv]
             if col.isna().any():
                 raise HierarchyError(f"the public paths for level {lv!r} contain missing values; remove those rows")
-            codes, uniques = pd.factorize(col.to_numpy())
-            idx = _as_index(uniques, lv)
+            codes, uniques = pd.factorize(col)  # on the column's own array (no object copy of every row)
+            idx = _as_index(np.asarray(uniques.to_numpy()), lv)  # the values in order of first appearance
             row_node = np.zeros(len(spec), np.int64) if d == 1 else frame_rows[id(spec)]
             row_keys = row_node * max(len(idx), 1) + codes
             pairs_p = pairs_c = None
@@ -472,7 +472,8 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
         else:
             keys = _sorted_unique(pairs_p.astype(np.int64) * ncode + pairs_c.astype(np.int64))
         start = n_prev_start + n_prev
-        frame_rows = {id(spec): start + np.searchsorted(keys, row_keys)} if pairs_p is None else {}
+        # the frame's rows' nodes at this depth, for the next level (none after the last)
+        frame_rows = {id(spec): start + np.searchsorted(keys, row_keys)} if pairs_p is None and d < len(levels) else {}
         level = _Level(name=lv, index=idx, keys=keys, offset=start, provenance=provenance)
         lv_objs.append(level)
         parents_ext.append(keys // ncode)

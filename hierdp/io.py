@@ -229,14 +229,15 @@ def _write_csv_arrow(frame: pd.DataFrame, dest: Any, gzip: bool) -> bool:
     if cols is None:
         return False
     table = pa.Table.from_arrays(cols, names=[f"c{i}" for i in range(len(cols))])
-    header = frame.iloc[:0].to_csv(None, index=False).encode("utf-8")  # pandas' own header line
     options = pacsv.WriteOptions(include_header=False, quoting_style="none")
+    # pandas writes its own header line (the empty frame), pyarrow appends the rows
     if isinstance(dest, (str, Path)):
-        with (pa.CompressedOutputStream(str(dest), "gzip") if gzip else pa.OSFile(str(dest), "wb")) as sink:
-            sink.write(header)
-            pacsv.write_csv(table, sink, options)
+        frame.iloc[:0].to_csv(dest, index=False, compression="gzip" if gzip else None)
+        with pa.OSFile(str(dest), "ab") as raw:  # a gzip file takes a second gzip member
+            with (pa.CompressedOutputStream(raw, "gzip") if gzip else raw) as sink:
+                pacsv.write_csv(table, sink, options)
     else:
-        dest.write(header)
+        dest.write(frame.iloc[:0].to_csv(None, index=False).encode("utf-8"))
         pacsv.write_csv(table, dest, options)
     return True
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hierdp.errors import DataError, MissingDependencyError
@@ -153,11 +154,94 @@ def _writer(frame: pd.DataFrame, fmt: str, gzip: bool = False,
                 tmp.write(data)
     else:
         def write(tmp: Any) -> None:
+            if _write_csv_arrow(frame, tmp, gzip):
+                return
             if isinstance(tmp, (str, Path)):
                 frame.to_csv(tmp, index=False, compression="gzip" if gzip else None)
             else:
                 tmp.write(frame.to_csv(index=False).encode("utf-8"))
     return write
+
+
+#: a CSV field holding one of these needs quotes (pandas quotes it; the fast path leaves such frames to pandas)
+_STRUCTURAL = r'[",\r\n]'
+
+
+def _arrow_csv_columns(frame: pd.DataFrame) -> list[Any] | None:
+    """The columns of ``frame`` as pyarrow arrays whose CSV text is the text ``to_csv`` writes
+    (strings unquoted, missing values empty, float64 in Python's shortest repr with ``.0`` on
+    whole numbers), or ``None`` when a column cannot be written so (then pandas writes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def plain_text(arr: Any) -> bool:  # no value needs quoting
+        return len(arr) == 0 or not pc.any(pc.match_substring_regex(arr, _STRUCTURAL)).as_py()
+
+    def floats(values: Any) -> Any:
+        text = pc.cast(pa.array(values, from_pandas=True), pa.large_string())
+        whole = pc.match_substring_regex(text, r"^-?[0-9]+$")  # pyarrow writes 12.0 as 12, pandas as 12.0
+        suffix, sep = pa.scalar(".0", pa.large_string()), pa.scalar("", pa.large_string())
+        return pc.if_else(whole, pc.binary_join_element_wise(text, suffix, sep), text)
+
+    if frame.shape[1] < 2:  # a lone missing value must be written "" (an empty line would be skipped)
+        return None
+    out = []
+    for _, col in frame.items():
+        dt = col.dtype
+        if isinstance(dt, pd.CategoricalDtype):
+            cats = dt.categories
+            if pd.api.types.is_float_dtype(cats.dtype):
+                values = floats(cats.to_numpy())
+            elif pd.api.types.is_integer_dtype(cats.dtype):
+                values = pa.array(cats.to_numpy())
+            elif pd.api.types.is_string_dtype(cats.dtype) and pd.api.types.infer_dtype(cats, skipna=False) == "string":
+                values = pa.array(cats.to_numpy(dtype=object), type=pa.large_string())
+                if not plain_text(values):
+                    return None
+            else:
+                return None
+            codes = col.cat.codes.to_numpy()
+            out.append(pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), values))
+        elif dt == "float64":
+            out.append(floats(col.to_numpy()))
+        elif pd.api.types.is_integer_dtype(dt) and not pd.api.types.is_bool_dtype(dt):
+            out.append(pa.array(col, from_pandas=True))
+        elif pd.api.types.is_string_dtype(dt) and pd.api.types.infer_dtype(col, skipna=True) in ("string", "empty"):
+            arr = pa.array(np.asarray(col.astype(object).where(col.notna(), None)), type=pa.large_string())
+            if not plain_text(arr):
+                return None
+            out.append(arr)
+        else:  # bools, datetimes, mixed objects: pandas' own text
+            return None
+    return out
+
+
+def _write_csv_arrow(frame: pd.DataFrame, dest: Any, gzip: bool) -> bool:
+    """Write ``frame`` as CSV with pyarrow's writer (tens of times faster than ``to_csv`` on
+    millions of rows), the same text ``to_csv(index=False)`` writes for a release table
+    except floats below 1e-4 or at least 1e16 in magnitude, which may be written in the
+    other of the two notations (the same number: each reads back bit for bit). ``False``
+    when pyarrow is absent or a column needs pandas (quoted labels, bools, other types)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+    except ImportError:
+        return False
+    cols = _arrow_csv_columns(frame)
+    if cols is None:
+        return False
+    table = pa.Table.from_arrays(cols, names=[f"c{i}" for i in range(len(cols))])
+    options = pacsv.WriteOptions(include_header=False, quoting_style="none")
+    # pandas writes its own header line (the empty frame), pyarrow appends the rows
+    if isinstance(dest, (str, Path)):
+        frame.iloc[:0].to_csv(dest, index=False, compression="gzip" if gzip else None)
+        with pa.OSFile(str(dest), "ab") as raw:  # a gzip file takes a second gzip member
+            with (pa.CompressedOutputStream(raw, "gzip") if gzip else raw) as sink:
+                pacsv.write_csv(table, sink, options)
+    else:
+        dest.write(frame.iloc[:0].to_csv(None, index=False).encode("utf-8"))
+        pacsv.write_csv(table, dest, options)
+    return True
 
 
 def table_release_id(path: str | Path) -> str | None:

@@ -34,7 +34,7 @@ from hierdp.decompositions.base import Decomposition, Structure
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 from hierdp.tree import Tree
 
-__all__ = ["Declared", "DeclaredStructure", "build_structure", "check_levels", "NO_DOMAIN_MESSAGE",
+__all__ = ["Declared", "DeclaredStructure", "build_structure", "check_levels", "group_paths", "NO_DOMAIN_MESSAGE",
            "RESERVED_COLUMNS"]
 
 #: Output columns of a release table; levels cannot use these names.
@@ -69,7 +69,23 @@ class DeclaredStructure(Structure):
         name to an array of labels): the external node id of each row (the deepest node its
         path reaches), a mask of rows outside the declared domains, and the kinds of problem
         found per level (for error messages; they name levels, never values, which come from
-        the private data). Front-ends call it on rows or, cheaper, on distinct leaf paths."""
+        the private data).
+
+        Many rows are grouped into their distinct label paths first (:func:`group_paths`)
+        and only those are placed on the tree, then spread back to the rows: the same
+        result as placing every row, at the cost of one factorisation per column."""
+        n_rows = len(columns[self.levels[0]]) if self.levels else 0
+        if n_rows >= _GROUP_ABOVE:
+            grouped = group_paths(columns, self.levels)
+            if grouped is not None:
+                gid, paths = grouped
+                node, bad, examples = self.locate_paths(paths)
+                return node[gid], bad[gid], examples
+        return self.locate_paths(columns)
+
+    def locate_paths(self, columns: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """:meth:`locate` without grouping: one search per level over all given rows (use it
+        on distinct paths, e.g. those of :func:`group_paths`)."""
         n_rows = len(columns[self.levels[0]]) if self.levels else 0
         node = np.zeros(n_rows, np.int64)
         bad = np.zeros(n_rows, bool)
@@ -220,6 +236,107 @@ def _find(level: _Level, parent_ext: np.ndarray, codes: np.ndarray) -> np.ndarra
     return np.where(ok, level.offset + pos_c, -1)
 
 
+#: inputs with at least this many rows are grouped into their distinct paths before being placed
+_GROUP_ABOVE = 4096
+#: a key space of at most this many entries per row is compacted through a dense table (else hashed)
+_DENSE_PER_ROW = 2
+_DENSE_MIN = 1 << 16
+
+
+def _factorize(col: Any) -> tuple[np.ndarray, Any]:
+    """Integer codes (-1 for a missing value) and the distinct values they index: a
+    categorical column's own codes and categories, any other column factorised once."""
+    if isinstance(col, pd.Categorical) or isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
+        cat = col if isinstance(col, pd.Categorical) else col.array
+        return cat.codes, cat.categories  # a read-only view: never modified
+    if not isinstance(col, (pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)):
+        col = pd.Series(col) if not isinstance(col, (str, bytes)) else col
+    codes, uniques = pd.factorize(col)
+    return codes, uniques
+
+
+def _compact(key: np.ndarray, space: int, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids ``0..P-1`` of the values of ``key`` (all in ``[0, space)``) and the distinct
+    values themselves (``uniq[ids] == key``). A small key space goes through a presence
+    table (two passes, no sort, no hash); a large one through pandas' int64 hash table."""
+    if space <= max(_DENSE_PER_ROW * n_rows, _DENSE_MIN):
+        present = np.zeros(space, bool)
+        present[key] = True
+        table = np.cumsum(present, dtype=np.int64)
+        table -= 1
+        return table[key], np.flatnonzero(present)
+    ids, uniq = pd.factorize(key)
+    return np.asarray(ids, dtype=np.int64), np.asarray(uniq, dtype=np.int64)
+
+
+def _decode(uniq: np.ndarray, base: np.ndarray, radices: list[int]) -> np.ndarray:
+    """Per-level codes ``(P, levels)`` of compacted mixed-radix keys ``base_id * prod(radices) + ...``
+    (each digit a level code + 1, so 0 is a missing value)."""
+    u = uniq.copy()
+    digits = []
+    for r in reversed(radices):
+        digits.append(u % r - 1)
+        u //= r
+    return np.column_stack([base[u], *digits[::-1]]) if digits else base[u]
+
+
+def group_paths(columns: Any, names: Sequence[str]) -> tuple[np.ndarray, dict[str, pd.Series]] | None:
+    """Group rows by their label path over the columns ``names``: each row's path id
+    ``gid`` (``0..P-1``) and, per column, the labels of the ``P`` distinct paths (categorical
+    Series; a missing value stays missing). ``None`` when a column cannot be factorised
+    (unhashable cells): callers then work row by row, where the error is raised.
+
+    Vectorised grouping as in a database hash/radix group-by: every column is reduced to
+    integer codes once (a categorical column's codes are used as they are), the codes are
+    combined into one mixed-radix int64 key, and the key is compacted to dense ids whenever
+    its space would outgrow the rows (a presence table when the space is small, a hash
+    table otherwise). No Python work per row or per path.
+    """
+    n = len(columns[names[0]]) if names else 0
+    key: np.ndarray | None = None
+    space, base = 1, np.zeros((1, 0), np.int64)
+    radices: list[int] = []
+    uniques_of: list[Any] = []
+    for nm in names:
+        try:
+            codes, uniques = _factorize(columns[nm])
+        except TypeError:  # unhashable labels
+            return None
+        uniques_of.append(uniques)
+        r = len(uniques) + 1
+        if key is not None and space * r > max(_DENSE_PER_ROW * n, _DENSE_MIN):
+            key, uniq = _compact(key, space, n)
+            base, space, radices = _decode(uniq, base, radices), len(uniq), []
+        if key is None:
+            key = codes.astype(np.int64, copy=True)
+        else:  # in place: one int64 array for the whole key
+            key *= r
+            key += codes
+        key += 1  # digit = code + 1, so a missing value (-1) is digit 0
+        del codes
+        space *= r
+        radices.append(r)
+    if key is None:
+        return np.zeros(n, np.int64), {}
+    gid, uniq = _compact(key, space, n)
+    paths = _decode(uniq, base, radices)
+    labels = {nm: pd.Series(pd.Categorical.from_codes(paths[:, i], categories=pd.Index(uniques)), name=nm)
+              for i, (nm, uniques) in enumerate(zip(names, uniques_of))}
+    return gid, labels
+
+
+def _sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """``np.unique`` of int64 keys by sort and mask (numpy 2.4's hash-based ``np.unique``
+    is several times slower on millions of int64 keys)."""
+    if keys.size == 0:
+        return keys.astype(np.int64)
+    s = np.sort(keys.astype(np.int64, copy=False))
+    keep = np.empty(s.size, bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any, *,
                     root: str = "total") -> DeclaredStructure:
     """Build the public tree of ``levels`` from declared ``domains`` (see module docstring).
@@ -240,6 +357,7 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
     lv_objs: list[_Level] = []
     n_prev_start, n_prev = 0, 1  # external id range of the previous depth
     data_nodes = None  # per data row: external node id at the previous depth
+    frame_rows: dict[int, np.ndarray] = {}  # per paths DataFrame: its rows' nodes at the previous depth
     if df is not None and any(isinstance(s, str) and s == "observed" for s in specs.values()):
         data_nodes = np.zeros(len(df), np.int64)
     for d, lv in enumerate(levels, start=1):
@@ -261,6 +379,21 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
             ok = (data_nodes >= 0) & (codes >= 0)
             pairs_p, pairs_c = data_nodes[ok], codes[ok]
             provenance = "observed in the data (asserted public by the user)"
+        elif isinstance(spec, pd.DataFrame) and (d == 1 or frame_rows.get(id(spec)) is not None):
+            # every level above came from this same frame: track each of its rows' node one
+            # level at a time (one factorisation and one sort per level; no per-path work)
+            if lv not in spec.columns:
+                raise HierarchyError(f"the public paths given for level {lv!r} lack column {lv!r}; "
+                                     "a paths DataFrame needs the columns of the level and every level above it")
+            col = spec[lv]
+            if col.isna().any():
+                raise HierarchyError(f"the public paths for level {lv!r} contain missing values; remove those rows")
+            codes, uniques = pd.factorize(col)  # on the column's own array (no object copy of every row)
+            idx = _as_index(np.asarray(uniques.to_numpy()), lv)  # the values in order of first appearance
+            row_node = np.zeros(len(spec), np.int64) if d == 1 else frame_rows[id(spec)]
+            row_keys = row_node * max(len(idx), 1) + codes
+            pairs_p = pairs_c = None
+            provenance = f"declared public paths ({len(idx)} distinct values)"
         elif isinstance(spec, pd.DataFrame):
             need = list(levels[:d])
             miss = [c for c in need if c not in spec.columns]
@@ -333,8 +466,13 @@ def build_structure(df: pd.DataFrame | None, levels: Sequence[str], domains: Any
             pairs_c = np.tile(np.arange(len(idx)), n_prev)
             provenance = f"declared list ({len(idx)} values, under every parent)"
         ncode = max(len(idx), 1)
-        keys = np.unique(pairs_p.astype(np.int64) * ncode + pairs_c.astype(np.int64))
+        if pairs_p is None or pairs_c is None:
+            keys = _sorted_unique(row_keys)
+        else:
+            keys = _sorted_unique(pairs_p.astype(np.int64) * ncode + pairs_c.astype(np.int64))
         start = n_prev_start + n_prev
+        # the frame's rows' nodes at this depth, for the next level (none after the last)
+        frame_rows = {id(spec): start + np.searchsorted(keys, row_keys)} if pairs_p is None and d < len(levels) else {}
         level = _Level(name=lv, index=idx, keys=keys, offset=start, provenance=provenance)
         lv_objs.append(level)
         parents_ext.append(keys // ncode)

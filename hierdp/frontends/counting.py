@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
+from hierdp.decompositions.declared import group_paths
 from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_codes, cell_sizes, domain_error
 from hierdp.tree import Tree
@@ -87,44 +88,76 @@ def leaf_counts_to_nodes(tree: Tree, counts_ext: np.ndarray) -> np.ndarray:
     return tree.to_external(tree.internal.sum_up(np.ascontiguousarray(internal)))
 
 
+def _grouped(structure: Any, df: Any, names: list[str]) -> tuple[np.ndarray | None, dict[str, Any] | Any]:
+    """Rows grouped into their distinct paths over ``names`` (:func:`group_paths`): each
+    row's path id and the paths' labels; ``(None, df)`` when the labels cannot be grouped
+    (unhashable cells), so the caller places every row and the row-level checks speak."""
+    grouped = group_paths(df, names)
+    if grouped is None:
+        return None, df
+    return grouped
+
+
+def _path_sums(gid: np.ndarray | None, n_paths: int, weights: np.ndarray | None) -> np.ndarray:
+    """Rows (or, with ``weights``, int64 sums of the weights) per path."""
+    if gid is None:  # ungrouped: every row is its own path
+        return np.ones(n_paths, np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
+    return keyed_counts(gid, weights, n_paths)
+
+
 def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None,
                unknown: str) -> tuple[np.ndarray, dict[str, Any]]:
     """True node counts (external order) of the rows of ``df`` and private notes.
 
-    Rows outside the declared domains raise (``unknown="raise"``) or are dropped and
-    counted in the private notes (``unknown="drop"``).
+    Rows are grouped into their distinct label paths in one vectorised pass over the
+    columns' integer codes (:func:`~hierdp.decompositions.declared.group_paths`); only
+    the distinct paths are placed on the tree and checked against the declared domains.
+    Rows outside the declared domains raise (``unknown="raise"``; the message names levels,
+    never values) or are dropped and their number kept in the private notes
+    (``unknown="drop"``). With ``count=``, weights are summed per path in int64.
     """
     notes: dict[str, Any] = {}
-    df, weights = counted_rows(df, count)
-    node, bad, examples = structure.locate(df)
+    df, weights = counted_rows(df, count)  # zero-count rows count nothing and are never out of domain
+    gid, paths = _grouped(structure, df, list(structure.levels))
+    node, bad, examples = structure.locate_paths(paths)
+    n_paths = node.size
+    rows = _path_sums(gid, n_paths, None)
     if bad.any():
         if unknown == "raise":
             raise domain_error(examples)
-        notes["rows_dropped_out_of_domain"] = int(bad.sum())
+        notes["rows_dropped_out_of_domain"] = int(rows[bad].sum())
     keep = ~bad
-    w = None if weights is None else weights[keep]
-    if w is None:
-        counts = np.bincount(node[keep], minlength=structure.n_ext).astype(np.int64)
+    if weights is None:
+        sums = rows
     else:  # int64 sums (np.bincount would add the weights in float64)
-        rules.enforce(total_problem(w), DataError)
-        counts = np.zeros(structure.n_ext, dtype=np.int64)
-        np.add.at(counts, node[keep], w)
+        keep_rows = keep if gid is None else keep[gid]
+        rules.enforce(total_problem(weights[keep_rows]), DataError)
+        sums = _path_sums(gid, n_paths, weights)
+    counts = np.zeros(structure.n_ext, dtype=np.int64)
+    np.add.at(counts, node[keep], sums[keep])
     return leaf_counts_to_nodes(structure.tree, counts), notes
 
 
 # -- histogram cells (n, k) ------------------------------------------------------------------
+
+def _place_paths(structure: Any, paths: Any, cells: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    k = int(np.prod(cell_sizes(cells)))
+    node, bad, problems = structure.locate_paths(paths)
+    cell, cbad, cproblems = cell_codes(cells, paths)
+    return np.maximum(node, 0) * k + cell, bad | cbad, problems + [p for p in cproblems if p not in problems]
+
 
 def place_cells(structure: Any, df: Any, cells: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Flat (node, cell) key ``node * k + cell`` of each row, the mask of rows outside the
     declared level or cell domains, and the kinds of problem (levels first).
 
     ``cells`` is ``{dimension: pd.Index}`` (see :mod:`hierdp.frontends._cells`); ``df`` a
-    DataFrame (or a mapping of columns) holding the level and cell columns.
+    DataFrame (or a mapping of columns) holding the level and cell columns. The distinct
+    (path, cell) combinations are placed, then spread back to the rows.
     """
-    k = int(np.prod(cell_sizes(cells)))
-    node, bad, problems = structure.locate(df)
-    cell, cbad, cproblems = cell_codes(cells, df)
-    return np.maximum(node, 0) * k + cell, bad | cbad, problems + [p for p in cproblems if p not in problems]
+    gid, paths = _grouped(structure, df, list(structure.levels) + list(cells))
+    key, bad, problems = _place_paths(structure, paths, cells)
+    return (key, bad, problems) if gid is None else (key[gid], bad[gid], problems)
 
 
 def count_cells(structure: Any, df: pd.DataFrame, cells: Any, *, count: str | None,
@@ -132,21 +165,26 @@ def count_cells(structure: Any, df: pd.DataFrame, cells: Any, *, count: str | No
     """True node histograms ``(n, k)`` (external order) of the rows of ``df`` and private notes.
 
     Like :func:`count_rows`, with each row also placed in one cell (row-major over the
-    declared cell dimensions). Rows with a level or cell value outside its declared domain
-    raise (``unknown="raise"``) or are dropped (``unknown="drop"``, counted in the private notes).
+    declared cell dimensions): the distinct (path, cell) combinations are grouped, placed
+    and checked. Rows with a level or cell value outside its declared domain raise
+    (``unknown="raise"``) or are dropped (``unknown="drop"``, counted in the private notes).
     """
     k = int(np.prod(cell_sizes(cells)))
     notes: dict[str, Any] = {}
     df, weights = counted_rows(df, count)
-    key, bad, problems = place_cells(structure, df, cells)
+    gid, paths = _grouped(structure, df, list(structure.levels) + list(cells))
+    key, bad, problems = _place_paths(structure, paths, cells)
     if bad.any():
         if unknown == "raise":
             raise domain_error(problems)
-        notes["rows_dropped_out_of_domain"] = int(bad.sum())
+        notes["rows_dropped_out_of_domain"] = int(_path_sums(gid, key.size, None)[bad].sum())
     keep = ~bad
     if weights is not None:  # as count_rows: int64 sums never wrap around
-        rules.enforce(total_problem(weights[keep]), DataError)
-    counts = keyed_counts(key[keep], None if weights is None else weights[keep], structure.n_ext * k)
+        keep_rows = keep if gid is None else keep[gid]
+        rules.enforce(total_problem(weights[keep_rows]), DataError)
+    sums = _path_sums(gid, key.size, weights)
+    counts = np.zeros(structure.n_ext * k, np.int64)
+    np.add.at(counts, key[keep], sums[keep])
     return leaf_counts_to_nodes(structure.tree, counts.reshape(structure.n_ext, k)), notes
 
 

@@ -148,6 +148,9 @@ class DPTree:
         how = (f"df.dptree(..., unit={self.unit!r}, max_contributions={self.max_contributions})"
                if self.unit is not None else "df.dptree(...)")
         floor = implied.get("sensitivity", Sensitivity())  # one row (or one counted individual) = 1
+        neighbours = kwargs.get("neighbours", "add_remove")
+        rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)
+        floor = floor.for_neighbours(neighbours)  # substitution: 2c and sqrt(2) c
         rules.enforce(rules.sensitivity_problem(kwargs.get("sensitivity"), floor, how), PrivacyError)
         for key in ("max_contributions", "privacy_unit"):
             if key in kwargs and kwargs[key] != implied.get(key):
@@ -179,6 +182,8 @@ class DPTree:
                                      count=self.count))
         self._check_release_keywords(kwargs)
         for key, value in self.release_defaults().items():
+            if key == "sensitivity":  # the bound's sensitivity under the release's neighbour relation
+                value = value.for_neighbours(kwargs.get("neighbours", "add_remove"))
             kwargs.setdefault(key, value)
         result = release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
         if self.cells:

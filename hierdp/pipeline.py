@@ -258,8 +258,16 @@ def release(
     if session is not None:
         session.check(guarantee)
     rng = make_rng(seed)
+    if getattr(the_plan, "returns_estimate", False):
+        redo = [pp.name for pp in pps if pp.linear and pp.requires_variance]
+        if redo:
+            raise PluginError(f"plan {the_plan.name!r} hands on its own consistent GLS estimate with exact variances; "
+                              f"{redo[0]!r} would treat it as independent measurements and misstate the variances: "
+                              "use postprocess=[] or ['nonneg', 'round']")
     vals_internal = tree.to_internal(vals)
-    extra = {"invariants": inv_mask} if inv_names else {}
+    extra: dict[str, Any] = {"invariants": inv_mask} if inv_names else {}
+    if getattr(the_plan, "takes_neighbours", False):
+        extra["neighbours"] = neighbours
     meas = the_plan.measure(tree, vals_internal, total=total, delta=delta, sensitivity=sens, rng=rng, **extra)
     acc = Accountant(unit="rho" if the_plan.budget_unit == "rho" else "epsilon", budget=total)
     for s in meas.spends:  # refuses a plan that spent more than the total

@@ -185,6 +185,10 @@ class DPTree:
             if key == "sensitivity":  # the bound's sensitivity under the release's neighbour relation
                 value = value.for_neighbours(kwargs.get("neighbours", "add_remove"))
             kwargs.setdefault(key, value)
+        if self.cells:
+            kwargs["plan"] = _plan_with_cells(kwargs.get("plan"), self.cells)
+            if kwargs["plan"] is None:
+                del kwargs["plan"]
         result = release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
         if self.cells:
             result.meta["cells"] = dict(self.cells)  # the labels of the k cells, for .frame and .to_xarray()
@@ -226,6 +230,18 @@ class DPTree:
 
 
 _SPENT: dict[int, list[dict[str, Any]]] = {}
+
+
+def _plan_with_cells(plan: Any, cells: Mapping[str, Any]) -> Any:
+    """A plan that measures marginals over the cells (``marginals``) gets the declared cell
+    dimensions when it was not given them."""
+    if isinstance(plan, Mapping) and plan.get("name") == "marginals":
+        params = dict(plan.get("params") or {})
+        if "cells" not in plan and "cells" not in params:
+            return {**plan, "cells": {k: list(v) for k, v in cells.items()}}
+    elif getattr(plan, "name", None) == "marginals" and getattr(plan, "cells", 0) is None:
+        return plan.with_cells({k: list(v) for k, v in cells.items()})
+    return plan
 
 
 def _spent_for(obj: pd.DataFrame | pd.Series) -> list[dict[str, Any]]:

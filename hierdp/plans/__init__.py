@@ -2,12 +2,13 @@
 
 from hierdp.plans.base import Plan
 from hierdp.plans.ghazi import Ghazi
+from hierdp.plans.marginals import Marginals
 from hierdp.plans.per_level import PerLevel
 from hierdp.plugins.markers import hookimpl
 
-__all__ = ["Plan", "PerLevel", "Ghazi"]
+__all__ = ["Plan", "PerLevel", "Ghazi", "Marginals"]
 
 
 @hookimpl
 def hierdp_register_plans():
-    return [PerLevel, Ghazi]
+    return [PerLevel, Ghazi, Marginals]

@@ -134,6 +134,19 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     return out.reshape(y.shape), info
 
 
+def _is_consistent(tree: Tree, values: Any) -> bool:
+    """Whether ``values`` already satisfy parent = sum of children (relative 1e-9): a plan
+    that hands on its own linear consistent estimate (``marginals``) keeps its variances."""
+    y = np.asarray(values, dtype=np.float64)
+    n1 = tree.n_nodes - tree.n_leaves
+    if n1 == 0:
+        return True
+    leaves = np.zeros_like(y)
+    leaves[n1:] = y[n1:]
+    agg = tree.internal.sum_up(leaves)
+    return bool(np.all(np.abs(agg[:n1] - y[:n1]) <= 1e-9 * (1.0 + np.abs(y[:n1]))))
+
+
 def _blue_full(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
     from hierdp.postprocessors.blue import blue
 
@@ -168,7 +181,11 @@ def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
     if np.any(y2[exact] < -1e-9 * (1.0 + np.abs(y2[exact]))):
         raise DataError("nonneg: a node known exactly (variance 0) is negative, so no non-negative estimate keeps "
                         "it; correct it or give it a positive variance")
-    xhat = _blue_full(tree, y2, d2)               # raises when the exact nodes contradict each other
+    try:
+        xhat = _blue_full(tree, y2, d2)
+    except DataError:
+        raise DataError("nonneg: nodes known exactly (variance 0) contradict each other (an exact node is not the "
+                        "sum of the exact nodes below it); correct them or give them positive variances") from None
     w = np.where(np.isfinite(d2) & ~exact, 1.0 / np.where(exact, 1.0, d2), 0.0)
     # region of each node: its lowest exact ancestor-or-self (n: none); parents come first
     reg = np.full((n, k), n, dtype=np.int64)
@@ -286,7 +303,7 @@ class NonNegative(PostProcessor):
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         x, info = nonneg(tree, estimate.values, estimate.weights_variance, max_iter=self.max_iter, tol=self.tol)
         var = None if estimate.variance is None else np.array(estimate.variance, dtype=np.float64)
-        if var is not None and not (estimate.linear and estimate.consistent):
+        if var is not None and not (estimate.linear and (estimate.consistent or _is_consistent(tree, estimate.values))):
             # the incoming variances are the measurements': report those of the linear
             # estimate with the same weights (BLUE), as after ["blue", "nonneg"]
             from hierdp.postprocessors.blue import blue

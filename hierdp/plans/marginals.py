@@ -1,0 +1,332 @@
+"""The plan ``marginals``: per level, a strategy of marginal queries over the cells, and one
+consistent generalised least-squares (GLS) estimate of the full ``(n, k)`` histogram.
+
+Census practice (the 2020 TopDown strategies): at each level every node's histogram over
+the cell dimensions (e.g. age x sex x race, ``k`` cells, row-major as in
+:mod:`hierdp.frontends._cells`) is measured through a few marginals ``A_S x`` (cells summed
+over the dimensions not in ``S``; ``S = ()`` is the node total), marginal ``S`` with share
+``s_S`` of the level's budget. A unit's contribution to a level is a non-negative vector
+of L1 at most ``c``; every marginal keeps that L1 and an L2 the level's sensitivity
+covers (:func:`hierdp.rules.marginal_sensitivity`), so one marginal at budget
+``s_S b_level`` is private at that budget, the marginals of a level compose basically
+(shares add up to 1: the level costs ``b_level``) and levels compose basically as in
+``per_level``. With unit-variance weights ``1/var_S`` per marginal, the estimate is
+
+    minimise  sum_nodes sum_S |A_S x_u - y_{u,S}|^2 / var_{level(u),S}
+    subject to  x consistent (parent = sum of children, in every cell).
+
+**Structure (why no matrix is formed).** Every marginal Gram ``A_S^T A_S`` is a Kronecker
+product of identities (dims in ``S``) and all-ones matrices ``J`` (dims summed), and all of
+them are diagonalised by the same orthonormal basis ``Q = H_1^T (x) ... (x) H_D^T`` (``H_i``
+the Helmert matrix of dimension ``i``, first row constant): ``J`` has eigenvalue ``k_i`` on
+the constant vector and 0 on its complement. So the Gram of level ``d``,
+``G_d = sum_S A_S^T A_S / var_{d,S} = Q diag(lambda_d) Q^T`` with
+``lambda_d(j) = sum_S [j_i = 0 for every i not in S] prod_{i not in S} k_i / var_{d,S}``,
+for *any* strategies per level (the separable case is not needed: the lattice commutes).
+Rotating every node's cells by ``Q^T`` (the tree constraint acts on nodes, the rotation on
+cells, so they commute) splits the GLS into ``k`` independent tree problems, column ``j``
+measured at node ``u`` by ``z_{u,j} = (Q^T sum_S A_S^T y_{u,S} / var_S)_j / lambda(j)`` with
+variance ``1 / lambda(j)`` (``inf`` where the level's strategy does not identify
+direction ``j``), i.e. one two-pass BLUE over ``(n, k)`` (Dawson et al. Alg. 2). Rotating
+back gives the estimate and, columns being independent, its exact per-cell variances
+``(Q o Q) v``. Invariant nodes (``invariants=``; every cell exact) enter with variance 0.
+
+**Cost.** One BLUE over ``(n, k)`` plus two Helmert transforms, ``O(n k sum_i k_i)``, plus
+the marginals themselves, ``O(n k |strategy|)``; memory a few ``(n, k)`` float64 arrays.
+No iterative solver is needed; an arbitrary (non-product) query set would need one.
+
+The plan hands on its GLS estimate as the measurements (with its exact per-cell
+variances): it is already consistent, so the default chain is empty; ``nonneg`` and
+``round`` may follow (``postprocess=["nonneg", "round"]``) for consistent non-negative
+integers of the whole table. ``blue``/``gmc`` after it are refused (they would treat the
+estimate as independent measurements and misstate its variance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierdp import rules
+from hierdp.accounting import Spend, total_budget
+from hierdp.errors import BudgetError, DataError, PluginError
+from hierdp.ledger import LevelSpend
+from hierdp.mechanisms.base import Sensitivity
+from hierdp.plans.base import Plan
+from hierdp.plans.per_level import _is_strategy, _strategy, invariant_levels, resolve_budget, resolve_mechanism
+from hierdp.postprocessors.base import Measurements
+from hierdp.postprocessors.blue import blue
+
+if TYPE_CHECKING:
+    from hierdp.rng import RandomSource
+    from hierdp.tree import Tree
+
+__all__ = ["Marginals", "helmert", "parse_strategy"]
+
+
+def helmert(m: int) -> np.ndarray:
+    """The ``m x m`` orthonormal Helmert matrix: row 0 constant ``1/sqrt(m)``, row ``i`` the
+    contrast of the first ``i`` entries against entry ``i``."""
+    H = np.zeros((m, m))
+    H[0] = 1.0 / math.sqrt(m)
+    for i in range(1, m):
+        H[i, :i] = 1.0 / math.sqrt(i * (i + 1))
+        H[i, i] = -i / math.sqrt(i * (i + 1))
+    return H
+
+
+def _apply(a: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
+    """Apply ``mats[i]`` along cell axis ``i + 1`` of ``a`` (shape ``(n, k_1, ..., k_D)``)."""
+    for i, M in enumerate(mats):
+        if M.shape[0] == 1:
+            continue
+        a = np.moveaxis(np.moveaxis(a, i + 1, -1) @ M.T, -1, i + 1)
+    return a
+
+
+def _dims_key(dims: Any, where: str) -> tuple:
+    if isinstance(dims, str):
+        return (dims,)
+    if isinstance(dims, (tuple, list)) and all(isinstance(d, str) for d in dims):
+        return tuple(dims)
+    raise PluginError(f"{where}: marginal dimensions must be a list of cell dimension names (e.g. ['age', 'sex'], "
+                      f"[] for the node total), got {dims!r:.60}")
+
+
+def _parse_spec(spec: Any, where: str) -> dict[tuple, float]:
+    """One level's strategy: ``{dims: share}`` or ``[{dims: [...], share: s}, ...]``."""
+    if isinstance(spec, Mapping):
+        items = [(_dims_key(k, where), v) for k, v in spec.items()]
+    elif isinstance(spec, Sequence) and not isinstance(spec, str):
+        items = []
+        for entry in spec:
+            if not isinstance(entry, Mapping) or set(entry) - {"dims", "share"} or "share" not in entry:
+                raise PluginError(f"{where}: each marginal is {{dims: [...], share: s}}, got {entry!r:.60}")
+            items.append((_dims_key(entry.get("dims", []), where), entry["share"]))
+    else:
+        raise PluginError(f"{where}: a level's strategy is {{('age', 'sex'): 0.5, ...}} or a list of "
+                          f"{{dims: [...], share: s}}, got {spec!r:.60}")
+    if not items:
+        raise PluginError(f"{where}: the strategy measures no marginal; name at least one")
+    out: dict[tuple, float] = {}
+    for dims, share in items:
+        if len(set(dims)) != len(dims):
+            raise PluginError(f"{where}: marginal {list(dims)} names a dimension twice")
+        f = rules.finite_float(share)
+        if f is None or f <= 0:
+            raise BudgetError(f"{where}: the share of marginal {list(dims)} must be a number > 0, got {share!r:.60}")
+        key = tuple(sorted(dims))
+        if key in out:
+            raise PluginError(f"{where}: marginal {list(dims)} is listed twice; give it one share")
+        out[key] = f
+    s = math.fsum(out.values())
+    if not math.isclose(s, 1.0, rel_tol=rules.SUM_RTOL):
+        raise BudgetError(f"{where}: the shares add up to {s:g}; make them add up to 1 (the level's budget is split "
+                          "over its marginals by basic composition)")
+    return out
+
+
+def parse_strategy(strategy: Any) -> dict[str | None, dict[tuple, float]]:
+    """``{level: {dims: share}}``; key ``None`` holds a strategy shared by every level."""
+    if isinstance(strategy, Mapping) and strategy and all(rules.finite_float(v) is not None
+                                                          for v in strategy.values()):
+        return {None: _parse_spec(strategy, "strategy")}
+    if isinstance(strategy, Sequence) and not isinstance(strategy, str):
+        return {None: _parse_spec(strategy, "strategy")}
+    if not isinstance(strategy, Mapping) or not strategy:
+        raise PluginError("plan 'marginals' needs strategy=: per level, the marginals it measures with their "
+                          "shares, e.g. {'county': {('age', 'sex'): 0.5, ('age',): 0.3, (): 0.2}}")
+    return {str(level): _parse_spec(spec, f"strategy for level {level!r}") for level, spec in strategy.items()}
+
+
+class Marginals(Plan):
+    """Marginal-query strategies per level on histogram cells, with one consistent GLS estimate.
+
+    Parameters
+    ----------
+    strategy : per level, the marginals it measures and their shares of the level's budget:
+        ``{"county": {("age", "sex"): 0.5, ("age",): 0.3, (): 0.2}}`` (``()`` = the node
+        total), or in specs ``{county: [{dims: [age, sex], share: 0.5}, ...]}``; one spec
+        without level keys applies to every level. Levels not named measure the full
+        histogram (every dimension, share 1).
+    cells : the cell dimensions in declaration order, ``{name: size or labels}``
+        (``df.dptree(..., cells=...)`` fills it when omitted).
+    mechanism, budget : as for ``per_level`` (noise per marginal cell; the split over levels).
+    """
+
+    name = "marginals"
+    default_postprocess: tuple = ()
+    supports_invariants = True
+    #: the pipeline passes the neighbour relation (for the marginals' sensitivity)
+    takes_neighbours = True
+    #: the measurements are already a consistent linear estimate with exact variances
+    returns_estimate = True
+
+    def __init__(self, strategy: Any = None, cells: Mapping[str, Any] | None = None,
+                 mechanism: Any = "discrete_laplace", budget: Any = "equal") -> None:
+        self.strategy = parse_strategy(strategy)
+        self.cells = None if cells is None else self._parse_cells(cells)
+        self.mechanism = resolve_mechanism(mechanism)
+        self.budget = budget
+        self._strategy = _strategy(budget) if _is_strategy(budget) else None
+        if self.mechanism.delta_per_use > 0:
+            raise PluginError(f"plan 'marginals' takes pure ε or ρ mechanisms; {self.mechanism.name!r} has a δ per "
+                              "use (use discrete_laplace, laplace, discrete_gaussian or gaussian)")
+
+    @staticmethod
+    def _parse_cells(cells: Mapping[str, Any]) -> list[tuple[str, int]]:
+        if not isinstance(cells, Mapping) or not cells:
+            raise PluginError("plan 'marginals': cells= maps each cell dimension to its size or labels, "
+                              "e.g. {'age': 5, 'sex': ['F', 'M']}")
+        out = []
+        for name, v in cells.items():
+            size = int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else len(v)
+            if size < 1:
+                raise PluginError(f"plan 'marginals': cell dimension {name!r} needs at least one value")
+            out.append((str(name), size))
+        return out
+
+    def with_cells(self, cells: Mapping[str, Any]) -> Marginals:
+        """A copy of this plan with its cell dimensions set (front-ends call it)."""
+        new = object.__new__(Marginals)
+        new.__dict__.update(self.__dict__)
+        new.cells = self._parse_cells(cells)
+        return new
+
+    @property
+    def budget_unit(self) -> str:
+        return self.mechanism.budget_unit
+
+    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
+        rules.enforce(rules.rho_per_level_problem(self.mechanism.budget_unit, rho_given=rho is not None,
+                                                  per_level=self._strategy is None and epsilon is not None),
+                      BudgetError)
+        return total_budget(self.mechanism.budget_unit, epsilon=epsilon, delta=delta, rho=rho,
+                            mechanism=self.mechanism.name)
+
+    def _level_strategy(self, tree: Tree) -> dict[str, dict[tuple, float]]:
+        names = [n for n, _ in self.cells]
+        levels = tree.level_names
+        unknown = [lv for lv in self.strategy if lv is not None and lv not in levels]
+        if unknown:
+            from hierdp.errors import expected_one_of
+
+            raise PluginError("plan 'marginals': " + expected_one_of("level in strategy", unknown[0], levels))
+        out = {}
+        for lv in levels:
+            spec = self.strategy.get(lv, self.strategy.get(None, {tuple(sorted(names)): 1.0}))
+            for dims in spec:
+                bad = [d for d in dims if d not in names]
+                if bad:
+                    from hierdp.errors import expected_one_of
+
+                    raise PluginError(f"plan 'marginals', level {lv!r}: " +
+                                      expected_one_of("cell dimension", bad[0], names))
+            out[lv] = spec
+        return out
+
+    def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
+                sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
+                neighbours: str = "add_remove") -> Measurements:
+        if self.cells is None:
+            raise PluginError("plan 'marginals' needs cells= (the cell dimensions and their sizes), e.g. "
+                              "plan={'name': 'marginals', 'strategy': ..., 'cells': {'age': 5, 'sex': 2}}; "
+                              "df.dptree(..., cells=...) fills it")
+        names = [n for n, _ in self.cells]
+        sizes = tuple(s for _, s in self.cells)
+        k = int(np.prod(sizes))
+        vals = values if values.ndim == 2 else values.reshape(-1, 1)
+        if vals.shape[1] != k:
+            raise DataError(f"plan 'marginals': the cells {dict(self.cells)} make {k} cells per node but the values "
+                            f"have {vals.shape[1]}")
+        strat = self._level_strategy(tree)
+        mech = self.mechanism
+        msens = rules.marginal_sensitivity(sensitivity, neighbours)
+        inv_levels = invariant_levels(tree, invariants)
+        alloc, desc, reads_true = resolve_budget(tree, total, self.budget if self._strategy is None else self._strategy,
+                                                 mechanism=mech, sensitivity=msens,
+                                                 true_values=tree.to_external(vals), invariant_levels=inv_levels)
+        n = tree.n_nodes
+        Hs = [helmert(s) for s in sizes]
+        z = np.zeros((n, k))
+        zvar = np.full((n, k), np.inf)
+        spends, levels, described = [], [], {}
+        unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"
+        for d, lv in enumerate(tree.level_names):
+            b = float(alloc.get(lv, 0.0))
+            idx = tree.internal.level_index[d]
+            X = vals[idx]
+            n_d = X.shape[0]
+            if b <= 0:
+                levels.append(LevelSpend(level=lv, depth=d, budget=0.0, unit=mech.budget_unit, mechanism=mech.name,
+                                         n_nodes=n_d, noise_variance=0.0 if lv in inv_levels else math.inf,
+                                         sensitivity_l1=msens.l1, sensitivity_l2=msens.l2))
+                continue
+            Xc = X.reshape((n_d,) + sizes)
+            rhs = np.zeros((n_d,) + sizes)
+            lam = np.zeros(sizes)
+            described[lv] = []
+            for dims, share in strat[lv].items():
+                summed = tuple(i for i, nm in enumerate(names) if nm not in dims)
+                true_m = Xc.sum(axis=tuple(1 + i for i in summed)) if summed else Xc
+                var_m = float(mech.variance(share * b, msens))
+                noisy_m = mech.sample(np.ascontiguousarray(true_m), share * b, msens, rng)
+                rhs += np.expand_dims(np.asarray(noisy_m, dtype=np.float64), tuple(1 + i for i in summed)) / var_m
+                ind = np.ones(sizes)
+                for i in summed:
+                    e0 = np.zeros(sizes[i])
+                    e0[0] = 1.0
+                    ind = ind * e0.reshape([-1 if a == i else 1 for a in range(len(sizes))])
+                lam += ind * float(np.prod([sizes[i] for i in summed])) / var_m
+                described[lv].append({"dims": [nm for nm in names if nm in dims], "share": share,
+                                      "budget": share * b, "noise_variance": var_m})
+            zt = _apply(rhs, Hs).reshape(n_d, k)
+            lam_f = lam.reshape(k)
+            with np.errstate(divide="ignore"):
+                inv_lam = np.where(lam_f > 0, 1.0 / np.where(lam_f > 0, lam_f, 1.0), np.inf)
+            z[idx] = np.where(lam_f > 0, zt * inv_lam, 0.0)
+            zvar[idx] = inv_lam
+            cell_var = _cell_variance(inv_lam.reshape((1,) + sizes), Hs).reshape(k)
+            spends.append(Spend(b, unit, label=lv))
+            levels.append(LevelSpend(level=lv, depth=d, budget=b, unit=mech.budget_unit, mechanism=mech.name,
+                                     n_nodes=n_d, noise_variance=float(np.mean(cell_var)),
+                                     sensitivity_l1=msens.l1, sensitivity_l2=msens.l2))
+        if invariants is not None and invariants.any():
+            z[invariants] = _apply(vals[invariants].astype(np.float64).reshape((-1,) + sizes), Hs).reshape(-1, k)
+            zvar[invariants] = 0.0
+        est = blue(tree, z, zvar)
+        del z, zvar
+        x = _apply(np.asarray(est.values).reshape((n,) + sizes), [H.T for H in Hs]).reshape(n, k)
+        var = _cell_variance(np.asarray(est.variance).reshape((n,) + sizes), Hs).reshape(n, k)
+        if invariants is not None and invariants.any():
+            x[invariants] = vals[invariants]   # exact up to round-off already
+            var[invariants] = 0.0
+        if values.ndim == 1:
+            x, var = x[:, 0], var[:, 0]
+        info: dict[str, Any] = {"method": "gls_marginals", "budget_strategy": desc, "marginals": described}
+        if reads_true:
+            info["non_private"] = [f"budget strategy {desc!r} chose the split by reading true counts"]
+        return Measurements(values=x, variance=var, spends=spends, levels=levels, info=info)
+
+    def ledger_fields(self) -> dict[str, str]:
+        desc = self._strategy.name if self._strategy is not None else "per-level"
+        return {"mechanism": self.mechanism.name, "budget_strategy": f"{desc}; marginals per level"}
+
+    def __repr__(self) -> str:
+        return f"<plan 'marginals' mechanism={self.mechanism.name!r}>"
+
+
+def _cell_variance(v: np.ndarray, Hs: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-cell variances ``(Q o Q) v`` of ``Q x`` for independent rotated columns with
+    variances ``v`` (shape ``(n, k_1, ..., k_D)``); ``inf`` wherever an unidentified
+    direction reaches the cell."""
+    sq = [(H.T) ** 2 for H in Hs]
+    bad = np.isinf(v)
+    out = _apply(np.where(bad, 0.0, v), sq)
+    if bad.any():
+        reach = _apply(bad.astype(np.float64), sq) > 0
+        out = np.where(reach, np.inf, out)
+    return out

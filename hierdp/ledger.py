@@ -219,7 +219,8 @@ class Ledger:
             lines.append(f"  max contributions per unit: {self.max_contributions}")
         lines.append(f"  mechanism: {self.mechanism}; budget: {self.budget_strategy}")
         for ls in self.levels:
-            spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"
+            spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else \
+                ("published exactly (invariant), no budget" if ls.noise_variance == 0 else "not measured")
             if ls.delta:
                 spend += f", δ = {ls.delta:.6g}"
             src = self.structure.get(ls.level, "")

@@ -239,3 +239,32 @@ def test_marginal_variances_reach_the_full_histogram_variance_when_only_it_is_me
     rb = hierdp.release(t, vals, epsilon=1.0, seed=2, mechanism="laplace")
     np.testing.assert_allclose(rm.estimate.variance, np.broadcast_to(rb.estimate.variance[:, None], (13, 4)),
                                rtol=1e-10)
+
+
+def test_fast_helmert_transforms_match_the_matrices():
+    from hierdp.plans.marginals import _apply
+
+    rng = np.random.default_rng(0)
+    sizes = (4, 1, 3)
+    a = rng.normal(size=(5,) + sizes)
+    H = [helmert(m) for m in sizes]
+
+    def dense(a, mats):
+        for i, M in enumerate(mats):
+            a = np.moveaxis(np.moveaxis(a, i + 1, -1) @ M.T, -1, i + 1)
+        return a
+
+    np.testing.assert_allclose(_apply(a, "fwd"), dense(a, H), atol=1e-12)
+    np.testing.assert_allclose(_apply(a, "bwd"), dense(a, [h.T for h in H]), atol=1e-12)
+    np.testing.assert_allclose(_apply(a, "sq"), dense(a, [h.T ** 2 for h in H]), atol=1e-12)
+
+
+def test_large_dimensions_use_the_cumulative_sum_transform(monkeypatch):
+    import hierdp.plans.marginals as pm
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(3, 6, 2))
+    ref = {mode: pm._apply(a, mode) for mode in ("fwd", "bwd", "sq")}
+    monkeypatch.setattr(pm, "DENSE_MAX", 1)
+    for mode, r in ref.items():
+        np.testing.assert_allclose(pm._apply(a, mode), r, atol=1e-12)

@@ -31,7 +31,8 @@ direction ``j``), i.e. one two-pass BLUE over ``(n, k)`` (Dawson et al. Alg. 2).
 back gives the estimate and, columns being independent, its exact per-cell variances
 ``(Q o Q) v``. Invariant nodes (``invariants=``; every cell exact) enter with variance 0.
 
-**Cost.** One BLUE over ``(n, k)`` plus two Helmert transforms, ``O(n k sum_i k_i)``, plus
+**Cost.** One BLUE over ``(n, k)`` plus a few Helmert transforms, ``O(n k D)`` by cumulative
+sums (:func:`_helmert_axis`), plus
 the marginals themselves, ``O(n k |strategy|)``; memory a few ``(n, k)`` float64 arrays.
 No iterative solver is needed; an arbitrary (non-product) query set would need one.
 
@@ -78,12 +79,59 @@ def helmert(m: int) -> np.ndarray:
     return H
 
 
-def _apply(a: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
-    """Apply ``mats[i]`` along cell axis ``i + 1`` of ``a`` (shape ``(n, k_1, ..., k_D)``)."""
-    for i, M in enumerate(mats):
-        if M.shape[0] == 1:
+def _helmert_axis(a: np.ndarray, axis: int, mode: str) -> np.ndarray:
+    """``H`` (``"fwd"``), ``H^T`` (``"bwd"``) or ``(H^T)^2`` elementwise (``"sq"``) applied
+    along ``axis`` in O(m) per vector by cumulative sums (no m x m product):
+    ``(H a)_i = (sum_{c<i} a_c - i a_i) / sqrt(i (i+1))``;
+    ``(H^T b)_c = b_0 / sqrt(m) + sum_{i>c} b_i / sqrt(i (i+1)) - c b_c / sqrt(c (c+1))``;
+    ``((H^T)^2 v)_c = v_0 / m + sum_{i>c} v_i / (i (i+1)) + c v_c / (c+1)``."""
+    m = a.shape[axis]
+    if m == 1:
+        return a
+    shape = [1] * a.ndim
+    shape[axis] = m
+    i = np.arange(m, dtype=np.float64)
+    norm = np.sqrt(i * (i + 1))
+    norm[0] = 1.0
+    norm = norm.reshape(shape)
+    ii = i.reshape(shape)
+    first = [slice(None)] * a.ndim
+    first[axis] = slice(0, 1)
+    first_t = tuple(first)
+    if mode == "fwd":
+        excl = np.cumsum(a, axis=axis) - a
+        out = (excl - ii * a) / norm
+        out[first_t] = a.sum(axis=axis, keepdims=True) / math.sqrt(m)
+        return out
+    if mode == "bwd":
+        w = a / norm
+        w[first_t] = 0.0
+        rev = np.flip(np.cumsum(np.flip(w, axis=axis), axis=axis), axis=axis) - w  # sum over i > c
+        return a[first_t] / math.sqrt(m) + rev - ii * w
+    w = a / (norm * norm)
+    w[first_t] = 0.0
+    rev = np.flip(np.cumsum(np.flip(w, axis=axis), axis=axis), axis=axis) - w
+    return a[first_t] / m + rev + ii * a / (ii + 1.0) * (ii > 0)
+
+
+#: cell dimensions up to this size are rotated by a BLAS matrix product (faster in practice
+#: than the O(m) cumulative sums, measured on 1e5 nodes x 200 cells: 0.3-0.4 s vs 0.6-1.3 s
+#: per transform); larger ones by :func:`_helmert_axis`
+DENSE_MAX = 256
+
+
+def _apply(a: np.ndarray, mode: str) -> np.ndarray:
+    """Apply the Helmert transform ``mode`` along every cell axis of ``a`` ``(n, k_1, ..., k_D)``."""
+    for ax in range(1, a.ndim):
+        m = a.shape[ax]
+        if m == 1:
             continue
-        a = np.moveaxis(np.moveaxis(a, i + 1, -1) @ M.T, -1, i + 1)
+        if m > DENSE_MAX:
+            a = _helmert_axis(a, ax, mode)
+            continue
+        H = helmert(m)
+        M = H if mode == "fwd" else (H.T if mode == "bwd" else H.T ** 2)
+        a = np.moveaxis(np.moveaxis(a, ax, -1) @ M.T, -1, ax)
     return a
 
 
@@ -250,7 +298,6 @@ class Marginals(Plan):
                                                  mechanism=mech, sensitivity=msens,
                                                  true_values=tree.to_external(vals), invariant_levels=inv_levels)
         n = tree.n_nodes
-        Hs = [helmert(s) for s in sizes]
         z = np.zeros((n, k))
         zvar = np.full((n, k), np.inf)
         spends, levels, described = [], [], {}
@@ -283,24 +330,24 @@ class Marginals(Plan):
                 lam += ind * float(np.prod([sizes[i] for i in summed])) / var_m
                 described[lv].append({"dims": [nm for nm in names if nm in dims], "share": share,
                                       "budget": share * b, "noise_variance": var_m})
-            zt = _apply(rhs, Hs).reshape(n_d, k)
+            zt = _apply(rhs, "fwd").reshape(n_d, k)
             lam_f = lam.reshape(k)
             with np.errstate(divide="ignore"):
                 inv_lam = np.where(lam_f > 0, 1.0 / np.where(lam_f > 0, lam_f, 1.0), np.inf)
-            z[idx] = np.where(lam_f > 0, zt * inv_lam, 0.0)
+            z[idx] = np.where(lam_f > 0, zt / np.where(lam_f > 0, lam_f, 1.0), 0.0)
             zvar[idx] = inv_lam
-            cell_var = _cell_variance(inv_lam.reshape((1,) + sizes), Hs).reshape(k)
+            cell_var = _cell_variance(inv_lam.reshape((1,) + sizes)).reshape(k)
             spends.append(Spend(b, unit, label=lv))
             levels.append(LevelSpend(level=lv, depth=d, budget=b, unit=mech.budget_unit, mechanism=mech.name,
                                      n_nodes=n_d, noise_variance=float(np.mean(cell_var)),
                                      sensitivity_l1=msens.l1, sensitivity_l2=msens.l2))
         if invariants is not None and invariants.any():
-            z[invariants] = _apply(vals[invariants].astype(np.float64).reshape((-1,) + sizes), Hs).reshape(-1, k)
+            z[invariants] = _apply(vals[invariants].astype(np.float64).reshape((-1,) + sizes), "fwd").reshape(-1, k)
             zvar[invariants] = 0.0
         est = blue(tree, z, zvar)
         del z, zvar
-        x = _apply(np.asarray(est.values).reshape((n,) + sizes), [H.T for H in Hs]).reshape(n, k)
-        var = _cell_variance(np.asarray(est.variance).reshape((n,) + sizes), Hs).reshape(n, k)
+        x = _apply(np.asarray(est.values).reshape((n,) + sizes), "bwd").reshape(n, k)
+        var = _cell_variance(np.asarray(est.variance).reshape((n,) + sizes)).reshape(n, k)
         if invariants is not None and invariants.any():
             x[invariants] = vals[invariants]   # exact up to round-off already
             var[invariants] = 0.0
@@ -319,14 +366,13 @@ class Marginals(Plan):
         return f"<plan 'marginals' mechanism={self.mechanism.name!r}>"
 
 
-def _cell_variance(v: np.ndarray, Hs: Sequence[np.ndarray]) -> np.ndarray:
+def _cell_variance(v: np.ndarray) -> np.ndarray:
     """Per-cell variances ``(Q o Q) v`` of ``Q x`` for independent rotated columns with
     variances ``v`` (shape ``(n, k_1, ..., k_D)``); ``inf`` wherever an unidentified
     direction reaches the cell."""
-    sq = [(H.T) ** 2 for H in Hs]
     bad = np.isinf(v)
-    out = _apply(np.where(bad, 0.0, v), sq)
+    out = _apply(np.where(bad, 0.0, v), "sq")
     if bad.any():
-        reach = _apply(bad.astype(np.float64), sq) > 0
+        reach = _apply(bad.astype(np.float64), "sq") > 0
         out = np.where(reach, np.inf, out)
     return out

@@ -253,3 +253,43 @@ def test_audit_on_substitutions_that_keep_the_invariants(keeps, violates):
         warnings.simplefilter("ignore")
         res = audit(sample, x0, x1, statistic=stat, n=40_000, claimed=eps, rng=make_rng(3))
     assert res.violates is violates, str(res)
+
+
+def _census_spec(tmp_path, privacy_extra: str, budget: str = "per_level: {county: 1.0, tract: 1.0}"):
+    import shutil
+    from pathlib import Path
+
+    ex = Path(hierdp.__file__).parent / "examples"
+    shutil.copytree(ex / "data", tmp_path / "data")
+    text = (ex / "census.yaml").read_text()
+    text = text.replace("  epsilon: 2.0\n", "  epsilon: 2.0\n" + privacy_extra)
+    text = text.replace("per_level: {total: 0.2, state: 0.3, county: 0.5, tract: 1.0}", budget)
+    text = text.replace("path: out/census.csv", f"path: {tmp_path / 'out' / 'c.csv'}")
+    spec = tmp_path / "c.yaml"
+    spec.write_text(text)
+    return spec
+
+
+def test_specs_state_neighbours_and_invariants(tmp_path):
+    from hierdp.spec import run_spec
+
+    spec = _census_spec(tmp_path, "  neighbours: substitute\n  invariants: [total, state]\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run_spec(str(spec), seed=3, write=False)
+    assert r.ledger.neighbours == "substitute"
+    assert r.ledger.invariants == ["level 'total'", "level 'state'"]
+    f = r.frame
+    top = f[f.level.isin(["total", "state"])]
+    assert (top["std"] == 0).all()
+
+
+def test_spec_validation_refuses_invariants_under_add_remove(tmp_path):
+    from hierdp.errors import SpecError
+    from hierdp.spec import validate
+
+    spec = _census_spec(tmp_path, "  invariants: [total, stat]\n")
+    with pytest.raises(SpecError) as info:
+        validate(str(spec))
+    text = str(info.value)
+    assert "privacy.invariants" in text and "neighbours='substitute'" in text and "did you mean 'state'" in text

@@ -220,7 +220,7 @@ def test_strategy_errors_name_the_fix():
     with pytest.raises(BudgetError, match="add up to 0.9"):
         Marginals(strategy={"county": {("age",): 0.5, (): 0.4}}, cells={"age": 3})
     with pytest.raises(PluginError, match="strategy="):
-        Marginals(strategy=None)
+        Marginals(strategy="everything")
     t = hierdp.Tree.complete(fanout=2, height=2)
     plan = Marginals(strategy={"level_1": {("agee",): 1.0}}, cells={"age": 2})
     with pytest.raises(PluginError, match="unknown cell dimension 'agee'"):
@@ -268,3 +268,20 @@ def test_large_dimensions_use_the_cumulative_sum_transform(monkeypatch):
     monkeypatch.setattr(pm, "DENSE_MAX", 1)
     for mode, r in ref.items():
         np.testing.assert_allclose(pm._apply(a, mode), r, atol=1e-12)
+
+
+def test_xarray_front_end_inherits_neighbours_invariants_and_marginals():
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(2)
+    df = _frame(rng, 600)
+    da = df.groupby(["state", "county", "age", "sex"]).size().to_xarray().fillna(0).astype(int)
+    domains = {"state": ["A", "B"], "county": ["x", "y", "z"]}
+    cells = {"age": ["0-17", "18-64", "65+"], "sex": ["F", "M"]}
+    plan = {"name": "marginals", "strategy": {(): 0.3, ("age", "sex"): 0.7}}
+    r = da.dptree(domains, cells=cells).release(epsilon=1.0, seed=3, plan=plan, neighbours="substitute",
+                                                invariants=["total"])
+    assert isinstance(da, xr.DataArray)
+    ref = df.dptree(levels=["state", "county"], domains=domains, cells=cells).release(
+        epsilon=1.0, seed=3, plan=plan, neighbours="substitute", invariants=["total"])
+    np.testing.assert_allclose(r.estimate.values, ref.estimate.values)
+    assert r.ledger.neighbours == "substitute" and r.ledger.levels[0].sensitivity_l1 == 2.0

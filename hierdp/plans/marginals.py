@@ -178,7 +178,10 @@ def _parse_spec(spec: Any, where: str) -> dict[tuple, float]:
 
 
 def parse_strategy(strategy: Any) -> dict[str | None, dict[tuple, float]]:
-    """``{level: {dims: share}}``; key ``None`` holds a strategy shared by every level."""
+    """``{level: {dims: share}}``; key ``None`` holds a strategy shared by every level;
+    ``None`` (no strategy): every level measures the full histogram."""
+    if strategy is None:
+        return {}
     if isinstance(strategy, Mapping) and strategy and all(rules.finite_float(v) is not None
                                                           for v in strategy.values()):
         return {None: _parse_spec(strategy, "strategy")}
@@ -198,10 +201,11 @@ class Marginals(Plan):
     strategy : per level, the marginals it measures and their shares of the level's budget:
         ``{"county": {("age", "sex"): 0.5, ("age",): 0.3, (): 0.2}}`` (``()`` = the node
         total), or in specs ``{county: [{dims: [age, sex], share: 0.5}, ...]}``; one spec
-        without level keys applies to every level. Levels not named measure the full
-        histogram (every dimension, share 1).
+        without level keys applies to every level. Levels not named (every level when
+        ``strategy`` is None) measure the full histogram (every dimension, share 1).
     cells : the cell dimensions in declaration order, ``{name: size or labels}``
-        (``df.dptree(..., cells=...)`` fills it when omitted).
+        (``df.dptree(..., cells=...)`` fills it when omitted; one-histogram values,
+        shape ``(n,)``, need none).
     mechanism, budget : as for ``per_level`` (noise per marginal cell; the split over levels).
     """
 
@@ -255,8 +259,7 @@ class Marginals(Plan):
         return total_budget(self.mechanism.budget_unit, epsilon=epsilon, delta=delta, rho=rho,
                             mechanism=self.mechanism.name)
 
-    def _level_strategy(self, tree: Tree) -> dict[str, dict[tuple, float]]:
-        names = [n for n, _ in self.cells]
+    def _level_strategy(self, tree: Tree, names: list[str]) -> dict[str, dict[tuple, float]]:
         levels = tree.level_names
         unknown = [lv for lv in self.strategy if lv is not None and lv not in levels]
         if unknown:
@@ -279,18 +282,22 @@ class Marginals(Plan):
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
                 neighbours: str = "add_remove") -> Measurements:
-        if self.cells is None:
+        if self.cells is None and (values.ndim == 1 or values.shape[1] == 1):
+            self_cells: list[tuple[str, int]] = []  # one count per node: no cell dimension
+        elif self.cells is None:
             raise PluginError("plan 'marginals' needs cells= (the cell dimensions and their sizes), e.g. "
                               "plan={'name': 'marginals', 'strategy': ..., 'cells': {'age': 5, 'sex': 2}}; "
                               "df.dptree(..., cells=...) fills it")
-        names = [n for n, _ in self.cells]
-        sizes = tuple(s for _, s in self.cells)
+        else:
+            self_cells = self.cells
+        names = [n for n, _ in self_cells]
+        sizes = tuple(s for _, s in self_cells)
         k = int(np.prod(sizes))
         vals = values if values.ndim == 2 else values.reshape(-1, 1)
         if vals.shape[1] != k:
-            raise DataError(f"plan 'marginals': the cells {dict(self.cells)} make {k} cells per node but the values "
+            raise DataError(f"plan 'marginals': the cells {dict(self_cells)} make {k} cells per node but the values "
                             f"have {vals.shape[1]}")
-        strat = self._level_strategy(tree)
+        strat = self._level_strategy(tree, names)
         mech = self.mechanism
         msens = rules.marginal_sensitivity(sensitivity, neighbours)
         inv_levels = invariant_levels(tree, invariants)

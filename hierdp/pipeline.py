@@ -170,10 +170,19 @@ def resolve_invariants(tree: Tree, invariants: Any) -> tuple[np.ndarray, list[st
 
 
 def _check_invariants_kept(tree: Tree, est: Estimate, vals_internal: np.ndarray, mask: np.ndarray,
-                           pps: list) -> Estimate:
+                           pps: list, cover: str = "cells") -> Estimate:
     """Every estimator must keep the invariants exact. Within float round-off the exact
-    value is restored (so written tables hold the integer); a step that moved one is an error."""
+    value is restored (so written tables hold the integer); a step that moved one is an error.
+    With ``cover="total"`` only each invariant node's total over its cells is fixed."""
     x = np.array(est.values, copy=True)
+    if cover == "total" and x.ndim == 2:
+        truth = vals_internal[mask].astype(np.float64).sum(axis=1)
+        got = np.asarray(x[mask], dtype=np.float64).sum(axis=1)
+        if np.any(np.abs(got - truth) > 1e-7 * (1.0 + np.abs(truth))):
+            raise PluginError(f"the post-processing chain {[pp.name for pp in pps]} does not keep the invariant node "
+                              "totals exact (it treats cells one by one); for non-negative integers that keep them, "
+                              "use plan={'name': 'marginals', ..., 'integer': True} with postprocess=[]")
+        return est
     truth = vals_internal[mask].astype(np.float64)
     got = np.asarray(x[mask], dtype=np.float64)
     tol = 1e-7 * (1.0 + np.abs(truth))
@@ -186,6 +195,9 @@ def _check_invariants_kept(tree: Tree, est: Estimate, vals_internal: np.ndarray,
         var = np.array(var, dtype=np.float64, copy=True)
         var[mask] = 0.0
     return Estimate(x, var, est.info, est.measurement_variance, est.linear, est.consistent)
+
+
+INVARIANTS_COVER = ("total", "cells")
 
 
 def release(
@@ -209,6 +221,7 @@ def release(
     neighbours: str = "add_remove",
     invariants: Any = None,
     allow_invariants_with_add_remove: bool = False,
+    invariants_cover: str = "total",
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
 
@@ -227,6 +240,9 @@ def release(
     estimator keeps them (BLUE/GMC as exact constraints, ``nonneg``, ``round``) and their
     std is 0. They need ``neighbours="substitute"`` (the guarantee then holds for
     substitutions that leave them unchanged) unless ``allow_invariants_with_add_remove=True``.
+    With histogram cells (values ``(n, k)``), ``invariants_cover="total"`` (default) fixes
+    each invariant node's total over its cells (census practice: state populations; plan
+    ``marginals``), ``"cells"`` every cell of it.
 
     With ``seed`` the randomness is reproducible: a
     :class:`~hierdp.errors.NotForPublicationWarning` is raised and the ledger and written
@@ -251,6 +267,16 @@ def release(
     if inv_names and not getattr(the_plan, "supports_invariants", False):
         raise PluginError(f"plan {the_plan.name!r} cannot keep invariants exact; use plan='per_level' or "
                           "'marginals', or drop invariants=")
+    if invariants_cover not in INVARIANTS_COVER:
+        raise DataError(f"invariants_cover must be 'total' (each invariant node's total over its cells) or 'cells' "
+                        f"(every cell), got {invariants_cover!r:.40}")
+    cover = invariants_cover if vals.ndim == 2 and vals.shape[1] > 1 else "cells"
+    if inv_names and cover not in getattr(the_plan, "invariant_covers", ("cells",)):
+        raise PluginError(f"plan {the_plan.name!r} keeps invariants on every cell only; to publish only the invariant "
+                          "nodes' totals exactly use plan={'name': 'marginals'} (without a strategy it measures the "
+                          "full histogram), or pass invariants_cover='cells' to publish every cell of them exactly")
+    if inv_names and cover == "total":
+        inv_names = [f"{nm} (totals over the cells)" for nm in inv_names]
     total, guarantee = the_plan.total(epsilon=epsilon, delta=delta, rho=rho)
     if postprocess is _PLAN_DEFAULT:
         postprocess = getattr(the_plan, "default_postprocess", ("blue",))
@@ -266,6 +292,8 @@ def release(
                               "use postprocess=[] or ['nonneg', 'round']")
     vals_internal = tree.to_internal(vals)
     extra: dict[str, Any] = {"invariants": inv_mask} if inv_names else {}
+    if inv_names and len(getattr(the_plan, "invariant_covers", ("cells",))) > 1:
+        extra["invariants_cover"] = cover
     if getattr(the_plan, "takes_neighbours", False):
         extra["neighbours"] = neighbours
     meas = the_plan.measure(tree, vals_internal, total=total, delta=delta, sensitivity=sens, rng=rng, **extra)
@@ -281,7 +309,7 @@ def release(
         est = Estimate(est.values, est.variance, dict(meas.info), est.measurement_variance, est.linear, est.consistent)
     est = _unmeasured_missing(est, pps)
     if inv_names:
-        est = _check_invariants_kept(tree, est, vals_internal, inv_mask, pps)
+        est = _check_invariants_kept(tree, est, vals_internal, inv_mask, pps, cover)
     fields = the_plan.ledger_fields()
     ledger = Ledger(
         guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),

@@ -200,8 +200,10 @@ def test_frames_take_label_paths_and_cells_stay_exact():
     df = pd.DataFrame({"state": rng.choice(["A", "B"], 400), "county": rng.choice(["x", "y", "z"], 400),
                        "sex": rng.choice(["F", "M"], 400)})
     dpt = df.dptree(levels=["state", "county"], domains="observed", cells={"sex": ["F", "M"]})
+    with pytest.raises(PluginError, match="invariants_cover='cells'"):
+        dpt.release(epsilon=1.0, seed=2, neighbours="substitute", invariants=["state"])  # totals: per_level cannot
     r = dpt.release(epsilon=1.0, seed=2, neighbours="substitute", invariants=["state", ("A", "x")],
-                    postprocess=["blue", "nonneg", "round"])
+                    invariants_cover="cells", postprocess=["blue", "nonneg", "round"])
     true = dpt.true_counts()
     t = dpt.tree
     for node in (t.node_id(), t.node_id("A"), t.node_id("B"), t.node_id("A", "x")):

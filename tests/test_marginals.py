@@ -171,6 +171,52 @@ def test_gls_with_invariants_equals_dense_constrained_gls():
     assert np.array_equal(meas.values[1], vals[1]) and np.all(meas.variance[1] == 0)
 
 
+def test_gls_with_total_invariants_equals_dense_constrained_gls():
+    """Only the node totals of the invariant nodes are exact: the dense KKT with the
+    constraint rows sum_c x_{u,c} = T_u."""
+    rng = np.random.default_rng(9)
+    t = hierdp.Tree.complete(fanout=2, height=3)
+    sizes, names = (2, 3), ["sex", "race"]
+    vals = t.aggregate(rng.integers(0, 9, (t.n_leaves, 6)))
+    strat = {"total": {("sex",): 1.0}, "level_1": {("sex",): 0.5, ("race",): 0.5},
+             "level_2": {("sex", "race"): 0.7, (): 0.3}}
+    mech = Recorder(4)
+    plan = Marginals(strategy=strat, cells=dict(zip(names, sizes)), mechanism=mech, budget="equal")
+    inv = np.zeros(t.n_nodes, dtype=bool)
+    inv[:3] = True
+    vi = t.to_internal(vals)
+    meas = plan.measure(t, vi, total=3.0, delta=None, sensitivity=Sensitivity(), rng=make_rng(1),
+                        invariants=inv, invariants_cover="total")
+    # dense reference: leaf cells l; constraints on the totals of the invariant nodes
+    leaves_int = np.flatnonzero(t.internal.n_children == 0)
+    M = np.zeros((t.n_nodes, leaves_int.size))
+    for j, leaf in enumerate(leaves_int):
+        v = int(leaf)
+        while v >= 0:
+            M[v, j] = 1.0
+            v = int(t.internal.parent[v])
+    rows, ys, ws = [], [], []
+    calls = iter(mech.calls)
+    for d, lv in enumerate(t.level_names):
+        idx = np.arange(t.n_nodes)[t.internal.level_index[d]]
+        for m in meas.info["marginals"][lv]:
+            A = _marginal_matrix(sizes, [names.index(x) for x in m["dims"]])
+            y = next(calls).reshape(idx.size, -1)
+            for r, u in enumerate(idx):
+                rows.append(np.kron(M[u][None, :], A))
+                ys.append(y[r])
+                ws.append(np.full(A.shape[0], 1.0 / m["noise_variance"]))
+    D, y, w = np.vstack(rows), np.concatenate(ys), np.concatenate(ws)
+    N, rhs = D.T @ (w[:, None] * D), D.T @ (w * y)
+    E = np.vstack([np.kron(M[u][None, :], np.ones((1, 6))) for u in np.flatnonzero(inv)])
+    c = vi[inv].sum(axis=1).astype(float)
+    K = np.block([[N, E.T], [E, np.zeros((E.shape[0], E.shape[0]))]])
+    sol = np.linalg.lstsq(K, np.concatenate([rhs, c]), rcond=None)[0][:N.shape[0]]
+    x_ref = (np.kron(M, np.eye(6)) @ sol).reshape(t.n_nodes, 6)
+    assert np.max(np.abs(meas.values - x_ref)) <= 1e-8 * np.max(np.abs(x_ref))
+    np.testing.assert_allclose(meas.values[inv].sum(axis=1), c, rtol=0, atol=1e-9 * c.max())
+
+
 def test_helmert_is_orthonormal_with_a_constant_first_row():
     for m in (1, 2, 5):
         H = helmert(m)
@@ -192,16 +238,31 @@ def test_frames_fill_cells_and_nonneg_round_give_consistent_integers():
         "total": [{"dims": [], "share": 1.0}],
         "state": [{"dims": ["age"], "share": 0.5}, {"dims": ["sex"], "share": 0.5}],
         "county": [{"dims": ["age", "sex"], "share": 0.5}, {"dims": ["age"], "share": 0.3}, {"dims": [], "share": 0.2}]}}
-    r = dpt.release(epsilon=2.0, seed=4, plan=plan, postprocess=["nonneg", "round"], neighbours="substitute",
-                    invariants=["total", "state"])
-    x = r.estimate.values
     t = dpt.tree
+    true = dpt.true_counts()
+    top = (t.node_id(), t.node_id("A"), t.node_id("B"))
+    # every cell of the invariant nodes exact: the chain keeps them
+    r = dpt.release(epsilon=2.0, seed=4, plan=plan, postprocess=["nonneg", "round"], neighbours="substitute",
+                    invariants=["total", "state"], invariants_cover="cells")
+    x = r.estimate.values
     assert x.dtype.kind == "i" and x.min() >= 0 and x.shape == (t.n_nodes, 6)
     np.testing.assert_array_equal(t.aggregate(x[t.leaves]), x)      # consistent in every cell
-    true = dpt.true_counts()
-    for node in (t.node_id(), t.node_id("A"), t.node_id("B")):
+    for node in top:
         assert np.array_equal(x[node], true[node])
     assert r.ledger.by_level()["state"] == 0.0 and r.ledger.by_level()["county"] == pytest.approx(2.0)
+    # census practice: only the totals of the invariant nodes exact; integer=True keeps them
+    with pytest.raises(PluginError, match="node totals exact"):
+        dpt.release(epsilon=2.0, seed=4, plan=plan, postprocess=["nonneg", "round"], neighbours="substitute",
+                    invariants=["total", "state"])
+    r = dpt.release(epsilon=2.0, seed=4, plan={**plan, "integer": True}, neighbours="substitute",
+                    invariants=["total", "state"])
+    x = r.estimate.values
+    assert x.dtype.kind == "i" and x.min() >= 0
+    np.testing.assert_array_equal(t.aggregate(x[t.leaves]), x)
+    for node in top:
+        assert x[node].sum() == true[node].sum() and not np.array_equal(x[node], true[node])
+    assert r.ledger.by_level()["state"] > 0   # the states' cells are still measured
+    assert all(n.endswith("(totals over the cells)") for n in r.ledger.invariants)
     assert r.ledger.plan == "marginals" and r.ledger.neighbours == "substitute"
     assert set(r.frame.columns) >= {"age", "sex", "estimate"}
 

@@ -207,18 +207,28 @@ class Marginals(Plan):
         (``df.dptree(..., cells=...)`` fills it when omitted; one-histogram values,
         shape ``(n,)``, need none).
     mechanism, budget : as for ``per_level`` (noise per marginal cell; the split over levels).
+    integer : finish with consistent non-negative integers that keep the invariants
+        (``nonneg`` then ``round``, weighted by the GLS per-cell variances). With node-total
+        invariants this is the only way to both: the cell-by-cell chain steps cannot keep a
+        total over cells, so the plan runs them on the tree whose invariant nodes carry
+        their totals as exact nodes above their cells (:func:`integer_with_totals`).
     """
 
     name = "marginals"
     default_postprocess: tuple = ()
     supports_invariants = True
+    #: invariants may fix each node's total over its cells (census practice) or every cell
+    invariant_covers = ("total", "cells")
     #: the pipeline passes the neighbour relation (for the marginals' sensitivity)
     takes_neighbours = True
     #: the measurements are already a consistent linear estimate with exact variances
     returns_estimate = True
 
     def __init__(self, strategy: Any = None, cells: Mapping[str, Any] | None = None,
-                 mechanism: Any = "discrete_laplace", budget: Any = "equal") -> None:
+                 mechanism: Any = "discrete_laplace", budget: Any = "equal", integer: bool = False) -> None:
+        if not isinstance(integer, (bool, np.bool_)):
+            raise PluginError(f"plan 'marginals': integer must be True or False, got {integer!r:.40}")
+        self.integer = bool(integer)
         self.strategy = parse_strategy(strategy)
         self.cells = None if cells is None else self._parse_cells(cells)
         self.mechanism = resolve_mechanism(mechanism)
@@ -281,7 +291,7 @@ class Marginals(Plan):
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
-                neighbours: str = "add_remove") -> Measurements:
+                neighbours: str = "add_remove", invariants_cover: str = "cells") -> Measurements:
         if self.cells is None and (values.ndim == 1 or values.shape[1] == 1):
             self_cells: list[tuple[str, int]] = []  # one count per node: no cell dimension
         elif self.cells is None:
@@ -300,7 +310,10 @@ class Marginals(Plan):
         strat = self._level_strategy(tree, names)
         mech = self.mechanism
         msens = rules.marginal_sensitivity(sensitivity, neighbours)
-        inv_levels = invariant_levels(tree, invariants)
+        has_inv = invariants is not None and bool(invariants.any())
+        totals_only = has_inv and invariants_cover == "total" and k > 1
+        # node-total invariants leave the other directions of those nodes to measure
+        inv_levels = [] if totals_only else invariant_levels(tree, invariants)
         alloc, desc, reads_true = resolve_budget(tree, total, self.budget if self._strategy is None else self._strategy,
                                                  mechanism=mech, sensitivity=msens,
                                                  true_values=tree.to_external(vals), invariant_levels=inv_levels)
@@ -348,19 +361,30 @@ class Marginals(Plan):
             levels.append(LevelSpend(level=lv, depth=d, budget=b, unit=mech.budget_unit, mechanism=mech.name,
                                      n_nodes=n_d, noise_variance=float(np.mean(cell_var)),
                                      sensitivity_l1=msens.l1, sensitivity_l2=msens.l2))
-        if invariants is not None and invariants.any():
+        if totals_only:   # rotated column 0 is the node total / sqrt(k): exact
+            z[invariants, 0] = vals[invariants].astype(np.float64).sum(axis=1) / math.sqrt(k)
+            zvar[invariants, 0] = 0.0
+        elif has_inv:
             z[invariants] = _apply(vals[invariants].astype(np.float64).reshape((-1,) + sizes), "fwd").reshape(-1, k)
             zvar[invariants] = 0.0
         est = blue(tree, z, zvar)
         del z, zvar
         x = _apply(np.asarray(est.values).reshape((n,) + sizes), "bwd").reshape(n, k)
         var = _cell_variance(np.asarray(est.variance).reshape((n,) + sizes)).reshape(n, k)
-        if invariants is not None and invariants.any():
+        if has_inv and not totals_only:
             x[invariants] = vals[invariants]   # exact up to round-off already
             var[invariants] = 0.0
+        if self.integer:
+            totals = vals[invariants].astype(np.float64).sum(axis=1) if totals_only else None
+            x = integer_with_totals(tree, x, var, invariants if totals_only else None, totals,
+                                    exact_cells=invariants if has_inv and not totals_only else None)
         if values.ndim == 1:
             x, var = x[:, 0], var[:, 0]
-        info: dict[str, Any] = {"method": "gls_marginals", "budget_strategy": desc, "marginals": described}
+        info: dict[str, Any] = {"method": "gls_marginals" + ("+nonneg+round" if self.integer else ""),
+                                "budget_strategy": desc, "marginals": described}
+        if self.integer:
+            info["variance_note"] = ("variance of the linear GLS estimate; the integer output is not linear in the "
+                                     "measurements")
         if reads_true:
             info["non_private"] = [f"budget strategy {desc!r} chose the split by reading true counts"]
         return Measurements(values=x, variance=var, spends=spends, levels=levels, info=info)
@@ -371,6 +395,80 @@ class Marginals(Plan):
 
     def __repr__(self) -> str:
         return f"<plan 'marginals' mechanism={self.mechanism.name!r}>"
+
+
+def integer_with_totals(tree: Tree, x: np.ndarray, var: np.ndarray, inv: np.ndarray | None,
+                        totals: np.ndarray | None, exact_cells: np.ndarray | None = None) -> np.ndarray:
+    """Consistent non-negative integers close to the consistent estimate ``x`` ``(n, k)``
+    (internal order; weights ``1 / var``) that keep the invariants.
+
+    ``exact_cells`` (node mask): every cell of those nodes is exact — ``nonneg`` with
+    variance 0 there, then controlled rounding (integral exact nodes keep their value).
+    ``inv`` + ``totals``: only each invariant node's total over its cells is exact. Cells
+    couple through those totals, so the problem is re-posed on a tree where it is again a
+    tree problem: the invariant nodes (upward closed: their ancestors are invariant, and
+    each has all or none of its children invariant) become *total* nodes with their
+    invariant children below them; an invariant node whose children are not invariant
+    (a frontier node) has its ``k`` cells below its total, and every node under it keeps
+    its cells below its parent's same cell. ``nonneg`` with the totals exact, then
+    ``round`` (exact integral totals keep their value), solve it; cells of the invariant
+    nodes above the frontier are the sums of the frontier's cells (they are left out of the
+    weighted objective: a further approximation besides the diagonal GLS weights).
+    """
+    from hierdp.postprocessors.nonneg import nonneg
+    from hierdp.postprocessors.rounding import controlled_round
+    from hierdp.tree import Tree as _Tree
+
+    n, k = x.shape
+    if inv is None:
+        v = np.array(var, dtype=np.float64, copy=True)
+        if exact_cells is not None:
+            v[exact_cells] = 0.0
+        xn, _ = nonneg(tree, x, v)
+        return controlled_round(tree, xn)
+    par = tree.internal.parent
+    nch = tree.internal.n_children
+    p_inv = np.where(par >= 0, inv[np.maximum(par, 0)], True)
+    if np.any(inv & ~p_inv):
+        raise DataError("integer output with node-total invariants needs invariants from the top (every ancestor of "
+                        "an invariant node invariant, e.g. levels total and state)")
+    inv_children = np.bincount(par[inv & (par >= 0)], minlength=n)
+    if np.any(inv & (inv_children > 0) & (inv_children < nch)):
+        raise DataError("integer output with node-total invariants needs each invariant node to have all or none of "
+                        "its children invariant (use whole levels)")
+    frontier = inv & (inv_children == 0)
+    in_d = frontier.copy()
+    for h in range(int(tree.internal.height[0]), 0, -1):   # parents before children
+        sl = tree.internal.height_slice(h)
+        p = par[sl]
+        in_d[sl] |= np.where(p >= 0, in_d[np.maximum(p, 0)], False)
+    I_idx = np.flatnonzero(inv)
+    D_idx = np.flatnonzero(in_d)
+    m = I_idx.size
+    pos_i = np.full(n, -1, dtype=np.int64)
+    pos_i[I_idx] = np.arange(m)
+    pos_d = np.full(n, -1, dtype=np.int64)
+    pos_d[D_idx] = np.arange(D_idx.size)
+    cells = np.arange(k, dtype=np.int64)
+    par2 = np.empty(m + D_idx.size * k, dtype=np.int64)
+    pi = par[I_idx]
+    par2[:m] = np.where(pi >= 0, pos_i[np.maximum(pi, 0)], -1)
+    pd_ = par[D_idx]
+    cell_par = np.where(frontier[D_idx][:, None], pos_i[D_idx][:, None],
+                        m + pos_d[np.maximum(pd_, 0)][:, None] * k + cells[None, :])
+    par2[m:] = cell_par.reshape(-1)
+    t2 = _Tree.from_parent(par2)
+    vals2 = np.concatenate([np.asarray(totals, dtype=np.float64), x[D_idx].reshape(-1)])
+    var2 = np.concatenate([np.zeros(m), np.asarray(var, dtype=np.float64)[D_idx].reshape(-1)])
+    var2[m:][var2[m:] == 0] = 1e-300   # a cell the GLS pinned (e.g. by exact neighbours) stays put
+    xn, _ = nonneg(t2, t2.to_internal(vals2), t2.to_internal(var2))
+    r2 = t2.to_external(controlled_round(t2, xn))
+    if not np.array_equal(r2[:m], np.rint(totals).astype(np.int64)):
+        raise DataError("integer output could not keep the invariant totals; they must be integer counts")
+    leaves = np.flatnonzero(nch == 0)
+    full = np.zeros((n, k), dtype=np.int64)
+    full[leaves] = r2[m:].reshape(-1, k)[pos_d[leaves]]
+    return tree.internal.sum_up(full)
 
 
 def _cell_variance(v: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ plan's own GLS time apart from the noise (``--split``).
 
     python benchmarks/bench_marginals.py
     python benchmarks/bench_marginals.py --age 100 --race 1
+    python benchmarks/bench_marginals.py --integer   # + invariant totals and integer output
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def main() -> None:
     ap.add_argument("--race", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--epsilon", type=float, default=3.0)
+    ap.add_argument("--integer", action="store_true",
+                    help="also: marginals-same with invariant totals (total, regions) and integer=True")
     args = ap.parse_args()
     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
     t = tree_3level()
@@ -103,6 +106,17 @@ def main() -> None:
         rm = {d: float(np.sqrt(np.mean(err[depth == d] ** 2))) for d in (1, 2, 3)}
         rows.append((name, sec, peak, rm))
         print(f"{name:18s} {sec:7.2f} s  peak {peak:7.0f} MiB  RMSE/cell region {rm[1]:7.2f} "
+              f"district {rm[2]:6.2f} area {rm[3]:5.2f}", flush=True)
+    if args.integer:
+        def integer():
+            return hierdp.release(t, vals, epsilon=args.epsilon, seed=1, neighbours="substitute",
+                                  invariants=["total", "level_1"],
+                                  plan={"name": "marginals", "strategy": same, "cells": cells, "integer": True})
+        sec, peak, r = timed(integer, 1)
+        err = r.estimate.values - vals
+        rm = {d: float(np.sqrt(np.mean(err[t.depth == d] ** 2))) for d in (1, 2, 3)}
+        rows.append(("integer + totals", sec, peak, rm))
+        print(f"{'integer + totals':18s} {sec:7.2f} s  peak {peak:7.0f} MiB  RMSE/cell region {rm[1]:7.2f} "
               f"district {rm[2]:6.2f} area {rm[3]:5.2f}", flush=True)
     base = rows[0][1]
     for name, sec, _, _ in rows[1:]:

@@ -167,6 +167,12 @@ def _top_down(tree: Tree, own: np.ndarray, start: np.ndarray) -> np.ndarray:
     return out
 
 
+def _scatter_add(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray | None) -> None:
+    """``out[rows, cols] += weights`` (1 when None) with repeats, by one bincount (np.add.at is slow)."""
+    flat = rows.astype(np.int64) * out.shape[1] + cols
+    out += np.bincount(flat, weights=weights, minlength=out.size).reshape(out.shape)
+
+
 def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
                   tol: float) -> tuple[np.ndarray, dict[str, Any]]:
     """Non-negative consistent WLS with exact nodes (variance 0) as equality constraints.
@@ -200,10 +206,10 @@ def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
     # mass each region must carry beyond its nested exact regions
     need = np.zeros((n + 1, k))
     ex_r, ex_c = np.nonzero(exact)
-    np.add.at(need, (ex_r, ex_c), xhat[ex_r, ex_c])
+    _scatter_add(need, ex_r, ex_c, xhat[ex_r, ex_c])
     pr = par[ex_r]
     has_p = pr >= 0
-    np.add.at(need, (reg[np.maximum(pr, 0), ex_c][has_p], ex_c[has_p]), -xhat[ex_r, ex_c][has_p])
+    _scatter_add(need, reg[np.maximum(pr, 0), ex_c][has_p], ex_c[has_p], -xhat[ex_r, ex_c][has_p])
     scale = 1.0 + float(np.max(np.abs(xhat), initial=0.0))
     needs_mass = need > 1e-9 * scale
     needs_mass[n1:n] = False  # an exact leaf is its own region and no variable
@@ -219,7 +225,7 @@ def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
         free = ~fixed & ~leaf_exact
         nfree = np.zeros((n + 1, k))
         fr, fc = np.nonzero(free)
-        np.add.at(nfree, (lreg[fr, fc], fc), 1)
+        _scatter_add(nfree, lreg[fr, fc], fc, None)
         starved = needs_mass & (nfree == 0)
         starved[n] = False
         if starved.any():
@@ -240,8 +246,8 @@ def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
         gs = np.zeros((n + 1, k))
         cnt = np.zeros((n + 1, k))
         fr, fc = np.nonzero(free)
-        np.add.at(gs, (lreg[fr, fc], fc), g[fr, fc])
-        np.add.at(cnt, (lreg[fr, fc], fc), 1)
+        _scatter_add(gs, lreg[fr, fc], fc, g[fr, fc])
+        _scatter_add(cnt, lreg[fr, fc], fc, None)
         lam = np.where(cnt > 0, -gs / np.maximum(cnt, 1), np.inf)
         lam[n] = 0.0
         shift = lam[lreg, cols[None, :]]

@@ -58,7 +58,6 @@ def timed(fn, repeat):
         peak = max(peak, tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
         best = min(best, dt)
-        out = out if repeat == 1 else out
     return best, peak / MiB, out
 
 

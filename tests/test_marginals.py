@@ -346,3 +346,12 @@ def test_xarray_front_end_inherits_neighbours_invariants_and_marginals():
         epsilon=1.0, seed=3, plan=plan, neighbours="substitute", invariants=["total"])
     np.testing.assert_allclose(r.estimate.values, ref.estimate.values)
     assert r.ledger.neighbours == "substitute" and r.ledger.levels[0].sensitivity_l1 == 2.0
+
+
+def test_plan_by_name_on_a_frame_measures_the_full_histogram_like_per_level():
+    rng = np.random.default_rng(5)
+    dpt = _frame(rng, 500).dptree(levels=["state"], domains="observed", cells={"sex": ["F", "M"]})
+    r = dpt.release(epsilon=1.0, seed=1, plan="marginals")
+    ref = dpt.release(epsilon=1.0, seed=1, mechanism="discrete_laplace")
+    np.testing.assert_allclose(r.estimate.variance, np.broadcast_to(ref.estimate.variance[:, None], (3, 2)),
+                               rtol=1e-12)

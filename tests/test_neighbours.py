@@ -48,7 +48,7 @@ def test_substitution_sensitivity_is_the_worst_case_by_enumeration(c):
     largest L1 and L2 change is 2c and sqrt(2) c, as Sensitivity.for_neighbours states."""
     nodes = 3
     contribs = set()
-    for rows in range(0, c + 1):
+    for rows in range(c + 1):
         for placement in itertools.combinations_with_replacement(range(nodes), rows):
             contribs.add(tuple(np.bincount(np.array(placement, dtype=int), minlength=nodes)))
     vecs = np.array(sorted(contribs), dtype=float)

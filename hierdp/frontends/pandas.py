@@ -235,6 +235,8 @@ _SPENT: dict[int, list[dict[str, Any]]] = {}
 def _plan_with_cells(plan: Any, cells: Mapping[str, Any]) -> Any:
     """A plan that measures marginals over the cells (``marginals``) gets the declared cell
     dimensions when it was not given them."""
+    if plan == "marginals":
+        plan = {"name": "marginals"}
     if isinstance(plan, Mapping) and plan.get("name") == "marginals":
         params = dict(plan.get("params") or {})
         if "cells" not in plan and "cells" not in params:

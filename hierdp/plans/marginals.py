@@ -57,7 +57,13 @@ from hierdp.errors import BudgetError, DataError, PluginError
 from hierdp.ledger import LevelSpend
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
-from hierdp.plans.per_level import _is_strategy, _strategy, invariant_levels, resolve_budget, resolve_mechanism
+from hierdp.plans.per_level import (
+    _is_strategy,
+    _strategy,
+    invariant_levels,
+    resolve_budget,
+    resolve_mechanism,
+)
 from hierdp.postprocessors.base import Measurements
 from hierdp.postprocessors.blue import blue
 

@@ -31,10 +31,13 @@ direction ``j``), i.e. one two-pass BLUE over ``(n, k)`` (Dawson et al. Alg. 2).
 back gives the estimate and, columns being independent, its exact per-cell variances
 ``(Q o Q) v``. Invariant nodes (``invariants=``; every cell exact) enter with variance 0.
 
-**Cost.** One BLUE over ``(n, k)`` plus a few Helmert transforms, ``O(n k D)`` by cumulative
-sums (:func:`_helmert_axis`), plus
-the marginals themselves, ``O(n k |strategy|)``; memory a few ``(n, k)`` float64 arrays.
-No iterative solver is needed; an arbitrary (non-product) query set would need one.
+**Cost.** One BLUE over ``(n, k)``, four Helmert transforms of ``(n, k)`` (rhs, estimate,
+variances, and where a direction is unidentified the reach of ``inf``), each one batched
+``k_i x k_i`` product per dimension, ``O(n k sum_i k_i)`` (``O(n k D)`` by cumulative sums
+above :data:`DENSE_MAX` values), plus the marginals themselves, ``O(n k |strategy|)``;
+memory a few ``(n, k)`` float64 arrays (1.1 GB peak at 1e5 leaves x 200 cells). No
+iterative solver is needed; an arbitrary (non-product) query set would need one. Measured
+(benchmarks/bench_marginals.py, 2 shared cores): 1.4-6.7x the full-histogram release.
 
 The plan hands on its GLS estimate as the measurements (with its exact per-cell
 variances): it is already consistent, so the default chain is empty; ``nonneg`` and

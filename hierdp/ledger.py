@@ -112,6 +112,11 @@ class Ledger:
     hierdp_version: str = field(default_factory=lambda: _hierdp_version())
     trust_model: str = "central"  # a trusted curator holds the true counts and adds the noise
     accounting: str = ""  # how the levels' spends compose; filled from ``guarantee`` when empty
+    # the neighbour relation the guarantee is stated for: "add_remove" (one unit added or
+    # removed; every ledger written before this field existed) or "substitute" (bounded DP)
+    neighbours: str = "add_remove"
+    # nodes published exactly (not protected, no budget): level names or node descriptions
+    invariants: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.accounting:
@@ -214,6 +219,11 @@ class Ledger:
             if self.rho is not None:
                 head += f" (via ρ-zCDP, ρ = {self.rho:.6g})"
         lines = [f"Privacy ledger: {head}", f"  privacy unit: {self.privacy_unit}"]
+        lines.append("  neighbours: " + ("substitute one unit's records by another's (bounded DP)"
+                                         if self.neighbours == "substitute" else "add/remove one unit"))
+        if self.invariants:
+            lines.append(f"  INVARIANTS (published exactly, NOT protected, no budget): {', '.join(self.invariants)}; "
+                         "the guarantee holds only for neighbours that leave them unchanged")
         if self.max_contributions is not None:
             lines.append(f"  max contributions per unit: {self.max_contributions}")
         lines.append(f"  mechanism: {self.mechanism}; budget: {self.budget_strategy}")
@@ -224,7 +234,8 @@ class Ledger:
             lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}"
                          for s in self.decomposition.get("spends", []))
         for ls in self.levels:
-            spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else "not measured"
+            spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else \
+                ("published exactly (invariant), no budget" if ls.noise_variance == 0 else "not measured")
             if ls.delta:
                 spend += f", δ = {ls.delta:.6g}"
             src = self.structure.get(ls.level, "")

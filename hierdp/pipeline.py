@@ -32,7 +32,7 @@ from hierdp.tree import Tree
 if TYPE_CHECKING:
     from hierdp.session import Session
 
-__all__ = ["release", "postprocess", "resolve_plan", "external_estimate"]
+__all__ = ["release", "postprocess", "resolve_plan", "external_estimate", "resolve_invariants"]
 
 
 class _PlanDefault(tuple[str, ...]):
@@ -92,16 +92,113 @@ def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
     return vals
 
 
-def _sensitivity(sensitivity: Sensitivity | None, max_contributions: int | None) -> Sensitivity:
-    """The per-level sensitivity: at least what one privacy unit can change (one row, or
-    ``max_contributions`` rows); a smaller declared one is refused (rules.sensitivity_problem)."""
-    if max_contributions is None:
-        floor, how = Sensitivity(), "one row per privacy unit"
-    else:
-        rules.enforce(rules.max_contributions_problem(max_contributions), BudgetError)
-        floor, how = Sensitivity.bounded(int(max_contributions)), f"max_contributions={max_contributions}"
+def _sensitivity(sensitivity: Sensitivity | None, max_contributions: int | None,
+                 neighbours: str = "add_remove") -> Sensitivity:
+    """The per-level sensitivity: at least what one privacy unit can change under
+    ``neighbours`` (:func:`hierdp.rules.sensitivity_floor`); a smaller declared one is refused."""
+    floor, how = rules.sensitivity_floor(max_contributions, neighbours)
     rules.enforce(rules.sensitivity_problem(sensitivity, floor, how), PrivacyError)
     return sensitivity or floor
+
+
+def resolve_invariants(tree: Tree, invariants: Any) -> tuple[np.ndarray, list[str]]:
+    """An internal-order boolean mask of the invariant nodes and their names for the ledger.
+
+    ``invariants`` is an iterable of level names (every node of the level; ``"total"`` is
+    the root), external node ids (int) or label paths (tuples, e.g. ``("CA", "Alameda")``;
+    ``()`` is the root).
+    """
+    mask = np.zeros(tree.n_nodes, dtype=bool)
+    names: list[str] = []
+    if invariants is None:
+        return mask, names
+    if isinstance(invariants, (str, int, np.integer, tuple)):
+        invariants = [invariants]
+    levels = tree.level_names
+    ext: list[int] = []
+    for item in invariants:
+        if isinstance(item, str):
+            if item in levels:
+                d = levels.index(item)
+            elif item == "total":
+                d = 0
+            else:
+                from hierdp.errors import expected_one_of
+
+                raise DataError(expected_one_of("invariant level", item, levels) +
+                                " (or give node ids / label paths)")
+            mask[tree.internal.level_index[d]] = True
+            names.append(f"level {levels[d]!r}")
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            node = int(item)
+            if not 0 <= node < tree.n_nodes:
+                raise DataError(f"invariant node {node} is not a node id of the tree (0..{tree.n_nodes - 1})")
+            ext.append(node)
+            names.append(f"node {node}" if not tree.has_labels else
+                         "node " + ("/".join(map(str, tree.path(node))) or levels[0]))
+        elif isinstance(item, tuple):
+            node = tree.node_id(item)
+            ext.append(node)
+            names.append("node " + ("/".join(map(str, item)) or levels[0]))
+        else:
+            raise DataError(f"invariants must be level names, node ids or label paths (tuples), got {item!r:.60}")
+    if ext:
+        sel = np.zeros(tree.n_nodes, dtype=bool)
+        sel[np.asarray(ext, dtype=np.int64)] = True
+        mask |= tree.to_internal(sel)
+    # closure: a node whose children are all invariant is their sum, published exactly too
+    # (so a plan spends nothing on it); one pass per height
+    before = mask.copy()
+    par, nch = tree.internal.parent, tree.internal.n_children
+    for h in range(2, int(tree.internal.height[0]) + 1):
+        below = np.flatnonzero(mask[tree.internal.height_slice(h - 1).start:])  # nodes of height < h
+        below = below + tree.internal.height_slice(h - 1).start
+        sl = tree.internal.height_slice(h)
+        cnt = np.bincount(par[below][par[below] >= 0], minlength=tree.n_nodes)
+        mask[sl] |= (cnt[sl] == nch[sl]) & (nch[sl] > 0)
+    implied = mask & ~before
+    if implied.any():
+        covered = np.zeros_like(mask)
+        for d, lv in enumerate(levels):
+            idx = tree.internal.level_index[d]
+            if implied[idx].any() and mask[idx].all():
+                names.append(f"level {lv!r} (the sum of invariants)")
+                covered[idx] = True
+        rest = int((implied & ~covered).sum())
+        if rest:
+            names.append(f"{rest} node(s) whose children are all invariant (their sums)")
+    return mask, list(dict.fromkeys(names))
+
+
+def _check_invariants_kept(tree: Tree, est: Estimate, vals_internal: np.ndarray, mask: np.ndarray,
+                           pps: list[Any], cover: str = "cells") -> Estimate:
+    """Every estimator must keep the invariants exact. Within float round-off the exact
+    value is restored (so written tables hold the integer); a step that moved one is an error.
+    With ``cover="total"`` only each invariant node's total over its cells is fixed."""
+    x = np.array(est.values, copy=True)
+    if cover == "total" and x.ndim == 2:
+        truth = vals_internal[mask].astype(np.float64).sum(axis=1)
+        got = np.asarray(x[mask], dtype=np.float64).sum(axis=1)
+        if np.any(np.abs(got - truth) > 1e-7 * (1.0 + np.abs(truth))):
+            raise PluginError(f"the post-processing chain {[pp.name for pp in pps]} does not keep the invariant node "
+                              "totals exact (it treats cells one by one); for non-negative integers that keep them, "
+                              "use plan={'name': 'marginals', ..., 'integer': True} with postprocess=[]")
+        return est
+    truth = vals_internal[mask].astype(np.float64)
+    got = np.asarray(x[mask], dtype=np.float64)
+    tol = 1e-7 * (1.0 + np.abs(truth))
+    if np.any(np.abs(got - truth) > tol):
+        raise PluginError(f"the post-processing chain {[pp.name for pp in pps]} does not keep the invariants exact; "
+                          "use steps that honour exact nodes (blue, gmc, nonneg, round)")
+    x[mask] = vals_internal[mask].astype(x.dtype) if np.issubdtype(x.dtype, np.integer) else truth.reshape(got.shape)
+    var = est.variance
+    if var is not None:
+        var = np.array(var, dtype=np.float64, copy=True)
+        var[mask] = 0.0
+    return Estimate(x, var, est.info, est.measurement_variance, est.linear, est.consistent)
+
+
+INVARIANTS_COVER = ("total", "cells")
 
 
 def release(
@@ -123,6 +220,10 @@ def release(
     notes: Sequence[str] = (),
     private_notes: Mapping[str, Any] | None = None,
     structure: Structure | None = None,
+    neighbours: str = "add_remove",
+    invariants: Any = None,
+    allow_invariants_with_add_remove: bool = False,
+    invariants_cover: str = "total",
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
 
@@ -132,7 +233,20 @@ def release(
     The sensitivity is what one privacy unit can change per level (one row, or
     ``max_contributions`` rows); a larger one may be declared, never a smaller one. With
     ``session`` the spend is drawn from a :class:`hierdp.Session`, which refuses to
-    overspend. With ``seed`` the randomness is reproducible: a
+    overspend.
+
+    ``neighbours``: ``"add_remove"`` (default) or ``"substitute"`` (bounded DP; the
+    sensitivity floor becomes ``2c`` in L1 and ``sqrt(2) c`` in L2,
+    :meth:`Sensitivity.for_neighbours`); the ledger states it. ``invariants``: level names,
+    node ids or label paths published exactly, at no budget and without protection; every
+    estimator keeps them (BLUE/GMC as exact constraints, ``nonneg``, ``round``) and their
+    std is 0. They need ``neighbours="substitute"`` (the guarantee then holds for
+    substitutions that leave them unchanged) unless ``allow_invariants_with_add_remove=True``.
+    With histogram cells (values ``(n, k)``), ``invariants_cover="total"`` (default) fixes
+    each invariant node's total over its cells (census practice: state populations; plan
+    ``marginals``), ``"cells"`` every cell of it.
+
+    With ``seed`` the randomness is reproducible: a
     :class:`~hierdp.errors.NotForPublicationWarning` is raised and the ledger and written
     tables are marked NOT FOR PUBLICATION.
 
@@ -152,7 +266,24 @@ def release(
     vals = _check_values(tree, values)
     rules.enforce(rules.seed_problem(seed), DataError)
     the_plan = resolve_plan(plan, mechanism=mechanism, budget=budget)
-    sens = _sensitivity(sensitivity, max_contributions)
+    rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)
+    sens = _sensitivity(sensitivity, max_contributions, neighbours)
+    inv_mask, inv_names = resolve_invariants(tree, invariants)
+    rules.enforce(rules.invariants_problem(neighbours, len(inv_names), bool(allow_invariants_with_add_remove)),
+                  PrivacyError)
+    if inv_names and not getattr(the_plan, "supports_invariants", False):
+        raise PluginError(f"plan {the_plan.name!r} cannot keep invariants exact; use plan='per_level' or "
+                          "'marginals', or drop invariants=")
+    if invariants_cover not in INVARIANTS_COVER:
+        raise DataError(f"invariants_cover must be 'total' (each invariant node's total over its cells) or 'cells' "
+                        f"(every cell), got {invariants_cover!r:.40}")
+    cover = invariants_cover if vals.ndim == 2 and vals.shape[1] > 1 else "cells"
+    if inv_names and cover not in getattr(the_plan, "invariant_covers", ("cells",)):
+        raise PluginError(f"plan {the_plan.name!r} keeps invariants on every cell only; to publish only the invariant "
+                          "nodes' totals exactly use plan={'name': 'marginals'} (without a strategy it measures the "
+                          "full histogram), or pass invariants_cover='cells' to publish every cell of them exactly")
+    if inv_names and cover == "total":
+        inv_names = [f"{nm} (totals over the cells)" for nm in inv_names]
     total, guarantee = the_plan.total(epsilon=epsilon, delta=delta, rho=rho)
     if postprocess is _PLAN_DEFAULT:
         postprocess = getattr(the_plan, "default_postprocess", ("blue",))
@@ -160,10 +291,22 @@ def release(
     if session is not None:
         session.check(guarantee)
     rng = make_rng(seed)
+    if getattr(the_plan, "returns_estimate", False):
+        redo = [pp.name for pp in pps if pp.linear and pp.requires_variance]
+        if redo:
+            raise PluginError(f"plan {the_plan.name!r} hands on its own consistent GLS estimate with exact variances; "
+                              f"{redo[0]!r} would treat it as independent measurements and misstate the variances: "
+                              "use postprocess=[] or ['nonneg', 'round']")
+    vals_internal = tree.to_internal(vals)
+    extra: dict[str, Any] = {"invariants": inv_mask} if inv_names else {}
+    if inv_names and len(getattr(the_plan, "invariant_covers", ("cells",))) > 1:
+        extra["invariants_cover"] = cover
+    if getattr(the_plan, "takes_neighbours", False):
+        extra["neighbours"] = neighbours
     acc = Accountant(unit="rho" if the_plan.budget_unit == "rho" else "epsilon", budget=total)
-    decomposition = _structure_spends(acc, structure, tree)
-    meas = the_plan.measure(tree, tree.to_internal(vals), total=total - acc.total, delta=delta, sensitivity=sens,
-                            rng=rng)
+    decomposition = _structure_spends(acc, structure, tree)  # a private structure is paid first
+    meas = the_plan.measure(tree, vals_internal, total=total - acc.total, delta=delta, sensitivity=sens, rng=rng,
+                            **extra)
     for s in meas.spends:  # refuses a plan that spent more than the total
         acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
     if delta is not None and acc.delta_total > delta * (1 + rules.SUM_RTOL):
@@ -174,6 +317,8 @@ def release(
     if not pps:  # the estimate is the plan's output: its diagnostics (e.g. ghazi's thresholds) stay valid
         est = Estimate(est.values, est.variance, dict(meas.info), est.measurement_variance, est.linear, est.consistent)
     est = _unmeasured_missing(est, pps)
+    if inv_names:
+        est = _check_invariants_kept(tree, est, vals_internal, inv_mask, pps, cover)
     fields = the_plan.ledger_fields()
     ledger = Ledger(
         guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
@@ -182,8 +327,11 @@ def release(
         levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance,
         postprocess=[pp.name for pp in pps], seed=seed,
         secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(notes),
-        private_notes=dict(private_notes or {}), decomposition=decomposition,
+        private_notes=dict(private_notes or {}), decomposition=decomposition, neighbours=neighbours,
+        invariants=inv_names,
     )
+    if inv_names:
+        ledger.notes.append(rules.invariants_text(inv_names, neighbours))
     ledger.non_private.extend(meas.info.get("non_private", []))
     ledger.non_private.extend(the_plan.non_private_reasons())
     if session is not None:
@@ -219,7 +367,7 @@ def _structure_spends(acc: Accountant, structure: Structure | None, tree: Tree) 
 def _unmeasured_missing(est: Estimate, pps: list[PostProcessor]) -> Estimate:
     """Without a consistent step in the chain, the values of unmeasured nodes (variance
     inf) are the measurement's placeholders, not estimates: they become NaN."""
-    if est.variance is None or any(pp.consistent for pp in pps):
+    if est.variance is None or est.consistent or any(pp.consistent for pp in pps):
         return est
     var = np.asarray(est.variance)
     unmeasured = np.isinf(var)

@@ -57,8 +57,9 @@ class ReleaseResult:
         est = tree.to_internal(self.estimate.values)
         # after a non-linear step (nonneg, round) the linear estimate's std is not the error of
         # the released value: no std (to_frame(confidence=...) gives a conservative interval)
-        var = None if self.estimate.variance is None or not self.estimate.linear \
-            else tree.to_internal(self.estimate.variance)
+        var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
+        if var is not None and not self.estimate.linear:  # only exactly known nodes (std 0) keep theirs
+            var = np.where(np.asarray(var) == 0, 0.0, np.nan)
         noisy_vals = self._noisy_internal() if noisy else None
         if est.ndim == 1:
             cols["estimate"] = est

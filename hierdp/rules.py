@@ -18,7 +18,12 @@ Rules (design, "Privacy rules"):
   counts; the bound is a positive integer;
 * sensitivity: a release may declare a larger sensitivity than one privacy unit can
   cause (conservative), never a smaller one (:func:`sensitivity_problem`);
-* post-processing order: a step that needs a consistent input follows a consistent one.
+* post-processing order: a step that needs a consistent input follows a consistent one;
+* neighbours: ``add_remove`` (default) or ``substitute``; the sensitivity floor follows the
+  relation (:func:`sensitivity_floor`, :meth:`Sensitivity.for_neighbours`), and a guarantee
+  converts only from add/remove to substitution, never back (:func:`convert_guarantee`);
+* invariants (published exactly) need substitution neighbours, or an explicit opt-in
+  (:func:`invariants_problem`), and cost no budget because they are not protected.
 """
 
 from __future__ import annotations
@@ -29,13 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from hierdp.errors import BudgetError, PluginError
-from hierdp.mechanisms.base import Sensitivity
+from hierdp.errors import BudgetError, PluginError, PrivacyError
+from hierdp.mechanisms.base import NEIGHBOURS, Sensitivity
 
 __all__ = ["SUM_RTOL", "enforce", "budget_sum_problem", "trim_to_total", "mechanism_unit_problem",
            "rho_per_level_problem", "unit_bound_problem", "max_contributions_problem", "sensitivity_problem",
            "chain_order_problems", "check_chain", "check_budget_values", "delta_mechanism_problem",
-           "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem"]
+           "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem", "NEIGHBOURS",
+           "neighbours_problem", "sensitivity_floor", "invariants_problem", "convert_guarantee",
+           "neighbours_text", "invariants_text", "marginal_sensitivity"]
 
 #: the largest integer every step of a release handles exactly: post-processing (BLUE, GMC)
 #: and the continuous mechanisms compute in float64, whose 53-bit significand holds every
@@ -190,6 +197,104 @@ def sensitivity_problem(declared: Any, floor: Any, how: str) -> str | None:
         return (f"sensitivity {declared} is smaller than one privacy unit can change a level ({floor}, fixed "
                 f"by {how}); pass a larger one or none")
     return None
+
+
+# ------------------------------------------------------------------ neighbours
+def neighbours_problem(neighbours: Any) -> str | None:
+    """The neighbour relation is ``"add_remove"`` (default) or ``"substitute"``."""
+    if neighbours in NEIGHBOURS:
+        return None
+    return (f"neighbours must be 'add_remove' (one privacy unit added or removed, the default) or 'substitute' "
+            f"(one unit's records replaced by another's), got {neighbours!r:.60}")
+
+
+def neighbours_text(neighbours: str) -> str:
+    """The neighbour relation in words, for the ledger."""
+    return {"add_remove": "add/remove one privacy unit (unbounded DP)",
+            "substitute": "substitute one privacy unit's records by another's (bounded DP; the number of units "
+                          "is fixed)"}[neighbours]
+
+
+def sensitivity_floor(max_contributions: int | None, neighbours: str = "add_remove") -> tuple[Sensitivity, str]:
+    """What one privacy unit can change per level, and how that is fixed: one row (``l1 = l2
+    = 1``) or ``max_contributions = c`` rows (``c``, ``c``) under add/remove; under
+    substitution ``2c`` and ``sqrt(2) c`` (derivation: :meth:`Sensitivity.for_neighbours`).
+    This is the one place a release's sensitivity floor is computed."""
+    enforce(neighbours_problem(neighbours), PrivacyError)
+    if max_contributions is None:
+        floor, how = Sensitivity(), "one row per privacy unit"
+    else:
+        enforce(max_contributions_problem(max_contributions), BudgetError)
+        floor, how = Sensitivity.bounded(int(max_contributions)), f"max_contributions={max_contributions}"
+    if neighbours == "substitute":
+        how += ", substitution neighbours"
+    return floor.for_neighbours(neighbours), how
+
+
+def marginal_sensitivity(level: Sensitivity, neighbours: str = "add_remove") -> Sensitivity:
+    """Sensitivity of one marginal (cells summed over some dimensions, the node total included)
+    of a level's histogram whose sensitivity is ``level``.
+
+    A unit's contribution to a level is a non-negative vector ``u`` with ``|u|_1 <= c``
+    (``c`` = the add/remove L1); summing cells maps it to a non-negative ``A u`` with
+    ``|A u|_1 = |u|_1``, so a marginal keeps the level's L1. Its L2 may exceed the
+    histogram's (two rows in two cells become 2 in one): ``|A u|_2 <= |A u|_1 <= c`` under
+    add/remove and ``|A v - A u|_2 <= sqrt(2) c`` under substitution (as in
+    :meth:`Sensitivity.for_neighbours`), i.e. ``l1`` and ``l1 / sqrt(2)``. The marginal's L2
+    is the larger of the level's and that bound (the floors hierdp computes already have it).
+    """
+    enforce(neighbours_problem(neighbours), PrivacyError)
+    bound = level.l1 if neighbours == "add_remove" else level.l1 / math.sqrt(2.0)
+    if level.l2 >= bound:
+        return level
+    return Sensitivity(l1=level.l1, l2=bound, linf=level.linf)
+
+
+def convert_guarantee(guarantee: Mapping[str, Any], frm: str, to: str) -> dict[str, Any]:
+    """The guarantee a release private under ``frm`` neighbours has under ``to`` neighbours.
+
+    A substitution is a removal followed by an addition (two add/remove steps), so group
+    privacy with group size 2 converts add/remove to substitution conservatively:
+    ε-DP ⇒ 2ε-DP; ρ-zCDP ⇒ 4ρ-zCDP (Bun & Steinke 2016, Prop. 1.9, k² ρ); (ε, δ)-DP ⇒
+    (2ε, (1 + e^ε) δ)-DP. The converse does not hold (substitution says nothing about the
+    number of units, which add/remove protects), so ``substitute`` → ``add_remove`` is refused.
+    """
+    enforce(neighbours_problem(frm), PrivacyError)
+    enforce(neighbours_problem(to), PrivacyError)
+    g = dict(guarantee)
+    if frm == to:
+        return g
+    if frm == "substitute":
+        raise PrivacyError("a guarantee under substitution neighbours implies none under add/remove (the number of "
+                           "units is not protected); release with neighbours='add_remove' instead")
+    eps, delta, rho = g.get("epsilon"), g.get("delta"), g.get("rho")
+    if rho is not None:
+        g["rho"] = 4.0 * rho
+    if eps is not None:
+        g["epsilon"] = 2.0 * eps
+        if delta is not None:
+            g["delta"] = (1.0 + math.exp(eps)) * delta
+    return g
+
+
+def invariants_problem(neighbours: str, n_invariants: int, allow_add_remove: bool) -> str | None:
+    """Invariants are published exactly, so the guarantee holds only for neighbours that leave
+    them unchanged: substitution within an invariant's unit. Under add/remove neighbours an
+    invariant total changes with every added person, so they need an explicit opt-in."""
+    if n_invariants and neighbours == "add_remove" and not allow_add_remove:
+        return ("invariants are published exactly and are not protected: the guarantee holds only for neighbours "
+                "that leave them unchanged, i.e. substitution within the invariant's unit; pass "
+                "neighbours='substitute' (privacy.neighbours: substitute), or allow_invariants_with_add_remove=True "
+                "(privacy.allow_invariants_with_add_remove: true) to accept add/remove neighbours that keep them")
+    return None
+
+
+def invariants_text(names: Sequence[str], neighbours: str) -> str:
+    """The ledger's plain statement about invariants."""
+    rel = ("substitution of one unit's records by another's within the same invariant unit"
+           if neighbours == "substitute" else "adding or removing a unit without changing any invariant")
+    return (f"invariants published exactly, NOT protected and costing no budget: {', '.join(names)}; the "
+            f"guarantee holds only for neighbours that leave them unchanged ({rel})")
 
 
 # ------------------------------------------------------------------ post-processing

@@ -153,6 +153,9 @@ class DPTree:
         how = (f"df.dptree(..., unit={self.unit!r}, max_contributions={self.max_contributions})"
                if self.unit is not None else "df.dptree(...)")
         floor = implied.get("sensitivity", Sensitivity())  # one row (or one counted individual) = 1
+        neighbours = kwargs.get("neighbours", "add_remove")
+        rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)
+        floor = floor.for_neighbours(neighbours)  # substitution: 2c and sqrt(2) c
         rules.enforce(rules.sensitivity_problem(kwargs.get("sensitivity"), floor, how), PrivacyError)
         for key in ("max_contributions", "privacy_unit"):
             if key in kwargs and kwargs[key] != implied.get(key):
@@ -184,7 +187,13 @@ class DPTree:
                                      count=self.count))
         self._check_release_keywords(kwargs)
         for key, value in self.release_defaults().items():
+            if key == "sensitivity":  # the bound's sensitivity under the release's neighbour relation
+                value = value.for_neighbours(kwargs.get("neighbours", "add_remove"))
             kwargs.setdefault(key, value)
+        if self.cells:
+            kwargs["plan"] = _plan_with_cells(kwargs.get("plan"), self.cells)
+            if kwargs["plan"] is None:
+                del kwargs["plan"]
         result = release(self.tree, values, epsilon=epsilon, notes=notes, private_notes=private_notes, **kwargs)
         if self.cells:
             result.meta["cells"] = dict(self.cells)  # the labels of the k cells, for .frame and .to_xarray()
@@ -250,6 +259,20 @@ class DPTree:
 
 
 _SPENT: dict[int, list[dict[str, Any]]] = {}
+
+
+def _plan_with_cells(plan: Any, cells: Mapping[str, Any]) -> Any:
+    """A plan that measures marginals over the cells (``marginals``) gets the declared cell
+    dimensions when it was not given them."""
+    if plan == "marginals":
+        plan = {"name": "marginals"}
+    if isinstance(plan, Mapping) and plan.get("name") == "marginals":
+        params = dict(plan.get("params") or {})
+        if "cells" not in plan and "cells" not in params:
+            return {**plan, "cells": {k: list(v) for k, v in cells.items()}}
+    elif getattr(plan, "name", None) == "marginals" and getattr(plan, "cells", 0) is None:
+        return plan.with_cells({k: list(v) for k, v in cells.items()})
+    return plan
 
 
 def _spent_for(obj: pd.DataFrame | pd.Series) -> list[dict[str, Any]]:

@@ -17,7 +17,12 @@ import numpy as np
 from hierdp.errors import BudgetError
 from hierdp.rng import RandomSource
 
-__all__ = ["Sensitivity", "Mechanism", "check_budget"]
+__all__ = ["Sensitivity", "Mechanism", "check_budget", "NEIGHBOURS"]
+
+#: the neighbour relations a release can be private under: ``add_remove`` (unbounded DP: one
+#: privacy unit is added or removed) and ``substitute`` (bounded DP: one unit's records are
+#: replaced by another unit's, the number of units stays the same)
+NEIGHBOURS = ("add_remove", "substitute")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,8 @@ class Sensitivity:
     vector of node values of a level (all cells included). One row per person falling
     in one leaf gives ``l1 = l2 = 1``; with at most ``c`` rows per unit, ``l1 = c`` and
     ``l2 = c`` (all rows may land in the same node); ``linf`` bounds one cell.
+
+    These are add/remove norms; :meth:`for_neighbours` gives the substitution ones.
     """
 
     l1: float = 1.0
@@ -51,6 +58,31 @@ class Sensitivity:
         """Sensitivity when each unit contributes at most ``max_contributions`` rows."""
         c = float(max_contributions) * cells_per_row
         return cls(l1=c, l2=c, linf=float(max_contributions))
+
+    def for_neighbours(self, neighbours: str) -> Sensitivity:
+        """The sensitivity under ``neighbours`` of a release whose add/remove sensitivity is ``self``.
+
+        Substitution replaces one unit's contribution ``u`` by another's ``v`` (both
+        non-negative vectors over the level's nodes and cells, ``|u|_1, |v|_1 <= l1``), so
+        the level changes by ``v - u``:
+
+        * ``|v - u|_1 <= |u|_1 + |v|_1 <= 2 l1`` (reached when u and v sit in different
+          nodes: one person moves from one node to another);
+        * ``|v - u|_2^2 = |u|_2^2 + |v|_2^2 - 2 u.v <= |u|_2^2 + |v|_2^2 <= 2 l2^2`` since
+          ``u.v >= 0`` for non-negative vectors, so ``|v - u|_2 <= sqrt(2) l2`` (reached by
+          ``c`` rows moved together from one node to another: ``sqrt(2) c``);
+        * one cell changes by at most what one unit holds there, ``linf`` (an addition and
+          a removal in the same cell cancel).
+
+        With ``max_contributions = c`` this gives ``(2c, sqrt(2) c)``; with one row per
+        person ``(2, sqrt(2))`` per level, as long as the person stays in the tree (one who
+        leaves the declared domains changes each level like a removal, which is covered).
+        """
+        if neighbours == "add_remove":
+            return self
+        if neighbours == "substitute":
+            return Sensitivity(l1=2.0 * self.l1, l2=math.sqrt(2.0) * self.l2, linf=self.linf)
+        raise BudgetError(f"neighbours must be one of {', '.join(map(repr, NEIGHBOURS))}, got {neighbours!r:.60}")
 
 
 class Mechanism(ABC):

@@ -4,6 +4,12 @@ Each person changes one node per level by at most the sensitivity, so measuring 
 node of a level costs that level's budget once (parallel composition within a level);
 levels add up (basic composition). This is the measurement of Dawson et al. (§3, with
 budget strategies of §4 / Alg. 3) and of the Generation Matrix paper's experiments.
+
+Invariants (``invariants=`` mask from :func:`hierdp.release`): invariant nodes are
+"measured" exactly (their true value, variance 0) and cost nothing; a level whose every
+node is invariant gets budget 0 (a strategy's share for it goes to the other levels in
+proportion), so BLUE/GMC treat them as exact constraints (Dawson et al. Alg. 2 with
+variance 0).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ if TYPE_CHECKING:
     from hierdp.rng import RandomSource
     from hierdp.tree import Tree
 
-__all__ = ["PerLevel", "resolve_mechanism", "resolve_budget", "measure"]
+__all__ = ["PerLevel", "resolve_mechanism", "resolve_budget", "measure", "invariant_levels",
+           "apply_invariants"]
 
 
 def resolve_mechanism(mechanism: str | Mechanism | Mapping[str, Any]) -> Mechanism:
@@ -65,11 +72,14 @@ def resolve_budget(
     mechanism: Mechanism,
     sensitivity: Sensitivity,
     true_values: np.ndarray | None = None,
+    invariant_levels: Sequence[str] = (),
 ) -> tuple[dict[str, float], str, bool]:
     """Per-level budgets summing to ``total``; returns ``(budgets, description, reads_true_counts)``.
 
     ``true_values`` (internal or external order: strategies only read them level by level)
     reach only strategies that declare ``reads_true_counts`` (oracles, flagged non-private).
+    ``invariant_levels`` (published exactly) get 0: a strategy's share for them goes to the
+    other levels in proportion; explicit per-level values must give them 0.
     """
     names = tree.level_names
     reads_true = False
@@ -83,6 +93,14 @@ def resolve_budget(
         if unknown:
             raise BudgetError(f"budget strategy {desc!r} returned unknown levels {sorted(unknown)}")
         alloc = {n: alloc.get(n, 0.0) for n in names}
+        if invariant_levels:
+            rules.check_budget_values(alloc, desc)
+            kept = math.fsum(float(v) for n, v in alloc.items() if n not in invariant_levels)
+            if kept <= 0:
+                raise BudgetError(f"budget strategy {desc!r} gives budget only to invariant levels "
+                                  f"({', '.join(invariant_levels)}); give the other levels per-level values")
+            given = math.fsum(float(v) for v in alloc.values())
+            alloc = {n: 0.0 if n in invariant_levels else float(v) * given / kept for n, v in alloc.items()}
     elif isinstance(budget, Mapping):
         unknown = [k for k in budget if k not in names]
         if unknown:
@@ -102,6 +120,10 @@ def resolve_budget(
         raise BudgetError(f"budget must be a strategy name, a list or a dict of per-level values, got {budget!r}")
     rules.check_budget_values(alloc, desc)
     alloc = {k: float(v) for k, v in alloc.items()}
+    for lv in invariant_levels:
+        if alloc.get(lv, 0.0) > 0:
+            raise BudgetError(f"level {lv!r} is an invariant (published exactly, no budget) but the per-level "
+                              f"budget gives it {alloc[lv]:g}; give it 0 and the total to the other levels")
     s = math.fsum(alloc.values())
     if desc == "per-level":
         rules.enforce(rules.budget_sum_problem(s, total), BudgetError)
@@ -139,6 +161,31 @@ def measure(
     return noisy, variance, spends
 
 
+def invariant_levels(tree: Tree, invariants: np.ndarray | None) -> list[str]:
+    """Names of the levels whose every node is invariant (internal-order boolean mask)."""
+    if invariants is None or not invariants.any():
+        return []
+    out = []
+    for d, name in enumerate(tree.level_names):
+        if invariants[tree.internal.level_index[d]].all():
+            out.append(name)
+    return out
+
+
+def apply_invariants(values: np.ndarray, noisy: np.ndarray, variance: np.ndarray,
+                     invariants: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Invariant nodes (internal-order mask) take their exact value with variance 0: a
+    measurement without noise, which BLUE/GMC honour as a constraint. It spends nothing and
+    protects nothing (the ledger says so)."""
+    if invariants is None or not invariants.any():
+        return noisy, variance
+    noisy = noisy.astype(np.result_type(noisy.dtype, values.dtype), copy=True)
+    noisy[invariants] = values[invariants]
+    variance = np.array(variance, dtype=np.float64, copy=True)
+    variance[invariants] = 0.0
+    return noisy, variance
+
+
 class PerLevel(Plan):
     """One mechanism call per level, budgets from a strategy (basic composition over levels).
 
@@ -148,6 +195,8 @@ class PerLevel(Plan):
     """
 
     name = "per_level"
+    #: honours ``invariants=`` of :func:`hierdp.release` (measures them exactly at no cost)
+    supports_invariants = True
 
     def __init__(self, mechanism: Any = "discrete_laplace", budget: Any = "equal") -> None:
         self.mechanism = resolve_mechanism(mechanism)
@@ -170,14 +219,19 @@ class PerLevel(Plan):
         return total_budget(mech.budget_unit, epsilon=epsilon, delta=delta, rho=rho, mechanism=mech.name)
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
-                sensitivity: Sensitivity, rng: RandomSource) -> Measurements:
+                sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None) -> Measurements:
         mech = self.mechanism
+        inv_levels = invariant_levels(tree, invariants)
         alloc, desc, reads_true = resolve_budget(tree, total, self.budget if self._strategy is None
                                                  else self._strategy, mechanism=mech, sensitivity=sensitivity,
-                                                 true_values=tree.to_external(values))
+                                                 true_values=tree.to_external(values), invariant_levels=inv_levels)
         measured = sum(1 for b in alloc.values() if b > 0)
         rules.enforce(rules.delta_mechanism_problem(mech.name, mech.delta_per_use, measured, delta), BudgetError)
         noisy, variance, levels = measure(tree, values, alloc, mech, sensitivity, rng)
+        noisy, variance = apply_invariants(values, noisy, variance, invariants)
+        for i, ls in enumerate(levels):
+            if ls.level in inv_levels:
+                levels[i] = LevelSpend(**{**ls.__dict__, "noise_variance": 0.0})
         unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"
         spends = [Spend(ls.budget, unit, label=ls.level, delta=mech.delta_per_use)
                   for ls in levels if ls.measured]

@@ -99,9 +99,12 @@ class Measurements:
     info: dict[str, Any] = field(default_factory=dict)
 
     def as_estimate(self) -> Estimate:
-        """The raw measurements as the first estimate of a chain (linear, not consistent)."""
+        """The measurements as the first estimate of a chain: linear in the noise, and not
+        consistent unless the plan says otherwise (``info["consistent"]``/``info["linear"]``,
+        e.g. a plan that hands on its own least-squares estimate, or integers)."""
         return Estimate(values=self.values, variance=self.variance, info={},
-                        measurement_variance=self.variance, linear=True, consistent=False)
+                        measurement_variance=self.variance, linear=bool(self.info.get("linear", True)),
+                        consistent=bool(self.info.get("consistent", False)))
 
 
 @dataclass

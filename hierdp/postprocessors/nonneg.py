@@ -21,6 +21,15 @@ is O(n k); the iteration count depends on the data (typically a handful).
 
 The result's ``info`` reports ``kkt_residual`` (relative), ``complementarity``,
 ``iterations``, ``converged`` and ``objective`` (against the input values).
+
+Exact nodes (variance 0, e.g. invariants): the problem gains equality constraints
+``sum of the leaves under v = c_v``. Their Lagrange multipliers enter the leaf gradient
+as one shift per *region* (the leaves whose lowest exact ancestor is the same node r):
+KKT becomes ``g_j + L_r = 0`` on free leaves and ``g_j + L_r >= 0`` on fixed ones, where
+``L_r = -g`` of any free leaf of r (all agree at the equality-constrained optimum) and is
+free when r has no free leaf. The same block principal pivoting runs with BLUE passes
+that hold the exact nodes, and a region that must carry mass always keeps a free leaf
+(:func:`_nonneg_exact`, numpy, one pass per height).
 """
 
 from __future__ import annotations
@@ -67,11 +76,11 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     var = checked_variance(tree, variance, y.shape)
     if var is None:
         var = np.ones(n)
-    if np.any(var == 0):
-        raise DataError("nonneg needs positive variances (0 = exactly known nodes are not supported); "
-                        "use 'blue' for exact constraints")
     y2 = np.ascontiguousarray(y.reshape(n, k))
     d2 = np.ascontiguousarray(np.broadcast_to(var.reshape(n, -1), (n, k)))
+    if np.any(var == 0):
+        x, info = _nonneg_exact(tree, y2, d2, max_iter=max_iter, tol=tol)
+        return x.reshape(y.shape), info
     xhat = _blue(tree, y2, d2)
     n1 = n - tree.n_leaves                       # leaves are the suffix [n1, n) (Def. 6 order)
     if n1 == 0:  # a single node: the closest non-negative value
@@ -110,7 +119,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated (in place)
     resid, comp, objective = NK.nnls_finish_2d(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
     out = x
-    info: dict[str, Any] = {
+    info = {
         "method": "nonneg",
         "iterations": it,
         "converged": converged,
@@ -123,6 +132,161 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
         warnings.warn(f"nonneg stopped after {max_iter} iterations with KKT residual {resid:.3g}; "
                       "raise max_iter", NonnegConvergenceWarning, stacklevel=2)
     return out.reshape(y.shape), info
+
+
+def _is_consistent(tree: Tree, values: Any) -> bool:
+    """Whether ``values`` already satisfy parent = sum of children (relative 1e-9): a plan
+    that hands on its own linear consistent estimate (``marginals``) keeps its variances."""
+    y = np.asarray(values, dtype=np.float64)
+    n1 = tree.n_nodes - tree.n_leaves
+    if n1 == 0:
+        return True
+    leaves = np.zeros_like(y)
+    leaves[n1:] = y[n1:]
+    agg = tree.internal.sum_up(leaves)
+    return bool(np.all(np.abs(agg[:n1] - y[:n1]) <= 1e-9 * (1.0 + np.abs(y[:n1]))))
+
+
+def _blue_full(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
+    from hierdp.postprocessors.blue import blue
+
+    return np.asarray(blue(tree, y2, d2).values).reshape(y2.shape)
+
+
+def _top_down(tree: Tree, own: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``out[v] = start[v]`` where given (not NaN) else ``out[parent] + own[v]``: one pass per
+    height (parents precede children in the internal, descending-height order)."""
+    par = tree.internal.parent
+    out = np.empty_like(own)
+    H = int(tree.internal.height[0]) if tree.n_nodes else 0
+    for h in range(H, 0, -1):
+        sl = tree.internal.height_slice(h)
+        p = par[sl]
+        base = np.where((p >= 0)[:, None], out[np.maximum(p, 0)], 0.0)
+        out[sl] = np.where(np.isnan(start[sl]), base + own[sl], start[sl])
+    return out
+
+
+def _scatter_add(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray | None) -> None:
+    """``out[rows, cols] += weights`` (1 when None) with repeats, by one bincount (np.add.at is slow)."""
+    flat = rows.astype(np.int64) * out.shape[1] + cols
+    out += np.bincount(flat, weights=weights, minlength=out.size).reshape(out.shape)
+
+
+def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
+                  tol: float) -> tuple[np.ndarray, dict[str, Any]]:
+    """Non-negative consistent WLS with exact nodes (variance 0) as equality constraints.
+
+    Block principal pivoting on the leaves as in :func:`nonneg`, with the KKT conditions of
+    the equality-constrained problem (module docstring): region multipliers ``L_r``.
+    """
+    n, k = y2.shape
+    par = tree.internal.parent
+    n1 = n - tree.n_leaves
+    exact = d2 == 0.0
+    if np.any(y2[exact] < -1e-9 * (1.0 + np.abs(y2[exact]))):
+        raise DataError("nonneg: a node known exactly (variance 0) is negative, so no non-negative estimate keeps "
+                        "it; correct it or give it a positive variance")
+    try:
+        xhat = _blue_full(tree, y2, d2)
+    except DataError:
+        raise DataError("nonneg: nodes known exactly (variance 0) contradict each other (an exact node is not the "
+                        "sum of the exact nodes below it); correct them or give them positive variances") from None
+    w = np.where(np.isfinite(d2) & ~exact, 1.0 / np.where(exact, 1.0, d2), 0.0)
+    # region of each node: its lowest exact ancestor-or-self (n: none); parents come first
+    reg = np.full((n, k), n, dtype=np.int64)
+    for h in range(int(tree.internal.height[0]), 0, -1):
+        sl = tree.internal.height_slice(h)
+        p = par[sl]
+        inherited = np.where((p >= 0)[:, None], reg[np.maximum(p, 0)], n)
+        reg[sl] = np.where(exact[sl], np.arange(sl.start, sl.stop)[:, None], inherited)
+    lreg = reg[n1:]
+    leaf_exact = exact[n1:]
+    cols = np.arange(k)
+    # mass each region must carry beyond its nested exact regions
+    need = np.zeros((n + 1, k))
+    ex_r, ex_c = np.nonzero(exact)
+    _scatter_add(need, ex_r, ex_c, xhat[ex_r, ex_c])
+    pr = par[ex_r]
+    has_p = pr >= 0
+    _scatter_add(need, reg[np.maximum(pr, 0), ex_c][has_p], ex_c[has_p], -xhat[ex_r, ex_c][has_p])
+    scale = 1.0 + float(np.max(np.abs(xhat), initial=0.0))
+    needs_mass = need > 1e-9 * scale
+    needs_mass[n1:n] = False  # an exact leaf is its own region and no variable
+    fixed = (xhat[n1:] < 0.0) & ~leaf_exact
+    best = np.full(k, np.iinfo(np.int64).max)
+    pivots = np.full(k, 3)
+    it = 0
+    converged = False
+    x = xhat
+    while True:
+        it += 1
+        # every region that must carry mass keeps a free leaf (else the constraints contradict)
+        free = ~fixed & ~leaf_exact
+        nfree = np.zeros((n + 1, k))
+        fr, fc = np.nonzero(free)
+        _scatter_add(nfree, lreg[fr, fc], fc, None)
+        starved = needs_mass & (nfree == 0)
+        starved[n] = False
+        if starved.any():
+            cand = np.where(~leaf_exact & starved[lreg, cols[None, :]], xhat[n1:], -np.inf)
+            for r, c in zip(*np.nonzero(starved)):
+                j = int(np.argmax(np.where(lreg[:, c] == r, cand[:, c], -np.inf)))
+                fixed[j, c] = False
+            free = ~fixed & ~leaf_exact
+        yy = xhat.copy()
+        dd = d2.copy()
+        yy[n1:][fixed] = 0.0
+        dd[n1:][fixed] = 0.0
+        x = _blue_full(tree, yy, dd)
+        own = w * (x - xhat)
+        g = _top_down(tree, own, np.full((n, k), np.nan))[n1:]
+        gscale = _top_down(tree, w * (np.abs(x - xhat) + np.abs(xhat) + 1.0), np.full((n, k), np.nan))[n1:]
+        # region multipliers L_r = -mean g over the region's free leaves; none: no condition
+        gs = np.zeros((n + 1, k))
+        cnt = np.zeros((n + 1, k))
+        fr, fc = np.nonzero(free)
+        _scatter_add(gs, lreg[fr, fc], fc, g[fr, fc])
+        _scatter_add(cnt, lreg[fr, fc], fc, None)
+        lam = np.where(cnt > 0, -gs / np.maximum(cnt, 1), np.inf)
+        lam[n] = 0.0
+        shift = lam[lreg, cols[None, :]]
+        xl = x[n1:]
+        bad = (free & (xl < -tol * (np.abs(xhat[n1:]) + np.sqrt(np.where(np.isfinite(d2[n1:]), d2[n1:], 0.0))
+                                    + 1e-12 * scale))) \
+            | (fixed & (g + shift < -tol * gscale))
+        nbad = bad.sum(axis=0)
+        if not nbad.any():
+            converged = True
+            break
+        if it >= max_iter:
+            break
+        for c in np.flatnonzero(nbad):
+            if nbad[c] < best[c]:
+                best[c] = nbad[c]
+                pivots[c] = 3
+                fixed[:, c] ^= bad[:, c]
+            elif pivots[c] > 0:
+                pivots[c] -= 1
+                fixed[:, c] ^= bad[:, c]
+            else:
+                j = np.flatnonzero(bad[:, c])[-1]
+                fixed[j, c] = not fixed[j, c]
+    # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated
+    leaves = np.where(fixed, 0.0, np.maximum(x[n1:], 0.0))
+    leaves[leaf_exact] = xhat[n1:][leaf_exact]
+    full = np.zeros((n, k))
+    full[n1:] = leaves
+    out = tree.internal.sum_up(full)
+    fin = np.isfinite(d2) & ~exact
+    objective = float(np.sum(np.where(fin, (out - y2) ** 2 / np.where(fin, d2, 1.0), 0.0)))
+    info: dict[str, Any] = {"method": "nonneg", "iterations": it, "converged": converged,
+                            "kkt_violations": int(nbad.sum()), "objective": objective,
+                            "n_zero_leaves": int(fixed.sum()), "exact_nodes": int(exact.any(axis=1).sum())}
+    if not converged:
+        warnings.warn(f"nonneg stopped after {max_iter} iterations with {int(nbad.sum())} KKT violations; "
+                      "raise max_iter", NonnegConvergenceWarning, stacklevel=3)
+    return out, info
 
 
 class NonNegative(PostProcessor):
@@ -145,7 +309,7 @@ class NonNegative(PostProcessor):
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         x, info = nonneg(tree, estimate.values, estimate.weights_variance, max_iter=self.max_iter, tol=self.tol)
         var = None if estimate.variance is None else np.array(estimate.variance, dtype=np.float64)
-        if var is not None and not (estimate.linear and estimate.consistent):
+        if var is not None and not (estimate.linear and (estimate.consistent or _is_consistent(tree, estimate.values))):
             # the incoming variances are the measurements': report those of the linear
             # estimate with the same weights (BLUE), as after ["blue", "nonneg"]
             from hierdp.postprocessors.blue import blue

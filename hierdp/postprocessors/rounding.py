@@ -11,6 +11,11 @@ is already integral and consistent is returned unchanged. One pass, O(n) (a part
 per sibling group). Inconsistent or negative input still yields consistent non-negative
 integers (negatives count as 0; a surplus or deficit is spread evenly), without the
 within-1 guarantee.
+
+Exact nodes (variance 0, e.g. invariants) hold integers in a consistent input, and an
+integral node keeps its value (above), so controlled rounding with fixed totals needs no
+extra step: every exact node, at any depth, keeps its integer. :class:`ControlledRounding`
+checks it and refuses an exact node that is not an integer.
 """
 
 from __future__ import annotations
@@ -63,4 +68,10 @@ class ControlledRounding(PostProcessor):
         out = controlled_round(tree, estimate.values, atol=self.atol)
         info = {"method": "round"}
         var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
+        if var is not None and np.any(var == 0):
+            exact = np.broadcast_to(var.reshape(var.shape + (1,) * (out.ndim - var.ndim)) == 0, out.shape)
+            xin = np.asarray(estimate.values, dtype=np.float64)[exact]
+            if np.any(np.abs(xin - np.rint(xin)) > self.atol) or np.any(out[exact] != np.rint(xin)):
+                raise DataError("round: a node known exactly (variance 0, e.g. an invariant) is not an integer or "
+                                "could not keep its value; invariants must be integer counts of a consistent input")
         return Estimate(out, None if var is None else var.copy(), info)

@@ -406,7 +406,7 @@ def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | Non
         epsilon=spec.epsilon if epsilon is None else epsilon,
         delta=spec.delta, rho=spec.rho if epsilon is None else None,
         postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
-        seed=seed, **how,
+        seed=seed, **how, **_privacy_relation(spec),
     )
 
 
@@ -424,6 +424,18 @@ def release_points_spec(spec: ReleaseSpec, df: pd.DataFrame, seed: int | None) -
                           mechanism={"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
                           postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
                           notes=notes, **params)
+
+
+def _privacy_relation(spec: ReleaseSpec) -> dict[str, Any]:
+    """privacy.neighbours and privacy.invariants as release keywords (only when set)."""
+    out: dict[str, Any] = {}
+    if spec.neighbours != "add_remove":
+        out["neighbours"] = spec.neighbours
+    if spec.invariants:
+        out["invariants"] = list(spec.invariants)
+        if spec.allow_invariants_with_add_remove:
+            out["allow_invariants_with_add_remove"] = True
+    return out
 
 
 def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:

@@ -95,6 +95,9 @@ class ReleaseSpec:
     decomposition: tuple[str, dict[str, Any]] | None = None
     cells: list[CellSpec] = field(default_factory=list)  # histogram cell dimensions, in row-major order
     engine: str = "pandas"  # "pandas" (in memory) or "dask" (a Dask DataFrame over the source files)
+    neighbours: str = "add_remove"  # privacy.neighbours
+    invariants: list[Any] = field(default_factory=list)  # level names (str) or label paths (tuples)
+    allow_invariants_with_add_remove: bool = False
 
     def input_files(self) -> list[Path]:
         """Every file this spec reads (spec, source, domain and paths files, a prior file),
@@ -327,6 +330,8 @@ class _Checker:
         levels, root, paths, unknown = self.hierarchy()
         cells = self.cells(levels, root)
         priv = self.privacy()
+        if isinstance(root, str) and isinstance(levels, list):
+            self.check_invariants(priv, [root] + [lv.name for lv in levels if lv is not None])
         decomposition = self.decomposition()
         plan = self.plugin(("plan",), d.get("plan", "per_level"), "plan")
         per_level = (plan is None or plan[0] == "per_level") and "decomposition" not in d
@@ -368,6 +373,8 @@ class _Checker:
             output=output, evaluate=evaluate, seed=_get(d, "seed", int),
             description=_get(d, "description", str, ""), warnings=self.warnings,
             cells=cells, engine=src["engine"],
+            neighbours=priv.get("neighbours", "add_remove"), invariants=list(priv.get("invariants", [])),
+            allow_invariants_with_add_remove=bool(priv.get("allow_invariants_with_add_remove", False)),
         )
         self.check_outputs_spare_inputs(spec)
         return None if self.issues else spec
@@ -891,7 +898,28 @@ class _Checker:
             self.err(("privacy", "unit"), self.missing_col(unit))
         out.update(epsilon=eps, delta=delta if eps is not None else None, rho=rho if "epsilon" not in p else None,
                    unit=unit, max_contributions=mc)
+        neighbours = p.get("neighbours", "add_remove")
+        valid = rules.neighbours_problem(neighbours) is None  # the schema reports a bad value
+        neighbours = neighbours if valid else "add_remove"
+        allow = p.get("allow_invariants_with_add_remove", False) is True
+        inv = p.get("invariants", [])
+        invariants: list[Any] = []
+        if isinstance(inv, list):
+            for item in inv:
+                invariants.append(tuple(item) if isinstance(item, list) else item)
+        problem = rules.invariants_problem(neighbours, len(invariants), allow) if valid else None
+        if problem is not None:
+            self.err(("privacy", "invariants"), problem)
+        out.update(neighbours=neighbours, invariants=invariants, allow_invariants_with_add_remove=allow)
         return out
+
+    def check_invariants(self, priv: dict, level_names: list[str]) -> None:
+        """Invariant level names must be levels of the hierarchy (label paths are checked at release)."""
+        for i, item in enumerate(priv.get("invariants", [])):
+            if isinstance(item, str) and item not in level_names:
+                self.err(("privacy", "invariants", i), f"unknown level {item!r}{did_you_mean(item, level_names)}; "
+                                                       f"expected one of {', '.join(map(repr, level_names))} "
+                                                       "(or a label path such as [CA, Alameda])")
 
     # ----------------------------------------------------------------- plugins
     def plugin(self, path: tuple, ref: Any, kind: str, name_key: str = "name") -> tuple[str, dict[str, Any]] | None:

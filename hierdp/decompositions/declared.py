@@ -131,18 +131,24 @@ class Declared(Decomposition):
         return build_structure(data, self.levels, self.domains, root=self.root)
 
 
-def _as_index(values: Any, level: str) -> pd.Index:
+def domain_index(values: Any, what: str, forms: str) -> pd.Index:
+    """A declared public domain as a ``pd.Index``: a non-empty list of distinct, non-missing
+    values (``what`` names it in errors, e.g. "level 'state'"; ``forms`` the accepted forms)."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise HierarchyError(f"domain of level {level!r} must be a list of values, 'observed', a dict or a DataFrame; "
-                             f"got {values!r}")
+        raise HierarchyError(f"domain of {what} must be {forms}; got {values!r}")
     idx = pd.Index(list(values) if not isinstance(values, (pd.Index, np.ndarray, pd.Series)) else values)
     if len(idx) == 0:
-        raise HierarchyError(f"domain of level {level!r} is empty; declare at least one value")
+        raise HierarchyError(f"domain of {what} is empty; declare at least one value")
     if idx.hasnans:
-        raise HierarchyError(f"domain of level {level!r} contains a missing value; remove it")
+        raise HierarchyError(f"domain of {what} contains a missing value; remove it")
     if not idx.is_unique:
         dup = idx[idx.duplicated()].unique()[:3].tolist()
-        raise HierarchyError(f"domain of level {level!r} lists {dup} more than once; list each value once")
+        raise HierarchyError(f"domain of {what} lists {dup} more than once; list each value once")
+    return idx
+
+
+def _as_index(values: Any, level: str) -> pd.Index:
+    idx = domain_index(values, f"level {level!r}", "a list of values, 'observed', a dict or a DataFrame")
     _no_blank_labels(idx, level)
     return idx
 

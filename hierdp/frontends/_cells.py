@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.decompositions.declared import RESERVED_COLUMNS
+from hierdp.decompositions.declared import RESERVED_COLUMNS, domain_index
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 
 __all__ = ["resolve_cells", "cell_sizes", "cell_codes", "cells_notes", "domain_error", "check_cell_columns"]
@@ -34,17 +34,7 @@ _RESERVED_FOR_CELLS = RESERVED_COLUMNS - {"cell"}
 
 
 def _cell_index(values: Any, name: str) -> pd.Index:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise HierarchyError(f"domain of cell dimension {name!r} must be a list of values or 'observed'; "
-                             f"got {values!r}")
-    idx = pd.Index(list(values) if not isinstance(values, (pd.Index, np.ndarray, pd.Series)) else values)
-    if len(idx) == 0:
-        raise HierarchyError(f"domain of cell dimension {name!r} is empty; declare at least one value")
-    if idx.hasnans:
-        raise HierarchyError(f"domain of cell dimension {name!r} contains a missing value; remove it")
-    if not idx.is_unique:
-        dup = idx[idx.duplicated()].unique()[:3].tolist()
-        raise HierarchyError(f"domain of cell dimension {name!r} lists {dup} more than once; list each value once")
+    idx = domain_index(values, f"cell dimension {name!r}", "a list of values or 'observed'")
     if idx.dtype == object or pd.api.types.is_string_dtype(idx.dtype):
         if any(isinstance(v, str) and not v.strip() for v in idx):
             raise HierarchyError(f"cell dimension {name!r} has an empty label ''; give every value a visible name")

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
-from hierdp.decompositions.declared import Declared, check_levels
+from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, check_cell_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
@@ -141,21 +141,10 @@ class DaskDPTree(DPTree):
             raise MissingDependencyError("dask", "dask")
         if not isinstance(ddf, dd.DataFrame):
             raise DataError(f"expected a Dask DataFrame, got {type(ddf).__name__}")
-        if unknown not in ("raise", "drop"):
-            raise DataError(f"unknown={unknown!r}: expected 'raise' (default) or 'drop'")
-        rules.enforce(rules.unit_bound_problem(unit=unit is not None, max_contributions=max_contributions is not None,
-                                               count=count is not None), DataError)
         meta = _empty_like(ddf)
-        if unit is not None and unit not in meta.columns:
-            raise DataError(expected_one_of("privacy-unit column", unit, [str(c) for c in meta.columns]).replace(
-                "unknown privacy-unit column", "missing privacy-unit column"))
+        self._how_rows_count(meta.columns, levels, root, count=count, unit=unit,
+                             max_contributions=max_contributions, unknown=unknown, spent=spent)
         self._ddf = ddf
-        self.levels = check_levels(levels, root)
-        self.count = count
-        self.unit = unit
-        self.max_contributions = max_contributions
-        self.unknown = unknown
-        self._spent = [] if spent is None else spent
         decl = Declared(self.levels, domains, root=root)
         if self._observed(domains):
             _check_columns(meta.columns, self.levels, {}, None, None)

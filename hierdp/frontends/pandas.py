@@ -61,16 +61,31 @@ class DPTree:
     ) -> None:
         if not isinstance(df, pd.DataFrame):
             raise DataError(f"expected a pandas DataFrame, got {type(df).__name__}")
+        self._how_rows_count(df.columns, levels, root, count=count, unit=unit, max_contributions=max_contributions,
+                             unknown=unknown, spent=spent)
+        self._df = df
+        if count is not None:
+            # a zero-count row (e.g. from groupby(observed=False)) is not an observation
+            observed_rows = df[check_counts(df, count) != 0]
+        else:
+            observed_rows = df
+        self._structure = Declared(self.levels, domains, root=root).decompose(observed_rows)
+        self.cells = self._resolve_cells(observed_rows, cells, root)
+
+    def _how_rows_count(self, columns: Any, levels: Sequence[str], root: str, *, count: str | None,
+                        unit: str | None, max_contributions: int | None, unknown: str,
+                        spent: list[dict[str, Any]] | None) -> None:
+        """Check and record how rows count (levels, count column, privacy unit and its bound,
+        out-of-domain rule): one set of rules for every front-end built on DPTree."""
         if unknown not in ("raise", "drop"):
             raise DataError(f"unknown={unknown!r}: expected 'raise' (default) or 'drop'")
         rules.enforce(rules.unit_bound_problem(unit=unit is not None, max_contributions=max_contributions is not None,
                                                count=count is not None), DataError)
         if isinstance(max_contributions, int) and max_contributions > rules.MAX_EXACT_COUNT:
             rules.enforce(rules.max_contributions_problem(max_contributions), DataError)
-        if unit is not None and unit not in df.columns:
-            raise DataError(expected_one_of("privacy-unit column", unit, [str(c) for c in df.columns]).replace(
+        if unit is not None and unit not in columns:
+            raise DataError(expected_one_of("privacy-unit column", unit, [str(c) for c in columns]).replace(
                 "unknown privacy-unit column", "missing privacy-unit column"))
-        self._df = df
         self.levels = check_levels(levels, root)
         self.count = count
         self.unit = unit
@@ -79,13 +94,6 @@ class DPTree:
         # the public guarantee of each release of this data so far; the .dptree accessor
         # passes one list per DataFrame, so every DPTree built from it shares the count
         self._spent: list[dict[str, Any]] = [] if spent is None else spent
-        if count is not None:
-            # a zero-count row (e.g. from groupby(observed=False)) is not an observation
-            observed_rows = df[check_counts(df, count) != 0]
-        else:
-            observed_rows = df
-        self._structure = Declared(self.levels, domains, root=root).decompose(observed_rows)
-        self.cells = self._resolve_cells(observed_rows, cells, root)
 
     def _resolve_cells(self, df: pd.DataFrame, cells: Mapping[str, Any] | None, root: str) -> dict[str, pd.Index]:
         """The declared cell domains ``{column: pd.Index}`` (``{}`` without cells); see

@@ -86,20 +86,14 @@ class ArrayDPTree(DPTree):
                  spent: list[dict[str, Any]] | None = None) -> None:
         if not isinstance(da, xr.DataArray):
             raise DataError(f"expected an xarray DataArray, got {type(da).__name__}")
-        if unknown not in ("raise", "drop"):
-            raise DataError(f"unknown={unknown!r}: expected 'raise' (default) or 'drop'")
         name = "count" if da.name is None else str(da.name)
         dt = da.dtype
         if not np.issubdtype(dt, np.number) or np.issubdtype(dt, np.bool_) or np.issubdtype(dt, np.complexfloating):
             raise DataError(f"count variable {name!r} must hold non-negative integers, got dtype {dt}")
         cells = dict(cells or {})
         level_list, stack_dim = self._layout(da, levels, cells)
-        self.levels = level_list
-        self.count = name
-        self.unit = None
-        self.max_contributions = None
-        self.unknown = unknown
-        self._spent = [] if spent is None else spent
+        self._how_rows_count((), level_list, root, count=name, unit=None, max_contributions=None, unknown=unknown,
+                             spent=spent)
         self._stack_dim = stack_dim
         level_dims = [stack_dim] if stack_dim is not None else list(level_list)
         cell_dims = [d for d in da.dims if d not in level_dims]

@@ -19,7 +19,7 @@ from hierdp.accounting import Spend, total_budget
 from hierdp.errors import BudgetError
 from hierdp.ledger import LevelSpend
 from hierdp.plans.base import Plan
-from hierdp.plans.per_level import resolve_mechanism
+from hierdp.plans.per_level import mechanism_budget_unit, mechanism_total, resolve_mechanism
 from hierdp.postprocessors.base import Measurements
 
 if TYPE_CHECKING:
@@ -41,14 +41,13 @@ class Leaves(Plan):
 
     @property
     def budget_unit(self) -> str:
-        return "approx" if self.mechanism.delta_per_use > 0 else self.mechanism.budget_unit
+        return mechanism_budget_unit(self.mechanism)
 
     def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
         mech = self.mechanism
-        if mech.delta_per_use > 0:
-            eps, _ = total_budget("epsilon", epsilon=epsilon, rho=rho, mechanism=mech.name)
-            return eps, {"guarantee": "approx", "epsilon": eps, "delta": delta, "rho": None}
-        return total_budget(mech.budget_unit, epsilon=epsilon, delta=delta, rho=rho, mechanism=mech.name)
+        approx = mechanism_total(mech, epsilon=epsilon, delta=delta, rho=rho)
+        return approx if approx is not None else total_budget(mech.budget_unit, epsilon=epsilon, delta=delta,
+                                                              rho=rho, mechanism=mech.name)
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource) -> Measurements:

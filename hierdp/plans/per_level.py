@@ -186,6 +186,23 @@ def apply_invariants(values: np.ndarray, noisy: np.ndarray, variance: np.ndarray
     return noisy, variance
 
 
+def mechanism_budget_unit(mechanism: Mechanism) -> str:
+    """The budget unit of a plan measuring with ``mechanism``: its own, or ``"approx"``
+    for an (ε, δ) mechanism (a δ per use)."""
+    return "approx" if mechanism.delta_per_use > 0 else mechanism.budget_unit
+
+
+def mechanism_total(mechanism: Mechanism, *, epsilon: float | None, delta: float | None,
+                    rho: float | None) -> tuple[float, dict] | None:
+    """Total and guarantee for an (ε, δ) mechanism (ε composes as for pure mechanisms; δ is
+    checked per use when measuring); ``None`` for a pure or ρ mechanism (the caller asks
+    :func:`hierdp.accounting.total_budget` in the mechanism's unit)."""
+    if mechanism.delta_per_use <= 0:
+        return None
+    eps, _ = total_budget("epsilon", epsilon=epsilon, rho=rho, mechanism=mechanism.name)
+    return eps, {"guarantee": "approx", "epsilon": eps, "delta": delta, "rho": None}
+
+
 class PerLevel(Plan):
     """One mechanism call per level, budgets from a strategy (basic composition over levels).
 
@@ -205,14 +222,13 @@ class PerLevel(Plan):
 
     @property
     def budget_unit(self) -> str:
-        return "approx" if self.mechanism.delta_per_use > 0 else self.mechanism.budget_unit
+        return mechanism_budget_unit(self.mechanism)
 
     def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
         mech = self.mechanism
-        if mech.delta_per_use > 0:
-            # (ε, δ) mechanism: ε composes as for pure mechanisms; δ is checked per use in measure
-            eps, _ = total_budget("epsilon", epsilon=epsilon, rho=rho, mechanism=mech.name)
-            return eps, {"guarantee": "approx", "epsilon": eps, "delta": delta, "rho": None}
+        approx = mechanism_total(mech, epsilon=epsilon, delta=delta, rho=rho)
+        if approx is not None:
+            return approx
         rules.enforce(rules.rho_per_level_problem(mech.budget_unit, rho_given=rho is not None,
                                                   per_level=self._strategy is None and epsilon is not None),
                       BudgetError)

@@ -33,7 +33,8 @@ def test_named_builtins_are_registered():
     import hierdp
 
     table = README[README.index("## What is inside"):README.index("## Release plans")]
-    for kind, row in (("mechanism", "mechanisms"), ("postprocessor", "post-processors"), ("metric", "metrics")):
+    for kind, row in (("mechanism", "mechanisms"), ("postprocessor", "post-processors"), ("metric", "metrics"),
+                      ("plan", "plans"), ("decomposition", "decompositions")):
         line = next(ln for ln in table.splitlines() if ln.startswith(f"| {row} "))
         for name in re.findall(r"`([a-z_]+)`", line):
             if name not in ("hierdp",):

@@ -242,3 +242,87 @@ def test_a_pure_histogram_scores_zero_however_large():
     g = dec.draw_structures([""] * 1000, budget=1.0, replicas=2000, rng=make_rng(3))
     split = g["first_child"][g["depth"] == 0] >= 0
     assert split.mean() == pytest.approx(0.5, abs=0.04)
+
+
+# ----------------------------------------------------------------------------- the spec route
+def _seq_spec(tmp_path, params="{column: trip, max_length: 5, alphabet: [BOS, JFK, LAX], separator: ' '}",
+              extra="", epsilon=1.0):
+    (tmp_path / "trips.csv").write_text("id,trip\n" + "".join(
+        f"{i},{t}\n" for i, t in enumerate(["JFK BOS", "BOS", "JFK BOS LAX", "LAX LAX LAX LAX LAX LAX"] * 25)))
+    text = (f"hierdp: 1\nsource: {{path: trips.csv}}\ndecomposition:\n  name: suffix_tree\n  params: {params}\n"
+            f"privacy: {{epsilon: {epsilon}}}\n{extra}")
+    (tmp_path / "s.yaml").write_text(text)
+    return tmp_path / "s.yaml"
+
+
+def test_spec_route_releases_the_pst_histograms(tmp_path):
+    """At a huge ε the root histogram is the hand count of predictions (l⊤ = 5: the six-LAX
+    trip keeps its first 5 symbols and no end); the ledger splits ε as the paper does."""
+    import json
+    import warnings
+
+    from hierdp.spec import run_spec
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run_spec(_seq_spec(tmp_path, epsilon=1e3), seed=3, output=tmp_path / "out.csv")
+    table = pd.read_csv(tmp_path / "out.csv", keep_default_na=False)
+    assert list(table.columns) == ["node", "depth", "context", "leaf", "next", "estimate", "status"]
+    root = table[table.node == 0].set_index("next").estimate
+    assert dict(root.round()) == {"BOS": 75, "JFK": 50, "LAX": 25 + 125, "&": 75}
+    # contexts are written as the source writes a sequence (joined at the separator)
+    ctx = set(table.context[table.depth == 2])
+    assert {"JFK BOS", "$ BOS", "LAX LAX"} <= ctx and ctx <= {f"{a} {b}" for a in ["BOS", "JFK", "LAX", "$"]
+                                                             for b in ["BOS", "JFK", "LAX"]}
+    assert len(table) == r.tree.n_nodes * 4
+    ledger = json.loads((tmp_path / "out.ledger.json").read_text())
+    assert ledger["decomposition"]["spends"][0]["amount"] == pytest.approx(1e3 / 4)  # ε/β, β = |I| + 1
+    assert ledger["spent"] == pytest.approx(1e3) and ledger["privacy_unit"] == "one sequence"
+
+
+def test_spec_route_one_character_per_symbol_and_observed_alphabet(tmp_path):
+    import warnings
+
+    from hierdp.spec import run_spec
+
+    path = _seq_spec(tmp_path, params="{column: trip, max_length: 5, alphabet: observed, epsilon_share: 0.5}",
+                     epsilon=1e3)
+    path.with_name("trips.csv").write_text("trip\nab\nb\nab\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run_spec(path, seed=1, write=False)
+    assert list(r.structure.alphabet) == ["a", "b"]
+    assert r.ledger.decomposition["spends"][0]["amount"] == pytest.approx(0.5e3)
+    assert r.frequency(["ab", "b", "ba"]) == pytest.approx([2, 3, 0], abs=0.01)
+
+
+@pytest.mark.parametrize("params, extra, message", [
+    ("{column: trips, max_length: 5, alphabet: observed}", "", "column 'trips' is not in the source"),
+    ("{column: trip, alphabet: observed}", "", "max_length"),
+    ("{column: trip, max_length: 5, alphabet: observed, max_lenght: 3}", "", "did you mean 'max_length'"),
+    ("{column: trip, max_length: 5, alphabet: observed}", "postprocess: [nonneg]",
+     "decomposition.params.histograms"),
+    ("{column: trip, max_length: 5, alphabet: observed}", "privacy: {epsilon: 1, unit: id}",
+     "one row is one sequence"),
+    ("{column: trip, max_length: 5, alphabet: observed, histograms: clip}", "", "histograms"),
+])
+def test_spec_route_errors_name_the_problem(tmp_path, params, extra, message):
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_spec
+
+    path = _seq_spec(tmp_path, params=params, extra=extra)
+    if extra.startswith("privacy"):
+        path.write_text(path.read_text().replace("privacy: {epsilon: 1.0}\n", ""))
+    with pytest.raises(SpecError, match=message):
+        load_spec(path)
+
+
+def test_spatial_decompositions_still_require_columns_and_bounds(tmp_path):
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_spec
+
+    path = _seq_spec(tmp_path, params="{theta: 1.0}")
+    path.write_text(path.read_text().replace("name: suffix_tree", "name: privtree"))
+    with pytest.raises(SpecError, match="missing required key 'columns'") as exc:
+        load_spec(path)
+    assert "missing required key 'bounds'" in str(exc.value)

@@ -412,10 +412,13 @@ def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | Non
 
 def release_points_spec(spec: ReleaseSpec, df: pd.DataFrame, seed: int | None) -> Any:
     """Release a spec's ``decomposition`` (PrivTree, SimpleTree or the grid) on the source
-    rows through the points front-end; returns the :class:`~hierdp.frontends.points.PointsResult`."""
+    rows through the points front-end; returns the :class:`~hierdp.frontends.points.PointsResult`
+    (``suffix_tree``: :func:`release_sequences_spec`)."""
     from hierdp.frontends.points import release_points
 
     name, params = spec.decomposition
+    if name == "suffix_tree":
+        return release_sequences_spec(spec, df, seed)
     params = dict(params)
     cols, bounds = params.pop("columns"), params.pop("bounds")
     share = params.pop("epsilon_share", None)
@@ -424,6 +427,30 @@ def release_points_spec(spec: ReleaseSpec, df: pd.DataFrame, seed: int | None) -
                           mechanism={"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
                           postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
                           notes=notes, **params)
+
+
+def release_sequences_spec(spec: ReleaseSpec, df: pd.DataFrame, seed: int | None) -> Any:
+    """Release a spec's ``decomposition: {name: suffix_tree, ...}``: a private prediction
+    suffix tree over the sequences in ``params.column`` (one row = one sequence; split into
+    symbols at ``params.separator``, else one character per symbol; an empty cell is an
+    empty sequence) through :func:`~hierdp.frontends.sequences.release_sequences`."""
+    from hierdp.frontends.sequences import release_sequences
+
+    if spec.decomposition is None:
+        raise SpecError("this spec has no `decomposition:`; release it with run_spec")
+    params = dict(spec.decomposition[1])
+    col, sep = params.pop("column"), params.pop("separator", None)
+    values = df[col].astype(object).where(df[col].notna(), "")
+    if not all(isinstance(v, str) for v in values):
+        raise DataError(f"column {col!r} must hold text (one sequence per row); read it as strings")
+    seqs = values.str.split(sep).map(lambda s: [x for x in s if x != ""]) if sep is not None else values
+    alphabet = params.pop("alphabet")
+    notes = [spec.description] if spec.description else []
+    return release_sequences(pd.DataFrame({col: seqs}), col, epsilon=spec.epsilon, max_length=params.pop("max_length"),
+                             alphabet=alphabet if alphabet == "observed" else list(alphabet),
+                             structure_share=params.pop("epsilon_share", None),
+                             mechanism={"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
+                             seed=seed, notes=notes, **params)
 
 
 def _privacy_relation(spec: ReleaseSpec) -> dict[str, Any]:
@@ -446,7 +473,10 @@ def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:
     if spec.decomposition is not None:
         frame = result.to_frame(noisy="noisy" in want)
         keep = [c for c in frame.columns if c not in ("estimate", "std", "noisy")] + \
-            [c for c in want if c in ("estimate", "std", "noisy")]
+            [c for c in want if c in ("estimate", "std", "noisy") and c in frame.columns]  # suffix_tree: no std
+        sep = spec.decomposition[1].get("separator") if spec.decomposition[0] == "suffix_tree" else None
+        if sep is not None:  # contexts of symbol lists, written as the source writes a sequence
+            frame = frame.assign(context=frame["context"].map(sep.join))
         table = frame[keep].copy()
         if not result.ledger.for_publication:
             table["status"] = "NOT FOR PUBLICATION: " + "; ".join(result.ledger.not_for_publication_reasons())

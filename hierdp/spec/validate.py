@@ -29,6 +29,7 @@ from typing import Any
 from hierdp import registry, rules
 from hierdp.decompositions.declared import RESERVED_COLUMNS
 from hierdp.decompositions.privtree import PrivTree, SimpleTree, UniformGrid, schedule
+from hierdp.decompositions.suffix_tree import SuffixTree
 from hierdp.errors import DataError, HierDPError, SpecError, did_you_mean
 from hierdp.readers import csv_header
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
@@ -138,7 +139,8 @@ class ReleaseSpec:
         """Source columns the release reads (levels, cells, count, unit, filters, selection)."""
         cols = [lv.column for lv in self.levels] + [c.column for c in self.cells]
         if self.decomposition is not None:
-            cols += [c for c in self.decomposition[1]["columns"] if c not in cols]
+            dcols = self.decomposition[1].get("columns") or [self.decomposition[1]["column"]]
+            cols += [c for c in dcols if c not in cols]
         for c in [self.count, self.unit] + [f["column"] for f in self.filters] + list(self.source_columns or []):
             if c is not None and c not in cols:
                 cols.append(c)
@@ -711,8 +713,13 @@ class _Checker:
                 if key in p:
                     self.err(("privacy", key), f"a decomposition release is pure ε-DP (its structure is): give "
                                                f"privacy.epsilon alone and remove {key}", prefer_key=True)
+            seqs = isinstance(d["decomposition"], dict) and d["decomposition"].get("name") == "suffix_tree"
             for key in ("unit", "max_contributions"):
-                if key in p:
+                if key in p and seqs:
+                    self.err(("privacy", key), "for suffix_tree one row is one sequence is one privacy unit and "
+                                               "decomposition.params.max_length bounds its contribution; remove "
+                                               f"{key}", prefer_key=True)
+                elif key in p:
                     self.err(("privacy", key), "rows are not grouped by unit for a decomposition: bound each "
                                                "unit to x rows beforehand and set decomposition.params."
                                                f"contributions: x (PrivTree); remove {key}", prefer_key=True)
@@ -728,6 +735,8 @@ class _Checker:
         if not isinstance(dec, dict) or not isinstance(dec.get("params"), dict):
             return None  # the schema reported it
         name = dec.get("name")
+        if name == "suffix_tree":
+            return self.suffix_tree(dict(dec["params"]))
         if name not in ("privtree", "simpletree", "grid"):
             return None  # the schema reported it
         params = dict(dec["params"])
@@ -781,6 +790,42 @@ class _Checker:
                 ok = False
                 self.err(here + ("params",), f"bad parameters for decomposition {name!r}: {exc}")
         return (name, params) if ok else None
+
+    def suffix_tree(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """``decomposition: {name: suffix_tree, params: {column, max_length, alphabet, ...}}``
+        (PrivTree §4, sequences): the column against the source header, the keywords of
+        :class:`~hierdp.decompositions.suffix_tree.SuffixTree`, and no ``postprocess`` (the
+        histograms are chosen by ``params.histograms``)."""
+        here = ("decomposition", "params")
+        ok = True
+        col = params.get("column")
+        ml = params.get("max_length")
+        if not isinstance(col, str) or isinstance(ml, bool) or not isinstance(ml, int) or ml < 1 \
+                or "alphabet" not in params:
+            return None  # the schema reported it
+        if self.header is not None and col not in self.header:
+            ok = False
+            self.err(here + ("column",), self.missing_col(col))
+        if "postprocess" in self.data:
+            ok = False
+            self.err(("postprocess",), "`postprocess` does not apply to suffix_tree: its histograms are made "
+                                       "non-negative by decomposition.params.histograms (nonneg or clamp); remove it",
+                     prefer_key=True)
+        own = ["column", "max_length", "alphabet", "epsilon_share", "separator", "histograms", "theta", "max_depth"]
+        for k in params:
+            if k not in own:
+                ok = False
+                self.err(here + (k,), f"decomposition 'suffix_tree' has no parameter {k!r}"
+                                      f"{did_you_mean(str(k), own)}; its parameters: {', '.join(own)}",
+                         prefer_key=True)
+        if ok:
+            try:
+                SuffixTree(alphabet=params["alphabet"], max_length=params["max_length"],
+                           theta=params.get("theta", 0.0), max_depth=params.get("max_depth"), column=col)
+            except (HierDPError, TypeError, ValueError) as exc:
+                ok = False
+                self.err(here, f"bad parameters for decomposition 'suffix_tree': {exc}")
+        return ("suffix_tree", params) if ok else None
 
     # ------------------------------------------------------------------- cells
     def cells(self, levels: list[LevelSpec], root: str) -> list[CellSpec]:

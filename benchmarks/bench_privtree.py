@@ -75,15 +75,7 @@ def _leaf_depth_sampler(eps: float, d: int, max_depth: int = 40):
 
     def sample(c, m, rng):
         decide = PrivTree.decider(PrivTree(bounds=[(0, 1)] * d).parameters(eps, d), rng)
-        depth = np.full(m, max_depth)
-        alive = np.arange(m)
-        for k in range(max_depth):
-            split = decide(k, np.full(alive.size, int(c)))
-            depth[alive[~split]] = k
-            alive = alive[split]
-            if alive.size == 0:
-                break
-        return depth.astype(float)
+        return PrivTree.path_stop_depths(decide, [int(c)] * max_depth, m)
     return sample
 
 

@@ -57,18 +57,24 @@ def _random_tree(rng, n_max=12):
     return hierdp.Tree.from_parent(parent)
 
 
-def _dense_gls(t, plan, mech, info, sizes, vals_int, inv=None):
-    """Dense GLS of the leaf cells from the recorded noisy marginals (internal order)."""
-    names = [n for n, _ in plan.cells]
-    k = int(np.prod(sizes))
+def _leaf_ancestors(t):
+    """Internal leaf ids and the dense matrix M[v, j] = 1 when leaf j (internal leaf order)
+    lies under internal node v, by walking each leaf's parents (a brute-force reference)."""
     leaves_int = np.flatnonzero(t.internal.n_children == 0)
-    # M[v, j]: leaf j (internal leaf order) lies under internal node v
     M = np.zeros((t.n_nodes, leaves_int.size))
     for j, leaf in enumerate(leaves_int):
         v = int(leaf)
         while v >= 0:
             M[v, j] = 1.0
             v = int(t.internal.parent[v])
+    return leaves_int, M
+
+
+def _dense_gls(t, plan, mech, info, sizes, vals_int, inv=None):
+    """Dense GLS of the leaf cells from the recorded noisy marginals (internal order)."""
+    names = [n for n, _ in plan.cells]
+    k = int(np.prod(sizes))
+    leaves_int, M = _leaf_ancestors(t)
     rows, ys, ws = [], [], []
     calls = iter(mech.calls)
     for d, lv in enumerate(t.level_names):
@@ -188,13 +194,7 @@ def test_gls_with_total_invariants_equals_dense_constrained_gls():
     meas = plan.measure(t, vi, total=3.0, delta=None, sensitivity=Sensitivity(), rng=make_rng(1),
                         invariants=inv, invariants_cover="total")
     # dense reference: leaf cells l; constraints on the totals of the invariant nodes
-    leaves_int = np.flatnonzero(t.internal.n_children == 0)
-    M = np.zeros((t.n_nodes, leaves_int.size))
-    for j, leaf in enumerate(leaves_int):
-        v = int(leaf)
-        while v >= 0:
-            M[v, j] = 1.0
-            v = int(t.internal.parent[v])
+    leaves_int, M = _leaf_ancestors(t)
     rows, ys, ws = [], [], []
     calls = iter(mech.calls)
     for d, lv in enumerate(t.level_names):

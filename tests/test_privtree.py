@@ -254,16 +254,7 @@ def _leaf_depth_sampler(max_depth=40):
     runs; other nodes' decisions do not depend on t and are left out."""
     def sample(c, m, rng):
         p = PrivTree(bounds=[(0, 1)]).parameters(AUDIT_EPS, 1)
-        decide = PrivTree.decider(p, rng)
-        depth = np.full(m, max_depth)
-        alive = np.arange(m)
-        for k in range(max_depth):
-            split = decide(k, np.full(alive.size, int(c)))
-            depth[alive[~split]] = k
-            alive = alive[split]
-            if alive.size == 0:
-                break
-        return depth.astype(float)
+        return PrivTree.path_stop_depths(PrivTree.decider(p, rng), [int(c)] * max_depth, m)
     return sample
 
 

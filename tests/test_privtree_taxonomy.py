@@ -170,16 +170,7 @@ def _path_depth_sampler(score, sensitivity):
         counts = np.zeros(tax.n_leaves, np.int64)
         counts[-1] = int(c)  # the deepest category has the largest id
         mu = dec.node_scores(counts)[spine]
-        decide = PrivTree.decider(dec.parameters(AUDIT_EPS), rng)
-        depth = np.full(m, DEPTH)
-        alive = np.arange(m)
-        for k in range(DEPTH):
-            split = decide(k, np.full(alive.size, mu[k]))
-            depth[alive[~split]] = k
-            alive = alive[split]
-            if alive.size == 0:
-                break
-        return depth.astype(float)
+        return PrivTree.path_stop_depths(PrivTree.decider(dec.parameters(AUDIT_EPS), rng), mu[:DEPTH], m)
     return sample
 
 

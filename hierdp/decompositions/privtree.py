@@ -395,6 +395,22 @@ class PrivTree(_Spatial):
             return score + sample_discrete_laplace(p.noise, counts.size, rng) > p.theta_grid
         return decide
 
+    @staticmethod
+    def path_stop_depths(decide: Callable[[int, np.ndarray], np.ndarray], scores: Any, m: int) -> np.ndarray:
+        """For auditing: the depth at which each of ``m`` independent runs of the split
+        decisions ``decide`` (:meth:`decider`) stops along one root-to-leaf path whose node
+        at depth k has count (or score) ``scores[k]``; ``len(scores)`` for runs that never
+        stop. Nodes off the path do not depend on the records on it and are left out."""
+        depth = np.full(m, len(scores))
+        alive = np.arange(m)
+        for k, s in enumerate(scores):
+            split = decide(k, np.full(alive.size, s))
+            depth[alive[~split]] = k
+            alive = alive[split]
+            if alive.size == 0:
+                break
+        return depth.astype(float)
+
     def decompose(self, data: Any = None, *, budget: float | None = None,
                   rng: RandomSource | None = None) -> SpatialStructure:
         pts, b, cols, eps, rng = self._setup(data, budget, rng)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,10 +39,6 @@ class BoostingWarning(UserWarning):
     noise): the output is not the optimal consistent estimate and may be inconsistent."""
 
 
-def _meas_info(estimate: Estimate, method: str) -> dict[str, Any]:
-    return {"method": method}
-
-
 class Processless(PostProcessor):
     """Processless: returns the measurements unchanged (not consistent)."""
 
@@ -54,7 +50,7 @@ class Processless(PostProcessor):
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         y = finite_values(tree, estimate.values)
         var = checked_variance(tree, estimate.variance, y.shape)
-        return Estimate(y.copy(), None if var is None else var.copy(), _meas_info(estimate, "none"))
+        return Estimate(y.copy(), None if var is None else var.copy(), {"method": "none"})
 
 
 # --------------------------------------------------------------------------- boosting
@@ -102,7 +98,7 @@ class Boosting(PostProcessor):
         if var is not None and not np.all(var == var.flat[0]):
             warnings.warn("boosting assumes the same noise variance at every node; the given variances differ "
                           "and are ignored; use 'gmc' or 'blue' for per-level budgets", BoostingWarning, stacklevel=2)
-        return Estimate(boosting(tree, y), None, _meas_info(estimate, "boosting"))
+        return Estimate(boosting(tree, y), None, {"method": "boosting"})
 
 
 # --------------------------------------------------------------------------- PrivTrie (plain reference)
@@ -182,7 +178,7 @@ class PrivTrie(PostProcessor):
     linear = True
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
-        return Estimate(privtrie(tree, estimate.values, estimate.variance), None, _meas_info(estimate, "privtrie"))
+        return Estimate(privtrie(tree, estimate.values, estimate.variance), None, {"method": "privtrie"})
 
 
 # --------------------------------------------------------------------------- dense reference
@@ -242,4 +238,4 @@ class DenseLS(PostProcessor):
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         x, v = dense_ls(tree, estimate.values, estimate.variance)
-        return Estimate(x, v if estimate.variance is not None else None, _meas_info(estimate, "dense"))
+        return Estimate(x, v if estimate.variance is not None else None, {"method": "dense"})

@@ -61,6 +61,24 @@ def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
     return x
 
 
+def _pivot(fixed: np.ndarray, bad: np.ndarray, nbad: np.ndarray, best: np.ndarray, pivots: np.ndarray) -> None:
+    """One exchange of block principal pivoting (Judice & Pires), per column with violations:
+    exchange every violating leaf while the number of violations keeps falling (3 tries
+    after it last fell), else Murty's rule (flip only the violating leaf of largest index,
+    which guarantees termination). Updates ``fixed``, ``best`` and ``pivots`` in place."""
+    for c in np.flatnonzero(nbad):  # a loop over columns, each vectorised
+        if nbad[c] < best[c]:
+            best[c] = nbad[c]
+            pivots[c] = 3
+            fixed[:, c] ^= bad[:, c]
+        elif pivots[c] > 0:
+            pivots[c] -= 1
+            fixed[:, c] ^= bad[:, c]
+        else:
+            j = np.flatnonzero(bad[:, c])[-1]
+            fixed[j, c] = not fixed[j, c]
+
+
 def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *, max_iter: int = 200,
            tol: float = 1e-9) -> tuple[np.ndarray, dict[str, Any]]:
     """Exact non-negative consistent weighted least squares (internal order).
@@ -105,17 +123,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
             break
         if it >= max_iter:
             break
-        for c in np.flatnonzero(nbad):  # a loop over columns, each vectorised
-            if nbad[c] < best[c]:       # block principal pivoting: exchange every violation
-                best[c] = nbad[c]
-                pivots[c] = 3
-                fixed[:, c] ^= bad[:, c]
-            elif pivots[c] > 0:
-                pivots[c] -= 1
-                fixed[:, c] ^= bad[:, c]
-            else:  # Murty's rule: flip the violating leaf with the largest index only
-                j = np.flatnonzero(bad[:, c])[-1]
-                fixed[j, c] = not fixed[j, c]
+        _pivot(fixed, bad, nbad, best, pivots)
     # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated (in place)
     resid, comp, objective = NK.nnls_finish_2d(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
     out = x
@@ -261,17 +269,7 @@ def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
             break
         if it >= max_iter:
             break
-        for c in np.flatnonzero(nbad):
-            if nbad[c] < best[c]:
-                best[c] = nbad[c]
-                pivots[c] = 3
-                fixed[:, c] ^= bad[:, c]
-            elif pivots[c] > 0:
-                pivots[c] -= 1
-                fixed[:, c] ^= bad[:, c]
-            else:
-                j = np.flatnonzero(bad[:, c])[-1]
-                fixed[j, c] = not fixed[j, c]
+        _pivot(fixed, bad, nbad, best, pivots)
     # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated
     leaves = np.where(fixed, 0.0, np.maximum(x[n1:], 0.0))
     leaves[leaf_exact] = xhat[n1:][leaf_exact]

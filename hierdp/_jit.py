@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["numba", "cache_dir", "preferred_cache_dir", "shared_kernels_tag", "cache_is_cold", "mark_cache_warm",
-           "CACHE_ENV"]
+__all__ = ["numba", "cache_dir", "preferred_cache_dir", "shared_kernels_tag", "notify_first_compile", "CACHE_ENV",
+           "SMALL_INPUT", "interpreted", "for_size"]
 
 CACHE_ENV = "HIERDP_CACHE_DIR"
 
@@ -105,28 +105,73 @@ CACHE_DIR = _configure()
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
 
 
-def _marker() -> Path | None:
-    if CACHE_DIR is None:
-        return None
-    import hashlib
+def notify_first_compile(callback):
+    """A context manager: while it is open, ``callback()`` runs once, when numba first
+    starts compiling a kernel (a cache miss; loading a cached kernel, or running one
+    interpreted, does not count). The CLI says "compiling kernels" through it."""
+    from numba.core import event
 
-    here = str(Path(__file__).resolve().parent)
-    tag = hashlib.sha1(f"{here}|{numba.__version__}|{sys.version_info[:2]}".encode()).hexdigest()[:12]
-    return CACHE_DIR / f".hierdp-warm-{tag}"
+    class _Once(event.Listener):
+        fired = False
 
+        def on_start(self, ev) -> None:
+            if not self.fired:
+                self.fired = True
+                callback()
 
-def cache_is_cold() -> bool:
-    """True until a release has run with this install, numba and cache folder: its
-    kernels still have to be compiled (the CLI says so once)."""
-    marker = _marker()
-    return marker is None or not marker.exists()
-
-
-def mark_cache_warm() -> None:
-    """Record that this install's kernels are compiled and cached (best effort)."""
-    marker = _marker()
-    if marker is not None:
-        try:
-            marker.touch()
-        except OSError:
+        def on_end(self, ev) -> None:
             pass
+
+    return event.install_listener("numba:compile", _Once())
+
+
+#: Inputs up to this many items run a kernel interpreted (see :func:`for_size`).
+SMALL_INPUT = 1 << 14
+
+
+def interpreted(kernel):
+    """The plain-Python version of a numba kernel: its ``py_func`` with every other numba
+    kernel it calls (a global name or a closure variable) replaced by that kernel's own
+    plain-Python version, so that running it compiles nothing. The same source runs either
+    way, and the results are the same (tested draw for draw and value for value)."""
+    import types
+
+    made = _INTERPRETED.get(kernel)
+    if made is not None:
+        return made
+    f = kernel.py_func
+    module = f.__globals__
+    names = _NAMESPACES.get(id(module))
+    if names is None:  # one namespace per kernel module, shared by all its kernels
+        names = _NAMESPACES[id(module)] = dict(module)
+        kernels = [(k, v) for k, v in module.items() if isinstance(v, numba.core.dispatcher.Dispatcher)]
+        for name, value in kernels:  # first this module's own kernels (they may call each other)
+            if value.py_func.__globals__ is module and value.py_func.__closure__ is None:
+                names[name] = _INTERPRETED[value] = types.FunctionType(
+                    value.py_func.__code__, names, value.py_func.__name__, value.py_func.__defaults__)
+        for name, value in kernels:  # then kernels imported from other modules
+            if value not in _INTERPRETED:
+                names[name] = interpreted(value)
+            else:
+                names[name] = _INTERPRETED[value]
+    made = _INTERPRETED.get(kernel)
+    if made is None:  # a kernel defined in a function: its closure may hold other kernels
+        cells = None
+        if f.__closure__ is not None:
+            cells = tuple(types.CellType(interpreted(c.cell_contents))
+                          if isinstance(c.cell_contents, numba.core.dispatcher.Dispatcher) else c
+                          for c in f.__closure__)
+        made = _INTERPRETED[kernel] = types.FunctionType(f.__code__, names, f.__name__, f.__defaults__, cells)
+    return made
+
+
+_INTERPRETED: dict = {}
+_NAMESPACES: dict[int, dict] = {}
+
+
+def for_size(kernel, n: int):
+    """``kernel`` itself, or :func:`interpreted` ``(kernel)`` for inputs of at most
+    :data:`SMALL_INPUT` items. A small input costs milliseconds interpreted, while
+    compiling a kernel costs 0.5-1.5 s on a fresh install and loading it from the cache
+    0.1-0.3 s: small releases (the demo) then start in about a second, cold or warm."""
+    return interpreted(kernel) if n <= SMALL_INPUT and hasattr(kernel, "py_func") else kernel

@@ -132,16 +132,22 @@ def _spec_arg(arg: str) -> str:
     return resolved
 
 
-def _compile_notice(quiet: bool, err: TextIO) -> bool:
-    """Say once, on a cold kernel cache, that the first release compiles (returns whether cold)."""
-    from hierdp._jit import cache_is_cold
+def _compile_notice(quiet: bool, err: TextIO):
+    """A context manager that says once, when the release starts compiling a kernel (a
+    cold cache and a tree too large to run interpreted), that it is doing so."""
+    from contextlib import nullcontext
 
-    cold = cache_is_cold()
-    if cold and not quiet:
+    from hierdp._jit import notify_first_compile
+
+    if quiet:
+        return nullcontext()
+
+    def say() -> None:
         err.write(f"compiling kernels for first use, ~{COMPILE_SECONDS} s (once; cached in "
                   f"{_cache_dir_shown()})\n")
         err.flush()
-    return cold
+
+    return notify_first_compile(say)
 
 
 def _cache_dir_shown() -> str:
@@ -189,12 +195,8 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                             f"(e.g. s3://...), or ./{target} for a local folder")
     if ledger == "-":
         raise SpecError("--ledger - is not supported; give the ledger a file (the table may go to -o -)")
-    cold = _compile_notice(args.quiet, err)
-    result = runner.run_spec(spec, write=False, progress=not args.quiet)
-    if cold:
-        from hierdp._jit import mark_cache_warm
-
-        mark_cache_warm()
+    with _compile_notice(args.quiet, err):
+        result = runner.run_spec(spec, write=False, progress=not args.quiet)
     table = runner.release_frame(spec, result)
     ledger_json = result.ledger.to_json()
     if to_stdout:

@@ -2,6 +2,13 @@ import numpy as np
 import pytest
 
 import hierdp
+import hierdp._jit
+
+# The suite exercises the compiled kernels on inputs of every size (small releases run
+# them interpreted by default, see hierdp._jit.for_size; tests/test_interpreted_kernels.py
+# holds the interpreted runs equal to the compiled ones, and the CLI tests run in
+# subprocesses with the default).
+hierdp._jit.SMALL_INPUT = 0
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from hierdp import _jit, data
@@ -71,10 +72,29 @@ def test_no_writable_home_still_imports_and_runs(tmp_path):
         assert proc.returncode == 0, proc.stderr
 
 
-def test_first_release_compiles_into_the_cache_folder_and_says_so_once(tmp_path):
+def test_first_large_release_compiles_into_the_cache_folder_and_says_so_once(tmp_path):
+    """Small releases run their kernels interpreted (tests/test_interpreted_kernels.py); a
+    tree above hierdp._jit.SMALL_INPUT nodes compiles them, says so once, into the cache."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = 120 * 150  # region x district leaves: more nodes than SMALL_INPUT
+    assert n > _jit.SMALL_INPUT
+    rows = pd.DataFrame({"region": np.repeat([f"r{i:03d}" for i in range(120)], 150),
+                         "district": [f"d{j:03d}" for j in range(150)] * 120})
+    rows = rows.loc[rng.integers(0, n, 50_000)]
+    rows.to_csv(tmp_path / "persons.csv", index=False)
+    (tmp_path / "spec.yaml").write_text(
+        "hierdp: 1\nsource: {path: persons.csv}\nhierarchy:\n  levels:\n"
+        f"    - {{name: region, domain: {[f'r{i:03d}' for i in range(120)]}}}\n"
+        f"    - {{name: district, domain: {[f'd{j:03d}' for j in range(150)]}}}\n"
+        "privacy: {epsilon: 1.0}\noutput: {path: out.csv}\n")
     cache = tmp_path / "cache"
     env = {**ENV, "HIERDP_CACHE_DIR": str(cache)}
-    cmd = [sys.executable, "-m", "hierdp", "release", "demo", "--seed", "1", "-o", "out.csv"]
+    demo = subprocess.run([sys.executable, "-m", "hierdp", "release", "demo", "--seed", "1", "-o", "demo.csv"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert demo.returncode == 0 and "compiling kernels" not in demo.stderr, demo.stderr
+    cmd = [sys.executable, "-m", "hierdp", "release", "spec.yaml", "--seed", "1"]
     cold = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert cold.returncode == 0, cold.stderr
     notes = [ln for ln in cold.stderr.splitlines() if ln.startswith("compiling kernels for first use")]
@@ -83,6 +103,7 @@ def test_first_release_compiles_into_the_cache_folder_and_says_so_once(tmp_path)
     warm = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert warm.returncode == 0 and "compiling kernels" not in warm.stderr
     assert (tmp_path / "out.csv").exists() and (tmp_path / "out.ledger.json").exists()
+    assert len(pd.read_csv(tmp_path / "out.csv")) == 1 + 120 + n
 
 
 # ------------------------------------------------------------------ examples --

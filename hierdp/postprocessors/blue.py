@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
@@ -112,12 +113,13 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     y, y2, v2, vshape = _as_2d_pair(tree, values, variance)
     n = tree.n_nodes
     if y2.shape[1] != 1 or v2.shape[1] != 1:
-        bad = BK.check_values_variances(y2, v2)  # one fused pass, no temporaries
+        bad = for_size(BK.check_values_variances, y2.size)(y2, v2)  # one fused pass, no temporaries
         if bad:
             raise DataError(_BAD_INPUT[bad])
         x = np.empty_like(y2)
         xv = np.empty_like(v2)
-        BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, v2, x, xv)
+        for_size(BK.blue_2d, y2.size)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, v2,
+                                      x, xv)
         if np.any(v2 == 0.0):
             _check_exact(y2, v2, x)
         return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})
@@ -129,11 +131,11 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     if st.flat_parent is not None:
         work = st.scratch()
         try:
-            bad = BK.blue_flat_1d(st.flat_parent, st.n1, y1, v1, x, xv, work)
+            bad = for_size(BK.blue_flat_1d, n)(st.flat_parent, st.n1, y1, v1, x, xv, work)
         finally:
             st._pool.append(work)
     if bad == 3:  # the per-parent kernel (also handles uninformative or exact children)
-        bad = BK.blue_1d(st.first, st.cidx, tree.internal.leafcount, st.n1, y1, v1, x, xv)
+        bad = for_size(BK.blue_1d, n)(st.first, st.cidx, tree.internal.leafcount, st.n1, y1, v1, x, xv)
     if bad == 5:
         _check_exact(y2, v2, x.reshape(n, 1))
         bad = 0

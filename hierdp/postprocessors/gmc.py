@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
@@ -69,8 +70,8 @@ class GMCStructure:
             n = tree.n_nodes
             x = np.empty((n, 1))
             xv = np.empty((n, 1))
-            BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
-                       np.zeros((n, 1)), np.ones((n, 1)), x, xv)
+            for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
+                                               np.zeros((n, 1)), np.ones((n, 1)), x, xv)
             self._unit_variance = xv[:, 0]
             self._unit_variance.setflags(write=False)
         return self._unit_variance
@@ -81,8 +82,8 @@ def gmc_structure(tree: Tree) -> GMCStructure:
     st = tree.cache.get(_CACHE_KEY)
     if st is None:
         n1 = int(np.count_nonzero(tree.internal.n_children > 0))
-        theta = GK.gmc_theta(tree.internal.parent, tree.internal.n_children, n1)
-        starts, pars = GK.leaf_runs(tree.internal.parent, n1)
+        theta = for_size(GK.gmc_theta, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, n1)
+        starts, pars = for_size(GK.leaf_runs, tree.n_nodes)(tree.internal.parent, n1)
         inv = 1.0 / theta
         idx = np.int32 if tree.n_nodes < 2**31 - 1 else np.int64
         leaf_parent = None
@@ -134,15 +135,18 @@ def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | 
     work = _work(st, k)
     try:
         if formula == 39 and k == 1 and st.leaf_parent is not None:
-            GK.gmc_39_1d_flat(st.parent1, st.n1, st.inv_theta, st.leaf_parent, y2.reshape(-1), o2.reshape(-1),
-                              work.reshape(-1))
+            for_size(GK.gmc_39_1d_flat, tree.n_nodes)(st.parent1, st.n1, st.inv_theta, st.leaf_parent, y2.reshape(-1),
+                                                      o2.reshape(-1),
+                                                      work.reshape(-1))
         elif formula == 39 and k == 1:
-            GK.gmc_39_1d(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents,
-                         y2.reshape(-1), o2.reshape(-1), work.reshape(-1))
+            for_size(GK.gmc_39_1d, tree.n_nodes)(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents,
+                                                 y2.reshape(-1), o2.reshape(-1), work.reshape(-1))
         elif formula == 39:
-            GK.gmc_39_2d(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents, y2, o2, work)
+            for_size(GK.gmc_39_2d, tree.n_nodes)(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents, y2,
+                                                 o2, work)
         else:
-            GK.gmc_36_2d(st.parent1, st.n1, np.sqrt(st.theta), st.leaf_starts, st.leaf_parents, y2, o2, work)
+            for_size(GK.gmc_36_2d, tree.n_nodes)(st.parent1, st.n1, np.sqrt(st.theta), st.leaf_starts, st.leaf_parents,
+                                                 y2, o2, work)
     finally:
         st._pool.append(work)
     if not np.all(np.isfinite(o2[0])):
@@ -192,8 +196,8 @@ def _weighted_factors(tree: Tree, d2: np.ndarray) -> _WeightedFactors:
     rho = np.empty((n1, kv))
     u = np.empty((n1, kv))
     for c in range(kv):  # a loop over variance columns, each an O(n) pass
-        a, b, w = GK.gmc_weighted_stage1(st.parent1, n1, np.ascontiguousarray(d2[:, c]),
-                                         st.leaf_starts, st.leaf_parents)
+        a, b, w = for_size(GK.gmc_weighted_stage1, tree.n_nodes)(st.parent1, n1, np.ascontiguousarray(d2[:, c]),
+                                                                 st.leaf_starts, st.leaf_parents)
         inv[:, c], rho[:, c], u[:, c] = a, b, w
     f = _WeightedFactors(d=d2, inv_theta=inv, rho=rho, u=u)
     if key is not None:
@@ -224,13 +228,14 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     f = _weighted_factors(tree, d2)
     o2 = np.empty_like(y2)
     work = _aligned_empty((st.n1, y2.shape[1]), 5)
-    GK.gmc_weighted_2d(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u, st.leaf_starts, st.leaf_parents,
-                       y2, o2, work)
+    for_size(GK.gmc_weighted_2d, tree.n_nodes)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u, st.leaf_starts,
+                                               st.leaf_parents,
+                                               y2, o2, work)
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
         xv = np.empty_like(x)
-        BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
-                   np.zeros_like(d2), d2, x, xv)
+        for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
+                                           np.zeros_like(d2), d2, x, xv)
         f.variance = xv
     return o2.reshape(y.shape), f.variance.reshape(v.shape).copy()
 

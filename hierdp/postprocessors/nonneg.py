@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hierdp._jit import for_size
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK
@@ -57,7 +58,8 @@ class NonnegConvergenceWarning(UserWarning):
 def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
     x = np.empty_like(y2)
     xv = np.empty_like(d2)
-    BK.blue_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2, x, xv)
+    for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2,
+                                       x, xv)
     return x
 
 
@@ -116,8 +118,9 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     converged = False
     while True:
         it += 1
-        nbad = NK.nnls_step_2d(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
-                               n1, xhat, d2, fixed, tol, x, bad)
+        nbad = for_size(NK.nnls_step_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children,
+                                                       tree.internal.leafcount,
+                                                       n1, xhat, d2, fixed, tol, x, bad)
         if not nbad.any():
             converged = True
             break
@@ -125,7 +128,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
             break
         _pivot(fixed, bad, nbad, best, pivots)
     # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated (in place)
-    resid, comp, objective = NK.nnls_finish_2d(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
+    resid, comp, objective = for_size(NK.nnls_finish_2d, tree.n_nodes)(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
     out = x
     info = {
         "method": "nonneg",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hierdp._jit import for_size
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
@@ -46,7 +47,7 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
                         "scale the values down first")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty(y2.shape, np.int64)
-    RK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, y2, out, float(atol))
+    for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2, out, float(atol))
     return out.reshape(y.shape)
 
 

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from hierdp import registry
+from hierdp._threads import get_threads, set_threads
 from hierdp._version import __version__ as __version__  # re-exported
 from hierdp.errors import (
     BudgetError,
@@ -40,7 +41,7 @@ _install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is im
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
            "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "registry", "plot",
            "HierDPError", "SpecError", "HierarchyError", "BudgetError", "PluginError", "PrivacyError",
-           "DataError", "NonPrivateWarning", "NotForPublicationWarning"]
+           "DataError", "NonPrivateWarning", "NotForPublicationWarning", "set_threads", "get_threads"]
 
 
 def metric(name: str, **params: Any) -> Any:

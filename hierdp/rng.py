@@ -55,13 +55,14 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
 from hierdp.errors import expected_one_of
 
-__all__ = ["RandomSource", "SecureRandom", "SeededRandom", "make_rng"]
+__all__ = ["RandomSource", "SecureRandom", "SeededRandom", "make_rng", "reserve_words"]
 
 _CHUNK = 1 << 20  # words per os.urandom call (8 MiB)
 _BLOCKS_PER_KEY = 1 << 27  # 2**30 words (8 GiB) per ChaCha20 key, far below the 2**32-block counter
@@ -246,6 +247,36 @@ class SecureRandom(_WordSource):
             pos = stop
         return out
 
+    def reserve(self, size: int) -> Callable[..., np.ndarray]:
+        """The next ``size`` words' place in the stream, taken now; the returned function
+        computes them (once, in any thread; into ``out[:size]`` when given ``out``).
+        Blocks are reserved under the lock as in :meth:`words`, so no (key, nonce,
+        counter) is ever used twice."""
+        size = int(size)
+        if size < 0:
+            raise ValueError(f"reserve(size): size must be non-negative, got {size}")
+        if self.method == "os":
+            return lambda out=None: self.words(size)
+        parts = []
+        pos = 0
+        while pos < size:
+            with self._lock:
+                if (self._pid != os.getpid() or self._fork_generation != _FORK_GENERATION
+                        or self._counter >= _BLOCKS_PER_KEY):
+                    self._rekey()
+                take = min(-(-(size - pos) // 8), _BLOCKS_PER_KEY - self._counter)
+                parts.append((self._key, self._nonce, self._counter, pos, min(size, pos + 8 * take)))
+                self._counter += take
+            pos = parts[-1][4]
+
+        def compute(out: np.ndarray | None = None) -> np.ndarray:
+            out = np.empty(size, dtype=np.uint64) if out is None else out[:size]
+            for key, nonce, counter, start, stop in parts:
+                chacha20_fill(key, nonce, counter, out[start:stop])
+            return out
+
+        return compute
+
     def __reduce__(self):
         # a copy or an unpickled instance draws its own key: it never replays this stream
         return (SecureRandom, (self.method,))
@@ -282,8 +313,29 @@ class SeededRandom(_WordSource):
     def words(self, size: int) -> np.ndarray:
         return self._bitgen.random_raw(int(size)).astype(np.uint64, copy=False)
 
+    def reserve(self, size: int) -> Callable[..., np.ndarray]:
+        """The next ``size`` words, computed later (in any thread) by the returned function:
+        the same words :meth:`words` would give now (PCG64 jumps ahead by ``size``)."""
+        size = int(size)
+        ahead = np.random.PCG64()
+        ahead.state = self._bitgen.state
+        self._bitgen.advance(size)
+        return lambda out=None: ahead.random_raw(size).astype(np.uint64, copy=False)
+
     def __repr__(self) -> str:
         return f"SeededRandom(seed={self.seed})"
+
+
+def reserve_words(rng: RandomSource, size: int) -> Callable[..., np.ndarray]:
+    """``rng.words(size)`` in two steps: the words' place in the stream is taken now, in
+    the caller's order, and the returned function computes them later, in any thread
+    (into its argument, a uint64 buffer of at least ``size`` words, where the source
+    can). Sources without a ``reserve`` method compute the words now."""
+    reserve = getattr(rng, "reserve", None)
+    if reserve is not None:
+        return reserve(size)
+    words = rng.words(size)
+    return lambda out=None: words
 
 
 def make_rng(seed: int | None = None) -> RandomSource:

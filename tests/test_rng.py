@@ -168,6 +168,36 @@ def test_each_call_uses_new_blocks_and_rekeys_before_the_limit(monkeypatch):
     assert fake.calls == [44, 44]
 
 
+def test_reserved_words_take_their_blocks_in_reservation_order(monkeypatch):
+    """reserve() takes the blocks at once and computes them later (here in reverse
+    order, one into a buffer): the same keystream words() would have given, across a
+    rekey, and no block twice."""
+    fake = FakeEntropy([_material(1), _material(2)])
+    monkeypatch.setattr(os, "urandom", fake)
+    monkeypatch.setattr(R, "_BLOCKS_PER_KEY", 3)
+    r = SecureRandom()
+    f1 = r.reserve(10)  # blocks 0, 1 of key 1 (the last 6 words discarded)
+    f2 = r.reserve(12)  # block 2 of key 1, block 0 of key 2
+    c = r.words(3)  # block 1 of key 2
+    buf = np.zeros(16, dtype=np.uint64)
+    b = f2(buf)
+    a = f1()
+    k1, k2 = _material(1), _material(2)
+    s1 = ref_stream(k1[:32], k1[32:], 0, 3)
+    s2 = ref_stream(k2[:32], k2[32:], 0, 2)
+    assert as_bytes(a) == s1[:80]
+    assert as_bytes(b) == s1[128:192] + s2[:32] and np.shares_memory(b, buf)
+    assert as_bytes(c) == s2[64:88]
+
+
+def test_seeded_reserve_gives_the_words_in_stream_order():
+    r, ref = SeededRandom(4), SeededRandom(4).words(30)
+    f1, f2 = r.reserve(10), r.reserve(15)
+    tail = r.words(5)
+    np.testing.assert_array_equal(np.r_[f1(), f2(), tail], ref)
+    np.testing.assert_array_equal(R.reserve_words(r, 3)(), SeededRandom(4).words(33)[30:])
+
+
 def test_default_rekey_limit_is_within_the_counter_range():
     assert R._BLOCKS_PER_KEY * 8 <= 2**30 and R._BLOCKS_PER_KEY <= R.MAX_BLOCKS
 

@@ -47,14 +47,16 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
 
+from hierdp._jit import for_size
 from hierdp._jit import numba as nb
 from hierdp.errors import BudgetError
-from hierdp.rng import RandomSource
+from hierdp.rng import RandomSource, reserve_words
 
 __all__ = [
     "DLapParams", "DGaussParams", "dlap_params", "dgauss_params",
@@ -70,6 +72,8 @@ _ACCEPT_FUZZ = 1e-12  # relative error margin (x (1 + γ)) of the float fast pat
 _FAST_PATH = True  # byte-wide digit comparisons when the batch has words to spare
 _DG_METHOD = "blocks"  # default discrete Gaussian sampler: "blocks" or "cks"
 _LIMIT = 1 << 62
+_CHUNK_DRAWS = 1 << 16  # requests above this are drawn in chunks of this many draws (see _run)
+_CHUNK_GROUP = 32  # chunks whose words are taken from the source together
 
 
 
@@ -89,7 +93,7 @@ _NSTATE = 24  # st[16] = next word index, st[17:19] = pending exact acceptance
 _ST_OK, _ST_WORDS, _ST_OVERFLOW, _ST_PRECISION, _ST_UNDECIDED = 0, 1, 2, 3, 4
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, words, st,
           zi, zf, zthr, zalias, zhinv):
     """Fill out[start:] with draws; returns (next index, status). State lives in ``st``.
@@ -733,46 +737,95 @@ _NO_ZIG = (np.zeros(7, dtype=np.int64), np.zeros(2), np.zeros(1, dtype=np.int64)
            np.zeros(1, dtype=np.int64), np.zeros(1))
 
 
+class _Draws:
+    """One run of the state machine over ``out`` (a whole request, or one chunk of it)."""
+
+    __slots__ = ("out", "i", "st", "words", "nwords", "cb", "fetch", "slot")
+
+    def __init__(self, out: np.ndarray, gauss: int, cb: np.ndarray) -> None:
+        self.out, self.i, self.cb, self.nwords = out, 0, cb, _TABLE_WORDS
+        self.st = np.zeros(_NSTATE, dtype=np.int64)
+        self.st[0] = _ZA if gauss == 2 else _YB
+        self.words = np.empty(0, dtype=np.int64)
+        self.fetch: Callable[..., np.ndarray] | None = None  # words reserved, computed by the first step
+        self.slot: np.ndarray | None = None  # where to compute them (a buffer re-used by later chunks)
+
+    def need(self, words_per_draw: float) -> int:
+        """Words to ask for when the batch is used up: the expected need of what is left."""
+        return int(min(_WORD_BATCH, (self.out.shape[0] - self.i) * words_per_draw * 1.05 + 16))
+
+
 def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int,
          rng: RandomSource, words_per_draw: float, zig: _Zig | None = None) -> np.ndarray:
+    """``size`` draws. Up to :data:`_CHUNK_DRAWS` draws run as one stream of words; more
+    run as chunks of :data:`_CHUNK_DRAWS` draws (each its own stream of fresh words, on
+    up to ``hierdp.get_threads()`` threads). The words each chunk gets, and the order in
+    which they are taken from ``rng``, depend on the chunks alone, never on the threads:
+    the output is the same whatever the thread count."""
     size = int(size)
     out = np.empty(size, dtype=np.int64)
     if size == 0:
         return out
     jbits, g0, gint, fnum, fden = _core(a_num, a_den)
     mm, bb, den = dg
-    nwords = _TABLE_WORDS
-    cb = _table(a_num, a_den, jbits, g0, nwords)
+    cb = _table(a_num, a_den, jbits, g0, _TABLE_WORDS)
     zarrs = _NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
-    st = np.zeros(_NSTATE, dtype=np.int64)
-    st[0] = _ZA if gauss == 2 else _YB
-    i = 0
-    words = np.empty(0, dtype=np.int64)
-    while True:
-        if not words.size:
-            need = int(min(_WORD_BATCH, (size - i) * words_per_draw * 1.05 + 16))
-            words = rng.words(need).view(np.int64)
-        i, status = _fill(gauss, out, i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den, _ACCEPT_FUZZ,
-                          _FAST_PATH, cb, words, st, *zarrs)
+    fill = for_size(_fill, size)
+
+    def step(d: _Draws) -> tuple[int, int]:
+        if d.fetch is not None:
+            d.words, d.fetch = d.fetch(d.slot).view(np.int64), None
+        return fill(gauss, d.out, d.i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den, _ACCEPT_FUZZ,
+                    _FAST_PATH, d.cb, d.words, d.st, *zarrs)
+
+    def settle(d: _Draws, status: int) -> bool:
+        """Act on a stopped run (in chunk order: this may take words from ``rng``); True when done."""
         if status == _ST_OVERFLOW:
             raise OverflowError("an exact sampler hit an intermediate value above 2**62; "
                                 "this should not happen for supported parameters (report it)")
         if status == _ST_PRECISION:  # a comparison needs more bits of a constant (p < 2**-100)
-            nwords *= 2
-            cb = _table(a_num, a_den, jbits, g0, nwords)
-            continue
-        if status == _ST_UNDECIDED:
+            d.nwords *= 2
+            d.cb = _table(a_num, a_den, jbits, g0, d.nwords)
+        elif status == _ST_UNDECIDED:
             if gauss == 2:
-                ok = zig.accept_exact(int(st[19]), int(st[20]), int(st[17]), rng)
-                st[0] = _ZS if ok else _ZA
+                ok = zig.accept_exact(int(d.st[19]), int(d.st[20]), int(d.st[17]), rng)
+                d.st[0] = _ZS if ok else _ZA
             else:
-                st[8] = int(_accept_exact(int(st[18]), den, int(st[17]), rng))
-                st[0] = _GF
-            continue
-        if i >= size:
-            return out
-        words = np.empty(0, dtype=np.int64)
-        st[16] = 0
+                d.st[8] = int(_accept_exact(int(d.st[18]), den, int(d.st[17]), rng))
+                d.st[0] = _GF
+        elif d.i >= d.out.shape[0]:
+            return True
+        else:  # the batch of words is used up: the next one, from where the state machine stopped
+            d.words = rng.words(d.need(words_per_draw)).view(np.int64)
+            d.st[16] = 0
+        return False
+
+    if size <= _CHUNK_DRAWS:
+        d = _Draws(out, gauss, cb)
+        d.words = rng.words(d.need(words_per_draw)).view(np.int64)
+        while True:
+            d.i, status = step(d)
+            if settle(d, status):
+                return out
+    from hierdp._threads import run_pieces
+
+    # the first words of each chunk go to a slot of one buffer, re-used group after group
+    # (fresh memory costs a page fault per 4 KiB, about as much as computing the words)
+    slots = np.empty((_CHUNK_GROUP, _Draws(out[:_CHUNK_DRAWS], gauss, cb).need(words_per_draw)), np.uint64)
+    for first in range(0, size, _CHUNK_DRAWS * _CHUNK_GROUP):  # a bounded group of chunks at a time
+        group = [_Draws(out[a:min(a + _CHUNK_DRAWS, size)], gauss, cb)
+                 for a in range(first, min(first + _CHUNK_DRAWS * _CHUNK_GROUP, size), _CHUNK_DRAWS)]
+        for d, slot in zip(group, slots, strict=False):  # chunk c's words follow chunk c-1's in the stream
+            d.fetch, d.slot = reserve_words(rng, d.need(words_per_draw)), slot
+        while group:
+            stops = run_pieces(step, group)
+            left = []
+            for d, (i, status) in zip(group, stops, strict=True):
+                d.i = i
+                if not settle(d, status):
+                    left.append(d)
+            group = left
+    return out
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""How many threads hierdp's O(n) passes may use, and the pool they run in.
+
+The setting is, first that is set: :func:`set_threads`, the ``HIERDP_THREADS``
+environment variable, the number of cores this process may run on. ``1`` gives
+single-threaded behaviour. Work is always cut into pieces that do not depend on the
+setting (chunks of a fixed number of draws, slices of a height class cut at parent
+boundaries), and each piece is computed the same way whichever thread runs it, so a
+release is bit-identical whatever the thread count (tested).
+
+Kernels release the GIL (numba ``nogil=True``), so plain Python threads run them in
+parallel; pieces are handed out by :func:`run_pieces`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+__all__ = ["THREADS_ENV", "get_threads", "set_threads", "run_pieces"]
+
+THREADS_ENV = "HIERDP_THREADS"
+_T = TypeVar("_T")
+_chosen: int | None = None
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_pid = 0
+_lock = threading.Lock()
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _parse(value: Any, where: str) -> int:
+    import numbers
+
+    n = 0
+    if isinstance(value, str) and value.strip().isdigit():
+        n = int(value.strip())
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        n = int(value)
+    if n < 1:
+        raise ValueError(f"{where} must be a whole number of threads >= 1 (1 = single-threaded), got {value!r}")
+    return n
+
+
+def get_threads() -> int:
+    """The number of threads hierdp's passes use now (see :func:`set_threads`)."""
+    if _chosen is not None:
+        return _chosen
+    env = os.environ.get(THREADS_ENV, "").strip()
+    if env:
+        return _parse(env, THREADS_ENV)
+    return _cores()
+
+
+def set_threads(threads: int | None) -> int | None:
+    """Use ``threads`` threads for hierdp's O(n) passes (noise, aggregation, BLUE, GMC,
+    ``nonneg``, ``round``); ``None`` goes back to ``HIERDP_THREADS`` or the number of
+    cores. Returns the previous setting (``None`` when none was set), so that::
+
+        old = hierdp.set_threads(1)
+        ...
+        hierdp.set_threads(old)
+
+    restores it. Results do not depend on the setting, only the time they take.
+    """
+    global _chosen
+    previous = _chosen
+    _chosen = None if threads is None else _parse(threads, "threads")
+    return previous
+
+
+def _executor(n: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size, _pool_pid
+    with _lock:
+        if _pool is None or _pool_size != n or _pool_pid != os.getpid():  # a forked child needs its own
+            if _pool is not None and _pool_pid == os.getpid():
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="hierdp")
+            _pool_size, _pool_pid = n, os.getpid()
+        return _pool
+
+
+def run_pieces(fn: Callable[[_T], Any], pieces: Sequence[_T]) -> list[Any]:
+    """``[fn(p) for p in pieces]``, on up to :func:`get_threads` threads (in this thread
+    when one suffices). Results come back in the order of ``pieces``; the first error
+    raised by a piece is raised here once every piece has finished."""
+    n = min(get_threads(), len(pieces))
+    if n <= 1:
+        return [fn(p) for p in pieces]
+    futures = [_executor(n).submit(fn, p) for p in pieces]
+    errors = [f.exception() for f in futures]
+    for e in errors:
+        if e is not None:
+            raise e
+    return [f.result() for f in futures]

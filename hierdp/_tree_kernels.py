@@ -104,6 +104,25 @@ def sum_up_1d(parent, values, out):
 
 
 @_jit
+def sum_up_range(parent, out, lo, hi):
+    """``out[parent[i]] += out[i]`` for i = hi-1 .. lo: one height class (or a piece of
+    it cut at parent boundaries) of :func:`sum_up_1d` / :func:`sum_up_2d`'s loop, for
+    threads (hierdp/_tree_pieces.py). uint64 bounds: no wraparound test per access."""
+    top = nb.uint64(hi - 1)
+    if out.ndim == 1:
+        for j in range(nb.uint64(hi - lo)):
+            i = top - j
+            out[parent[i]] += out[i]
+    else:
+        k = out.shape[1]
+        for j in range(nb.uint64(hi - lo)):
+            i = top - j
+            p = parent[i]
+            for c in range(k):
+                out[p, c] += out[i, c]
+
+
+@_jit
 def ancestor_codes(parent, depth, codes, level):
     """For each node, the code of its ancestor at depth ``level`` (-1 above that depth)."""
     n = parent.shape[0]

@@ -543,8 +543,23 @@ class Tree:
         return self.to_external(self._sum_up(full))
 
     def _sum_up(self, values: np.ndarray) -> np.ndarray:
-        """Internal-order subtree sums of internal-order node values (leaf values elsewhere 0)."""
-        return K.subtree_sums(self._parent, self._depth, values)
+        """Internal-order subtree sums of internal-order node values (leaf values elsewhere 0).
+
+        Large trees sum one height class at a time, each cut into pieces at parent
+        boundaries that ``hierdp.get_threads()`` threads add up at once (the same sums,
+        in the same order per parent, as the one-thread loop)."""
+        from hierdp._tree_pieces import PARALLEL_MIN, tree_pieces
+
+        if self.n_nodes < PARALLEL_MIN:
+            return K.subtree_sums(self._parent, self._depth, values)
+        from hierdp._threads import run_pieces
+
+        pieces = tree_pieces(self)
+        out = np.array(values, order="C")
+        parent = self._parent
+        for cls in [pieces.leaves, *pieces.classes[:-1]]:  # the last class is the root alone
+            run_pieces(lambda r: K.sum_up_range(parent, out, r[0], r[1]), cls)
+        return out
 
     def is_consistent(self, values: np.ndarray, rtol: float = 1e-9, atol: float = 1e-6) -> bool:
         """Whether every internal node equals the sum of its children (external order)."""

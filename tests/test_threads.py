@@ -9,8 +9,17 @@ import pytest
 
 import hierdp
 from hierdp import _threads
+from hierdp import _tree_kernels as TK
+from hierdp import _tree_pieces as TP
 from hierdp.mechanisms import _samplers as S
+from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.postprocessors import _gmc_kernels as GK
+from hierdp.postprocessors import _rounding_kernels as RK
+from hierdp.postprocessors import blue as B
+from hierdp.postprocessors import gmc as G
+from hierdp.postprocessors.rounding import controlled_round
 from hierdp.rng import SeededRandom
+from tests.helpers import random_parent
 
 
 @pytest.fixture
@@ -97,3 +106,117 @@ def test_chunked_draws_have_the_exact_distribution(restore_threads):
     second = x[S._CHUNK_DRAWS: 2 * S._CHUNK_DRAWS]
     assert not np.array_equal(first, second)
     assert abs(np.corrcoef(first, second)[0, 1]) < 0.02
+
+
+# -- tree passes in pieces ---------------------------------------------------------------------
+
+@pytest.fixture
+def small_pieces(monkeypatch, restore_threads):
+    """Cut trees of a few thousand nodes into pieces of 16 nodes (the passes of census-size
+    trees, at test size)."""
+    monkeypatch.setattr(TP, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(TP, "PIECE", 16)
+    for mod in (B, G):
+        monkeypatch.setattr(mod, "PARALLEL_MIN", 64)
+    from hierdp.postprocessors import rounding
+
+    monkeypatch.setattr(rounding, "PARALLEL_MIN", 64)
+
+
+def _trees():
+    """Ragged random trees (hierdp's own order), a complete binary tree, a tree whose
+    fan-out changes at every node, and a caterpillar (one class per node)."""
+    rng = np.random.default_rng(0)
+    out = [hierdp.Tree.from_parent(random_parent(rng, int(m))) for m in (300, 2000, 5000)]
+    out.append(hierdp.Tree.complete(2, 11))
+    fan = rng.integers(1, 6, 700)
+    parent = np.repeat(np.arange(700), fan)
+    out.append(hierdp.Tree.from_parent(np.r_[-1, parent[: 2999]]))
+    out.append(hierdp.Tree.from_parent(np.r_[-1, np.repeat(np.arange(0, 200, 2), 2)[:199]]))
+    return out
+
+
+def test_pieces_cut_classes_at_parent_boundaries(small_pieces):
+    for tree in _trees():
+        tree.cache.clear()
+        p = TP.tree_pieces(tree)
+        par = tree.internal.parent
+        assert p.leaves[0][0] == p.n1 and p.leaves[-1][1] == tree.n_nodes
+        ranges = [p.leaves, *p.classes]
+        assert sum(b - a for cls in ranges for a, b in cls) == tree.n_nodes
+        for h, cls in enumerate(ranges, start=1):
+            sl = tree.internal.height_slice(h)
+            assert cls[0][0] == sl.start and cls[-1][1] == sl.stop
+            for (_, b), (a, _) in zip(cls[:-1], cls[1:], strict=True):
+                assert b == a and par[a] != par[a - 1]  # never inside a parent's run of children
+            owners = [set(par[a:b].tolist()) for a, b in cls]
+            for i in range(len(owners)):
+                for j in range(i + 1, len(owners)):
+                    assert not owners[i] & owners[j]  # no parent fed by two pieces
+
+
+def _agree_over_threads(run):
+    results = []
+    for threads in (1, 2, 3):
+        hierdp.set_threads(threads)
+        results.append(run())
+    for r in results[1:]:
+        for a, b in zip(results[0], r, strict=True):
+            np.testing.assert_array_equal(a, b)
+    return results[0]
+
+
+def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
+    """Aggregation, BLUE, GMC and round in pieces: identical over 1-3 threads and equal,
+    bit for bit, to the one-loop kernels."""
+    rng = np.random.default_rng(1)
+    for tree in _trees():
+        tree.cache.clear()
+        n = tree.n_nodes
+        leaves = rng.poisson(4.0, tree.n_leaves)
+        full = np.zeros(n, np.int64)
+        full[tree.n_nodes - tree.n_leaves:] = leaves
+        y = tree.to_internal(tree.aggregate(leaves)).astype(float) + rng.normal(0, 2, n)
+        var = rng.uniform(0.5, 3.0, n)
+        fl = tree.to_internal(tree.aggregate(rng.uniform(0, 4, tree.n_leaves)))
+
+        def run(tree=tree, full=full, y=y, var=var, fl=fl):
+            tree.cache.clear()
+            e = B.blue(tree, y, var)
+            return [tree._sum_up(full), tree._sum_up(np.c_[full, 2 * full]), e.values, e.variance,
+                    G.gmc(tree, y), controlled_round(tree, fl)]
+
+        agg, agg2, x, xv, g, r = _agree_over_threads(run)
+        np.testing.assert_array_equal(agg, TK.sum_up_1d(tree.internal.parent, full, np.empty_like(full)))
+        np.testing.assert_array_equal(agg2[:, 1], 2 * agg)
+        st = B._structure(tree)
+        if st.flat_parent is not None:  # the flat BLUE kernel in one loop
+            x1, xv1 = np.empty(n), np.empty(n)
+            assert BK.blue_flat_1d(st.flat_parent, st.n1, y, var, x1, xv1, np.empty((st.n1, 2))) == 0
+            np.testing.assert_array_equal(x, x1)
+            np.testing.assert_array_equal(xv, xv1)
+        gs = G.gmc_structure(tree)
+        g1 = np.empty(n)
+        GK.gmc_39_1d(gs.parent1, gs.n1, gs.inv_theta, gs.leaf_starts, gs.leaf_parents, y, g1, np.empty(gs.n1))
+        np.testing.assert_allclose(g, g1, rtol=0, atol=0)
+        r1 = np.empty((n, 1), np.int64)
+        RK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, fl.reshape(n, 1), r1, 1e-7)
+        np.testing.assert_array_equal(r, r1[:, 0])
+        assert tree.is_consistent(tree.to_external(x)) and tree.is_consistent(tree.to_external(g))
+
+
+def test_a_release_is_the_same_whatever_the_thread_count(small_pieces, monkeypatch):
+    """Noise in chunks and every post-processing pass in pieces: a seeded release gives
+    the same table on 1, 2 and 3 threads."""
+    monkeypatch.setattr(S, "_CHUNK_DRAWS", 256)
+    tree = hierdp.Tree.complete(3, 8)  # 3,280 nodes
+    counts = np.random.default_rng(2).poisson(5, tree.n_leaves)
+    true = tree.aggregate(counts)
+
+    def run():
+        with pytest.warns(hierdp.NotForPublicationWarning):
+            r = hierdp.release(tree, true, epsilon=1.0, postprocess=["blue", "nonneg", "round"], seed=3)
+        return [r.estimate.values, r.measurements.values]
+
+    est, noisy = _agree_over_threads(run)
+    assert np.all(est >= 0) and tree.is_consistent(est) and not np.array_equal(noisy, true)

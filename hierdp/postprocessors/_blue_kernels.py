@@ -606,6 +606,97 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
     return 0
 
 
+# ---- blue_flat_1d cut into its four passes over node ranges, for threads (see
+# hierdp/_tree_pieces.py): each range kernel runs the same arithmetic on [lo, hi) as the
+# corresponding loop of blue_flat_1d, so any cut of the passes at parent boundaries gives
+# the same bits as blue_flat_1d itself. Loop indices are uint64: numba then knows they
+# are not negative and drops its wraparound test per access (measured: a plain
+# ``b[i] = 2 * a[i]`` loop over range(lo, hi) ran at 4.6x numpy's time, at 1.0x with
+# uint64 bounds). ``lo``, ``hi`` must be >= 0.
+@_jit
+def flat_leaves_up(par, y, var, W, lo, hi):
+    """Pass 1 over leaves [lo, hi) (cut at parent boundaries); returns (acc, bad, exact)."""
+    inf = np.inf
+    acc = 0.0
+    bad = 0
+    exact = 0
+    prev = -1
+    s = 0.0
+    u = 0.0
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        p = par[i]
+        yi = y[i]
+        vi = var[i]
+        acc += yi * 0.0
+        bad += not (vi >= 0.0)
+        exact += vi == 0.0
+        keep = p == prev
+        s = (s if keep else 0.0) + (yi if vi < inf else 0.0)
+        u = (u if keep else 0.0) + vi
+        W[p, 0] = s
+        W[p, 1] = u
+        prev = p
+    return acc, bad, exact
+
+
+@_jit
+def flat_internal_up(par, y, var, x, xvar, W, lo, hi):
+    """Pass 1 over internal nodes [lo, hi) of one height class, bottom-up; returns
+    (acc, bad, exact, special)."""
+    inf = np.inf
+    acc = 0.0
+    bad = 0
+    exact = 0
+    special = 0
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        c = top - j
+        S = W[c, 0]
+        U = W[c, 1]
+        vc = var[c]
+        yc = y[c]
+        acc += yc * 0.0
+        bad += not (vc >= 0.0)
+        exact += vc == 0.0
+        special += not (0.0 < U < inf)
+        z, u = blue_combine(yc, vc, S, U)
+        x[c] = z
+        xvar[c] = u
+        if c > 0:
+            p = par[c]
+            W[p, 0] += z
+            W[p, 1] += u
+    return acc, bad, exact, special
+
+
+@_jit
+def flat_internal_down(par, x, xvar, W, lo, hi):
+    """Pass 2 over internal nodes [lo, hi) of one height class, top-down."""
+    for c in range(nb.uint64(lo), nb.uint64(hi)):
+        if c > 0:
+            p = par[c]
+            u = xvar[c]
+            w = u * W[p, 1]
+            x[c] += u * W[p, 0]
+            v = u - u * w + w * w * xvar[p]
+            xvar[c] = v if v > 0.0 else 0.0
+        invU = 1.0 / W[c, 1]
+        W[c, 0] = (x[c] - W[c, 0]) * invU
+        W[c, 1] = invU
+
+
+@_jit
+def flat_leaves_down(par, y, var, x, xvar, W, lo, hi):
+    """Pass 2 over leaves [lo, hi)."""
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        p = par[i]
+        vi = var[i]
+        w = vi * W[p, 1]
+        x[i] = y[i] + vi * W[p, 0]
+        v = vi - vi * w + w * w * xvar[p]
+        xvar[i] = v if v > 0.0 else 0.0
+
+
 def blue_structure(parent, n_children):
     """Structure arrays for :func:`blue_1d`: ``(n1, first, cidx)`` (see there).
 

@@ -313,3 +313,69 @@ def gmc_weighted_2d(parent, n1, d, inv_theta, rho, u, leaf_starts, leaf_parents,
             for c in range(k):
                 out[i, c] = v[i, c]
     return out
+
+
+# ---- formula (39) for one histogram cut into passes over node (or leaf-run) ranges, for
+# threads (see hierdp/_tree_pieces.py). Each range kernel runs the arithmetic of the
+# matching loop of gmc_39_1d / gmc_39_1d_flat (which agree bit for bit when every parent's
+# leaves form one run), so any cut at parent boundaries gives the same bits. uint64 loop
+# bounds: no wraparound test per access (see _blue_kernels.flat_leaves_up).
+@_jit_fast
+def p39_leaves_up_flat(leaf_parent, n1, v, acc, lo, hi):
+    """acc[p] = -(sum of p's leaf children) for leaves [lo, hi), one by one."""
+    prev = -1
+    s = 0.0
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        p = leaf_parent[i - n1]
+        s = (s if p == prev else 0.0) + v[i]
+        acc[p] = -s
+        prev = p
+
+
+@_jit_fast
+def p39_leaves_up_runs(leaf_starts, leaf_parents, v, acc, rlo, rhi):
+    """acc[p] = -(sum of p's leaf children) for leaf runs [rlo, rhi)."""
+    for r in range(nb.uint64(rlo), nb.uint64(rhi)):
+        s = 0.0
+        for i in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
+            s += v[i]
+        acc[leaf_parents[r]] -= s
+
+
+@_jit_fast
+def p39_internal_up(parent, inv_theta, v, out, acc, lo, hi):
+    """Bottom-up over the non-leaf nodes [lo, hi) of one height class (the root last)."""
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        i = top - j
+        z = (v[i] + acc[i]) * inv_theta[i]
+        acc[i] = z
+        if i > 0:
+            acc[parent[i]] += z - v[i]
+        else:
+            out[0] = v[0] - z
+
+
+@_jit_fast
+def p39_internal_down(parent, inv_theta, v, out, acc, lo, hi):
+    """Top-down over the non-leaf nodes [lo, hi) of one height class (the root skipped)."""
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        if i > 0:
+            yf = acc[parent[i]]
+            y = acc[i] + yf * inv_theta[i]
+            acc[i] = y
+            out[i] = v[i] - y + yf
+
+
+@_jit_fast
+def p39_leaves_down_flat(leaf_parent, n1, v, out, acc, lo, hi):
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        out[i] = v[i] + acc[leaf_parent[i - n1]]
+
+
+@_jit_fast
+def p39_leaves_down_runs(leaf_starts, leaf_parents, v, out, acc, rlo, rhi):
+    for r in range(nb.uint64(rlo), nb.uint64(rhi)):
+        yf = acc[leaf_parents[r]]
+        for i in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
+            out[i] = v[i] + yf

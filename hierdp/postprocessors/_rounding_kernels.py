@@ -92,8 +92,23 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
     Values within ``atol`` of an integer are treated as that integer.
     """
     n, k = x.shape
+    for c in range(k):
+        x0 = x[0, c]
+        if x0 < 0.0:
+            x0 = 0.0
+        out[0, c] = np.int64(np.floor(x0 + 0.5))
+    round_parents(child_ptr, child_idx, x, out, atol, 0, n)
+    return out
+
+
+@_jit
+def round_parents(child_ptr, child_idx, x, out, atol, lo, hi):
+    """The children of parents [lo, hi) of :func:`round_top_down_2d` (each parent's own
+    value ``out[i]`` already final). Parents of one height class are independent: a
+    piece of a class per thread (hierdp/_tree_pieces.py), the same integers whatever the cut."""
+    k = x.shape[1]
     maxc = 0
-    for i in range(n):
+    for i in range(lo, hi):
         nc = child_ptr[i + 1] - child_ptr[i]
         if nc > maxc:
             maxc = nc
@@ -101,12 +116,7 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
     base = np.empty(maxc, np.int64)
     counts = np.zeros(1025, np.int64)
     members = np.empty(maxc, np.int64)
-    for c in range(k):
-        x0 = x[0, c]
-        if x0 < 0.0:
-            x0 = 0.0
-        out[0, c] = np.int64(np.floor(x0 + 0.5))
-    for i in range(n):
+    for i in range(lo, hi):
         a0 = child_ptr[i]
         nc = child_ptr[i + 1] - a0
         if nc == 0:
@@ -164,4 +174,3 @@ def round_top_down_2d(child_ptr, child_idx, x, out, atol):
                         break
             for t in range(nc):
                 out[child_idx[a0 + t], c] = base[t]
-    return out

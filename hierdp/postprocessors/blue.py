@@ -9,6 +9,8 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
+from hierdp._threads import run_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
@@ -83,7 +85,9 @@ def _structure(tree: Tree) -> _BlueStructure:
         fan = tree.internal.n_children[:n1]
         changes = int(np.count_nonzero(fan[1:] != fan[:-1])) if n1 > 1 else 0
         flat_parent = None
-        if n1 > 0 and changes > FLAT_IRREGULARITY * tree.n_nodes:
+        # from PARALLEL_MIN nodes on, the flat kernel on every tree it applies to: its passes
+        # cut into pieces for threads (the per-parent kernel is one loop)
+        if n1 > 0 and (changes > FLAT_IRREGULARITY * tree.n_nodes or tree.n_nodes >= PARALLEL_MIN):
             par = tree.internal.parent.astype(first.dtype)
             leaf_par = par[n1:]
             starts = np.flatnonzero(np.diff(leaf_par, prepend=-1))
@@ -95,6 +99,32 @@ def _structure(tree: Tree) -> _BlueStructure:
         st = _BlueStructure(n1, first, cidx, flat_parent)
         tree.cache[_STRUCT_KEY] = st
     return st
+
+
+def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.ndarray, x: np.ndarray,
+                      xv: np.ndarray, W: np.ndarray) -> int:
+    """:func:`hierdp.postprocessors._blue_kernels.blue_flat_1d`, its passes run piece by
+    piece on ``hierdp.get_threads()`` threads (same return codes, same bits)."""
+    W[:] = 0.0
+    flags = run_pieces(lambda r: BK.flat_leaves_up(par, y, var, W, r[0], r[1]), pieces.leaves)
+    acc = sum(f[0] for f in flags)
+    bad = sum(f[1] for f in flags)
+    special = sum(f[2] for f in flags)
+    for cls in pieces.classes:
+        for f in run_pieces(lambda r: BK.flat_internal_up(par, y, var, x, xv, W, r[0], r[1]), cls):
+            acc += f[0]
+            bad += f[1]
+            special += f[2] + f[3]
+    if acc != 0.0:
+        return 1
+    if bad:
+        return 2
+    if special:
+        return 3
+    for cls in reversed(pieces.classes):
+        run_pieces(lambda r: BK.flat_internal_down(par, x, xv, W, r[0], r[1]), cls)
+    run_pieces(lambda r: BK.flat_leaves_down(par, y, var, x, xv, W, r[0], r[1]), pieces.leaves)
+    return 0
 
 
 def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
@@ -131,7 +161,10 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     if st.flat_parent is not None:
         work = st.scratch()
         try:
-            bad = for_size(BK.blue_flat_1d, n)(st.flat_parent, st.n1, y1, v1, x, xv, work)
+            if n >= PARALLEL_MIN:
+                bad = _blue_flat_pieces(tree_pieces(tree), st.flat_parent, y1, v1, x, xv, work)
+            else:
+                bad = for_size(BK.blue_flat_1d, n)(st.flat_parent, st.n1, y1, v1, x, xv, work)
         finally:
             st._pool.append(work)
     if bad == 3:  # the per-parent kernel (also handles uninformative or exact children)

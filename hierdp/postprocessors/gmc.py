@@ -27,6 +27,8 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
+from hierdp._threads import run_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK
@@ -60,6 +62,7 @@ class GMCStructure:
     leaf_parents: np.ndarray
     parent1: np.ndarray        # parents of the non-leaf prefix (int32 when it fits)
     leaf_parent: np.ndarray | None = None  # parents of the leaves, when runs are short
+    one_run_per_parent: bool = False  # every parent's leaf children are adjacent
     _unit_variance: np.ndarray | None = field(default=None, repr=False)
     _pool: list = field(default_factory=list, repr=False)
 
@@ -89,11 +92,12 @@ def gmc_structure(tree: Tree) -> GMCStructure:
         leaf_parent = None
         n_runs = pars.size
         # short sibling runs (and one run per parent): visit leaves one by one
-        if n1 and n_runs and (tree.n_nodes - n1) < SHORT_RUNS * n_runs and np.bincount(pars, minlength=n1).max() == 1:
+        one_run = bool(n1 and n_runs and np.bincount(pars, minlength=n1).max() == 1)
+        if one_run and (tree.n_nodes - n1) < SHORT_RUNS * n_runs:
             leaf_parent = tree.internal.parent[n1:].astype(idx)
         st = GMCStructure(n1=n1, theta=theta, inv_theta=inv, leaf_starts=starts.astype(idx),
                           leaf_parents=pars.astype(idx), parent1=tree.internal.parent[:n1].astype(idx),
-                          leaf_parent=leaf_parent)
+                          leaf_parent=leaf_parent, one_run_per_parent=one_run)
         tree.cache[_CACHE_KEY] = st
     return st
 
@@ -108,6 +112,30 @@ def _work(st: GMCStructure, k: int) -> np.ndarray:
     if buf is None or buf.shape[1] != k:
         buf = _aligned_empty((st.n1, k), 5)
     return buf
+
+
+def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndarray, acc: np.ndarray) -> None:
+    """Formula (39) for one histogram, its passes run piece by piece on
+    ``hierdp.get_threads()`` threads: the bits of :func:`GK.gmc_39_1d` whatever the
+    thread count. Leaves go one by one or run by run as the structure chose."""
+    acc[:] = 0.0
+    par1, inv, n1 = st.parent1, st.inv_theta, st.n1
+    if st.leaf_parent is not None:
+        lp = st.leaf_parent
+        run_pieces(lambda r: GK.p39_leaves_up_flat(lp, n1, v, acc, r[0], r[1]), pieces.leaves)
+    else:
+        starts, pars = st.leaf_starts, st.leaf_parents
+        cuts = np.searchsorted(starts, [a for a, _ in pieces.leaves] + [pieces.leaves[-1][1]])
+        runs = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        run_pieces(lambda r: GK.p39_leaves_up_runs(starts, pars, v, acc, r[0], r[1]), runs)
+    for cls in pieces.classes:
+        run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, r[0], r[1]), cls)
+    for cls in reversed(pieces.classes):
+        run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
+    if st.leaf_parent is not None:
+        run_pieces(lambda r: GK.p39_leaves_down_flat(lp, n1, v, out, acc, r[0], r[1]), pieces.leaves)
+    else:
+        run_pieces(lambda r: GK.p39_leaves_down_runs(starts, pars, v, out, acc, r[0], r[1]), runs)
 
 
 def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | None = None) -> np.ndarray:
@@ -134,7 +162,9 @@ def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | 
         o2 = out.reshape(y2.shape)
     work = _work(st, k)
     try:
-        if formula == 39 and k == 1 and st.leaf_parent is not None:
+        if formula == 39 and k == 1 and tree.n_nodes >= PARALLEL_MIN and st.one_run_per_parent:
+            _gmc_39_pieces(st, tree_pieces(tree), y2.reshape(-1), o2.reshape(-1), work.reshape(-1))
+        elif formula == 39 and k == 1 and st.leaf_parent is not None:
             for_size(GK.gmc_39_1d_flat, tree.n_nodes)(st.parent1, st.n1, st.inv_theta, st.leaf_parent, y2.reshape(-1),
                                                       o2.reshape(-1),
                                                       work.reshape(-1))

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hierdp._jit import for_size
+from hierdp._threads import run_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
@@ -47,7 +49,15 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
                         "scale the values down first")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty(y2.shape, np.int64)
-    for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2, out, float(atol))
+    if tree.n_nodes < PARALLEL_MIN:
+        for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2, out,
+                                                     float(atol))
+        return out.reshape(y.shape)
+    # parents one height class at a time, top-down, each class in pieces on several threads
+    ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
+    out[0] = np.floor(np.maximum(y2[0], 0.0) + 0.5).astype(np.int64)
+    for cls in reversed(tree_pieces(tree).classes):
+        run_pieces(lambda r: RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]), cls)
     return out.reshape(y.shape)
 
 

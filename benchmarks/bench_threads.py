@@ -114,10 +114,10 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     results: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for _ in range(repeat):
-            for t in counts:
-                hierdp.set_threads(t)
-                for name, f in passes.items():
+        for rep in range(repeat):  # each pass on 1 and N threads back to back, in turns
+            for name, f in passes.items():
+                for t in (counts if rep % 2 == 0 else counts[::-1]):
+                    hierdp.set_threads(t)
                     t0 = time.perf_counter()
                     r = f()
                     best[name, t] = min(best[name, t], time.perf_counter() - t0)

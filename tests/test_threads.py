@@ -116,11 +116,10 @@ def small_pieces(monkeypatch, restore_threads):
     trees, at test size)."""
     monkeypatch.setattr(TP, "PARALLEL_MIN", 64)
     monkeypatch.setattr(TP, "PIECE", 16)
-    for mod in (B, G):
-        monkeypatch.setattr(mod, "PARALLEL_MIN", 64)
-    from hierdp.postprocessors import rounding
+    from hierdp.postprocessors import nonneg, rounding
 
-    monkeypatch.setattr(rounding, "PARALLEL_MIN", 64)
+    for mod in (B, G, nonneg, rounding):
+        monkeypatch.setattr(mod, "PARALLEL_MIN", 64)
 
 
 def _trees():
@@ -203,6 +202,35 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         RK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, fl.reshape(n, 1), r1, 1e-7)
         np.testing.assert_array_equal(r, r1[:, 0])
         assert tree.is_consistent(tree.to_external(x)) and tree.is_consistent(tree.to_external(g))
+
+
+def test_nonneg_in_pieces_is_the_same_whatever_the_thread_count(small_pieces, monkeypatch):
+    """nonneg's active-set steps in pieces: identical over 1-3 threads, the same leaves
+    held at 0 and the same estimate (to round-off: its first BLUE is the one-histogram
+    kernel) as the one-loop steps, and a KKT point."""
+    from hierdp.postprocessors import nonneg as NN
+
+    rng = np.random.default_rng(4)
+    for tree in _trees():
+        n = tree.n_nodes
+        true = tree.to_internal(tree.aggregate(rng.poisson(0.7, tree.n_leaves))).astype(float)
+        y = true + rng.normal(0, 1.5, n)  # many negative leaves: several active-set steps
+        var = rng.uniform(0.5, 3.0, n)
+        var[rng.random(n) < 0.05] = np.inf
+
+        def run(tree=tree, y=y, var=var):
+            tree.cache.clear()
+            x, info = NN.nonneg(tree, y, var)
+            return [x, np.array([info["iterations"], info["objective"], info["kkt_residual"]])]
+
+        x, info = _agree_over_threads(run)
+        monkeypatch.setattr(NN, "PARALLEL_MIN", 1 << 40)
+        tree.cache.clear()
+        x1, info1 = NN.nonneg(tree, y, var)
+        monkeypatch.setattr(NN, "PARALLEL_MIN", 64)
+        np.testing.assert_allclose(x, x1, rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(x[tree.n_nodes - tree.n_leaves:] == 0, x1[tree.n_nodes - tree.n_leaves:] == 0)
+        assert info[2] < 1e-8 and np.all(x >= 0) and tree.is_consistent(tree.to_external(x))
 
 
 def test_a_release_is_the_same_whatever_the_thread_count(small_pieces, monkeypatch):

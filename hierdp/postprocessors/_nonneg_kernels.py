@@ -29,16 +29,35 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad)
     ``d`` must be > 0 (``inf`` = unmeasured). Returns the number of violations per column.
     """
     n, k = xhat.shape
-    inf = np.inf
-    z = np.empty((n1, k))
-    u = np.empty((n1, k))
-    s = np.zeros((n1, k))
-    su = np.zeros((n1, k))
-    ninf = np.zeros((n1, k), np.int64)
-    g = np.empty((n1, k))
-    ga = np.empty((n1, k))
+    z, u, s, su, ninf, g, ga = nnls_workspace(n1, k)
+    nnls_leaves_up(parent, n1, xhat, d, fixed, s, su, ninf, n1, n)
+    nnls_internal_up(parent, leafcount, xhat, d, z, u, s, su, ninf, 0, n1)
+    nnls_internal_down(parent, n_children, leafcount, xhat, d, x, z, u, s, su, ninf, g, ga, 0, n1)
     nbad = np.zeros(k, np.int64)
-    for i in range(n - 1, n1 - 1, -1):
+    nnls_leaves_down(parent, n1, xhat, d, fixed, tol, x, bad, s, su, ninf, g, ga, nbad, n1, n)
+    return nbad
+
+
+# The four passes of nnls_step_2d over node ranges (uint64 bounds, see
+# _blue_kernels.flat_leaves_up): one call each over the whole range above, or one height
+# class at a time in pieces cut at parent boundaries on several threads
+# (hierdp/_tree_pieces.py), with the same arithmetic and the same order of each parent's
+# terms either way.
+@_jit
+def nnls_workspace(n1, k):
+    """(z, u, s, su, ninf, g, ga): per non-leaf node and column; s, su, ninf zeroed."""
+    return (np.empty((n1, k)), np.empty((n1, k)), np.zeros((n1, k)), np.zeros((n1, k)),
+            np.zeros((n1, k), np.int64), np.empty((n1, k)), np.empty((n1, k)))
+
+
+@_jit
+def nnls_leaves_up(parent, n1, xhat, d, fixed, s, su, ninf, lo, hi):
+    """Free leaves [lo, hi) into their parents' sums, bottom-up."""
+    inf = np.inf
+    k = xhat.shape[1]
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        i = top - j
         p = parent[i]
         for c in range(k):
             if fixed[i - n1, c]:
@@ -49,7 +68,16 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad)
                 ninf[p, c] += 1
             else:
                 s[p, c] += xhat[i, c]
-    for i in range(n1 - 1, -1, -1):
+
+
+@_jit
+def nnls_internal_up(parent, leafcount, xhat, d, z, u, s, su, ninf, lo, hi):
+    """Non-leaf nodes [lo, hi) of one height class, bottom-up: z, u and the parents' sums."""
+    inf = np.inf
+    k = xhat.shape[1]
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        i = top - j
         p = parent[i]
         for c in range(k):
             zi, ui = blue_combine(xhat[i, c], d[i, c], s[i, c], su[i, c])
@@ -60,7 +88,14 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad)
                 su[p, c] += ui
                 if ui == inf:
                     ninf[p, c] += leafcount[i]
-    for i in range(n1):
+
+
+@_jit
+def nnls_internal_down(parent, n_children, leafcount, xhat, d, x, z, u, s, su, ninf, g, ga, lo, hi):
+    """Non-leaf nodes [lo, hi) of one height class, top-down: x and the gradient sums."""
+    inf = np.inf
+    k = xhat.shape[1]
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
         p = parent[i]
         for c in range(k):
             if p < 0:
@@ -88,7 +123,14 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad)
                 r = xi - xhat[i, c]
                 g[i, c] = gp + r / vi
                 ga[i, c] = gap + (abs(r) + abs(xhat[i, c]) + 1.0) / vi
-    for i in range(n1, n):
+
+
+@_jit
+def nnls_leaves_down(parent, n1, xhat, d, fixed, tol, x, bad, s, su, ninf, g, ga, nbad, lo, hi):
+    """Leaves [lo, hi): x, and the KKT violations flagged in ``bad`` and counted in ``nbad``."""
+    inf = np.inf
+    k = xhat.shape[1]
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
         p = parent[i]
         j = i - n1
         for c in range(k):
@@ -118,7 +160,6 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad)
             bad[j, c] = b
             if b:
                 nbad[c] += 1
-    return nbad
 
 
 @_jit
@@ -131,11 +172,24 @@ def nnls_finish_2d(parent, n1, y, xhat, d, fixed, x):
     of g), sum_j |l_j g_j| over the leaves, and sum_i (x_i - y_i)^2 / d_i (finite d).
     """
     n, k = xhat.shape
-    inf = np.inf
     for i in range(n1):
         for c in range(k):
             x[i, c] = 0.0
-    for i in range(n - 1, n1 - 1, -1):
+    finish_leaves_up(parent, n1, fixed, x, n1, n)
+    finish_internal_up(parent, x, 0, n1)
+    g = np.empty((n1, k))
+    ga = np.empty((n1, k))
+    return finish_down(parent, n1, y, xhat, d, fixed, x, g, ga, 0, n)
+
+
+@_jit
+def finish_leaves_up(parent, n1, fixed, x, lo, hi):
+    """Leaves [lo, hi), bottom-up: exact zeros on fixed leaves, round-off clipped on free
+    ones, each added into its parent."""
+    k = x.shape[1]
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        i = top - j
         p = parent[i]
         for c in range(k):
             v = x[i, c]
@@ -144,16 +198,31 @@ def nnls_finish_2d(parent, n1, y, xhat, d, fixed, x):
             x[i, c] = v
             if p >= 0:
                 x[p, c] += v
-    for i in range(n1 - 1, 0, -1):
+
+
+@_jit
+def finish_internal_up(parent, x, lo, hi):
+    """Non-leaf nodes [lo, hi) of one height class, bottom-up, added into their parents."""
+    k = x.shape[1]
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        i = top - j
         p = parent[i]
-        for c in range(k):
-            x[p, c] += x[i, c]
-    g = np.empty((n1, k))
-    ga = np.empty((n1, k))
+        if p >= 0:
+            for c in range(k):
+                x[p, c] += x[i, c]
+
+
+@_jit
+def finish_down(parent, n1, y, xhat, d, fixed, x, g, ga, lo, hi):
+    """Nodes [lo, hi) top-down (a height class or leaves): the gradient path sums, and
+    this range's (largest relative KKT violation, complementarity, objective)."""
+    k = x.shape[1]
+    inf = np.inf
     res = 0.0
     comp = 0.0
     obj = 0.0
-    for i in range(n):
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
         p = parent[i]
         for c in range(k):
             gp = 0.0 if p < 0 else g[p, c]

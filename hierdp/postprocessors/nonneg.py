@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp._jit import for_size
+from hierdp._threads import run_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK
@@ -56,11 +58,60 @@ class NonnegConvergenceWarning(UserWarning):
 
 
 def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
+    if y2.shape[1] == 1 and tree.n_nodes >= PARALLEL_MIN:  # BLUE in pieces, on every thread
+        from hierdp.postprocessors.blue import blue
+
+        return blue(tree, y2[:, 0], d2[:, 0]).values.reshape(y2.shape)
     x = np.empty_like(y2)
     xv = np.empty_like(d2)
     for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2,
                                        x, xv)
     return x
+
+
+def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, fixed: np.ndarray, tol: float,
+                 x: np.ndarray, bad: np.ndarray, ws: tuple) -> np.ndarray:
+    """:func:`NK.nnls_step_2d`, its passes run piece by piece on ``hierdp.get_threads()``
+    threads (the same bits and counts whatever the thread count)."""
+    z, u, s, su, ninf, g, ga = ws
+    s[:] = 0.0
+    su[:] = 0.0
+    ninf[:] = 0
+    par, lc, nch, n1 = tree.internal.parent, tree.internal.leafcount, tree.internal.n_children, pieces.n1
+    run_pieces(lambda r: NK.nnls_leaves_up(par, n1, xhat, d2, fixed, s, su, ninf, r[0], r[1]), pieces.leaves)
+    for cls in pieces.classes:
+        run_pieces(lambda r: NK.nnls_internal_up(par, lc, xhat, d2, z, u, s, su, ninf, r[0], r[1]), cls)
+    for cls in reversed(pieces.classes):
+        run_pieces(lambda r: NK.nnls_internal_down(par, nch, lc, xhat, d2, x, z, u, s, su, ninf, g, ga, r[0], r[1]),
+                   cls)
+
+    def leaves(r: tuple[int, int]) -> np.ndarray:
+        count = np.zeros(xhat.shape[1], np.int64)
+        NK.nnls_leaves_down(par, n1, xhat, d2, fixed, tol, x, bad, s, su, ninf, g, ga, count, r[0], r[1])
+        return count
+
+    return np.sum(run_pieces(leaves, pieces.leaves), axis=0)
+
+
+def _finish_pieces(tree: Tree, pieces: Pieces, y2: np.ndarray, xhat: np.ndarray, d2: np.ndarray,
+                   fixed: np.ndarray, x: np.ndarray, ws: tuple) -> tuple[float, float, float]:
+    """:func:`NK.nnls_finish_2d` in pieces; the partial sums are added in piece order (the
+    pieces do not depend on the thread count, so neither do the sums)."""
+    par, n1 = tree.internal.parent, pieces.n1
+    g, ga = ws[5], ws[6]
+    x[:n1] = 0.0
+    run_pieces(lambda r: NK.finish_leaves_up(par, n1, fixed, x, r[0], r[1]), pieces.leaves)
+    for cls in pieces.classes:
+        run_pieces(lambda r: NK.finish_internal_up(par, x, r[0], r[1]), cls)
+    parts = []
+    for cls in [*reversed(pieces.classes), pieces.leaves]:
+        parts += run_pieces(lambda r: NK.finish_down(par, n1, y2, xhat, d2, fixed, x, g, ga, r[0], r[1]), cls)
+    resid, comp, obj = 0.0, 0.0, 0.0
+    for r_, c_, o_ in parts:
+        resid = max(resid, r_)
+        comp += c_
+        obj += o_
+    return resid, comp, obj
 
 
 def _pivot(fixed: np.ndarray, bad: np.ndarray, nbad: np.ndarray, best: np.ndarray, pivots: np.ndarray) -> None:
@@ -116,11 +167,15 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     x = np.empty_like(y2)
     it = 0
     converged = False
+    pieces = tree_pieces(tree) if n >= PARALLEL_MIN else None
+    ws: tuple = NK.nnls_workspace(n1, k) if pieces is not None else ()
     while True:
         it += 1
-        nbad = for_size(NK.nnls_step_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children,
-                                                       tree.internal.leafcount,
-                                                       n1, xhat, d2, fixed, tol, x, bad)
+        if pieces is not None:
+            nbad = _step_pieces(tree, pieces, xhat, d2, fixed, tol, x, bad, ws)
+        else:
+            nbad = for_size(NK.nnls_step_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children,
+                                                           tree.internal.leafcount, n1, xhat, d2, fixed, tol, x, bad)
         if not nbad.any():
             converged = True
             break
@@ -128,7 +183,11 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
             break
         _pivot(fixed, bad, nbad, best, pivots)
     # exact zeros on fixed leaves, round-off clipped on free ones, re-aggregated (in place)
-    resid, comp, objective = for_size(NK.nnls_finish_2d, tree.n_nodes)(tree.internal.parent, n1, y2, xhat, d2, fixed, x)
+    if pieces is not None:
+        resid, comp, objective = _finish_pieces(tree, pieces, y2, xhat, d2, fixed, x, ws)
+    else:
+        resid, comp, objective = for_size(NK.nnls_finish_2d, tree.n_nodes)(tree.internal.parent, n1, y2, xhat, d2,
+                                                                           fixed, x)
     out = x
     info = {
         "method": "nonneg",

@@ -33,11 +33,25 @@ _KEY = "hierdp.tree_pieces"
 @dataclass(frozen=True)
 class Pieces:
     """``leaves``: ranges of the trailing run of leaves ``[n1, n)``; ``classes``: the
-    internal height classes bottom-up (height 2 first), each a list of ranges."""
+    internal height classes bottom-up (height 2 first), each a list of ranges.
+
+    The leaves also come as *runs* of siblings: run r is ``[run_starts[r],
+    run_starts[r + 1])`` with parent ``run_parents[r]``, and ``run_cuts`` are the ranges of
+    runs that make up each piece of ``leaves`` (``one_run_per_parent``: no parent has two
+    runs, so run kernels may write a parent's sums once)."""
 
     n1: int
     leaves: list[tuple[int, int]]
     classes: list[list[tuple[int, int]]]
+    run_starts: np.ndarray
+    run_parents: np.ndarray
+    run_cuts: list[tuple[int, int]]
+    one_run_per_parent: bool
+
+    @property
+    def mean_run(self) -> float:
+        """Leaves per run of siblings."""
+        return (self.run_starts[-1] - self.n1) / max(1, self.run_parents.size)
 
 
 def _cuts(par: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -64,12 +78,19 @@ def tree_pieces(tree: Tree) -> Pieces:
     n = tree.n_nodes
     n1 = int(np.count_nonzero(tree.internal.n_children))
     if n < PARALLEL_MIN:
-        pieces = Pieces(n1, [(n1, n)], [[(0, n1)]] if n1 else [])
+        leaves, classes = [(n1, n)], [[(0, n1)]] if n1 else []
     else:
         classes = []
         for h in range(2, tree.height + 1):
             sl = tree.internal.height_slice(h)
             classes.append(_cuts(par, sl.start, sl.stop))
-        pieces = Pieces(n1, _cuts(par, n1, n), classes)
+        leaves = _cuts(par, n1, n)
+    lp = par[n1:]
+    starts = np.r_[0, np.flatnonzero(lp[1:] != lp[:-1]) + 1, lp.size].astype(np.int64) + n1
+    parents = par[starts[:-1]].astype(np.int64)
+    one_run = bool(parents.size == 0 or np.bincount(parents, minlength=max(n1, 1)).max() == 1)
+    cut = np.searchsorted(starts, [a for a, _ in leaves] + [leaves[-1][1]])
+    run_cuts = [(int(a), int(b)) for a, b in zip(cut[:-1], cut[1:], strict=True)]
+    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run)
     tree.cache[_KEY] = pieces
     return pieces

@@ -46,6 +46,11 @@ def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
 #: (0) 6.0x vs 7.2x; census-like (0.03) 5.9x vs 7.7x.
 FLAT_IRREGULARITY = 0.1
 
+#: Trees of PARALLEL_MIN+ nodes run BLUE's leaf passes run by run of siblings when the
+#: runs hold this many leaves on average (census-like: ~52), else leaf by leaf (binary: 2,
+#: random fan-out 2-5: ~2.9), as GMC does (``gmc.SHORT_RUNS``).
+RUNS_FROM = 8
+
 
 @dataclass
 class _BlueStructure:
@@ -106,7 +111,12 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
     """:func:`hierdp.postprocessors._blue_kernels.blue_flat_1d`, its passes run piece by
     piece on ``hierdp.get_threads()`` threads (same return codes, same bits)."""
     W[:] = 0.0
-    flags = run_pieces(lambda r: BK.flat_leaves_up(par, y, var, W, r[0], r[1]), pieces.leaves)
+    runs = pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM
+    starts, pars = pieces.run_starts, pieces.run_parents
+    if runs:
+        flags = run_pieces(lambda r: BK.runs_leaves_up(starts, pars, y, var, W, r[0], r[1]), pieces.run_cuts)
+    else:
+        flags = run_pieces(lambda r: BK.flat_leaves_up(par, y, var, W, r[0], r[1]), pieces.leaves)
     acc = sum(f[0] for f in flags)
     bad = sum(f[1] for f in flags)
     special = sum(f[2] for f in flags)
@@ -123,7 +133,10 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
         return 3
     for cls in reversed(pieces.classes):
         run_pieces(lambda r: BK.flat_internal_down(par, x, xv, W, r[0], r[1]), cls)
-    run_pieces(lambda r: BK.flat_leaves_down(par, y, var, x, xv, W, r[0], r[1]), pieces.leaves)
+    if runs:
+        run_pieces(lambda r: BK.runs_leaves_down(starts, pars, y, var, x, xv, W, r[0], r[1]), pieces.run_cuts)
+    else:
+        run_pieces(lambda r: BK.flat_leaves_down(par, y, var, x, xv, W, r[0], r[1]), pieces.leaves)
     return 0
 
 

@@ -124,9 +124,7 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
         lp = st.leaf_parent
         run_pieces(lambda r: GK.p39_leaves_up_flat(lp, n1, v, acc, r[0], r[1]), pieces.leaves)
     else:
-        starts, pars = st.leaf_starts, st.leaf_parents
-        cuts = np.searchsorted(starts, [a for a, _ in pieces.leaves] + [pieces.leaves[-1][1]])
-        runs = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        starts, pars, runs = st.leaf_starts, st.leaf_parents, pieces.run_cuts
         run_pieces(lambda r: GK.p39_leaves_up_runs(starts, pars, v, acc, r[0], r[1]), runs)
     for cls in pieces.classes:
         run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, r[0], r[1]), cls)

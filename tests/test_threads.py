@@ -184,9 +184,9 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
             tree.cache.clear()
             e = B.blue(tree, y, var)
             return [tree._sum_up(full), tree._sum_up(np.c_[full, 2 * full]), e.values, e.variance,
-                    G.gmc(tree, y), controlled_round(tree, fl)]
+                    G.gmc(tree, y), controlled_round(tree, fl), *G.gmc_weighted(tree, y, var)]
 
-        agg, agg2, x, xv, g, r = _agree_over_threads(run)
+        agg, agg2, x, xv, g, r, gw, gwv = _agree_over_threads(run)
         np.testing.assert_array_equal(agg, TK.sum_up_1d(tree.internal.parent, full, np.empty_like(full)))
         np.testing.assert_array_equal(agg2[:, 1], 2 * agg)
         st = B._structure(tree)
@@ -203,6 +203,12 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         g1 = np.empty(n)
         GK.gmc_39_1d(gs.parent1, gs.n1, gs.inv_theta, gs.leaf_starts, gs.leaf_parents, y, g1, np.empty(gs.n1))
         np.testing.assert_allclose(g, g1, rtol=0, atol=0)
+        with pytest.MonkeyPatch.context() as mp:  # weighted GMC in one loop
+            mp.setattr(G, "PARALLEL_MIN", 1 << 40)
+            tree.cache.clear()
+            gw1, gwv1 = G.gmc_weighted(tree, y, var)
+        np.testing.assert_array_equal(gw, gw1)
+        np.testing.assert_array_equal(gwv, gwv1)
         r1 = np.empty((n, 1), np.int64)
         RK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, fl.reshape(n, 1), r1, 1e-7)
         np.testing.assert_array_equal(r, r1[:, 0])

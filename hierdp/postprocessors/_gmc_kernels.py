@@ -379,3 +379,46 @@ def p39_leaves_down_runs(leaf_starts, leaf_parents, v, out, acc, rlo, rhi):
         yf = acc[leaf_parents[r]]
         for i in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
             out[i] = v[i] + yf
+
+
+# ---- weighted GMC stage 2 for one histogram, in range passes (see the formula (39) ones
+# above, whose leaves-up passes it shares): the arithmetic of gmc_weighted_2d's loops.
+@_jit_fast
+def pw_internal_up(parent, rho, v, acc, lo, hi):
+    """Bottom-up over the non-leaf nodes [lo, hi) of one height class."""
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        i = top - j
+        pi = v[i] + acc[i]
+        acc[i] = pi
+        if i > 0:
+            acc[parent[i]] += rho[i] * pi - v[i]
+
+
+@_jit_fast
+def pw_internal_down(parent, inv_theta, rho, u, v, out, acc, lo, hi):
+    """Top-down over the non-leaf nodes [lo, hi) of one height class."""
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        pi = acc[i]
+        if i == 0:
+            y = pi * inv_theta[i]
+            out[i] = v[i] - rho[i] * pi
+        else:
+            yf = acc[parent[i]]
+            y = pi * inv_theta[i] + rho[i] * yf
+            out[i] = v[i] - rho[i] * pi + u[i] * yf
+        acc[i] = y
+
+
+@_jit_fast
+def pw_leaves_down_flat(leaf_parent, n1, d, v, out, acc, lo, hi):
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        out[i] = v[i] + d[i] * acc[leaf_parent[i - n1]]
+
+
+@_jit_fast
+def pw_leaves_down_runs(leaf_starts, leaf_parents, d, v, out, acc, rlo, rhi):
+    for r in range(nb.uint64(rlo), nb.uint64(rhi)):
+        a = acc[leaf_parents[r]]
+        for i in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
+            out[i] = v[i] + d[i] * a

@@ -251,3 +251,87 @@ def finish_down(parent, n1, y, xhat, d, fixed, x, g, ga, lo, hi):
                     res = v
                 comp += abs(x[i, c] * gi)
     return res, comp, obj
+
+
+# ---- one histogram, leaves run by run of siblings (census-like trees, ~50 leaves a run):
+# a parent's terms are summed in registers (in any order: ``reassoc`` lets them vectorise)
+# and its values loaded once per run, with one division per leaf instead of three. The
+# last bits differ from the leaf-by-leaf passes above, not across threads (a run is one
+# piece's). Arrays are 1-D leaf views (index j = leaf - n1) and ``lstarts`` the run starts
+# minus n1; the sums are branch-free (which leaves are held at 0 is data).
+@nb.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def nnls_leaves_up_runs1(lstarts, pars, xl, dl, fixedl, s, su, ninf, rlo, rhi):
+    """:func:`nnls_leaves_up` for k = 1, leaf runs [rlo, rhi)."""
+    inf = np.inf
+    for r in range(nb.uint64(rlo), nb.uint64(rhi)):
+        ss = 0.0
+        uu = 0.0
+        cnt = 0
+        for j in range(nb.uint64(lstarts[r]), nb.uint64(lstarts[r + 1])):
+            free = not fixedl[j]
+            vi = dl[j]
+            fin = vi < inf
+            uu += vi if free else 0.0
+            cnt += free and not fin
+            ss += xl[j] if free and fin else 0.0
+        p = pars[r]
+        su[p, 0] += uu
+        ninf[p, 0] += cnt
+        s[p, 0] += ss
+
+
+@nb.njit(cache=True, nogil=True, error_model="numpy")  # 1 / U is inf when U = 0 (not used then)
+def nnls_leaves_down_runs1(lstarts, pars, xl, dl, fixedl, tol, x, xol, badl, s, su, ninf, g, ga, nbad, rlo, rhi):
+    """:func:`nnls_leaves_down` for k = 1, leaf runs [rlo, rhi) (``xol``: the leaves of x)."""
+    inf = np.inf
+    count = 0
+    for r in range(nb.uint64(rlo), nb.uint64(rhi)):
+        p = pars[r]
+        U = su[p, 0]
+        invU = 1.0 / U
+        np_ = ninf[p, 0]
+        res = x[p, 0] - s[p, 0]
+        gp = g[p, 0]
+        gap = ga[p, 0]
+        for j in range(nb.uint64(lstarts[r]), nb.uint64(lstarts[r + 1])):
+            vi = dl[j]
+            fx = fixedl[j]
+            xh = xl[j]
+            if fx:
+                xi = 0.0
+            else:
+                if U == inf:
+                    w = 1.0 / np_ if vi == inf else 0.0
+                else:
+                    w = vi * invU
+                zi = 0.0 if vi == inf else xh
+                xi = zi + w * res
+            xol[j] = xi
+            if vi == inf:
+                gi = gp
+                gai = gap
+            else:
+                rr = xi - xh
+                ivi = 1.0 / vi
+                gi = gp + rr * ivi
+                gai = gap + (abs(rr) + abs(xh) + 1.0) * ivi
+            if fx:
+                b = gi < -tol * gai
+            else:
+                b = xi < -tol * (abs(xh) + (np.sqrt(vi) if vi != inf else 1.0))
+            badl[j] = b
+            count += b
+    nbad[0] += count
+
+
+@nb.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def finish_leaves_up_runs1(lstarts, pars, fixedl, x, xol, rlo, rhi):
+    """:func:`finish_leaves_up` for k = 1, leaf runs [rlo, rhi)."""
+    for r in range(nb.uint64(rlo), nb.uint64(rhi)):
+        acc = 0.0
+        for j in range(nb.uint64(lstarts[r]), nb.uint64(lstarts[r + 1])):
+            v = xol[j]
+            v = 0.0 if fixedl[j] or v < 0.0 else v
+            xol[j] = v
+            acc += v
+        x[pars[r], 0] += acc

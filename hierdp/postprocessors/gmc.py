@@ -120,20 +120,48 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
     thread count. Leaves go one by one or run by run as the structure chose."""
     acc[:] = 0.0
     par1, inv, n1 = st.parent1, st.inv_theta, st.n1
-    if st.leaf_parent is not None:
-        lp = st.leaf_parent
-        run_pieces(lambda r: GK.p39_leaves_up_flat(lp, n1, v, acc, r[0], r[1]), pieces.leaves)
-    else:
-        starts, pars, runs = st.leaf_starts, st.leaf_parents, pieces.run_cuts
-        run_pieces(lambda r: GK.p39_leaves_up_runs(starts, pars, v, acc, r[0], r[1]), runs)
+    _leaves_up(st, pieces, v, acc)
     for cls in pieces.classes:
         run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, r[0], r[1]), cls)
     for cls in reversed(pieces.classes):
         run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
     if st.leaf_parent is not None:
+        lp = st.leaf_parent
         run_pieces(lambda r: GK.p39_leaves_down_flat(lp, n1, v, out, acc, r[0], r[1]), pieces.leaves)
     else:
-        run_pieces(lambda r: GK.p39_leaves_down_runs(starts, pars, v, out, acc, r[0], r[1]), runs)
+        starts, pars = st.leaf_starts, st.leaf_parents
+        run_pieces(lambda r: GK.p39_leaves_down_runs(starts, pars, v, out, acc, r[0], r[1]), pieces.run_cuts)
+
+
+def _leaves_up(st: GMCStructure, pieces: Pieces, v: np.ndarray, acc: np.ndarray) -> None:
+    """``acc[p] = -(sum of p's leaf children)``, piece by piece, leaf by leaf or run by run
+    as the structure chose (shared by formula (39) and the weighted stage 2)."""
+    if st.leaf_parent is not None:
+        lp, n1 = st.leaf_parent, st.n1
+        run_pieces(lambda r: GK.p39_leaves_up_flat(lp, n1, v, acc, r[0], r[1]), pieces.leaves)
+    else:
+        starts, pars = st.leaf_starts, st.leaf_parents
+        run_pieces(lambda r: GK.p39_leaves_up_runs(starts, pars, v, acc, r[0], r[1]), pieces.run_cuts)
+
+
+def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, v: np.ndarray, out: np.ndarray,
+                         acc: np.ndarray) -> None:
+    """:func:`GK.gmc_weighted_2d` for one histogram and one variance column, its passes run
+    piece by piece on ``hierdp.get_threads()`` threads (the same bits)."""
+    acc[:] = 0.0
+    par1 = st.parent1
+    d, inv, rho, u = f.d[:, 0], f.inv_theta[:, 0], f.rho[:, 0], f.u[:, 0]
+    _leaves_up(st, pieces, v, acc)
+    for cls in pieces.classes:
+        run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)
+    for cls in reversed(pieces.classes):
+        run_pieces(lambda r: GK.pw_internal_down(par1, inv, rho, u, v, out, acc, r[0], r[1]), cls)
+    if st.leaf_parent is not None:
+        lp, n1 = st.leaf_parent, st.n1
+        run_pieces(lambda r: GK.pw_leaves_down_flat(lp, n1, d, v, out, acc, r[0], r[1]), pieces.leaves)
+    else:
+        starts, pars = st.leaf_starts, st.leaf_parents
+        run_pieces(lambda r: GK.pw_leaves_down_runs(starts, pars, d, v, out, acc, r[0], r[1]), pieces.run_cuts)
 
 
 def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | None = None) -> np.ndarray:
@@ -256,9 +284,11 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     f = _weighted_factors(tree, d2)
     o2 = np.empty_like(y2)
     work = _aligned_empty((st.n1, y2.shape[1]), 5)
-    for_size(GK.gmc_weighted_2d, tree.n_nodes)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u, st.leaf_starts,
-                                               st.leaf_parents,
-                                               y2, o2, work)
+    if y2.shape[1] == 1 and d2.shape[1] == 1 and n >= PARALLEL_MIN and st.one_run_per_parent:
+        _gmc_weighted_pieces(st, tree_pieces(tree), f, y2[:, 0], o2[:, 0], work[:, 0])
+    else:
+        for_size(GK.gmc_weighted_2d, tree.n_nodes)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u, st.leaf_starts,
+                                                   st.leaf_parents, y2, o2, work)
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
         xv = np.empty_like(x)

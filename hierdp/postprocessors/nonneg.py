@@ -69,6 +69,14 @@ def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
     return x
 
 
+def _by_runs(pieces: Pieces, xhat: np.ndarray) -> bool:
+    """One histogram on a tree whose leaves come in long runs of siblings: the leaf passes
+    go run by run (the same sums, loaded and stored once per run)."""
+    from hierdp.postprocessors.blue import RUNS_FROM
+
+    return xhat.shape[1] == 1 and pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM
+
+
 def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, fixed: np.ndarray, tol: float,
                  x: np.ndarray, bad: np.ndarray, ws: tuple) -> np.ndarray:
     """:func:`NK.nnls_step_2d`, its passes run piece by piece on ``hierdp.get_threads()``
@@ -78,7 +86,14 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
     su[:] = 0.0
     ninf[:] = 0
     par, lc, nch, n1 = tree.internal.parent, tree.internal.leafcount, tree.internal.n_children, pieces.n1
-    run_pieces(lambda r: NK.nnls_leaves_up(par, n1, xhat, d2, fixed, s, su, ninf, r[0], r[1]), pieces.leaves)
+    runs = _by_runs(pieces, xhat)
+    if runs:  # 1-D views of the leaves
+        lst, pars = pieces.run_starts - n1, pieces.run_parents
+        xl, dl, fl, xol, bl = xhat[n1:, 0], d2[n1:, 0], fixed[:, 0], x[n1:, 0], bad[:, 0]
+        run_pieces(lambda r: NK.nnls_leaves_up_runs1(lst, pars, xl, dl, fl, s, su, ninf, r[0], r[1]),
+                   pieces.run_cuts)
+    else:
+        run_pieces(lambda r: NK.nnls_leaves_up(par, n1, xhat, d2, fixed, s, su, ninf, r[0], r[1]), pieces.leaves)
     for cls in pieces.classes:
         run_pieces(lambda r: NK.nnls_internal_up(par, lc, xhat, d2, z, u, s, su, ninf, r[0], r[1]), cls)
     for cls in reversed(pieces.classes):
@@ -87,10 +102,13 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
 
     def leaves(r: tuple[int, int]) -> np.ndarray:
         count = np.zeros(xhat.shape[1], np.int64)
-        NK.nnls_leaves_down(par, n1, xhat, d2, fixed, tol, x, bad, s, su, ninf, g, ga, count, r[0], r[1])
+        if runs:
+            NK.nnls_leaves_down_runs1(lst, pars, xl, dl, fl, tol, x, xol, bl, s, su, ninf, g, ga, count, r[0], r[1])
+        else:
+            NK.nnls_leaves_down(par, n1, xhat, d2, fixed, tol, x, bad, s, su, ninf, g, ga, count, r[0], r[1])
         return count
 
-    return np.sum(run_pieces(leaves, pieces.leaves), axis=0)
+    return np.sum(run_pieces(leaves, pieces.run_cuts if runs else pieces.leaves), axis=0)
 
 
 def _finish_pieces(tree: Tree, pieces: Pieces, y2: np.ndarray, xhat: np.ndarray, d2: np.ndarray,
@@ -100,7 +118,11 @@ def _finish_pieces(tree: Tree, pieces: Pieces, y2: np.ndarray, xhat: np.ndarray,
     par, n1 = tree.internal.parent, pieces.n1
     g, ga = ws[5], ws[6]
     x[:n1] = 0.0
-    run_pieces(lambda r: NK.finish_leaves_up(par, n1, fixed, x, r[0], r[1]), pieces.leaves)
+    if _by_runs(pieces, xhat):
+        lst, pars, fl, xol = pieces.run_starts - n1, pieces.run_parents, fixed[:, 0], x[n1:, 0]
+        run_pieces(lambda r: NK.finish_leaves_up_runs1(lst, pars, fl, x, xol, r[0], r[1]), pieces.run_cuts)
+    else:
+        run_pieces(lambda r: NK.finish_leaves_up(par, n1, fixed, x, r[0], r[1]), pieces.leaves)
     for cls in pieces.classes:
         run_pieces(lambda r: NK.finish_internal_up(par, x, r[0], r[1]), cls)
     parts = []

@@ -44,7 +44,7 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
     y = finite_values(tree, values)
     if not 0 <= atol < 0.5:
         raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
-    if y.size and float(np.max(np.abs(y))) >= _EXACT_MAX:
+    if y.size and max(float(y.max()), -float(y.min())) >= _EXACT_MAX:  # no |y| temporary
         raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
                         "scale the values down first")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))

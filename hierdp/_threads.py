@@ -28,6 +28,7 @@ _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_pid = 0
 _lock = threading.Lock()
+_PREFIX = "hierdp-pieces"
 
 
 def _cores() -> int:
@@ -83,7 +84,7 @@ def _executor(n: int) -> ThreadPoolExecutor:
         if _pool is None or _pool_size != n or _pool_pid != os.getpid():  # a forked child needs its own
             if _pool is not None and _pool_pid == os.getpid():
                 _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="hierdp")
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix=_PREFIX)
             _pool_size, _pool_pid = n, os.getpid()
         return _pool
 
@@ -93,7 +94,7 @@ def run_pieces(fn: Callable[[_T], Any], pieces: Sequence[_T]) -> list[Any]:
     when one suffices). Results come back in the order of ``pieces``; the first error
     raised by a piece is raised here once every piece has finished."""
     n = min(get_threads(), len(pieces))
-    if n <= 1:
+    if n <= 1 or threading.current_thread().name.startswith(_PREFIX):  # nested: never wait on our own pool
         return [fn(p) for p in pieces]
     futures = [_executor(n).submit(fn, p) for p in pieces]
     errors = [f.exception() for f in futures]

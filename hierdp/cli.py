@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
         sp.add_argument("--debug", action="store_true", help="show tracebacks of errors")
 
+    def threads_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--threads", type=_threads_count, metavar="N",
+                        help="threads for the noise and the tree passes (default: $HIERDP_THREADS, else the "
+                             "cores available; the output does not depend on it)")
+
     spec_help = "YAML release spec, or the name of a bundled example (see `hierdp examples`)"
     r = sub.add_parser(
         "release", help="run a release spec and write its output and ledger",
@@ -86,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--ledger", metavar="PATH", help="ledger file (default: <OUT name>.ledger.json beside OUT)")
     r.add_argument("--seed", type=int, metavar="N",
                    help="fixed seed for tests: the ledger marks the release NOT FOR PUBLICATION")
+    threads_arg(r)
     common(r)
 
     v = sub.add_parser("validate", help="check a spec without reading private data")
@@ -100,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", metavar="OUT", help="table (.csv); the plot goes beside it as .png")
     e.add_argument("-r", "--repetitions", type=int, metavar="R", help="overrides evaluate.repetitions")
     e.add_argument("--seed", type=int, metavar="N", help="fixed seed (reproducible evaluation)")
+    threads_arg(e)
     common(e)
 
     pl = sub.add_parser("plugins", help="list registered mechanisms, post-processors, metrics, budgets")
@@ -355,6 +362,12 @@ _COMMANDS = {"release": _cmd_release, "validate": _cmd_validate, "evaluate": _cm
              "examples": _cmd_examples, "plugins": _cmd_plugins, "schema": _cmd_schema}
 
 
+def _threads_count(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring)."""
     out, err = sys.stdout, sys.stderr
@@ -368,6 +381,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.quiet:
             err.write(f"warning: {message}\n")
 
+    from hierdp._threads import get_threads, set_threads
+
+    restore: list = []
+    try:
+        if getattr(args, "threads", None) is not None:
+            restore.append(set_threads(args.threads))  # put back when main() returns (in-process callers)
+        get_threads()  # a bad HIERDP_THREADS is a user error here, before any work
+    except ValueError as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USER
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
@@ -404,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             err.write(f"internal error: {type(exc).__name__}: {exc} (a bug in hierdp or a plugin; "
                       "rerun with --debug for the traceback and report it)\n")
         return EXIT_INTERNAL
+    finally:
+        if restore:
+            set_threads(restore[0])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -67,6 +67,21 @@ def test_pieces_keep_their_order_and_errors_surface(restore_threads):
         _threads.run_pieces(boom, list(range(20)))
 
 
+def test_pieces_inside_pieces_run_inline(restore_threads):
+    """A piece that itself cuts work into pieces (or a caller on one of hierdp's pool
+    threads) runs them in its own thread instead of waiting on the pool it occupies."""
+    import threading
+
+    hierdp.set_threads(2)
+    out: list = []
+    worker = threading.Thread(target=lambda: out.extend(_threads.run_pieces(
+        lambda i: sum(_threads.run_pieces(lambda j: i * j, list(range(5)))), list(range(8)))), daemon=True)
+    worker.start()
+    worker.join(timeout=60)  # a deadlock fails the test instead of hanging the suite
+    assert not worker.is_alive(), "pieces inside pieces deadlocked on hierdp's pool"
+    assert out == [10 * i for i in range(8)]
+
+
 SIZE = 3 * S._CHUNK_DRAWS + 17  # three whole chunks and a short one
 
 
@@ -259,3 +274,27 @@ def test_a_release_is_the_same_whatever_the_thread_count(small_pieces, monkeypat
 
     est, noisy = _agree_over_threads(run)
     assert np.all(est >= 0) and tree.is_consistent(est) and not np.array_equal(noisy, true)
+
+
+def test_cli_threads_option_and_environment(tmp_path, monkeypatch, capsys, restore_threads):
+    """--threads N sets the count for one command (and is put back); a bad value, or a bad
+    HIERDP_THREADS, is a one-line user error before any work; the table is the same."""
+    from hierdp.cli import EXIT_OK, EXIT_USER, main
+
+    monkeypatch.chdir(tmp_path)
+    hierdp.set_threads(None)
+    monkeypatch.delenv("HIERDP_THREADS", raising=False)
+    tables = []
+    for threads in ("1", "2"):
+        out = tmp_path / f"t{threads}.csv"
+        assert main(["release", "demo", "--seed", "5", "-q", "--threads", threads, "-o", str(out)]) == EXIT_OK
+        tables.append(out.read_text())
+    assert tables[0] == tables[1]
+    assert hierdp.set_threads(None) is None  # main() put the setting back
+    assert main(["release", "demo", "-q", "--threads", "0", "-o", "x.csv"]) == EXIT_USER
+    assert "whole number of threads" in capsys.readouterr().err
+    monkeypatch.setenv("HIERDP_THREADS", "lots")
+    assert main(["release", "demo", "-q", "-o", "y.csv"]) == EXIT_USER
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "HIERDP_THREADS" in err
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "y.csv").exists()

@@ -47,6 +47,7 @@ class Pieces:
     run_parents: np.ndarray
     run_cuts: list[tuple[int, int]]
     one_run_per_parent: bool
+    children_in_order: bool = False  # child_idx == arange(1, n): node i's children are consecutive
 
     @property
     def mean_run(self) -> float:
@@ -91,6 +92,8 @@ def tree_pieces(tree: Tree) -> Pieces:
     one_run = bool(parents.size == 0 or np.bincount(parents, minlength=max(n1, 1)).max() == 1)
     cut = np.searchsorted(starts, [a for a, _ in leaves] + [leaves[-1][1]])
     run_cuts = [(int(a), int(b)) for a, b in zip(cut[:-1], cut[1:], strict=True)]
-    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run)
+    idx = tree.internal.child_idx
+    in_order = bool(idx.size == n - 1 and np.all(idx[1:] - idx[:-1] == 1) and (n == 1 or idx[0] == 1))
+    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order)
     tree.cache[_KEY] = pieces
     return pieces

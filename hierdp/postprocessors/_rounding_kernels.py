@@ -79,6 +79,37 @@ def _round_up_largest(frac, base, nc, D, counts, members):
 
 
 @_jit
+def _round_inconsistent(frac, base, nc, D, nfrac):
+    """Inconsistent input (D outside [0, #fractional children]): a surplus makes every
+    fractional child go up and is spread evenly; a deficit takes one unit from each
+    positive child in turn, never going below 0."""
+    if D > 0:
+        for t in range(nc):
+            if frac[t] > 0.0:
+                base[t] += 1
+        rest = D - nfrac
+        q = rest // nc
+        rem = rest - q * nc
+        for t in range(nc):
+            base[t] += q
+            if t < rem:
+                base[t] += 1
+    else:
+        need = -D
+        while need > 0:
+            progressed = False
+            for t in range(nc):
+                if need == 0:
+                    break
+                if base[t] > 0:
+                    base[t] -= 1
+                    need -= 1
+                    progressed = True
+            if not progressed:
+                break
+
+
+@_jit
 def round_top_down_2d(child_ptr, child_idx, x, out, atol):
     """Top-down controlled rounding to consistent non-negative integers.
 
@@ -146,31 +177,57 @@ def round_parents(child_ptr, child_idx, x, out, atol, lo, hi):
                     _round_up_largest_small(frac, base, nc, D)
                 elif D > 0:
                     _round_up_largest(frac, base, nc, D, counts, members)
-            elif D > 0:
-                # all fractional children go up; spread the rest evenly
-                for t in range(nc):
-                    if frac[t] > 0.0:
-                        base[t] += 1
-                rest = D - nfrac
-                q = rest // nc
-                rem = rest - q * nc
-                for t in range(nc):
-                    base[t] += q
-                    if t < rem:
-                        base[t] += 1
             else:
-                need = -D
-                while need > 0:
-                    # take one unit from each positive child in turn
-                    progressed = False
-                    for t in range(nc):
-                        if need == 0:
-                            break
-                        if base[t] > 0:
-                            base[t] -= 1
-                            need -= 1
-                            progressed = True
-                    if not progressed:
-                        break
+                _round_inconsistent(frac, base, nc, D, nfrac)
             for t in range(nc):
                 out[child_idx[a0 + t], c] = base[t]
+
+
+@_jit
+def round_parents_1d(child_ptr, x, out, atol, lo, hi):
+    """:func:`round_parents` for one histogram on a tree whose children are numbered
+    consecutively (``child_idx == arange(1, n)``, as in hierdp's own order): node i's
+    children are ``child_ptr[i] + 1 ..`` and the values are 1-D. The same integers."""
+    maxc = 0
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        nc = child_ptr[i + 1] - child_ptr[i]
+        if nc > maxc:
+            maxc = nc
+    frac = np.empty(maxc)
+    base = np.empty(maxc, np.int64)
+    counts = np.zeros(1025, np.int64)
+    members = np.empty(maxc, np.int64)
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        a0 = child_ptr[i] + 1
+        nc = child_ptr[i + 1] - child_ptr[i]
+        if nc == 0:
+            continue
+        tot = 0
+        nfrac = 0
+        for t in range(nc):
+            xv = x[a0 + t]
+            if xv < 0.0:
+                xv = 0.0
+            fl = np.floor(xv)
+            f = xv - fl
+            if f <= atol:
+                f = 0.0
+            elif f >= 1.0 - atol:
+                fl += 1.0
+                f = 0.0
+            else:
+                nfrac += 1
+            b = np.int64(fl)
+            base[t] = b
+            frac[t] = f
+            tot += b
+        D = out[i] - tot
+        if 0 <= D <= nfrac:
+            if nc <= 16:
+                _round_up_largest_small(frac, base, nc, D)
+            elif D > 0:
+                _round_up_largest(frac, base, nc, D, counts, members)
+        else:
+            _round_inconsistent(frac, base, nc, D, nfrac)
+        for t in range(nc):
+            out[a0 + t] = base[t]

@@ -56,7 +56,13 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
     # parents one height class at a time, top-down, each class in pieces on several threads
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
     out[0] = np.floor(np.maximum(y2[0], 0.0) + 0.5).astype(np.int64)
-    for cls in reversed(tree_pieces(tree).classes):
+    pieces = tree_pieces(tree)
+    if y2.shape[1] == 1 and pieces.children_in_order:  # 1-D values, children i+1.. (hierdp's own order)
+        y1, o1 = y2[:, 0], out[:, 0]
+        for cls in reversed(pieces.classes):
+            run_pieces(lambda r: RK.round_parents_1d(ptr, y1, o1, float(atol), r[0], r[1]), cls)
+        return out.reshape(y.shape)
+    for cls in reversed(pieces.classes):
         run_pieces(lambda r: RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]), cls)
     return out.reshape(y.shape)
 

@@ -335,3 +335,71 @@ def finish_leaves_up_runs1(lstarts, pars, fixedl, x, xol, rlo, rhi):
             xol[j] = v
             acc += v
         x[pars[r], 0] += acc
+
+
+# ---- one histogram, leaves one by one (short runs of siblings: binary, random fan-out):
+# 1-D leaf views, a run's sums carried in registers and stored at each step (every
+# parent's leaves are one run and come first into its zeroed sums, so the stored sums are
+# the same bits as the scattered ones), two divisions per leaf instead of three.
+@_jit
+def nnls_leaves_up_flat1(lpar, xl, dl, fixedl, s, su, ninf, lo, hi):
+    """:func:`nnls_leaves_up` for k = 1 over leaves [lo, hi) (leaf indices; ``lpar`` their
+    parents), high to low as the one-loop pass."""
+    inf = np.inf
+    prev = -1
+    ss = 0.0
+    uu = 0.0
+    cnt = 0
+    top = nb.uint64(hi - 1)
+    for jj in range(nb.uint64(hi - lo)):
+        j = top - jj
+        p = lpar[j]
+        keep = p == prev
+        free = not fixedl[j]
+        vi = dl[j]
+        fin = vi < inf
+        uu = (uu if keep else 0.0) + (vi if free else 0.0)
+        cnt = (cnt if keep else 0) + (free and not fin)
+        ss = (ss if keep else 0.0) + (xl[j] if free and fin else 0.0)
+        su[p, 0] = uu
+        ninf[p, 0] = cnt
+        s[p, 0] = ss
+        prev = p
+
+
+@nb.njit(cache=True, nogil=True, error_model="numpy")
+def nnls_leaves_down_flat1(lpar, xl, dl, fixedl, tol, x, xol, badl, s, su, ninf, g, ga, nbad, lo, hi):
+    """:func:`nnls_leaves_down` for k = 1 over leaves [lo, hi) (leaf indices)."""
+    inf = np.inf
+    count = 0
+    for j in range(nb.uint64(lo), nb.uint64(hi)):
+        p = lpar[j]
+        vi = dl[j]
+        fx = fixedl[j]
+        xh = xl[j]
+        if fx:
+            xi = 0.0
+        else:
+            U = su[p, 0]
+            if U == inf:
+                w = 1.0 / ninf[p, 0] if vi == inf else 0.0
+            else:
+                w = vi / U
+            zi = 0.0 if vi == inf else xh
+            xi = zi + w * (x[p, 0] - s[p, 0])
+        xol[j] = xi
+        if vi == inf:
+            gi = g[p, 0]
+            gai = ga[p, 0]
+        else:
+            rr = xi - xh
+            ivi = 1.0 / vi
+            gi = g[p, 0] + rr * ivi
+            gai = ga[p, 0] + (abs(rr) + abs(xh) + 1.0) * ivi
+        if fx:
+            b = gi < -tol * gai
+        else:
+            b = xi < -tol * (abs(xh) + (np.sqrt(vi) if vi != inf else 1.0))
+        badl[j] = b
+        count += b
+    nbad[0] += count

@@ -87,11 +87,17 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
     ninf[:] = 0
     par, lc, nch, n1 = tree.internal.parent, tree.internal.leafcount, tree.internal.n_children, pieces.n1
     runs = _by_runs(pieces, xhat)
-    if runs:  # 1-D views of the leaves
+    flat = not runs and xhat.shape[1] == 1 and pieces.one_run_per_parent
+    if runs or flat:  # 1-D views of the leaves
         lst, pars = pieces.run_starts - n1, pieces.run_parents
         xl, dl, fl, xol, bl = xhat[n1:, 0], d2[n1:, 0], fixed[:, 0], x[n1:, 0], bad[:, 0]
+        lpar = par[n1:]
+        lcuts = [(a - n1, b - n1) for a, b in pieces.leaves]
+    if runs:
         run_pieces(lambda r: NK.nnls_leaves_up_runs1(lst, pars, xl, dl, fl, s, su, ninf, r[0], r[1]),
                    pieces.run_cuts)
+    elif flat:
+        run_pieces(lambda r: NK.nnls_leaves_up_flat1(lpar, xl, dl, fl, s, su, ninf, r[0], r[1]), lcuts)
     else:
         run_pieces(lambda r: NK.nnls_leaves_up(par, n1, xhat, d2, fixed, s, su, ninf, r[0], r[1]), pieces.leaves)
     for cls in pieces.classes:
@@ -104,11 +110,13 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
         count = np.zeros(xhat.shape[1], np.int64)
         if runs:
             NK.nnls_leaves_down_runs1(lst, pars, xl, dl, fl, tol, x, xol, bl, s, su, ninf, g, ga, count, r[0], r[1])
+        elif flat:
+            NK.nnls_leaves_down_flat1(lpar, xl, dl, fl, tol, x, xol, bl, s, su, ninf, g, ga, count, r[0], r[1])
         else:
             NK.nnls_leaves_down(par, n1, xhat, d2, fixed, tol, x, bad, s, su, ninf, g, ga, count, r[0], r[1])
         return count
 
-    return np.sum(run_pieces(leaves, pieces.run_cuts if runs else pieces.leaves), axis=0)
+    return np.sum(run_pieces(leaves, pieces.run_cuts if runs else lcuts if flat else pieces.leaves), axis=0)
 
 
 def _finish_pieces(tree: Tree, pieces: Pieces, y2: np.ndarray, xhat: np.ndarray, d2: np.ndarray,

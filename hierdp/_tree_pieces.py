@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["PIECE", "PARALLEL_MIN", "Pieces", "tree_pieces"]
+__all__ = ["PIECE", "PARALLEL_MIN", "Pieces", "tree_pieces", "paired"]
 
 #: nodes per piece (about 1 MiB of float64 per array touched)
 PIECE = 1 << 17
@@ -97,3 +97,15 @@ def tree_pieces(tree: Tree) -> Pieces:
     pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order)
     tree.cache[_KEY] = pieces
     return pieces
+
+
+def paired(ranges: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    """Consecutive pieces two by two, ``(lo, hi, lo2, hi2)`` (an odd last one with an empty
+    second range): kernels that run two pieces interleaved overlap their chains of
+    dependent adds. No parent is in two pieces, so the results are the same."""
+    out = []
+    for k in range(0, len(ranges), 2):
+        a, b = ranges[k]
+        c, d = ranges[k + 1] if k + 1 < len(ranges) else (b, b)
+        out.append((a, b, c, d))
+    return out

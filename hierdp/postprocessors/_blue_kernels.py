@@ -614,35 +614,88 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
 # ``b[i] = 2 * a[i]`` loop over range(lo, hi) ran at 4.6x numpy's time, at 1.0x with
 # uint64 bounds). ``lo``, ``hi`` must be >= 0.
 @_jit
-def flat_leaves_up(par, y, var, W, lo, hi):
-    """Pass 1 over leaves [lo, hi) (cut at parent boundaries); returns (acc, bad, exact)."""
+def flat_leaves_up(par, y, var, W, lo, hi, lo2, hi2):
+    """Pass 1 over leaves [lo, hi) and [lo2, hi2) (two pieces, interleaved so that their
+    chains of dependent adds overlap; each parent's sum in one-loop order); returns
+    (acc, bad, exact)."""
     inf = np.inf
     acc = 0.0
     bad = 0
     exact = 0
-    prev = -1
-    s = 0.0
-    u = 0.0
-    for i in range(nb.uint64(lo), nb.uint64(hi)):
+    pa = -1
+    sa = 0.0
+    ua = 0.0
+    pb = -1
+    sb = 0.0
+    ub = 0.0
+    a0 = nb.uint64(lo)
+    b0 = nb.uint64(lo2)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    c = la if la < lb else lb
+    for j in range(c):
+        i = a0 + j
         p = par[i]
         yi = y[i]
         vi = var[i]
         acc += yi * 0.0
         bad += not (vi >= 0.0)
         exact += vi == 0.0
-        keep = p == prev
-        s = (s if keep else 0.0) + (yi if vi < inf else 0.0)
-        u = (u if keep else 0.0) + vi
-        W[p, 0] = s
-        W[p, 1] = u
-        prev = p
+        keep = p == pa
+        sa = (sa if keep else 0.0) + (yi if vi < inf else 0.0)
+        ua = (ua if keep else 0.0) + vi
+        W[p, 0] = sa
+        W[p, 1] = ua
+        pa = p
+        k = b0 + j
+        q = par[k]
+        yk = y[k]
+        vk = var[k]
+        acc += yk * 0.0
+        bad += not (vk >= 0.0)
+        exact += vk == 0.0
+        keep = q == pb
+        sb = (sb if keep else 0.0) + (yk if vk < inf else 0.0)
+        ub = (ub if keep else 0.0) + vk
+        W[q, 0] = sb
+        W[q, 1] = ub
+        pb = q
+    for j in range(c, la):
+        i = a0 + j
+        p = par[i]
+        yi = y[i]
+        vi = var[i]
+        acc += yi * 0.0
+        bad += not (vi >= 0.0)
+        exact += vi == 0.0
+        keep = p == pa
+        sa = (sa if keep else 0.0) + (yi if vi < inf else 0.0)
+        ua = (ua if keep else 0.0) + vi
+        W[p, 0] = sa
+        W[p, 1] = ua
+        pa = p
+    for j in range(c, lb):
+        k = b0 + j
+        q = par[k]
+        yk = y[k]
+        vk = var[k]
+        acc += yk * 0.0
+        bad += not (vk >= 0.0)
+        exact += vk == 0.0
+        keep = q == pb
+        sb = (sb if keep else 0.0) + (yk if vk < inf else 0.0)
+        ub = (ub if keep else 0.0) + vk
+        W[q, 0] = sb
+        W[q, 1] = ub
+        pb = q
     return acc, bad, exact
 
 
 @_jit
 def flat_internal_up(par, y, var, x, xvar, W, lo, hi):
     """Pass 1 over internal nodes [lo, hi) of one height class, bottom-up; returns
-    (acc, bad, exact, special)."""
+    (acc, bad, exact, special). (Two pieces interleaved, as in :func:`flat_leaves_up`,
+    measured no faster here: this pass waits on its division, not on a chain of adds.)"""
     inf = np.inf
     acc = 0.0
     bad = 0

@@ -320,16 +320,38 @@ def gmc_weighted_2d(parent, n1, d, inv_theta, rho, u, leaf_starts, leaf_parents,
 # matching loop of gmc_39_1d / gmc_39_1d_flat (which agree bit for bit when every parent's
 # leaves form one run), so any cut at parent boundaries gives the same bits. uint64 loop
 # bounds: no wraparound test per access (see _blue_kernels.flat_leaves_up).
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _p39_leaf_up(leaf_parent, o, v, acc, i, prev, s):
+    p = leaf_parent[i - o]
+    s = (s if p == prev else 0.0) + v[i]
+    acc[p] = -s
+    return p, s
+
+
 @_jit_fast
-def p39_leaves_up_flat(leaf_parent, n1, v, acc, lo, hi):
-    """acc[p] = -(sum of p's leaf children) for leaves [lo, hi), one by one."""
-    prev = -1
-    s = 0.0
-    for i in range(nb.uint64(lo), nb.uint64(hi)):
-        p = leaf_parent[i - n1]
-        s = (s if p == prev else 0.0) + v[i]
-        acc[p] = -s
-        prev = p
+def p39_leaves_up_flat(leaf_parent, n1, v, acc, lo, hi, lo2, hi2):
+    """acc[p] = -(sum of p's leaf children) for leaves [lo, hi) and [lo2, hi2), one by one.
+
+    The two ranges (whole pieces: no parent in both) run interleaved, so the two chains
+    of dependent adds overlap (1.7x faster than one range at a time, measured); each
+    parent's sum is added in the same order as in one loop."""
+    o = nb.uint64(n1)
+    a = nb.uint64(lo)
+    b = nb.uint64(lo2)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    c = la if la < lb else lb
+    pa = -1
+    sa = 0.0
+    pb = -1
+    sb = 0.0
+    for j in range(c):
+        pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, a + j, pa, sa)
+        pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, b + j, pb, sb)
+    for j in range(c, la):
+        pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, a + j, pa, sa)
+    for j in range(c, lb):
+        pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, b + j, pb, sb)
 
 
 @_jit_fast
@@ -343,17 +365,38 @@ def p39_leaves_up_runs(leaf_starts, leaf_parents, v, acc, rlo, rhi):
 
 
 @_jit_fast
-def p39_internal_up(parent, inv_theta, v, out, acc, lo, hi):
-    """Bottom-up over the non-leaf nodes [lo, hi) of one height class (the root last)."""
-    top = nb.uint64(hi - 1)
-    for j in range(nb.uint64(hi - lo)):
-        i = top - j
+def p39_internal_up(parent, inv_theta, v, out, acc, lo, hi, lo2, hi2):
+    """Bottom-up over the non-leaf nodes [lo, hi) and [lo2, hi2) of one height class (two
+    pieces interleaved, see :func:`p39_leaves_up_flat`; the root last, alone)."""
+    if lo == 0:  # the root's class: the root alone
+        z = (v[0] + acc[0]) * inv_theta[0]
+        acc[0] = z
+        out[0] = v[0] - z
+        return
+    ta = nb.uint64(hi - 1)
+    tb = nb.uint64(hi2 - 1)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    c = la if la < lb else lb
+    for j in range(c):
+        i = ta - j
         z = (v[i] + acc[i]) * inv_theta[i]
         acc[i] = z
-        if i > 0:
-            acc[parent[i]] += z - v[i]
-        else:
-            out[0] = v[0] - z
+        acc[parent[i]] += z - v[i]
+        k = tb - j
+        y = (v[k] + acc[k]) * inv_theta[k]
+        acc[k] = y
+        acc[parent[k]] += y - v[k]
+    for j in range(c, la):
+        i = ta - j
+        z = (v[i] + acc[i]) * inv_theta[i]
+        acc[i] = z
+        acc[parent[i]] += z - v[i]
+    for j in range(c, lb):
+        k = tb - j
+        y = (v[k] + acc[k]) * inv_theta[k]
+        acc[k] = y
+        acc[parent[k]] += y - v[k]
 
 
 @_jit_fast

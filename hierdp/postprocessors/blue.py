@@ -10,7 +10,7 @@ import numpy as np
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp._threads import run_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
@@ -116,7 +116,7 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
     if runs:
         flags = run_pieces(lambda r: BK.runs_leaves_up(starts, pars, y, var, W, r[0], r[1]), pieces.run_cuts)
     else:
-        flags = run_pieces(lambda r: BK.flat_leaves_up(par, y, var, W, r[0], r[1]), pieces.leaves)
+        flags = run_pieces(lambda r: BK.flat_leaves_up(par, y, var, W, *r), paired(pieces.leaves))
     acc = sum(f[0] for f in flags)
     bad = sum(f[1] for f in flags)
     special = sum(f[2] for f in flags)

@@ -28,7 +28,7 @@ import numpy as np
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp._threads import run_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK
@@ -122,7 +122,7 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
     par1, inv, n1 = st.parent1, st.inv_theta, st.n1
     _leaves_up(st, pieces, v, acc)
     for cls in pieces.classes:
-        run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, r[0], r[1]), cls)
+        run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, *r), paired(cls))
     for cls in reversed(pieces.classes):
         run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
     if st.leaf_parent is not None:
@@ -138,7 +138,7 @@ def _leaves_up(st: GMCStructure, pieces: Pieces, v: np.ndarray, acc: np.ndarray)
     as the structure chose (shared by formula (39) and the weighted stage 2)."""
     if st.leaf_parent is not None:
         lp, n1 = st.leaf_parent, st.n1
-        run_pieces(lambda r: GK.p39_leaves_up_flat(lp, n1, v, acc, r[0], r[1]), pieces.leaves)
+        run_pieces(lambda r: GK.p39_leaves_up_flat(lp, n1, v, acc, *r), paired(pieces.leaves))
     else:
         starts, pars = st.leaf_starts, st.leaf_parents
         run_pieces(lambda r: GK.p39_leaves_up_runs(starts, pars, v, acc, r[0], r[1]), pieces.run_cuts)

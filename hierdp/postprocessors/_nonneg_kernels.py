@@ -403,3 +403,58 @@ def nnls_leaves_down_flat1(lpar, xl, dl, fixedl, tol, x, xol, badl, s, su, ninf,
         badl[j] = b
         count += b
     nbad[0] += count
+
+
+# ---- one histogram, non-leaf nodes: 1-D views (``*1`` arrays are the k = 1 columns of the
+# workspace and of xhat, d, x restricted to the non-leaf prefix), one division per node
+# going down instead of three.
+@_jit
+def nnls_internal_up1(parent, leafcount, xhat1, d1, z1, u1, s1, su1, ninf1, lo, hi):
+    """:func:`nnls_internal_up` for k = 1."""
+    inf = np.inf
+    top = nb.uint64(hi - 1)
+    for j in range(nb.uint64(hi - lo)):
+        i = top - j
+        zi, ui = blue_combine(xhat1[i], d1[i], s1[i], su1[i])
+        z1[i] = zi
+        u1[i] = ui
+        p = parent[i]
+        if p >= 0:
+            s1[p] += zi
+            su1[p] += ui
+            if ui == inf:
+                ninf1[p] += leafcount[i]
+
+
+@nb.njit(cache=True, nogil=True, error_model="numpy")
+def nnls_internal_down1(parent, n_children, leafcount, xhat1, d1, x1, z1, u1, s1, su1, ninf1, g1, ga1, lo, hi):
+    """:func:`nnls_internal_down` for k = 1."""
+    inf = np.inf
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        p = parent[i]
+        if p < 0:
+            xi = z1[i]
+            gp = 0.0
+            gap = 0.0
+        else:
+            ui = u1[i]
+            U = su1[p]
+            if U == inf:
+                w = leafcount[i] / ninf1[p] if ui == inf else 0.0
+            elif U == 0.0:
+                w = 1.0 / n_children[p]
+            else:
+                w = ui / U
+            xi = z1[i] + w * (x1[p] - s1[p])
+            gp = g1[p]
+            gap = ga1[p]
+        x1[i] = xi
+        vi = d1[i]
+        if vi == inf:
+            g1[i] = gp
+            ga1[i] = gap
+        else:
+            r = xi - xhat1[i]
+            ivi = 1.0 / vi
+            g1[i] = gp + r * ivi
+            ga1[i] = gap + (abs(r) + abs(xhat1[i]) + 1.0) * ivi

@@ -100,11 +100,20 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
         run_pieces(lambda r: NK.nnls_leaves_up_flat1(lpar, xl, dl, fl, s, su, ninf, r[0], r[1]), lcuts)
     else:
         run_pieces(lambda r: NK.nnls_leaves_up(par, n1, xhat, d2, fixed, s, su, ninf, r[0], r[1]), pieces.leaves)
-    for cls in pieces.classes:
-        run_pieces(lambda r: NK.nnls_internal_up(par, lc, xhat, d2, z, u, s, su, ninf, r[0], r[1]), cls)
-    for cls in reversed(pieces.classes):
-        run_pieces(lambda r: NK.nnls_internal_down(par, nch, lc, xhat, d2, x, z, u, s, su, ninf, g, ga, r[0], r[1]),
-                   cls)
+    if xhat.shape[1] == 1:  # 1-D views of the non-leaf prefix
+        xh1, d1, x1 = xhat[:n1, 0], d2[:n1, 0], x[:n1, 0]
+        z1, u1, s1, su1, ninf1, g1, ga1 = (a[:, 0] for a in ws)
+        for cls in pieces.classes:
+            run_pieces(lambda r: NK.nnls_internal_up1(par, lc, xh1, d1, z1, u1, s1, su1, ninf1, r[0], r[1]), cls)
+        for cls in reversed(pieces.classes):
+            run_pieces(lambda r: NK.nnls_internal_down1(par, nch, lc, xh1, d1, x1, z1, u1, s1, su1, ninf1, g1, ga1,
+                                                        r[0], r[1]), cls)
+    else:
+        for cls in pieces.classes:
+            run_pieces(lambda r: NK.nnls_internal_up(par, lc, xhat, d2, z, u, s, su, ninf, r[0], r[1]), cls)
+        for cls in reversed(pieces.classes):
+            run_pieces(lambda r: NK.nnls_internal_down(par, nch, lc, xhat, d2, x, z, u, s, su, ninf, g, ga, r[0],
+                                                       r[1]), cls)
 
     def leaves(r: tuple[int, int]) -> np.ndarray:
         count = np.zeros(xhat.shape[1], np.int64)

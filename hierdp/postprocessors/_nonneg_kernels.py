@@ -259,6 +259,26 @@ def finish_down(parent, n1, y, xhat, d, fixed, x, g, ga, lo, hi):
 # last bits differ from the leaf-by-leaf passes above, not across threads (a run is one
 # piece's). Arrays are 1-D leaf views (index j = leaf - n1) and ``lstarts`` the run starts
 # minus n1; the sums are branch-free (which leaves are held at 0 is data).
+@nb.njit(cache=True, nogil=True, inline="always")
+def _leaf_kkt(vi, fx, xh, w, res, gp, gap, tol):
+    """One leaf of a one-histogram step going down: its value (0 when fixed, else its
+    own z plus its share ``w`` of the parent's residual ``res``) and whether it violates
+    the KKT conditions (see :func:`nnls_step_2d`), from its parent's gradient sums."""
+    inf = np.inf
+    xi = 0.0 if fx else (0.0 if vi == inf else xh) + w * res
+    if vi == inf:
+        gi = gp
+        gai = gap
+    else:
+        rr = xi - xh
+        ivi = 1.0 / vi
+        gi = gp + rr * ivi
+        gai = gap + (abs(rr) + abs(xh) + 1.0) * ivi
+    if fx:
+        return xi, gi < -tol * gai
+    return xi, xi < -tol * (abs(xh) + (np.sqrt(vi) if vi != inf else 1.0))
+
+
 @nb.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def nnls_leaves_up_runs1(lstarts, pars, xl, dl, fixedl, s, su, ninf, rlo, rhi):
     """:func:`nnls_leaves_up` for k = 1, leaf runs [rlo, rhi)."""
@@ -295,30 +315,12 @@ def nnls_leaves_down_runs1(lstarts, pars, xl, dl, fixedl, tol, x, xol, badl, s, 
         gap = ga[p, 0]
         for j in range(nb.uint64(lstarts[r]), nb.uint64(lstarts[r + 1])):
             vi = dl[j]
-            fx = fixedl[j]
-            xh = xl[j]
-            if fx:
-                xi = 0.0
+            if U == inf:
+                w = 1.0 / np_ if vi == inf else 0.0
             else:
-                if U == inf:
-                    w = 1.0 / np_ if vi == inf else 0.0
-                else:
-                    w = vi * invU
-                zi = 0.0 if vi == inf else xh
-                xi = zi + w * res
+                w = vi * invU
+            xi, b = _leaf_kkt(vi, fixedl[j], xl[j], w, res, gp, gap, tol)
             xol[j] = xi
-            if vi == inf:
-                gi = gp
-                gai = gap
-            else:
-                rr = xi - xh
-                ivi = 1.0 / vi
-                gi = gp + rr * ivi
-                gai = gap + (abs(rr) + abs(xh) + 1.0) * ivi
-            if fx:
-                b = gi < -tol * gai
-            else:
-                b = xi < -tol * (abs(xh) + (np.sqrt(vi) if vi != inf else 1.0))
             badl[j] = b
             count += b
     nbad[0] += count
@@ -375,31 +377,13 @@ def nnls_leaves_down_flat1(lpar, xl, dl, fixedl, tol, x, xol, badl, s, su, ninf,
     for j in range(nb.uint64(lo), nb.uint64(hi)):
         p = lpar[j]
         vi = dl[j]
-        fx = fixedl[j]
-        xh = xl[j]
-        if fx:
-            xi = 0.0
+        U = su[p, 0]
+        if U == inf:
+            w = 1.0 / ninf[p, 0] if vi == inf else 0.0
         else:
-            U = su[p, 0]
-            if U == inf:
-                w = 1.0 / ninf[p, 0] if vi == inf else 0.0
-            else:
-                w = vi / U
-            zi = 0.0 if vi == inf else xh
-            xi = zi + w * (x[p, 0] - s[p, 0])
+            w = vi / U  # inf or NaN when U = 0, i.e. every leaf of p is fixed: not used then
+        xi, b = _leaf_kkt(vi, fixedl[j], xl[j], w, x[p, 0] - s[p, 0], g[p, 0], ga[p, 0], tol)
         xol[j] = xi
-        if vi == inf:
-            gi = g[p, 0]
-            gai = ga[p, 0]
-        else:
-            rr = xi - xh
-            ivi = 1.0 / vi
-            gi = g[p, 0] + rr * ivi
-            gai = ga[p, 0] + (abs(rr) + abs(xh) + 1.0) * ivi
-        if fx:
-            b = gi < -tol * gai
-        else:
-            b = xi < -tol * (abs(xh) + (np.sqrt(vi) if vi != inf else 1.0))
         badl[j] = b
         count += b
     nbad[0] += count

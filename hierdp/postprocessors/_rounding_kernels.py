@@ -78,6 +78,22 @@ def _round_up_largest(frac, base, nc, D, counts, members):
         base[t] += rank < need
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _floor_frac(xv, atol):
+    """(floor, fractional part) of max(xv, 0); parts within ``atol`` of 0 or 1 count as
+    whole numbers (fraction 0)."""
+    if xv < 0.0:
+        xv = 0.0
+    fl = np.floor(xv)
+    f = xv - fl
+    if f <= atol:
+        f = 0.0
+    elif f >= 1.0 - atol:
+        fl += 1.0
+        f = 0.0
+    return np.int64(fl), f
+
+
 @_jit
 def _round_inconsistent(frac, base, nc, D, nfrac):
     """Inconsistent input (D outside [0, #fractional children]): a surplus makes every
@@ -156,21 +172,11 @@ def round_parents(child_ptr, child_idx, x, out, atol, lo, hi):
             tot = 0
             nfrac = 0
             for t in range(nc):
-                xv = x[child_idx[a0 + t], c]
-                if xv < 0.0:
-                    xv = 0.0
-                fl = np.floor(xv)
-                f = xv - fl
-                if f <= atol:
-                    f = 0.0
-                elif f >= 1.0 - atol:
-                    fl += 1.0
-                    f = 0.0
-                else:
-                    nfrac += 1
-                base[t] = np.int64(fl)
+                b, f = _floor_frac(x[child_idx[a0 + t], c], atol)
+                base[t] = b
                 frac[t] = f
-                tot += base[t]
+                tot += b
+                nfrac += f > 0.0
             D = out[i, c] - tot
             if 0 <= D <= nfrac:  # always, for consistent input: one predictable branch
                 if nc <= 16:
@@ -205,22 +211,11 @@ def round_parents_1d(child_ptr, x, out, atol, lo, hi):
         tot = 0
         nfrac = 0
         for t in range(nc):
-            xv = x[a0 + t]
-            if xv < 0.0:
-                xv = 0.0
-            fl = np.floor(xv)
-            f = xv - fl
-            if f <= atol:
-                f = 0.0
-            elif f >= 1.0 - atol:
-                fl += 1.0
-                f = 0.0
-            else:
-                nfrac += 1
-            b = np.int64(fl)
+            b, f = _floor_frac(x[a0 + t], atol)
             base[t] = b
             frac[t] = f
             tot += b
+            nfrac += f > 0.0
         D = out[i] - tot
         if 0 <= D <= nfrac:
             if nc <= 16:

@@ -534,75 +534,19 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
     residuals and reports exact nodes for checking. ``x``, ``xvar`` hold garbage unless 0 is returned.
     """
     n = y.shape[0]
-    inf = np.inf
-    acc = 0.0   # y * 0 is NaN exactly for non-finite y
-    bad = 0     # counts NaN or negative variances
-    exact = 0   # counts variances 0
     for p in range(n1):
         W[p, 0] = 0.0
         W[p, 1] = 0.0
-    # ---- pass 1, leaves: W[p] = (sum of informative z, sum of u) over leaf children,
-    # summed in registers (a parent's leaf children are adjacent) and stored at each step
-    prev = -1
-    s = 0.0
-    u = 0.0
-    for i in range(n1, n):
-        p = par[i]
-        yi = y[i]
-        vi = var[i]
-        acc += yi * 0.0
-        bad += not (vi >= 0.0)
-        exact += vi == 0.0
-        keep = p == prev
-        s = (s if keep else 0.0) + (yi if vi < inf else 0.0)
-        u = (u if keep else 0.0) + vi
-        W[p, 0] = s
-        W[p, 1] = u
-        prev = p
-    # ---- pass 1, internal nodes bottom-up: z -> x[c], u -> xvar[c]
-    special = 0
-    for c in range(n1 - 1, -1, -1):
-        S = W[c, 0]
-        U = W[c, 1]
-        vc = var[c]
-        yc = y[c]
-        acc += yc * 0.0
-        bad += not (vc >= 0.0)
-        exact += vc == 0.0
-        special += not (0.0 < U < inf)
-        z, u = blue_combine(yc, vc, S, U)  # U = inf, 0 or invalid input: reported below
-        x[c] = z
-        xvar[c] = u
-        if c > 0:
-            p = par[c]
-            W[p, 0] += z
-            W[p, 1] += u
-    if acc != 0.0:
+    acc, bad, exact = flat_leaves_up(par, y, var, W, n1, n, n, n)
+    acc2, bad2, exact2, special = flat_internal_up(par, y, var, x, xvar, W, 0, n1)
+    if acc + acc2 != 0.0:  # y * 0 is NaN exactly for non-finite y
         return 1
-    if bad:
+    if bad + bad2:
         return 2
-    if special or exact:
+    if special or exact + exact2:
         return 3
-    # ---- pass 2, internal nodes top-down (the root keeps x = z, xvar = u)
-    for c in range(n1):
-        if c > 0:
-            p = par[c]
-            u = xvar[c]
-            w = u * W[p, 1]
-            x[c] += u * W[p, 0]
-            v = u - u * w + w * w * xvar[p]
-            xvar[c] = v if v > 0.0 else 0.0
-        invU = 1.0 / W[c, 1]
-        W[c, 0] = (x[c] - W[c, 0]) * invU
-        W[c, 1] = invU
-    # ---- pass 2, leaves
-    for i in range(n1, n):
-        p = par[i]
-        vi = var[i]
-        w = vi * W[p, 1]
-        x[i] = y[i] + vi * W[p, 0]
-        v = vi - vi * w + w * w * xvar[p]
-        xvar[i] = v if v > 0.0 else 0.0
+    flat_internal_down(par, x, xvar, W, 0, n1)
+    flat_leaves_down(par, y, var, x, xvar, W, n1, n)
     return 0
 
 

@@ -148,6 +148,7 @@ def _trees():
     out.append(hierdp.Tree.from_parent(np.r_[-1, parent[: 2999]]))
     out.append(hierdp.Tree.from_parent(np.r_[-1, np.repeat(np.arange(0, 200, 2), 2)[:199]]))
     out.append(hierdp.Tree.complete(24, 3))  # long runs of sibling leaves (BLUE's run-by-run leaf passes)
+    out.append(hierdp.Tree.from_parent(np.r_[-1, np.zeros(400, np.int64)]))  # a star: one class of leaves
     return out
 
 
@@ -168,6 +169,17 @@ def test_pieces_cut_classes_at_parent_boundaries(small_pieces):
             for i in range(len(owners)):
                 for j in range(i + 1, len(owners)):
                     assert not owners[i] & owners[j]  # no parent fed by two pieces
+
+
+def test_a_class_whose_parents_come_back_is_one_piece(monkeypatch):
+    """Pieces are cut only where no parent has children on both sides; when a parent's
+    children are not one run, the range is not cut at all."""
+    monkeypatch.setattr(TP, "PIECE", 4)
+    grouped = np.repeat(np.arange(10), 3)
+    # the first parent boundary at or after every 4th node: 4 -> 6, 8 -> 9, 12, 16 -> 18, 20 -> 21, 24, 28 -> 30
+    assert TP._cuts(grouped, 0, 30) == [(0, 6), (6, 9), (9, 12), (12, 18), (18, 21), (21, 24), (24, 30)]
+    back = np.r_[grouped[:15], grouped[:15]]  # parents 0-4 twice
+    assert TP._cuts(back, 0, 30) == [(0, 30)]
 
 
 def _agree_over_threads(run):

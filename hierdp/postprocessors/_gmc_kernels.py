@@ -47,6 +47,15 @@ def leaf_runs(parent, n1):
 
 
 @_jit
+def constant_per_level(d, depth, values):
+    """Whether ``d[i] == values[depth[i]]`` for every node (one pass, no temporaries)."""
+    for i in range(nb.uint64(0), nb.uint64(d.shape[0])):
+        if d[i] != values[depth[i]]:
+            return False
+    return True
+
+
+@_jit
 def gmc_theta(parent, n_children, n1):
     """Alg. 1 of Cai et al.: theta_i = |C_i| - sum_{j in C_i, j <= n1} (1 + theta_j)^-1.
 

@@ -63,7 +63,8 @@ def finite_values(tree: Tree, values: Any) -> np.ndarray:
     from hierdp.errors import DataError
 
     y = node_values(tree, values)
-    if not np.all(np.isfinite(y)):
+    # min and max: two reductions without an n-sized temporary (NaN propagates into both)
+    if y.size and not (np.isfinite(y.min()) and np.isfinite(y.max())):
         raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
     return y
 
@@ -76,7 +77,7 @@ def checked_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.nd
     if variance is None:
         return None
     v = node_variance(tree, variance, shape)
-    if np.any(np.isnan(v)) or np.any(v < 0):
+    if v.size and not v.min() >= 0:  # NaN or a negative entry (NaN propagates into the minimum)
         raise DataError("variances must be non-negative (inf marks an unmeasured node)")
     return v
 

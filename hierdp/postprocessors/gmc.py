@@ -224,16 +224,14 @@ def _level_key(tree: Tree, d2: np.ndarray) -> tuple | None:
     if d2.shape[1] != 1:
         return None
     d = d2[:, 0]
-    key = []
-    for idx in tree.internal.level_index:
-        lv = d[idx]
-        if lv.size == 0:
-            key.append(None)
-            continue
-        if not np.all(lv == lv[0]):
-            return None
-        key.append(float(lv[0]))
-    return tuple(key)
+    # (first node, empty?) per depth; a level is a slice or an index array
+    ends = [(idx.start, idx.stop <= idx.start) if isinstance(idx, slice) else (int(idx[0]) if idx.size else 0,
+                                                                             idx.size == 0)
+            for idx in tree.internal.level_index]
+    values = d[[first for first, _ in ends]]
+    if not for_size(GK.constant_per_level, tree.n_nodes)(d, tree.internal.depth, values):  # one pass
+        return None
+    return tuple(None if empty else float(v) for (_, empty), v in zip(ends, values, strict=True))
 
 
 def _weighted_factors(tree: Tree, d2: np.ndarray) -> _WeightedFactors:
@@ -273,7 +271,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     """
     y = finite_values(tree, values)
     v = checked_variance(tree, variance, y.shape)
-    if v is None or not np.all(np.isfinite(v)) or np.any(v <= 0):
+    if v is None or not (v.min() > 0 and v.max() < np.inf):  # finite and positive, in two reductions
         raise DataError("gmc_weighted needs finite, positive variances; use 'blue' for unmeasured or exact nodes")
     st = gmc_structure(tree)
     if st.n1 == 0:  # a single node: nothing to reconcile
@@ -283,12 +281,15 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     d2 = np.ascontiguousarray(v.reshape(n, -1))
     f = _weighted_factors(tree, d2)
     o2 = np.empty_like(y2)
-    work = _aligned_empty((st.n1, y2.shape[1]), 5)
-    if y2.shape[1] == 1 and d2.shape[1] == 1 and n >= PARALLEL_MIN and st.one_run_per_parent:
-        _gmc_weighted_pieces(st, tree_pieces(tree), f, y2[:, 0], o2[:, 0], work[:, 0])
-    else:
-        for_size(GK.gmc_weighted_2d, tree.n_nodes)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u, st.leaf_starts,
-                                                   st.leaf_parents, y2, o2, work)
+    work = _work(st, y2.shape[1])
+    try:
+        if y2.shape[1] == 1 and d2.shape[1] == 1 and n >= PARALLEL_MIN and st.one_run_per_parent:
+            _gmc_weighted_pieces(st, tree_pieces(tree), f, y2[:, 0], o2[:, 0], work[:, 0])
+        else:
+            for_size(GK.gmc_weighted_2d, tree.n_nodes)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u,
+                                                       st.leaf_starts, st.leaf_parents, y2, o2, work)
+    finally:
+        st._pool.append(work)
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
         xv = np.empty_like(x)

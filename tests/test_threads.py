@@ -310,3 +310,26 @@ def test_cli_threads_option_and_environment(tmp_path, monkeypatch, capsys, resto
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "HIERDP_THREADS" in err
     assert not (tmp_path / "x.csv").exists() and not (tmp_path / "y.csv").exists()
+
+
+def test_a_source_without_reserve_still_gives_thread_independent_draws(restore_threads):
+    """A RandomSource with ``words`` only: the chunks take their words up front, in chunk
+    order (hierdp.rng.reserve_words), so the draws still do not depend on the threads."""
+
+    class WordsOnly:
+        secure = False
+        seed = 0
+
+        def __init__(self) -> None:
+            self._inner = SeededRandom(21)
+
+        def words(self, size: int) -> np.ndarray:
+            return self._inner.words(size)
+
+    runs = []
+    for threads in (1, 3):
+        hierdp.set_threads(threads)
+        runs.append(S.discrete_laplace(1.5, 2 * S._CHUNK_DRAWS + 5, WordsOnly()))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    # and the same words in the same order as a source that reserves
+    np.testing.assert_array_equal(runs[0], S.discrete_laplace(1.5, 2 * S._CHUNK_DRAWS + 5, SeededRandom(21)))

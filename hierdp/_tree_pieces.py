@@ -50,6 +50,13 @@ class Pieces:
     children_in_order: bool = False  # child_idx == arange(1, n): node i's children are consecutive
 
     @property
+    def above_leaf_parents(self) -> int:
+        """Nodes ``[0, above_leaf_parents)`` are those of height 3 or more: every node of
+        height 2 has only leaves as children, so a leaf pass that *stores* each parent's
+        sum (every parent's leaves in one run) leaves only this prefix to be zeroed."""
+        return self.classes[0][0][0] if self.classes else 0
+
+    @property
     def mean_run(self) -> float:
         """Leaves per run of siblings."""
         return (self.run_starts[-1] - self.n1) / max(1, self.run_parents.size)

@@ -365,12 +365,13 @@ def p39_leaves_up_flat(leaf_parent, n1, v, acc, lo, hi, lo2, hi2):
 
 @_jit_fast
 def p39_leaves_up_runs(leaf_starts, leaf_parents, v, acc, rlo, rhi):
-    """acc[p] = -(sum of p's leaf children) for leaf runs [rlo, rhi)."""
+    """acc[p] = -(sum of p's leaf children) for leaf runs [rlo, rhi) (one run per parent:
+    the sum is stored, so acc need not be zeroed first; -s is 0 - s exactly)."""
     for r in range(nb.uint64(rlo), nb.uint64(rhi)):
         s = 0.0
         for i in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
             s += v[i]
-        acc[leaf_parents[r]] -= s
+        acc[leaf_parents[r]] = -s
 
 
 @_jit_fast

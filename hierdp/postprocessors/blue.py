@@ -110,7 +110,7 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
                       xv: np.ndarray, W: np.ndarray) -> int:
     """:func:`hierdp.postprocessors._blue_kernels.blue_flat_1d`, its passes run piece by
     piece on ``hierdp.get_threads()`` threads (same return codes, same bits)."""
-    W[:] = 0.0
+    W[:pieces.above_leaf_parents] = 0.0  # the leaf pass stores every other node's sums
     runs = pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM
     starts, pars = pieces.run_starts, pieces.run_parents
     if runs:

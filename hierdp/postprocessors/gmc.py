@@ -118,7 +118,7 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
     """Formula (39) for one histogram, its passes run piece by piece on
     ``hierdp.get_threads()`` threads: the bits of :func:`GK.gmc_39_1d` whatever the
     thread count. Leaves go one by one or run by run as the structure chose."""
-    acc[:] = 0.0
+    acc[:pieces.above_leaf_parents] = 0.0  # the leaf pass stores every other node's sum
     par1, inv, n1 = st.parent1, st.inv_theta, st.n1
     _leaves_up(st, pieces, v, acc)
     for cls in pieces.classes:
@@ -148,7 +148,7 @@ def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, 
                          acc: np.ndarray) -> None:
     """:func:`GK.gmc_weighted_2d` for one histogram and one variance column, its passes run
     piece by piece on ``hierdp.get_threads()`` threads (the same bits)."""
-    acc[:] = 0.0
+    acc[:pieces.above_leaf_parents] = 0.0  # the leaf pass stores every other node's sum
     par1 = st.parent1
     d, inv, rho, u = f.d[:, 0], f.inv_theta[:, 0], f.rho[:, 0], f.u[:, 0]
     _leaves_up(st, pieces, v, acc)

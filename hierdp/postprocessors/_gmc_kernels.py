@@ -284,14 +284,7 @@ def gmc_weighted_2d(parent, n1, d, inv_theta, rho, u, leaf_starts, leaf_parents,
     n, k = v.shape
     kv = d.shape[1]
     acc = work
-    for i in range(n1):
-        for c in range(k):
-            acc[i, c] = 0.0
-    for r in range(leaf_parents.shape[0]):
-        p = leaf_parents[r]
-        for i in range(leaf_starts[r], leaf_starts[r + 1]):
-            for c in range(k):
-                acc[p, c] -= v[i, c]
+    _leaf_sums_2d(n1, leaf_starts, leaf_parents, v, acc)
     for i in range(n1 - 1, -1, -1):
         for c in range(k):
             cv = c if kv > 1 else 0

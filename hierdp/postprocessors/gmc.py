@@ -62,7 +62,6 @@ class GMCStructure:
     leaf_parents: np.ndarray
     parent1: np.ndarray        # parents of the non-leaf prefix (int32 when it fits)
     leaf_parent: np.ndarray | None = None  # parents of the leaves, when runs are short
-    one_run_per_parent: bool = False  # every parent's leaf children are adjacent
     _unit_variance: np.ndarray | None = field(default=None, repr=False)
     _pool: list = field(default_factory=list, repr=False)
 
@@ -97,7 +96,7 @@ def gmc_structure(tree: Tree) -> GMCStructure:
             leaf_parent = tree.internal.parent[n1:].astype(idx)
         st = GMCStructure(n1=n1, theta=theta, inv_theta=inv, leaf_starts=starts.astype(idx),
                           leaf_parents=pars.astype(idx), parent1=tree.internal.parent[:n1].astype(idx),
-                          leaf_parent=leaf_parent, one_run_per_parent=one_run)
+                          leaf_parent=leaf_parent)
         tree.cache[_CACHE_KEY] = st
     return st
 
@@ -129,7 +128,7 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
         lp = st.leaf_parent
         run_pieces(lambda r: GK.p39_leaves_down_flat(lp, n1, v, out, acc, r[0], r[1]), pieces.leaves)
     else:
-        starts, pars = st.leaf_starts, st.leaf_parents
+        starts, pars = pieces.run_starts, pieces.run_parents
         run_pieces(lambda r: GK.p39_leaves_down_runs(starts, pars, v, out, acc, r[0], r[1]), pieces.run_cuts)
 
 
@@ -140,7 +139,7 @@ def _leaves_up(st: GMCStructure, pieces: Pieces, v: np.ndarray, acc: np.ndarray)
         lp, n1 = st.leaf_parent, st.n1
         run_pieces(lambda r: GK.p39_leaves_up_flat(lp, n1, v, acc, *r), paired(pieces.leaves))
     else:
-        starts, pars = st.leaf_starts, st.leaf_parents
+        starts, pars = pieces.run_starts, pieces.run_parents
         run_pieces(lambda r: GK.p39_leaves_up_runs(starts, pars, v, acc, r[0], r[1]), pieces.run_cuts)
 
 
@@ -160,7 +159,7 @@ def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, 
         lp, n1 = st.leaf_parent, st.n1
         run_pieces(lambda r: GK.pw_leaves_down_flat(lp, n1, d, v, out, acc, r[0], r[1]), pieces.leaves)
     else:
-        starts, pars = st.leaf_starts, st.leaf_parents
+        starts, pars = pieces.run_starts, pieces.run_parents
         run_pieces(lambda r: GK.pw_leaves_down_runs(starts, pars, d, v, out, acc, r[0], r[1]), pieces.run_cuts)
 
 
@@ -188,7 +187,7 @@ def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | 
         o2 = out.reshape(y2.shape)
     work = _work(st, k)
     try:
-        if formula == 39 and k == 1 and tree.n_nodes >= PARALLEL_MIN and st.one_run_per_parent:
+        if formula == 39 and k == 1 and tree.n_nodes >= PARALLEL_MIN and tree_pieces(tree).one_run_per_parent:
             _gmc_39_pieces(st, tree_pieces(tree), y2.reshape(-1), o2.reshape(-1), work.reshape(-1))
         elif formula == 39 and k == 1 and st.leaf_parent is not None:
             for_size(GK.gmc_39_1d_flat, tree.n_nodes)(st.parent1, st.n1, st.inv_theta, st.leaf_parent, y2.reshape(-1),
@@ -283,7 +282,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     o2 = np.empty_like(y2)
     work = _work(st, y2.shape[1])
     try:
-        if y2.shape[1] == 1 and d2.shape[1] == 1 and n >= PARALLEL_MIN and st.one_run_per_parent:
+        if y2.shape[1] == 1 and d2.shape[1] == 1 and n >= PARALLEL_MIN and tree_pieces(tree).one_run_per_parent:
             _gmc_weighted_pieces(st, tree_pieces(tree), f, y2[:, 0], o2[:, 0], work[:, 0])
         else:
             for_size(GK.gmc_weighted_2d, tree.n_nodes)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u,

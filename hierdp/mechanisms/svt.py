@@ -42,6 +42,15 @@ def _params(cutoff: int, epsilon: float):
     return dlap_params(sigma), dlap_params(2 * sigma)
 
 
+def _setup(threshold: float, cutoff: int, epsilon: float):
+    """Checked ``(cutoff, epsilon, ceil(threshold))`` and the discrete Laplace parameters of
+    the threshold and the query noise, for :class:`Sparse` and :class:`SparseBank`."""
+    cutoff, epsilon = _check(cutoff, epsilon)
+    if not math.isfinite(threshold):
+        raise BudgetError("threshold must be finite")
+    return (cutoff, epsilon, math.ceil(threshold), *_params(cutoff, epsilon))
+
+
 class Sparse:
     """On-the-fly Sparse(x, {f_i}; c, τ, ε) for an adaptively chosen stream of integer queries.
 
@@ -52,11 +61,7 @@ class Sparse:
     """
 
     def __init__(self, threshold: float, cutoff: int, epsilon: float, rng: RandomSource) -> None:
-        self.cutoff, self.epsilon = _check(cutoff, epsilon)
-        if not math.isfinite(threshold):
-            raise BudgetError("threshold must be finite")
-        self._tau = math.ceil(threshold)
-        self._pt, self._pq = _params(self.cutoff, self.epsilon)
+        self.cutoff, self.epsilon, self._tau, self._pt, self._pq = _setup(threshold, cutoff, epsilon)
         self._rng = rng
         self.count = 0
         self._noisy_t = self._draw_threshold()
@@ -99,11 +104,7 @@ class SparseBank:
     """
 
     def __init__(self, threshold: float, cutoff: int, epsilon: float, size: int, rng: RandomSource) -> None:
-        self.cutoff, self.epsilon = _check(cutoff, epsilon)
-        if not math.isfinite(threshold):
-            raise BudgetError("threshold must be finite")
-        self._tau = math.ceil(threshold)
-        self._pt, self._pq = _params(self.cutoff, self.epsilon)
+        self.cutoff, self.epsilon, self._tau, self._pt, self._pq = _setup(threshold, cutoff, epsilon)
         self._rng = rng
         self.count = np.zeros(int(size), dtype=np.int64)
         self._noisy_t = self._tau + sample_discrete_laplace(self._pt, int(size), rng)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["THREADS_ENV", "get_threads", "set_threads", "run_pieces"]
+__all__ = ["THREADS_ENV", "get_threads", "set_threads", "run_pieces", "parse_threads"]
 
 THREADS_ENV = "HIERDP_THREADS"
 _T = TypeVar("_T")
@@ -38,7 +38,9 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _parse(value: Any, where: str) -> int:
+def parse_threads(value: Any, where: str) -> int:
+    """``value`` as a thread count >= 1 (an int, or a string of digits); else a one-line
+    ValueError naming ``where``."""
     import numbers
 
     n = 0
@@ -57,7 +59,7 @@ def get_threads() -> int:
         return _chosen
     env = os.environ.get(THREADS_ENV, "").strip()
     if env:
-        return _parse(env, THREADS_ENV)
+        return parse_threads(env, THREADS_ENV)
     return _cores()
 
 
@@ -74,7 +76,7 @@ def set_threads(threads: int | None) -> int | None:
     """
     global _chosen
     previous = _chosen
-    _chosen = None if threads is None else _parse(threads, "threads")
+    _chosen = None if threads is None else parse_threads(threads, "threads")
     return previous
 
 

@@ -363,9 +363,12 @@ _COMMANDS = {"release": _cmd_release, "validate": _cmd_validate, "evaluate": _cm
 
 
 def _threads_count(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1, got {text!r}")
-    return int(text)
+    from hierdp._threads import parse_threads
+
+    try:
+        return parse_threads(text, "--threads")
+    except ValueError as exc:  # argparse shows an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

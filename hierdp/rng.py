@@ -226,32 +226,20 @@ class SecureRandom(_WordSource):
         size = int(size)
         if size < 0:
             raise ValueError(f"words(size): size must be non-negative, got {size}")
-        out = np.empty(size, dtype=np.uint64)
         if self.method == "os":
+            out = np.empty(size, dtype=np.uint64)
             view = out.view(np.uint8)
             for start in range(0, size, _CHUNK):
                 stop = min(size, start + _CHUNK)
                 view[8 * start : 8 * stop] = np.frombuffer(os.urandom(8 * (stop - start)), dtype=np.uint8)
             return out
-        pos = 0
-        while pos < size:
-            with self._lock:  # reserve blocks [counter, counter + take) of the current key
-                if (self._pid != os.getpid() or self._fork_generation != _FORK_GENERATION
-                        or self._counter >= _BLOCKS_PER_KEY):
-                    self._rekey()
-                take = min(-(-(size - pos) // 8), _BLOCKS_PER_KEY - self._counter)
-                key, nonce, counter = self._key, self._nonce, self._counter
-                self._counter += take
-            stop = min(size, pos + 8 * take)
-            chacha20_fill(key, nonce, counter, out[pos:stop])  # a cut-short last block is discarded
-            pos = stop
-        return out
-
+        return self.reserve(size)()  # the next blocks, computed at once
     def reserve(self, size: int) -> Callable[..., np.ndarray]:
         """The next ``size`` words' place in the stream, taken now; the returned function
         computes them (once, in any thread; into ``out[:size]`` when given ``out``).
-        Blocks are reserved under the lock as in :meth:`words`, so no (key, nonce,
-        counter) is ever used twice."""
+        Block counters are reserved under the lock (a rekey when the pid, the fork
+        generation or the key's block budget says so), so no (key, nonce, counter) is
+        ever used twice; :meth:`words` is a reservation computed at once."""
         size = int(size)
         if size < 0:
             raise ValueError(f"reserve(size): size must be non-negative, got {size}")

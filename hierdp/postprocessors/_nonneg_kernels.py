@@ -294,10 +294,10 @@ def nnls_leaves_up_runs1(lstarts, pars, xl, dl, fixedl, s, su, ninf, rlo, rhi):
             uu += vi if free else 0.0
             cnt += free and not fin
             ss += xl[j] if free and fin else 0.0
-        p = pars[r]
-        su[p, 0] += uu
-        ninf[p, 0] += cnt
-        s[p, 0] += ss
+        p = pars[r]  # one run per parent: the sums are stored (nodes of height 2 are not zeroed)
+        su[p, 0] = uu
+        ninf[p, 0] = cnt
+        s[p, 0] = ss
 
 
 @nb.njit(cache=True, nogil=True, error_model="numpy")  # 1 / U is inf when U = 0 (not used then)
@@ -343,50 +343,112 @@ def finish_leaves_up_runs1(lstarts, pars, fixedl, x, xol, rlo, rhi):
 # 1-D leaf views, a run's sums carried in registers and stored at each step (every
 # parent's leaves are one run and come first into its zeroed sums, so the stored sums are
 # the same bits as the scattered ones), two divisions per leaf instead of three.
+@nb.njit(cache=True, nogil=True, inline="always")
+def _up_flat1_leaf(p, prev, free, vi, xv, uu, cnt, ss):
+    """One leaf of :func:`nnls_leaves_up_flat1`: its parent's running sums (restarted
+    where the parent changes)."""
+    keep = p == prev
+    fin = vi < np.inf
+    uu = (uu if keep else 0.0) + (vi if free else 0.0)
+    cnt = (cnt if keep else 0) + (free and not fin)
+    ss = (ss if keep else 0.0) + (xv if free and fin else 0.0)
+    return uu, cnt, ss
+
+
 @_jit
-def nnls_leaves_up_flat1(lpar, xl, dl, fixedl, s, su, ninf, lo, hi):
-    """:func:`nnls_leaves_up` for k = 1 over leaves [lo, hi) (leaf indices; ``lpar`` their
-    parents), high to low as the one-loop pass."""
-    inf = np.inf
-    prev = -1
-    ss = 0.0
-    uu = 0.0
-    cnt = 0
-    top = nb.uint64(hi - 1)
-    for jj in range(nb.uint64(hi - lo)):
-        j = top - jj
+def nnls_leaves_up_flat1(lpar, xl, dl, fixedl, s, su, ninf, lo, hi, lo2, hi2):
+    """:func:`nnls_leaves_up` for k = 1 over leaves [lo, hi) and [lo2, hi2) (leaf
+    indices; ``lpar`` their parents), each high to low as the one-loop pass. The two
+    pieces run interleaved so that their chains of dependent adds overlap (no parent is
+    in both, so each sum is the same)."""
+    pa = -1
+    ua = 0.0
+    ca = 0
+    sa = 0.0
+    pb = -1
+    ub = 0.0
+    cb = 0
+    sb = 0.0
+    ta = nb.uint64(hi - 1)
+    tb = nb.uint64(hi2 - 1)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    m = la if la < lb else lb
+    for jj in range(m):
+        j = ta - jj
         p = lpar[j]
-        keep = p == prev
-        free = not fixedl[j]
-        vi = dl[j]
-        fin = vi < inf
-        uu = (uu if keep else 0.0) + (vi if free else 0.0)
-        cnt = (cnt if keep else 0) + (free and not fin)
-        ss = (ss if keep else 0.0) + (xl[j] if free and fin else 0.0)
-        su[p, 0] = uu
-        ninf[p, 0] = cnt
-        s[p, 0] = ss
-        prev = p
+        ua, ca, sa = _up_flat1_leaf(p, pa, not fixedl[j], dl[j], xl[j], ua, ca, sa)
+        su[p, 0] = ua
+        ninf[p, 0] = ca
+        s[p, 0] = sa
+        pa = p
+        j = tb - jj
+        p = lpar[j]
+        ub, cb, sb = _up_flat1_leaf(p, pb, not fixedl[j], dl[j], xl[j], ub, cb, sb)
+        su[p, 0] = ub
+        ninf[p, 0] = cb
+        s[p, 0] = sb
+        pb = p
+    for jj in range(m, la):
+        j = ta - jj
+        p = lpar[j]
+        ua, ca, sa = _up_flat1_leaf(p, pa, not fixedl[j], dl[j], xl[j], ua, ca, sa)
+        su[p, 0] = ua
+        ninf[p, 0] = ca
+        s[p, 0] = sa
+        pa = p
+    for jj in range(m, lb):
+        j = tb - jj
+        p = lpar[j]
+        ub, cb, sb = _up_flat1_leaf(p, pb, not fixedl[j], dl[j], xl[j], ub, cb, sb)
+        su[p, 0] = ub
+        ninf[p, 0] = cb
+        s[p, 0] = sb
+        pb = p
 
 
 @nb.njit(cache=True, nogil=True, error_model="numpy")
-def nnls_leaves_down_flat1(lpar, xl, dl, fixedl, tol, x, xol, badl, s, su, ninf, g, ga, nbad, lo, hi):
-    """:func:`nnls_leaves_down` for k = 1 over leaves [lo, hi) (leaf indices)."""
+def nnls_leaves_down_flat1(lpar, xl, dl, ivl, thl, fixedl, tol, x, xol, badl, s, su, ninf, g, ga, nbad, lo, hi):
+    """:func:`nnls_leaves_down` for k = 1 over leaves [lo, hi) (leaf indices), with the
+    leaves' constants of every step computed once (:func:`leaf_constants`): one division
+    per leaf, and the KKT test chosen without a branch."""
     inf = np.inf
     count = 0
     for j in range(nb.uint64(lo), nb.uint64(hi)):
         p = lpar[j]
         vi = dl[j]
+        ivi = ivl[j]
+        xh = xl[j]
+        fx = fixedl[j]
         U = su[p, 0]
         if U == inf:
             w = 1.0 / ninf[p, 0] if vi == inf else 0.0
         else:
             w = vi / U  # inf or NaN when U = 0, i.e. every leaf of p is fixed: not used then
-        xi, b = _leaf_kkt(vi, fixedl[j], xl[j], w, x[p, 0] - s[p, 0], g[p, 0], ga[p, 0], tol)
+        xi = 0.0 if fx else (xh if ivi != 0.0 else 0.0) + w * (x[p, 0] - s[p, 0])
+        rr = xi - xh
+        gi = g[p, 0] + rr * ivi  # ivi = 0 (unmeasured leaf): the parent's sums
+        gai = ga[p, 0] + (abs(rr) + abs(xh) + 1.0) * ivi
+        b = (gi < -tol * gai) if fx else (xi < thl[j])
         xol[j] = xi
         badl[j] = b
         count += b
     nbad[0] += count
+
+
+@nb.njit(cache=True, nogil=True, error_model="numpy")  # 1 / d without a zero test: d > 0
+def leaf_constants(xl, dl, tol, ivl, thl):
+    """Per leaf, what every active-set step uses (into ``ivl``, ``thl``): 1 / d (0 when
+    unmeasured) and the threshold below which a free leaf violates the KKT conditions,
+    ``-tol (|xhat| + sqrt(d))`` (``sqrt(d)`` read as 1 when unmeasured). The arrays are
+    numpy's: a large array numba allocates is touched 4 KiB page by page, about 5x the
+    time of numpy's (huge pages)."""
+    inf = np.inf
+    for j in range(nb.uint64(xl.size)):
+        vi = dl[j]
+        ivl[j] = 1.0 / vi  # 0 when vi = inf
+        sq = np.sqrt(vi)
+        thl[j] = -tol * (abs(xl[j]) + (sq if sq < inf else 1.0))
 
 
 # ---- one histogram, non-leaf nodes: 1-D views (``*1`` arrays are the k = 1 columns of the

@@ -41,7 +41,7 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._threads import run_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK
@@ -77,17 +77,25 @@ def _by_runs(pieces: Pieces, xhat: np.ndarray) -> bool:
     return xhat.shape[1] == 1 and pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM
 
 
+def _leaf_by_leaf(pieces: Pieces, xhat: np.ndarray) -> bool:
+    """One histogram, each parent's leaves one run, but short runs: the 1-D leaf passes go
+    leaf by leaf."""
+    return xhat.shape[1] == 1 and pieces.one_run_per_parent and not _by_runs(pieces, xhat)
+
+
 def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, fixed: np.ndarray, tol: float,
                  x: np.ndarray, bad: np.ndarray, ws: tuple) -> np.ndarray:
     """:func:`NK.nnls_step_2d`, its passes run piece by piece on ``hierdp.get_threads()``
-    threads (the same bits and counts whatever the thread count)."""
-    z, u, s, su, ninf, g, ga = ws
-    s[:] = 0.0
-    su[:] = 0.0
-    ninf[:] = 0
+    threads (the same bits and counts whatever the thread count). ``ws``: the workspace
+    (z, u, s, su, ninf, g, ga) and the leaves' constants (:func:`NK.leaf_constants`)."""
+    z, u, s, su, ninf, g, ga, ivl, thl = ws
     par, lc, nch, n1 = tree.internal.parent, tree.internal.leafcount, tree.internal.n_children, pieces.n1
     runs = _by_runs(pieces, xhat)
-    flat = not runs and xhat.shape[1] == 1 and pieces.one_run_per_parent
+    flat = _leaf_by_leaf(pieces, xhat)
+    top = pieces.above_leaf_parents if runs or flat else n1  # the 1-D leaf passes store the other nodes' sums
+    s[:top] = 0.0
+    su[:top] = 0.0
+    ninf[:top] = 0
     if runs or flat:  # 1-D views of the leaves
         lst, pars = pieces.run_starts - n1, pieces.run_parents
         xl, dl, fl, xol, bl = xhat[n1:, 0], d2[n1:, 0], fixed[:, 0], x[n1:, 0], bad[:, 0]
@@ -97,12 +105,12 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
         run_pieces(lambda r: NK.nnls_leaves_up_runs1(lst, pars, xl, dl, fl, s, su, ninf, r[0], r[1]),
                    pieces.run_cuts)
     elif flat:
-        run_pieces(lambda r: NK.nnls_leaves_up_flat1(lpar, xl, dl, fl, s, su, ninf, r[0], r[1]), lcuts)
+        run_pieces(lambda r: NK.nnls_leaves_up_flat1(lpar, xl, dl, fl, s, su, ninf, *r), paired(lcuts))
     else:
         run_pieces(lambda r: NK.nnls_leaves_up(par, n1, xhat, d2, fixed, s, su, ninf, r[0], r[1]), pieces.leaves)
     if xhat.shape[1] == 1:  # 1-D views of the non-leaf prefix
         xh1, d1, x1 = xhat[:n1, 0], d2[:n1, 0], x[:n1, 0]
-        z1, u1, s1, su1, ninf1, g1, ga1 = (a[:, 0] for a in ws)
+        z1, u1, s1, su1, ninf1, g1, ga1 = (a[:, 0] for a in ws[:7])
         for cls in pieces.classes:
             run_pieces(lambda r: NK.nnls_internal_up1(par, lc, xh1, d1, z1, u1, s1, su1, ninf1, r[0], r[1]), cls)
         for cls in reversed(pieces.classes):
@@ -120,7 +128,8 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
         if runs:
             NK.nnls_leaves_down_runs1(lst, pars, xl, dl, fl, tol, x, xol, bl, s, su, ninf, g, ga, count, r[0], r[1])
         elif flat:
-            NK.nnls_leaves_down_flat1(lpar, xl, dl, fl, tol, x, xol, bl, s, su, ninf, g, ga, count, r[0], r[1])
+            NK.nnls_leaves_down_flat1(lpar, xl, dl, ivl, thl, fl, tol, x, xol, bl, s, su, ninf, g, ga, count, r[0],
+                                      r[1])
         else:
             NK.nnls_leaves_down(par, n1, xhat, d2, fixed, tol, x, bad, s, su, ninf, g, ga, count, r[0], r[1])
         return count
@@ -207,7 +216,16 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     it = 0
     converged = False
     pieces = tree_pieces(tree) if n >= PARALLEL_MIN else None
-    ws: tuple = NK.nnls_workspace(n1, k) if pieces is not None else ()
+    # numpy's allocations (not the kernels'): pages are touched once, by the passes, and
+    # large ones get transparent huge pages; the steps zero what they add into
+    ws: tuple = ()
+    if pieces is not None:
+        consts = (None, None)
+        if _leaf_by_leaf(pieces, xhat):  # the constants of its leaf-by-leaf passes
+            consts = (np.empty(n - n1), np.empty(n - n1))
+            NK.leaf_constants(xhat[n1:, 0], d2[n1:, 0], tol, *consts)
+        ws = (*(np.empty((n1, k)) for _ in range(4)), np.empty((n1, k), np.int64), np.empty((n1, k)),
+              np.empty((n1, k)), *consts)
     while True:
         it += 1
         if pieces is not None:

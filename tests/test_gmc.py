@@ -199,6 +199,30 @@ def test_errors():
         gmc_weighted(tree, np.ones(7), np.r_[np.inf, np.ones(6)])
     with pytest.raises(DataError, match="non-negative"):
         GMC().apply(tree, Estimate(np.ones(7), -np.ones(7)))
+    # weighted GMC's one-pass check of values and variances gives the same errors
+    for bad in (np.nan, np.inf, -np.inf):
+        with pytest.raises(DataError, match="NaN or infinity"):
+            gmc_weighted(tree, np.r_[1.0, 2, 3, bad, 5, 6, 7], np.full(7, 2.0))
+    with pytest.raises(DataError, match="finite, positive"):
+        gmc_weighted(tree, np.ones(7), np.r_[2.0, 2, 2, 2, 0, 2, 2])
+    with pytest.raises(DataError, match="non-negative"):
+        gmc_weighted(tree, np.ones(7), np.r_[2.0, 2, 2, 2, np.nan, 2, 2])
+
+
+def test_weighted_gmc_cache_key_needs_every_node_of_a_level():
+    """Variances that agree with a per-level budget on each level's first node but not
+    elsewhere must not be served the per-level factors (nor the reverse); the estimate's
+    variance is BLUE's, read-only."""
+    tree = hierdp.Tree.complete(2, 4)
+    y = np.random.default_rng(2).normal(0, 5, tree.n_nodes)
+    level = np.array([1.0, 2.0, 3.0, 4.0])[tree.internal.depth]
+    bent = level.copy()
+    bent[-1] = 9.0  # the last leaf only
+    for d in (level, bent, level, bent):
+        out, var = gmc_weighted(tree, y, d)
+        _close(out, dense_projection(tree, y, d))
+        np.testing.assert_allclose(var, blue(tree, y, d).variance, rtol=1e-10)
+        assert not var.flags.writeable
 
 
 def test_weighted_factor_cache_keeps_its_own_copy_and_is_thread_safe():

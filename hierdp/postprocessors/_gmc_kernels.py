@@ -47,6 +47,23 @@ def leaf_runs(parent, n1):
 
 
 @_jit
+def weighted_scan(y, d, depth, values):
+    """One pass over one histogram and its variances: (every y finite, every d finite and
+    > 0, ``d[i] == values[depth[i]]`` for every node). Branch-free: all three are read
+    whole (the checks of weighted GMC's input and its per-level cache key at once)."""
+    yok = True
+    dok = True
+    const = True
+    for i in range(nb.uint64(0), nb.uint64(d.shape[0])):
+        yi = y[i]
+        di = d[i]
+        yok &= yi - yi == 0.0  # NaN for NaN and +-inf
+        dok &= (di > 0.0) & (di < np.inf)
+        const &= di == values[depth[i]]
+    return yok, dok, const
+
+
+@_jit
 def constant_per_level(d, depth, values):
     """Whether ``d[i] == values[depth[i]]`` for every node (one pass, no temporaries)."""
     for i in range(nb.uint64(0), nb.uint64(d.shape[0])):

@@ -32,7 +32,8 @@ from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK
-from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
+from hierdp.postprocessors.base import (Estimate, PostProcessor, checked_variance, finite_values, node_values,
+                                       node_variance)
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -218,24 +219,31 @@ class _WeightedFactors:
     variance: np.ndarray | None = None  # output variance (n, kv), filled lazily
 
 
-def _level_key(tree: Tree, d2: np.ndarray) -> tuple | None:
-    """Per-level variances as a hashable key when ``d2`` is constant on every level."""
+def _level_firsts(tree: Tree) -> list[tuple[int, bool]]:
+    """(first node, empty?) per depth; a level is a slice or an index array."""
+    return [(idx.start, idx.stop <= idx.start) if isinstance(idx, slice) else (int(idx[0]) if idx.size else 0,
+                                                                             idx.size == 0)
+            for idx in tree.internal.level_index]
+
+
+def _level_key(tree: Tree, d2: np.ndarray, constant: bool | None = None) -> tuple | None:
+    """Per-level variances as a hashable key when ``d2`` is constant on every level
+    (``constant``: already known, from :func:`GK.weighted_scan`)."""
     if d2.shape[1] != 1:
         return None
     d = d2[:, 0]
-    # (first node, empty?) per depth; a level is a slice or an index array
-    ends = [(idx.start, idx.stop <= idx.start) if isinstance(idx, slice) else (int(idx[0]) if idx.size else 0,
-                                                                             idx.size == 0)
-            for idx in tree.internal.level_index]
+    ends = _level_firsts(tree)
     values = d[[first for first, _ in ends]]
-    if not for_size(GK.constant_per_level, tree.n_nodes)(d, tree.internal.depth, values):  # one pass
+    if constant is None:
+        constant = for_size(GK.constant_per_level, tree.n_nodes)(d, tree.internal.depth, values)  # one pass
+    if not constant:
         return None
     return tuple(None if empty else float(v) for (_, empty), v in zip(ends, values, strict=True))
 
 
-def _weighted_factors(tree: Tree, d2: np.ndarray) -> _WeightedFactors:
+def _weighted_factors(tree: Tree, d2: np.ndarray, constant: bool | None = None) -> _WeightedFactors:
     st = gmc_structure(tree)
-    key = _level_key(tree, d2)
+    key = _level_key(tree, d2, constant)
     cache = tree.cache.setdefault(_WCACHE_KEY, {})
     if key is not None:
         with _WCACHE_LOCK:
@@ -267,18 +275,32 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     ``variance`` is ``(n,)`` or the shape of ``values``; entries must be finite and
     positive (see :class:`GMC` for unmeasured nodes). Returns ``(estimate, variance of the
     estimate)``; stage 1 is cached per tree when the variances are constant per level.
+    The variance of the estimate depends on the variances only, and comes back read-only
+    (shared with the cache when the variances are constant per level; copy it to change it).
     """
-    y = finite_values(tree, values)
-    v = checked_variance(tree, variance, y.shape)
-    if v is None or not (v.min() > 0 and v.max() < np.inf):  # finite and positive, in two reductions
-        raise DataError("gmc_weighted needs finite, positive variances; use 'blue' for unmeasured or exact nodes")
+    y = node_values(tree, values)
+    v = None if variance is None else node_variance(tree, variance, y.shape)
+    constant = None
+    ok = False
+    if v is not None and y.ndim == 1 and v.ndim == 1 and y.size:  # one pass checks all, and finds the cache key
+        ends = _level_firsts(tree)
+        lv = np.ascontiguousarray(v)[[first for first, _ in ends]]
+        yok, ok, constant = for_size(GK.weighted_scan, tree.n_nodes)(np.ascontiguousarray(y), np.ascontiguousarray(v),
+                                                                      tree.internal.depth, lv)
+        if not yok:
+            finite_values(tree, y)  # its error
+    if not ok:
+        y = finite_values(tree, y)
+        v = checked_variance(tree, variance, y.shape)
+        if v is None or not (v.min() > 0 and v.max() < np.inf):  # finite and positive, in two reductions
+            raise DataError("gmc_weighted needs finite, positive variances; use 'blue' for unmeasured or exact nodes")
     st = gmc_structure(tree)
     if st.n1 == 0:  # a single node: nothing to reconcile
         return y.copy(), v.copy()
     n = tree.n_nodes
     y2 = np.ascontiguousarray(y.reshape(n, -1))
     d2 = np.ascontiguousarray(v.reshape(n, -1))
-    f = _weighted_factors(tree, d2)
+    f = _weighted_factors(tree, d2, constant)
     o2 = np.empty_like(y2)
     work = _work(st, y2.shape[1])
     try:
@@ -294,8 +316,9 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
         xv = np.empty_like(x)
         for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
                                            np.zeros_like(d2), d2, x, xv)
+        xv.flags.writeable = False  # shared by every call with these variances (cached): read-only, not copied
         f.variance = xv
-    return o2.reshape(y.shape), f.variance.reshape(v.shape).copy()
+    return o2.reshape(y.shape), f.variance.reshape(v.shape)
 
 
 class GMC(PostProcessor):

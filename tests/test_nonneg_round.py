@@ -177,6 +177,45 @@ def test_round_inconsistent_or_negative_input_still_consistent():
         ControlledRounding(atol=0.7)
 
 
+def _spread_unit_by_unit(base, frac, D):
+    """The documented rule for inconsistent input, one unit at a time (the reference)."""
+    base = base.copy()
+    if D > 0:
+        base += frac > 0
+        rest = D - int(np.count_nonzero(frac > 0))
+        base += rest // base.size
+        base[: rest % base.size] += 1
+        return base
+    need = -D
+    while need > 0 and base.max() > 0:
+        for t in range(base.size):
+            if need and base[t] > 0:
+                base[t] -= 1
+                need -= 1
+    return base
+
+
+def test_round_inconsistent_spreads_like_unit_by_unit_and_fast():
+    from hierdp.postprocessors import _rounding_kernels as RK
+
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        nc = int(rng.integers(1, 12))
+        base = rng.integers(0, 9, nc).astype(np.int64)
+        frac = np.where(rng.random(nc) < 0.5, rng.random(nc), 0.0)
+        nfrac = int(np.count_nonzero(frac > 0))
+        D = int(rng.integers(-60, 60))
+        if 0 <= D <= nfrac:
+            continue
+        got = base.copy()
+        RK._round_inconsistent(frac, got, nc, D, nfrac)
+        np.testing.assert_array_equal(got, _spread_unit_by_unit(base, frac, D))
+    # a parent of 0 over children of 1e12: every unit taken (it took a unit per step before)
+    tree = hierdp.Tree.from_parent(np.array([-1, 0, 0, 0]))
+    np.testing.assert_array_equal(controlled_round(tree, np.array([0.0, 1e12, 2e12, 3.5])), [0, 0, 0, 0])
+    np.testing.assert_array_equal(controlled_round(tree, np.array([5.0, 1e12, 2e12, 3.5])), [5, 0, 5, 0])
+
+
 def test_release_chain_blue_nonneg_round():
     """postprocess=["gmc", "nonneg", "round"] in a release gives consistent non-negative integers."""
     from hierdp import release

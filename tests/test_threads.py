@@ -242,6 +242,44 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         assert tree.is_consistent(tree.to_external(x)) and tree.is_consistent(tree.to_external(g))
 
 
+def test_round_in_pieces_equals_the_general_kernel_on_hard_input(small_pieces, monkeypatch):
+    """round's one-histogram kernel (fan-outs 2-5 straight-line, buckets, whole boundary
+    buckets, ranked ones) gives the general kernel's integers on ties, integral values,
+    inconsistent and negative input; unfit values are refused in pieces too."""
+    from hierdp.postprocessors import rounding as R
+
+    rng = np.random.default_rng(9)
+    in_order = 0
+    for tree in _trees():
+        n = tree.n_nodes
+        leaves = rng.integers(0, 5, tree.n_leaves) + rng.choice([0.0, 0.25, 0.5, 0.75], tree.n_leaves)
+        cases = [tree.to_internal(tree.aggregate(leaves)),                     # ties
+                 tree.to_internal(tree.aggregate(np.floor(leaves))),           # integral
+                 rng.normal(2.0, 3.0, n),                                      # inconsistent, negative
+                 rng.normal(2.0, 3.0, n) + np.arange(n) % 7 * 40.0]            # surpluses and deficits
+        for x in cases:
+            tree.cache.clear()
+            in_order += TP.tree_pieces(tree).children_in_order
+            r = _agree_over_threads(lambda x=x, tree=tree: [controlled_round(tree, x)])[0]
+            monkeypatch.setattr(R, "PARALLEL_MIN", 1 << 40)
+            np.testing.assert_array_equal(r, controlled_round(tree, x))
+            monkeypatch.setattr(R, "PARALLEL_MIN", 64)
+            internal = tree.internal.n_children > 0
+            s = np.zeros_like(r)
+            np.add.at(s, tree.internal.parent[1:], r[1:])
+            assert r.min() >= 0 and np.array_equal(r[internal], s[internal])
+        # a zero leaf of the integral case: read as 0 the rest stays consistent, so only the
+        # check of each value (not an inconsistency it causes) can refuse it
+        zero = int(np.flatnonzero(cases[1][tree.n_nodes - tree.n_leaves:] == 0)[-1]) + tree.n_nodes - tree.n_leaves
+        for bad, msg in ((np.nan, "NaN or infinity"), (np.inf, "NaN or infinity"), (2.0**60, "below 2")):
+            for x0, at in ((cases[0], n - 1), (cases[1], zero)):
+                x = x0.copy()
+                x[at] = bad
+                with pytest.raises(hierdp.DataError, match=msg):
+                    controlled_round(tree, x)
+    assert in_order >= 4 * 4  # the one-histogram kernel ran on 4+ trees (hierdp's own order)
+
+
 def test_nonneg_in_pieces_is_the_same_whatever_the_thread_count(small_pieces, monkeypatch):
     """nonneg's active-set steps in pieces: identical over 1-3 threads, the same leaves
     held at 0 and the same estimate (to round-off: its first BLUE is the one-histogram

@@ -32,8 +32,14 @@ from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK
-from hierdp.postprocessors.base import (Estimate, PostProcessor, checked_variance, finite_values, node_values,
-                                       node_variance)
+from hierdp.postprocessors.base import (
+    Estimate,
+    PostProcessor,
+    checked_variance,
+    finite_values,
+    node_values,
+    node_variance,
+)
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree

@@ -29,41 +29,57 @@ from hierdp._threads import run_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
-from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
+from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, node_values
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
 __all__ = ["ControlledRounding", "controlled_round"]
 
-_EXACT_MAX = 2.0**53
+def _refuse(y: np.ndarray) -> None:
+    """The one-line error for the values the kernels found unfit (NaN, infinite, or too
+    large to hold every integer)."""
+    if not np.all(np.isfinite(y)):
+        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
+    raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
+                    "scale the values down first")
 
 
 def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> np.ndarray:
-    """Consistent non-negative int64 counts within 1 of ``values`` (internal order)."""
-    y = finite_values(tree, values)
+    """Consistent non-negative int64 counts within 1 of ``values`` (internal order).
+
+    The kernels check the values as they read them (NaN, infinity and magnitudes from
+    2**53 up are refused with a one-line error): no separate pass over the input."""
+    y = node_values(tree, values)
     if not 0 <= atol < 0.5:
         raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
-    if y.size and max(float(y.max()), -float(y.min())) >= _EXACT_MAX:  # no |y| temporary
-        raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
-                        "scale the values down first")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty(y2.shape, np.int64)
     if tree.n_nodes < PARALLEL_MIN:
-        for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2, out,
-                                                     float(atol))
+        bad = for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2,
+                                                           out, float(atol))
+        if bad:
+            _refuse(y)
         return out.reshape(y.shape)
     # parents one height class at a time, top-down, each class in pieces on several threads
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
-    out[0] = np.floor(np.maximum(y2[0], 0.0) + 0.5).astype(np.int64)
+    root = y2[0]
+    if not np.all(np.abs(root) < RK.EXACT_MAX):
+        _refuse(y)
+    out[0] = np.floor(np.maximum(root, 0.0) + 0.5).astype(np.int64)
     pieces = tree_pieces(tree)
+    bad = 0
     if y2.shape[1] == 1 and pieces.children_in_order:  # 1-D values, children i+1.. (hierdp's own order)
         y1, o1 = y2[:, 0], out[:, 0]
         for cls in reversed(pieces.classes):
-            run_pieces(lambda r: RK.round_parents_1d(ptr, y1, o1, float(atol), r[0], r[1]), cls)
+            bad += sum(run_pieces(lambda r: RK.round_parents_1d(ptr, y1, o1, float(atol), r[0], r[1]), cls))
+            if bad:
+                _refuse(y)
         return out.reshape(y.shape)
     for cls in reversed(pieces.classes):
-        run_pieces(lambda r: RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]), cls)
+        bad += sum(run_pieces(lambda r: RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]), cls))
+        if bad:
+            _refuse(y)
     return out.reshape(y.shape)
 
 

@@ -16,7 +16,8 @@ over the thread counts, in one process:
 and prints seconds, the ratio to the warm numpy floor, the speedup on N threads, and the
 issue's targets (kernels: BLUE <= 5x and GMC <= 3x a numpy pass, weighted GMC <= 6x,
 ``nonneg`` <= 10x BLUE, ``round`` <= 1.5x BLUE; threads: >= 1.6x on 2 cores for
-n >= 10^7).
+n >= 10^7), and for BLUE and the GMCs the bytes they must move (:func:`traffic`) against
+the allocating numpy pass's, with the bandwidth each reaches.
 
     python benchmarks/bench_threads.py                  # the full sizes (~12-17M nodes; ~4 GiB)
     python benchmarks/bench_threads.py --quick          # CI-sized (seconds)
@@ -71,6 +72,38 @@ def build(shape: str, size):
     if shape == "census":
         return census_like_tree(float(size))
     return random_fanout_tree(int(size))
+
+
+def traffic(tree: hierdp.Tree) -> dict[str, float]:
+    """Bytes each pass must move through memory, by its arrays (float64 values, int32
+    parents; each element counted once per pass that reads or writes it, a parent's
+    entries once per parent, as its children come together; fresh output pages count as
+    written once more, since the kernel zeroes them). L leaves, I non-leaf nodes, P the
+    parents of leaves, Q the parents of non-leaf nodes, N = L + I:
+
+    * the allocating numpy pass ``x * 2.0``: read 8, write 8, zero 8 per node;
+    * BLUE: leaves up 20 L + 16 P (y, variance, parent; the parent's two sums); non-leaves
+      up 52 I + 32 Q (its sums, y, variance, parent, estimate and variance out; the
+      parent's sums updated); non-leaves down 68 I + 24 Q; leaves down 36 L + 24 P; two
+      fresh outputs 16 N;
+    * GMC (39): leaves up 12 L + 8 P; non-leaves up 36 I + 16 Q; down 44 I + 8 Q; leaves
+      down 20 L + 8 P; one fresh output 8 N;
+    * weighted GMC: its input check 24 N (values, variances, depth); the passes of GMC
+      plus rho (8 I up, 8 I down), u (8 I down) and the leaves' variances (8 L); one fresh
+      output 8 N (the variance of the estimate is cached, not written).
+    """
+    n = tree.n_nodes
+    L = tree.n_leaves
+    n1 = n - L
+    par = tree.internal.parent
+    P = np.unique(par[n1:]).size
+    Q = np.unique(par[1:n1]).size if n1 > 1 else 0
+    I = n1  # noqa: E741
+    gmc39 = 12 * L + 8 * P + 36 * I + 16 * Q + 44 * I + 8 * Q + 20 * L + 8 * P + 8 * n
+    return {"floor": 24.0 * n,
+            "BLUE": 20 * L + 16 * P + 52 * I + 32 * Q + 68 * I + 24 * Q + 36 * L + 24 * P + 16 * n,
+            "GMC (39)": gmc39,
+            "weighted GMC": gmc39 + 24 * n + 24 * I + 8 * L}
 
 
 def _chunks(n: int, piece: int = 1 << 17) -> list[tuple[int, int]]:
@@ -151,6 +184,13 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     print(f"  speedups on {threads} threads (target >= 1.6 for n >= 1e7): "
           + ", ".join(f"{name} {best[name, 1] / best[name, threads]:.2f}" for name in
                       ("noise (discrete Laplace)", "aggregate (int64)", "BLUE", "GMC (39)", "round", "nonneg")))
+    moved = traffic(tree)
+    bw = moved["floor"] / fa / 1e9
+    print(f"  bytes moved (see traffic()), x the allocating numpy pass's {moved['floor'] / 1e6:.0f} MB "
+          f"({bw:.1f} GB/s on 1 thread): "
+          + ", ".join(f"{name} {moved[name] / moved['floor']:.1f}x at {moved[name] / best[name, 1] / 1e9:.1f} | "
+                      f"{moved[name] / best[name, threads] / 1e9:.1f} GB/s" for name in ("BLUE", "GMC (39)",
+                                                                                     "weighted GMC")))
     st, rd = "stream y = 2x in pieces", "read-only sum in pieces"
     print(f"  the machine: a streaming pass scales {best[st, 1] / best[st, threads]:.2f}x, "
           f"a read-only one {best[rd, 1] / best[rd, threads]:.2f}x")

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hierdp import _tree_pieces as TP
 from hierdp._jit import for_size
 from hierdp._threads import run_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, tree_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, node_values
@@ -43,6 +44,30 @@ def _refuse(y: np.ndarray) -> None:
         raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
     raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
                     "scale the values down first")
+
+
+_CUTS_KEY = "round.cuts"
+
+
+def _cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:
+    """Each height class of parents, top-down, cut where about PIECE children
+    (``hierdp._tree_pieces.PIECE``) have gone by: round's work is per child, and a class
+    of few parents with many children (the census's block groups: 218k parents, 11.4M
+    blocks) cut by parents gave two uneven pieces. Parents of a class are independent, so
+    any cut gives the same integers; the cuts depend on the tree only (cached on it)."""
+    hit = tree.cache.get(_CUTS_KEY)
+    if hit is not None:
+        return hit
+    ptr = tree.internal.child_ptr
+    out = []
+    for cls in reversed(pieces.classes):
+        lo, hi = cls[0][0], cls[-1][1]
+        kids = ptr[lo:hi + 1] - ptr[lo]
+        at = np.searchsorted(kids, np.arange(TP.PIECE, int(kids[-1]), TP.PIECE), side="right") - 1
+        bounds = np.unique(np.r_[0, at[at > 0], hi - lo]) + lo
+        out.append([(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    tree.cache[_CUTS_KEY] = out
+    return out
 
 
 def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> np.ndarray:
@@ -68,15 +93,16 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
         _refuse(y)
     out[0] = np.floor(np.maximum(root, 0.0) + 0.5).astype(np.int64)
     pieces = tree_pieces(tree)
+    classes = _cuts_by_children(tree, pieces)
     bad = 0
     if y2.shape[1] == 1 and pieces.children_in_order:  # 1-D values, children i+1.. (hierdp's own order)
         y1, o1 = y2[:, 0], out[:, 0]
-        for cls in reversed(pieces.classes):
+        for cls in classes:
             bad += sum(run_pieces(lambda r: RK.round_parents_1d(ptr, y1, o1, float(atol), r[0], r[1]), cls))
             if bad:
                 _refuse(y)
         return out.reshape(y.shape)
-    for cls in reversed(pieces.classes):
+    for cls in classes:
         bad += sum(run_pieces(lambda r: RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]), cls))
         if bad:
             _refuse(y)

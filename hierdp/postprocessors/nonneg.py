@@ -41,7 +41,7 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._threads import run_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK
@@ -93,9 +93,13 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
     runs = _by_runs(pieces, xhat)
     flat = _leaf_by_leaf(pieces, xhat)
     top = pieces.above_leaf_parents if runs or flat else n1  # the 1-D leaf passes store the other nodes' sums
-    s[:top] = 0.0
-    su[:top] = 0.0
-    ninf[:top] = 0
+
+    def zero(r: tuple[int, int]) -> None:  # numpy's fill releases the GIL: in pieces, on every thread
+        s[r[0]:r[1]] = 0.0
+        su[r[0]:r[1]] = 0.0
+        ninf[r[0]:r[1]] = 0
+
+    run_pieces(zero, [(a, min(a + PIECE, top)) for a in range(0, top, PIECE)])
     if runs or flat:  # 1-D views of the leaves
         lst, pars = pieces.run_starts - n1, pieces.run_parents
         xl, dl, fl, xol, bl = xhat[n1:, 0], d2[n1:, 0], fixed[:, 0], x[n1:, 0], bad[:, 0]
@@ -223,7 +227,9 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
         consts = (None, None)
         if _leaf_by_leaf(pieces, xhat):  # the constants of its leaf-by-leaf passes
             consts = (np.empty(n - n1), np.empty(n - n1))
-            NK.leaf_constants(xhat[n1:, 0], d2[n1:, 0], tol, *consts)
+            xl, dl = xhat[n1:, 0], d2[n1:, 0]
+            run_pieces(lambda r: NK.leaf_constants(xl[r[0]:r[1]], dl[r[0]:r[1]], tol, consts[0][r[0]:r[1]],
+                                                   consts[1][r[0]:r[1]]), [(a - n1, b - n1) for a, b in pieces.leaves])
         ws = (*(np.empty((n1, k)) for _ in range(4)), np.empty((n1, k), np.int64), np.empty((n1, k)),
               np.empty((n1, k)), *consts)
     while True:

@@ -285,7 +285,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     (shared with the cache when the variances are constant per level; copy it to change it).
     """
     y = node_values(tree, values)
-    v = None if variance is None else node_variance(tree, variance, y.shape)
+    v: np.ndarray | None = None if variance is None else node_variance(tree, variance, y.shape)
     constant = None
     ok = False
     if v is not None and y.ndim == 1 and v.ndim == 1 and y.size:  # one pass checks all, and finds the cache key
@@ -295,7 +295,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
                                                                       tree.internal.depth, lv)
         if not yok:
             finite_values(tree, y)  # its error
-    if not ok:
+    if not ok or v is None:
         y = finite_values(tree, y)
         v = checked_variance(tree, variance, y.shape)
         if v is None or not (v.min() > 0 and v.max() < np.inf):  # finite and positive, in two reductions

@@ -224,12 +224,13 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     # large ones get transparent huge pages; the steps zero what they add into
     ws: tuple = ()
     if pieces is not None:
-        consts = (None, None)
+        consts: tuple = (None, None)
         if _leaf_by_leaf(pieces, xhat):  # the constants of its leaf-by-leaf passes
-            consts = (np.empty(n - n1), np.empty(n - n1))
+            ivl, thl = np.empty(n - n1), np.empty(n - n1)
             xl, dl = xhat[n1:, 0], d2[n1:, 0]
-            run_pieces(lambda r: NK.leaf_constants(xl[r[0]:r[1]], dl[r[0]:r[1]], tol, consts[0][r[0]:r[1]],
-                                                   consts[1][r[0]:r[1]]), [(a - n1, b - n1) for a, b in pieces.leaves])
+            run_pieces(lambda r: NK.leaf_constants(xl[r[0]:r[1]], dl[r[0]:r[1]], tol, ivl[r[0]:r[1]], thl[r[0]:r[1]]),
+                       [(a - n1, b - n1) for a, b in pieces.leaves])
+            consts = (ivl, thl)
         ws = (*(np.empty((n1, k)) for _ in range(4)), np.empty((n1, k), np.int64), np.empty((n1, k)),
               np.empty((n1, k)), *consts)
     while True:

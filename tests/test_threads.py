@@ -242,6 +242,47 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         assert tree.is_consistent(tree.to_external(x)) and tree.is_consistent(tree.to_external(g))
 
 
+def test_blue_in_pieces_refuses_and_hands_over_like_the_one_loop_kernels(small_pieces, monkeypatch):
+    """BLUE's passes in pieces flag the same inputs as the one-loop kernels: NaN or
+    infinite values and NaN or negative variances (on a leaf or a non-leaf node) are
+    refused with the same error; exact (0) and unmeasured (inf) nodes go to the
+    per-parent kernel and give its estimate."""
+    rng = np.random.default_rng(12)
+    for tree in _trees():
+        n = tree.n_nodes
+        leaf, inner = n - 1, (n - tree.n_leaves) // 2
+        y = rng.normal(5.0, 2.0, n)
+        var = rng.uniform(0.5, 3.0, n)
+        cases = []
+        for at in (leaf, inner):
+            for bad_y in (np.nan, np.inf):
+                cases.append(("y", at, bad_y))
+            for bad_v in (np.nan, -0.25, 0.0, np.inf):  # -0.25: the parent's sum stays > 0
+                cases.append(("var", at, bad_v))
+        for what, at, value in cases:
+            yy, vv = y.copy(), var.copy()
+            (yy if what == "y" else vv)[at] = value
+
+            def run(yy=yy, vv=vv, tree=tree):
+                tree.cache.clear()
+                try:
+                    e = B.blue(tree, yy, vv)
+                    return e.values, e.variance
+                except hierdp.DataError as err:
+                    return str(err)
+
+            got = run()
+            monkeypatch.setattr(B, "PARALLEL_MIN", 1 << 40)
+            want = run()
+            monkeypatch.setattr(B, "PARALLEL_MIN", 64)
+            if isinstance(want, str):
+                assert got == want, (what, at, value)
+            else:
+                assert not isinstance(got, str), (what, at, value, got)
+                np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-9)
+                np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)
+
+
 def test_round_in_pieces_equals_the_general_kernel_on_hard_input(small_pieces, monkeypatch):
     """round's one-histogram kernel (fan-outs 2-5 straight-line, buckets, whole boundary
     buckets, ranked ones) gives the general kernel's integers on ties, integral values,

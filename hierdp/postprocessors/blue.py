@@ -117,20 +117,11 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
         flags = run_pieces(lambda r: BK.runs_leaves_up(starts, pars, y, var, W, r[0], r[1]), pieces.run_cuts)
     else:
         flags = run_pieces(lambda r: BK.flat_leaves_up(par, y, var, W, *r), paired(pieces.leaves))
-    acc = sum(f[0] for f in flags)
-    bad = sum(f[1] for f in flags)
-    special = sum(f[2] for f in flags)
+    odd = sum(flags)
     for cls in pieces.classes:
-        for f in run_pieces(lambda r: BK.flat_internal_up(par, y, var, x, xv, W, r[0], r[1]), cls):
-            acc += f[0]
-            bad += f[1]
-            special += f[2] + f[3]
-    if acc != 0.0:
-        return 1
-    if bad:
-        return 2
-    if special:
-        return 3
+        odd += sum(run_pieces(lambda r: BK.flat_internal_up(par, y, var, x, xv, W, r[0], r[1]), cls))
+    if odd:  # which kind: an error, or nodes the per-parent kernel handles
+        return int(BK.odd_code(y, var))
     for cls in reversed(pieces.classes):
         run_pieces(lambda r: BK.flat_internal_down(par, x, xv, W, r[0], r[1]), cls)
     if runs:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ControlledRounding", "controlled_round"]
 
+
 def _refuse(y: np.ndarray) -> None:
     """The one-line error for the values the kernels found unfit (NaN, infinite, or too
     large to hold every integer)."""

@@ -283,6 +283,36 @@ def test_blue_in_pieces_refuses_and_hands_over_like_the_one_loop_kernels(small_p
                 np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)
 
 
+def test_nonneg_checks_its_input_in_pieces_like_one_loop(small_pieces, monkeypatch):
+    """nonneg's input checks in pieces: the same errors for NaN/inf values and NaN or
+    negative variances, and exact (0) variances still go to the exact solver."""
+    from hierdp.postprocessors import nonneg as NN
+
+    tree = _trees()[1]
+    n = tree.n_nodes
+    rng = np.random.default_rng(13)
+    y = rng.normal(1.0, 2.0, n)
+    var = rng.uniform(0.5, 3.0, n)
+    for what, at, value in (("y", n - 1, np.nan), ("y", 3, -np.inf), ("var", n - 1, np.nan),
+                            ("var", 3, -0.5), ("var", n - 1, 0.0)):
+        yy, vv = y.copy(), var.copy()
+        (yy if what == "y" else vv)[at] = value
+        out = []
+        for floor in (64, 1 << 40):
+            monkeypatch.setattr(NN, "PARALLEL_MIN", floor)
+            tree.cache.clear()
+            try:
+                x, info = NN.nonneg(tree, yy, vv)
+                out.append((x, info["method"], info["converged"]))
+            except hierdp.DataError as err:
+                out.append(str(err))
+        if isinstance(out[1], str):
+            assert out[0] == out[1], (what, at, value)
+        else:
+            np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-9, atol=1e-9)
+            assert out[0][1:] == out[1][1:]
+
+
 def test_round_in_pieces_equals_the_general_kernel_on_hard_input(small_pieces, monkeypatch):
     """round's one-histogram kernel (fan-outs 2-5 straight-line, buckets, whole boundary
     buckets, ranked ones) gives the general kernel's integers on ties, integral values,

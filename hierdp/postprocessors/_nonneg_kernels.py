@@ -44,6 +44,23 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad)
 # (hierdp/_tree_pieces.py), with the same arithmetic and the same order of each parent's
 # terms either way.
 @_jit
+def input_flags(y, var, lo, hi):
+    """Over [lo, hi) of 1-D values and variances: (values not finite, variances NaN or
+    negative, variances 0), counted branch-free (vectorised), for ``nonneg``'s input
+    checks in pieces."""
+    nonfinite = 0
+    bad = 0
+    zero = 0
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        yi = y[i]
+        vi = var[i]
+        nonfinite += not (yi - yi == 0.0)
+        bad += not (vi >= 0.0)
+        zero += vi == 0.0
+    return nonfinite, bad, zero
+
+
+@_jit
 def nnls_workspace(n1, k):
     """(z, u, s, su, ninf, g, ga): per non-leaf node and column; s, su, ninf zeroed."""
     return (np.empty((n1, k)), np.empty((n1, k)), np.zeros((n1, k)), np.zeros((n1, k)),

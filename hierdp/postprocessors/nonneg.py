@@ -45,7 +45,14 @@ from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK
-from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
+from hierdp.postprocessors.base import (
+    Estimate,
+    PostProcessor,
+    checked_variance,
+    finite_values,
+    node_values,
+    node_variance,
+)
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -184,6 +191,25 @@ def _pivot(fixed: np.ndarray, bad: np.ndarray, nbad: np.ndarray, best: np.ndarra
             fixed[j, c] = not fixed[j, c]
 
 
+def _check_in_pieces(tree: Tree, y: np.ndarray, var: np.ndarray | None) -> bool:
+    """:func:`finite_values` and :func:`checked_variance`'s checks (the same errors) in
+    one pass over pieces, on every thread; returns whether some variance is 0."""
+    yf = np.ascontiguousarray(y).reshape(-1)
+    vf = np.ascontiguousarray(var).reshape(-1) if var is not None else None
+    if vf is None or vf.size != yf.size:  # variances per node for k > 1 histograms: numpy's checks
+        finite_values(tree, y)
+        checked_variance(tree, var, y.shape)
+        return var is not None and bool(np.any(var == 0))
+    step = 8 * PIECE
+    flags = run_pieces(lambda r: NK.input_flags(yf, vf, r[0], r[1]),
+                       [(a, min(a + step, yf.size)) for a in range(0, yf.size, step)])
+    if sum(f[0] for f in flags):
+        finite_values(tree, y)  # its error
+    if sum(f[1] for f in flags):
+        checked_variance(tree, var, y.shape)  # its error
+    return bool(sum(f[2] for f in flags))
+
+
 def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *, max_iter: int = 200,
            tol: float = 1e-9) -> tuple[np.ndarray, dict[str, Any]]:
     """Exact non-negative consistent weighted least squares (internal order).
@@ -193,15 +219,21 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     unmeasured; must be > 0). Returns ``(x, info)``; ``x`` is consistent (it is the
     aggregate of its non-negative leaves) and non-negative.
     """
-    y = finite_values(tree, values)
     n = tree.n_nodes
+    if n >= PARALLEL_MIN:  # the checks of finite_values and checked_variance, in one pass in pieces
+        y = node_values(tree, values)
+        var = None if variance is None else node_variance(tree, variance, y.shape)
+        zero = _check_in_pieces(tree, y, var)
+    else:
+        y = finite_values(tree, values)
+        var = checked_variance(tree, variance, y.shape)
+        zero = var is not None and bool(np.any(var == 0))
     k = 1 if y.ndim == 1 else y.shape[1]
-    var = checked_variance(tree, variance, y.shape)
     if var is None:
         var = np.ones(n)
     y2 = np.ascontiguousarray(y.reshape(n, k))
     d2 = np.ascontiguousarray(np.broadcast_to(var.reshape(n, -1), (n, k)))
-    if np.any(var == 0):
+    if zero:
         x, info = _nonneg_exact(tree, y2, d2, max_iter=max_iter, tol=tol)
         return x.reshape(y.shape), info
     xhat = _blue(tree, y2, d2)
@@ -212,7 +244,9 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
                                      "kkt_residual": 0.0, "complementarity": 0.0,
                                      "objective": float(np.sum(np.where(np.isinf(d2), 0.0, (x1 - y2) ** 2 / d2))),
                                      "n_zero_leaves": int(np.sum(x1 == 0))}
-    fixed = xhat[n1:] < 0.0                       # Z: leaves held at 0, per column
+    fixed = np.empty(xhat[n1:].shape, bool)      # Z: leaves held at 0, per column
+    run_pieces(lambda r: np.less(xhat[n1 + r[0]:n1 + r[1]], 0.0, out=fixed[r[0]:r[1]]),
+               [(a, min(a + 8 * PIECE, n - n1)) for a in range(0, n - n1, 8 * PIECE)])
     best = np.full(k, np.iinfo(np.int64).max)
     pivots = np.full(k, 3)
     bad = np.zeros_like(fixed)

@@ -122,3 +122,13 @@ def run_pieces(fn: Callable[[_T], Any], pieces: Sequence[_T]) -> list[Any]:
         if e is not None:
             raise e
     return results
+
+
+def zero_in_pieces(arrays: Sequence[Any], stop: int, step: int = 1 << 19) -> None:
+    """``a[:stop] = 0`` for each array, in pieces on every thread (numpy's fill of a
+    slice releases the GIL; single-threaded it was a serial step between parallel passes)."""
+    def zero(r: tuple[int, int]) -> None:
+        for a in arrays:
+            a[r[0]:r[1]] = 0
+
+    run_pieces(zero, [(i, min(i + step, stop)) for i in range(0, stop, step)])

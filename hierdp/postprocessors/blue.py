@@ -9,7 +9,7 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
-from hierdp._threads import run_pieces
+from hierdp._threads import run_pieces, zero_in_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
@@ -110,7 +110,7 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
                       xv: np.ndarray, W: np.ndarray) -> int:
     """:func:`hierdp.postprocessors._blue_kernels.blue_flat_1d`, its passes run piece by
     piece on ``hierdp.get_threads()`` threads (same return codes, same bits)."""
-    W[:pieces.above_leaf_parents] = 0.0  # the leaf pass stores every other node's sums
+    zero_in_pieces((W,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sums
     runs = pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM
     starts, pars = pieces.run_starts, pieces.run_parents
     if runs:

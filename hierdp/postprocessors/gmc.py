@@ -27,7 +27,7 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
-from hierdp._threads import run_pieces
+from hierdp._threads import run_pieces, zero_in_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
@@ -124,7 +124,7 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
     """Formula (39) for one histogram, its passes run piece by piece on
     ``hierdp.get_threads()`` threads: the bits of :func:`GK.gmc_39_1d` whatever the
     thread count. Leaves go one by one or run by run as the structure chose."""
-    acc[:pieces.above_leaf_parents] = 0.0  # the leaf pass stores every other node's sum
+    zero_in_pieces((acc,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sum
     par1, inv, n1 = st.parent1, st.inv_theta, st.n1
     _leaves_up(st, pieces, v, acc)
     for cls in pieces.classes:
@@ -154,7 +154,7 @@ def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, 
                          acc: np.ndarray) -> None:
     """:func:`GK.gmc_weighted_2d` for one histogram and one variance column, its passes run
     piece by piece on ``hierdp.get_threads()`` threads (the same bits)."""
-    acc[:pieces.above_leaf_parents] = 0.0  # the leaf pass stores every other node's sum
+    zero_in_pieces((acc,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sum
     par1 = st.parent1
     d, inv, rho, u = f.d[:, 0], f.inv_theta[:, 0], f.rho[:, 0], f.u[:, 0]
     _leaves_up(st, pieces, v, acc)

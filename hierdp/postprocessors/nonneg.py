@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp._jit import for_size
-from hierdp._threads import run_pieces
+from hierdp._threads import run_pieces, zero_in_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
@@ -100,13 +100,7 @@ def _step_pieces(tree: Tree, pieces: Pieces, xhat: np.ndarray, d2: np.ndarray, f
     runs = _by_runs(pieces, xhat)
     flat = _leaf_by_leaf(pieces, xhat)
     top = pieces.above_leaf_parents if runs or flat else n1  # the 1-D leaf passes store the other nodes' sums
-
-    def zero(r: tuple[int, int]) -> None:  # numpy's fill releases the GIL: in pieces, on every thread
-        s[r[0]:r[1]] = 0.0
-        su[r[0]:r[1]] = 0.0
-        ninf[r[0]:r[1]] = 0
-
-    run_pieces(zero, [(a, min(a + PIECE, top)) for a in range(0, top, PIECE)])
+    zero_in_pieces((s, su, ninf), top)
     if runs or flat:  # 1-D views of the leaves
         lst, pars = pieces.run_starts - n1, pieces.run_parents
         xl, dl, fl, xol, bl = xhat[n1:, 0], d2[n1:, 0], fixed[:, 0], x[n1:, 0], bad[:, 0]

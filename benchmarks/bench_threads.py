@@ -40,7 +40,7 @@ from _trees import census_like_tree, complete_tree, random_fanout_tree  # noqa: 
 
 import hierdp  # noqa: E402
 from hierdp._jit import numba as nb  # noqa: E402
-from hierdp._threads import _cores, run_pieces  # noqa: E402
+from hierdp._threads import _cores, run_pieces, spans  # noqa: E402
 from hierdp.mechanisms._samplers import discrete_laplace  # noqa: E402
 from hierdp.postprocessors.blue import blue  # noqa: E402
 from hierdp.postprocessors.gmc import gmc, gmc_weighted  # noqa: E402
@@ -106,10 +106,6 @@ def traffic(tree: hierdp.Tree) -> dict[str, float]:
             "weighted GMC": gmc39 + 24 * n + 24 * I + 8 * L}
 
 
-def _chunks(n: int, piece: int = 1 << 17) -> list[tuple[int, int]]:
-    return [(a, min(n, a + piece)) for a in range(0, n, piece)]
-
-
 def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     tree = build(shape, size)
     n = tree.n_nodes
@@ -126,7 +122,7 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     out = np.empty(n)
     consistent = gmc(tree, y)
     nn, _ = nonneg(tree, y, var)
-    chunks = _chunks(n)
+    chunks = spans(n, 1 << 17)
     _stream(x, out, 0, 1)
     _read(x, 0, 1)
 

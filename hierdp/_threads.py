@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["THREADS_ENV", "get_threads", "set_threads", "run_pieces", "parse_threads"]
+__all__ = ["THREADS_ENV", "get_threads", "set_threads", "run_pieces", "parse_threads", "spans", "zero_in_pieces"]
 
 THREADS_ENV = "HIERDP_THREADS"
 _T = TypeVar("_T")
@@ -124,6 +124,12 @@ def run_pieces(fn: Callable[[_T], Any], pieces: Sequence[_T]) -> list[Any]:
     return results
 
 
+def spans(stop: int, step: int) -> list[tuple[int, int]]:
+    """``[0, stop)`` cut into ranges of ``step`` (the last one shorter): the pieces of a
+    flat pass, which depend on ``stop`` only, not on the thread count."""
+    return [(i, min(i + step, stop)) for i in range(0, stop, step)]
+
+
 def zero_in_pieces(arrays: Sequence[Any], stop: int, step: int = 1 << 19) -> None:
     """``a[:stop] = 0`` for each array, in pieces on every thread (numpy's fill of a
     slice releases the GIL; single-threaded it was a serial step between parallel passes)."""
@@ -131,4 +137,4 @@ def zero_in_pieces(arrays: Sequence[Any], stop: int, step: int = 1 << 19) -> Non
         for a in arrays:
             a[r[0]:r[1]] = 0
 
-    run_pieces(zero, [(i, min(i + step, stop)) for i in range(0, stop, step)])
+    run_pieces(zero, spans(stop, step))

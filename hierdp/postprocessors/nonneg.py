@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp._jit import for_size
-from hierdp._threads import run_pieces, zero_in_pieces
+from hierdp._threads import run_pieces, spans, zero_in_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
@@ -194,9 +194,7 @@ def _check_in_pieces(tree: Tree, y: np.ndarray, var: np.ndarray | None) -> bool:
         finite_values(tree, y)
         checked_variance(tree, var, y.shape)
         return var is not None and bool(np.any(var == 0))
-    step = 8 * PIECE
-    flags = run_pieces(lambda r: NK.input_flags(yf, vf, r[0], r[1]),
-                       [(a, min(a + step, yf.size)) for a in range(0, yf.size, step)])
+    flags = run_pieces(lambda r: NK.input_flags(yf, vf, r[0], r[1]), spans(yf.size, 8 * PIECE))
     if sum(f[0] for f in flags):
         finite_values(tree, y)  # its error
     if sum(f[1] for f in flags):
@@ -239,8 +237,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
                                      "objective": float(np.sum(np.where(np.isinf(d2), 0.0, (x1 - y2) ** 2 / d2))),
                                      "n_zero_leaves": int(np.sum(x1 == 0))}
     fixed = np.empty(xhat[n1:].shape, bool)      # Z: leaves held at 0, per column
-    run_pieces(lambda r: np.less(xhat[n1 + r[0]:n1 + r[1]], 0.0, out=fixed[r[0]:r[1]]),
-               [(a, min(a + 8 * PIECE, n - n1)) for a in range(0, n - n1, 8 * PIECE)])
+    run_pieces(lambda r: np.less(xhat[n1 + r[0]:n1 + r[1]], 0.0, out=fixed[r[0]:r[1]]), spans(n - n1, 8 * PIECE))
     best = np.full(k, np.iinfo(np.int64).max)
     pivots = np.full(k, 3)
     bad = np.zeros_like(fixed)

@@ -20,7 +20,7 @@ checks it and refuses an exact node that is not an integer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from hierdp._threads import run_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
-from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, node_values
+from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -38,11 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["ControlledRounding", "controlled_round"]
 
 
-def _refuse(y: np.ndarray) -> None:
-    """The one-line error for the values the kernels found unfit (NaN, infinite, or too
-    large to hold every integer)."""
-    if not np.all(np.isfinite(y)):
-        raise DataError("values contain NaN or infinity; mark unmeasured nodes with variance=inf instead")
+def _refuse(tree: Tree, y: np.ndarray) -> NoReturn:
+    """The one-line error for the values the kernels found unfit: :func:`finite_values`'
+    for NaN or infinity, else the one for values too large to hold every integer."""
+    finite_values(tree, y)
     raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
                     "scale the values down first")
 
@@ -85,13 +84,13 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
         bad = for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2,
                                                            out, float(atol))
         if bad:
-            _refuse(y)
+            _refuse(tree, y)
         return out.reshape(y.shape)
     # parents one height class at a time, top-down, each class in pieces on several threads
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
     root = y2[0]
     if not np.all(np.abs(root) < RK.EXACT_MAX):
-        _refuse(y)
+        _refuse(tree, y)
     out[0] = np.floor(np.maximum(root, 0.0) + 0.5).astype(np.int64)
     pieces = tree_pieces(tree)
     classes = _cuts_by_children(tree, pieces)
@@ -101,12 +100,12 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
         for cls in classes:
             bad += sum(run_pieces(lambda r: RK.round_parents_1d(ptr, y1, o1, float(atol), r[0], r[1]), cls))
             if bad:
-                _refuse(y)
+                _refuse(tree, y)
         return out.reshape(y.shape)
     for cls in classes:
         bad += sum(run_pieces(lambda r: RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]), cls))
         if bad:
-            _refuse(y)
+            _refuse(tree, y)
     return out.reshape(y.shape)
 
 

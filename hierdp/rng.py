@@ -234,6 +234,7 @@ class SecureRandom(_WordSource):
                 view[8 * start : 8 * stop] = np.frombuffer(os.urandom(8 * (stop - start)), dtype=np.uint8)
             return out
         return self.reserve(size)()  # the next blocks, computed at once
+
     def reserve(self, size: int) -> Callable[..., np.ndarray]:
         """The next ``size`` words' place in the stream, taken now; the returned function
         computes them (once, in any thread; into ``out[:size]`` when given ``out``).

@@ -47,14 +47,15 @@ def leaf_runs(parent, n1):
 
 
 @_jit
-def weighted_scan(y, d, depth, values):
-    """One pass over one histogram and its variances: (every y finite, every d finite and
-    > 0, ``d[i] == values[depth[i]]`` for every node). Branch-free: all three are read
-    whole (the checks of weighted GMC's input and its per-level cache key at once)."""
+def weighted_scan(y, d, depth, values, lo, hi):
+    """One pass over nodes ``[lo, hi)`` of one histogram and its variances: (every y
+    finite, every d finite and > 0, ``d[i] == values[depth[i]]`` for every node).
+    Branch-free: all three are read whole (the checks of weighted GMC's input and its
+    per-level cache key at once; a tree's pieces combine with ``all``)."""
     yok = True
     dok = True
     const = True
-    for i in range(nb.uint64(0), nb.uint64(d.shape[0])):
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
         yi = y[i]
         di = d[i]
         yok &= yi - yi == 0.0  # NaN for NaN and +-inf

@@ -27,8 +27,8 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
-from hierdp._threads import run_pieces, zero_in_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
+from hierdp._threads import run_pieces, spans, zero_in_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK
@@ -291,8 +291,11 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
     if v is not None and y.ndim == 1 and v.ndim == 1 and y.size:  # one pass checks all, and finds the cache key
         ends = _level_firsts(tree)
         lv = np.ascontiguousarray(v)[[first for first, _ in ends]]
-        yok, ok, constant = for_size(GK.weighted_scan, tree.n_nodes)(np.ascontiguousarray(y), np.ascontiguousarray(v),
-                                                                      tree.internal.depth, lv)
+        yc, vc, depth, n = np.ascontiguousarray(y), np.ascontiguousarray(v), tree.internal.depth, tree.n_nodes
+        scan = for_size(GK.weighted_scan, n)
+        flags = run_pieces(lambda r: scan(yc, vc, depth, lv, r[0], r[1]),
+                           spans(n, PIECE) if n >= PARALLEL_MIN else [(0, n)])  # serial, it held the speedup to 1.3x
+        yok, ok, constant = (all(f[j] for f in flags) for j in range(3))
         if not yok:
             finite_values(tree, y)  # its error
     if not ok or v is None:

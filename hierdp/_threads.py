@@ -131,10 +131,16 @@ def spans(stop: int, step: int) -> list[tuple[int, int]]:
 
 
 def zero_in_pieces(arrays: Sequence[Any], stop: int, step: int = 1 << 19) -> None:
-    """``a[:stop] = 0`` for each array, in pieces on every thread (numpy's fill of a
-    slice releases the GIL; single-threaded it was a serial step between parallel passes)."""
+    """``a[:stop] = 0`` (rows ``[0, stop)``) for each C-contiguous array, in pieces on
+    every thread (single-threaded it was a serial step between parallel passes)."""
+    from hierdp._kernel_common import zero_range  # compiled: not loaded with the package
+
+    if not all(a.flags.c_contiguous for a in arrays):  # reshape(-1) would zero a copy
+        raise ValueError("zero_in_pieces needs C-contiguous arrays")
+    flats = [(a.reshape(-1), a[0].size if a.ndim > 1 else 1) for a in arrays]
+
     def zero(r: tuple[int, int]) -> None:
-        for a in arrays:
-            a[r[0]:r[1]] = 0
+        for flat, k in flats:
+            zero_range(flat, r[0] * k, r[1] * k)
 
     run_pieces(zero, spans(stop, step))

@@ -135,6 +135,7 @@ def small_pieces(monkeypatch, restore_threads):
 
     for mod in (B, G, nonneg, rounding):
         monkeypatch.setattr(mod, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(G, "PIECE", 16)  # weighted GMC's input scan
 
 
 def _trees():
@@ -311,6 +312,53 @@ def test_nonneg_checks_its_input_in_pieces_like_one_loop(small_pieces, monkeypat
         else:
             np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-9, atol=1e-9)
             assert out[0][1:] == out[1][1:]
+
+
+def test_weighted_gmc_scans_its_input_in_pieces_like_one_loop(small_pieces, monkeypatch):
+    """Weighted GMC's one-pass check in pieces: the same errors for bad values or
+    variances in the first or the last piece, and the per-level cache key still looks
+    at every node (a variance off its level's value in the last piece is not cached)."""
+    tree = _trees()[1]
+    n = tree.n_nodes
+    y = np.random.default_rng(5).normal(3.0, 2.0, n)
+    level = 1.0 + 0.5 * tree.internal.depth  # a per-level budget
+    depth = tree.internal.depth
+    firsts = {int(np.flatnonzero(depth == d)[0]) for d in np.unique(depth)}
+    late = max(i for i in range(n) if i not in firsts)  # not the first of its level (the key's sample)
+    assert late > n - 50
+    cases = [("y", n - 1, np.nan), ("y", 2, np.inf), ("var", n - 1, 0.0), ("var", 1, np.inf), ("var", n - 1, -1.0),
+             ("var", late, 99.0)]
+    for what, at, value in cases:
+        yy, vv = y.copy(), level.copy()
+        (yy if what == "y" else vv)[at] = value
+        out = []
+        for floor in (64, 1 << 40):
+            monkeypatch.setattr(G, "PARALLEL_MIN", floor)
+            tree.cache.clear()
+            try:
+                est, _ = G.gmc_weighted(tree, yy, vv)
+                out.append((est, len(tree.cache.get(G._WCACHE_KEY, {}))))
+            except hierdp.DataError as err:
+                out.append(str(err))
+        if isinstance(out[1], str):
+            assert out[0] == out[1], (what, at, value)
+        else:
+            np.testing.assert_array_equal(out[0][0], out[1][0])
+            assert out[0][1] == out[1][1] == 0  # bent in the last piece: never the per-level cache
+    monkeypatch.setattr(G, "PARALLEL_MIN", 64)
+    tree.cache.clear()
+    G.gmc_weighted(tree, y, level)
+    assert len(tree.cache[G._WCACHE_KEY]) == 1  # constant per level: cached
+
+
+def test_zero_in_pieces_zeroes_the_leading_rows_only(restore_threads):
+    hierdp.set_threads(2)
+    a, b, c = np.ones(1000), np.ones((1000, 2)), np.ones(1000, np.int64)
+    _threads.zero_in_pieces((a, b, c), 777, step=64)
+    for arr in (a, b, c):
+        assert not arr[:777].any() and (arr[777:] == 1).all()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _threads.zero_in_pieces((np.ones((10, 2))[:, 0],), 5)
 
 
 def test_round_in_pieces_equals_the_general_kernel_on_hard_input(small_pieces, monkeypatch):

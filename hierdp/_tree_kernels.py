@@ -123,6 +123,36 @@ def sum_up_range(parent, out, lo, hi):
 
 
 @_jit
+def copy_range(values, out, lo, hi):
+    """``out[lo:hi] = values[lo:hi]`` (rows) without the GIL."""
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        out[i] = values[i]
+
+
+@_jit
+def copy_sum_up_range(parent, values, out, lo, hi):
+    """``out[i] = values[i]; out[parent[i]] += values[i]`` for i = hi-1 .. lo: the leaf
+    class of :func:`sum_up_range` fused with the copy of the leaves' values (a leaf's sum
+    is its value), for threads. The non-leaf rows of ``out`` must hold their values."""
+    top = nb.uint64(hi - 1)
+    if out.ndim == 1:
+        for j in range(nb.uint64(hi - lo)):
+            i = top - j
+            v = values[i]
+            out[i] = v
+            out[parent[i]] += v
+    else:
+        k = out.shape[1]
+        for j in range(nb.uint64(hi - lo)):
+            i = top - j
+            p = parent[i]
+            for c in range(k):
+                v = values[i, c]
+                out[i, c] = v
+                out[p, c] += v
+
+
+@_jit
 def ancestor_codes(parent, depth, codes, level):
     """For each node, the code of its ancestor at depth ``level`` (-1 above that depth)."""
     n = parent.shape[0]

@@ -548,16 +548,19 @@ class Tree:
         Large trees sum one height class at a time, each cut into pieces at parent
         boundaries that ``hierdp.get_threads()`` threads add up at once (the same sums,
         in the same order per parent, as the one-thread loop)."""
-        from hierdp._tree_pieces import PARALLEL_MIN, tree_pieces
+        from hierdp._tree_pieces import PARALLEL_MIN, PIECE, tree_pieces
 
         if self.n_nodes < PARALLEL_MIN:
             return K.subtree_sums(self._parent, self._depth, values)
-        from hierdp._threads import run_pieces
+        from hierdp._threads import prefault, run_pieces, spans
 
         pieces = tree_pieces(self)
-        out = np.array(values, order="C")
+        values = np.ascontiguousarray(values)
+        out = prefault(np.empty_like(values))  # then the copy in pieces (a serial copy held the speedup to 1.2x)
         parent = self._parent
-        for cls in [pieces.leaves, *pieces.classes[:-1]]:  # the last class is the root alone
+        run_pieces(lambda r: K.copy_range(values, out, r[0], r[1]), spans(pieces.n1, PIECE))
+        run_pieces(lambda r: K.copy_sum_up_range(parent, values, out, r[0], r[1]), pieces.leaves)
+        for cls in pieces.classes[:-1]:  # the last class is the root alone
             run_pieces(lambda r: K.sum_up_range(parent, out, r[0], r[1]), cls)
         return out
 

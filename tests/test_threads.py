@@ -136,6 +136,7 @@ def small_pieces(monkeypatch, restore_threads):
     for mod in (B, G, nonneg, rounding):
         monkeypatch.setattr(mod, "PARALLEL_MIN", 64)
     monkeypatch.setattr(G, "PIECE", 16)  # weighted GMC's input scan
+    monkeypatch.setattr(_threads, "PREFAULT_MIN", 0)  # touch the pages of every output that would be
 
 
 def _trees():
@@ -208,15 +209,18 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         var = rng.uniform(0.5, 3.0, n)
         fl = tree.to_internal(tree.aggregate(rng.uniform(0, 4, tree.n_leaves)))
 
-        def run(tree=tree, full=full, y=y, var=var, fl=fl):
+        every = rng.integers(-3, 9, n)  # a value at every node, not only the leaves
+
+        def run(tree=tree, full=full, y=y, var=var, fl=fl, every=every):
             tree.cache.clear()
             e = B.blue(tree, y, var)
-            return [tree._sum_up(full), tree._sum_up(np.c_[full, 2 * full]), e.values, e.variance,
-                    G.gmc(tree, y), controlled_round(tree, fl), *G.gmc_weighted(tree, y, var)]
+            return [tree._sum_up(full), tree._sum_up(np.c_[full, 2 * full]), tree._sum_up(every), e.values,
+                    e.variance, G.gmc(tree, y), controlled_round(tree, fl), *G.gmc_weighted(tree, y, var)]
 
-        agg, agg2, x, xv, g, r, gw, gwv = _agree_over_threads(run)
+        agg, agg2, agg_every, x, xv, g, r, gw, gwv = _agree_over_threads(run)
         np.testing.assert_array_equal(agg, TK.sum_up_1d(tree.internal.parent, full, np.empty_like(full)))
         np.testing.assert_array_equal(agg2[:, 1], 2 * agg)
+        np.testing.assert_array_equal(agg_every, TK.sum_up_1d(tree.internal.parent, every, np.empty_like(every)))
         st = B._structure(tree)
         if st.flat_parent is not None:  # the flat BLUE kernel in one loop
             x1, xv1 = np.empty(n), np.empty(n)
@@ -349,6 +353,14 @@ def test_weighted_gmc_scans_its_input_in_pieces_like_one_loop(small_pieces, monk
     tree.cache.clear()
     G.gmc_weighted(tree, y, level)
     assert len(tree.cache[G._WCACHE_KEY]) == 1  # constant per level: cached
+
+
+def test_prefault_touches_large_arrays_only(monkeypatch):
+    big = np.full(1 << 20, 7.0)  # 8 MiB
+    assert _threads.prefault(big) is big
+    assert (big[::512] == 0).all() and (big[1::512] == 7).all()
+    small = np.full(1000, 7.0)
+    assert (_threads.prefault(small) == 7).all()
 
 
 def test_zero_in_pieces_zeroes_the_leading_rows_only(restore_threads):

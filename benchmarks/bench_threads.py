@@ -6,8 +6,9 @@ over the thread counts, in one process:
 
 * the floors: numpy's ``y = x * 2.0`` into a warm buffer and allocating ``y`` (one
   thread: numpy does not thread it), and the same streaming pass in pieces on 1 and on N
-  threads (how far this machine's memory lets a streaming pass scale), and a read-only
-  pass (``sum``) on 1 and N threads (how far the cores scale when writes do not limit);
+  threads, into a warm buffer and into a fresh one (how far this machine's memory, and
+  its page faults, let a streaming pass scale), and a read-only pass (``sum``) on 1 and
+  N threads (how far the cores scale when writes do not limit);
 * the passes: exact discrete Laplace noise for every node, aggregation of int64 leaf
   counts (``Tree._sum_up``), BLUE, GMC (formula 39), weighted GMC (variances per
   level: its stage 1 cached, as in a release), ``nonneg`` and
@@ -17,7 +18,9 @@ and prints seconds, the ratio to the warm numpy floor, the speedup on N threads,
 issue's targets (kernels: BLUE <= 5x and GMC <= 3x a numpy pass, weighted GMC <= 6x,
 ``nonneg`` <= 10x BLUE, ``round`` <= 1.5x BLUE; threads: >= 1.6x on 2 cores for
 n >= 10^7), and for BLUE and the GMCs the bytes they must move (:func:`traffic`) against
-the allocating numpy pass's, with the bandwidth each reaches.
+the allocating numpy pass's, with the bandwidth each reaches; and, from the cost of
+faulting in fresh output pages on 1 and N threads, the most each pass that allocates its
+output could gain on N threads (:func:`fault_bound`), beside GMC into a reused buffer.
 
     python benchmarks/bench_threads.py                  # the full sizes (~12-17M nodes; ~4 GiB)
     python benchmarks/bench_threads.py --quick          # CI-sized (seconds)
@@ -64,6 +67,42 @@ def _read(a, lo, hi):
     for i in range(nb.uint64(lo), nb.uint64(hi)):
         s += a[i]
     return s
+
+
+def _fresh_stream(x, chunks):
+    """The streaming pass into a newly allocated array: the pages of a fresh output are
+    faulted in (and zeroed by the OS) by the threads that first write them."""
+    y = np.empty_like(x)
+    run_pieces(lambda r: _stream(x, y, r[0], r[1]), chunks)
+    return y
+
+
+def fault_bound(t1: float, fresh_bytes: float, per_byte: tuple[float, float], threads: int) -> float:
+    """The most a pass that takes ``t1`` s on 1 thread and writes ``fresh_bytes`` of newly
+    allocated output can gain on ``threads`` threads, if everything but its page faults
+    scaled perfectly: ``t1 / (B f_N + (t1 - B f_1) / N)``, with ``f_1``, ``f_N`` the
+    seconds per byte of faulting fresh pages measured on 1 and N threads in the same run
+    (the fresh streaming pass minus the warm one)."""
+    f1, fn = per_byte
+    faults1 = min(t1, fresh_bytes * f1)
+    return t1 / (fresh_bytes * fn + (t1 - faults1) / threads)
+
+
+#: newly allocated output per node: BLUE's estimate and variance, one estimate for the
+#: GMCs (weighted GMC's variance is cached), int64 sums, int64 rounded counts
+FRESH_BYTES = {"aggregate (int64)": 8, "BLUE": 16, "GMC (39)": 8, "weighted GMC": 8, "round": 8}
+
+
+def reuse_memory() -> None:
+    """``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=<2 GiB>`` from inside the process
+    (glibc's ``mallopt``): large arrays come from the heap, and freed ones are reused
+    instead of going back to the OS, so a new output is not faulted in page by page."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    m_trim_threshold, m_mmap_max = -1, -4
+    if not (libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, ctypes.c_int(2**31 - 1))):
+        raise SystemExit("--reuse-memory needs glibc's mallopt")
 
 
 def build(shape: str, size):
@@ -120,6 +159,7 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     wvar = var * (1.0 + tree.internal.depth)
     x = np.ones(n)
     out = np.empty(n)
+    reused = np.zeros(n)
     consistent = gmc(tree, y)
     nn, _ = nonneg(tree, y, var)
     chunks = spans(n, 1 << 17)
@@ -130,11 +170,13 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
         "numpy y = x * 2.0 (warm out)": lambda: np.multiply(x, 2.0, out=out),
         "numpy y = x * 2.0 (allocating)": lambda: x * 2.0,
         "stream y = 2x in pieces": lambda: run_pieces(lambda r: _stream(x, out, r[0], r[1]), chunks),
+        "stream into a fresh array": lambda: _fresh_stream(x, chunks),
         "read-only sum in pieces": lambda: run_pieces(lambda r: _read(x, r[0], r[1]), chunks),
         "noise (discrete Laplace)": lambda: discrete_laplace(float(tree.height), n, SeededRandom(1)),
         "aggregate (int64)": lambda: tree._sum_up(full),
         "BLUE": lambda: blue(tree, y, var).values,
         "GMC (39)": lambda: gmc(tree, y),  # allocating its output, like the floor it is held to
+        "GMC (39) into a reused buffer": lambda: gmc(tree, y, out=reused),
         "weighted GMC": lambda: gmc_weighted(tree, y, wvar)[0],
         "nonneg": lambda: nonneg(tree, y, var)[0],
         "round": lambda: controlled_round(tree, nn),
@@ -187,9 +229,18 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
           + ", ".join(f"{name} {moved[name] / moved['floor']:.1f}x at {moved[name] / best[name, 1] / 1e9:.1f} | "
                       f"{moved[name] / best[name, threads] / 1e9:.1f} GB/s" for name in ("BLUE", "GMC (39)",
                                                                                      "weighted GMC")))
-    st, rd = "stream y = 2x in pieces", "read-only sum in pieces"
+    st, rd, fr = "stream y = 2x in pieces", "read-only sum in pieces", "stream into a fresh array"
     print(f"  the machine: a streaming pass scales {best[st, 1] / best[st, threads]:.2f}x, "
-          f"a read-only one {best[rd, 1] / best[rd, threads]:.2f}x")
+          f"into a fresh array {best[fr, 1] / best[fr, threads]:.2f}x, a read-only one "
+          f"{best[rd, 1] / best[rd, threads]:.2f}x")
+    per_byte = tuple(max(0.0, best[fr, t] - best[st, t]) / (8.0 * n) for t in counts)
+    print(f"  page faults of fresh output: {per_byte[0] * 8e9:.2f} | {per_byte[1] * 8e9:.2f} ms per million float64 "
+          f"on 1 | {threads} threads; the most each pass could gain if all else scaled perfectly: "
+          + ", ".join(f"{name} {fault_bound(best[name, 1], b * n, per_byte, threads):.2f}"
+                      for name, b in FRESH_BYTES.items()))
+    g, gr = best["GMC (39)", 1] / best["GMC (39)", threads], "GMC (39) into a reused buffer"
+    print(f"  GMC (39) gains {g:.2f}x allocating its output and {best[gr, 1] / best[gr, threads]:.2f}x into a "
+          "reused one (out=)")
 
 
 def main() -> None:
@@ -198,7 +249,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="binary,census,random")
     ap.add_argument("--threads", type=int, default=_cores(), help="the N of '1 vs N threads' (default: cores)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--reuse-memory", action="store_true",
+                    help="tell glibc's malloc to keep freed memory (no fresh pages: see docs/performance.md)")
     args = ap.parse_args()
+    if args.reuse_memory:
+        reuse_memory()
     mode = "quick" if args.quick else "full"
     print(f"hierdp {hierdp.__version__}, numpy {np.__version__}; {_cores()} cores available")
     for shape in args.shapes.split(","):

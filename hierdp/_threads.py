@@ -18,7 +18,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["THREADS_ENV", "get_threads", "set_threads", "run_pieces", "parse_threads", "spans", "zero_in_pieces",
            "prefault"]
@@ -151,7 +154,7 @@ def zero_in_pieces(arrays: Sequence[Any], stop: int, step: int = 1 << 19) -> Non
 PREFAULT_MIN = 1 << 23
 
 
-def prefault(a: Any) -> Any:
+def prefault(a: np.ndarray) -> np.ndarray:
     """Fault a newly allocated array's pages in from this thread (one write of 0 per 4 KiB
     page: its contents are lost), before pieces fill it on several threads; returns ``a``.
 

@@ -221,7 +221,8 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
         print(f"  {name:<14} {a / b1:5.1f} x BLUE | {b / bt:5.1f} x BLUE   target <= {target}")
     print(f"  speedups on {threads} threads (target >= 1.6 for n >= 1e7): "
           + ", ".join(f"{name} {best[name, 1] / best[name, threads]:.2f}" for name in
-                      ("noise (discrete Laplace)", "aggregate (int64)", "BLUE", "GMC (39)", "round", "nonneg")))
+                      ("noise (discrete Laplace)", "aggregate (int64)", "BLUE", "GMC (39)", "weighted GMC", "round",
+                       "nonneg")))
     moved = traffic(tree)
     bw = moved["floor"] / fa / 1e9
     print(f"  bytes moved (see traffic()), x the allocating numpy pass's {moved['floor'] / 1e6:.0f} MB "

@@ -288,6 +288,20 @@ def test_blue_in_pieces_refuses_and_hands_over_like_the_one_loop_kernels(small_p
                 np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)
 
 
+def _in_pieces_and_one_loop(monkeypatch, mod, tree, run):
+    """``[run() in pieces, run() in one loop]`` (``mod``'s size floor moved), each its
+    result or its DataError's message."""
+    out = []
+    for floor in (64, 1 << 40):
+        monkeypatch.setattr(mod, "PARALLEL_MIN", floor)
+        tree.cache.clear()
+        try:
+            out.append(run())
+        except hierdp.DataError as err:
+            out.append(str(err))
+    return out
+
+
 def test_nonneg_checks_its_input_in_pieces_like_one_loop(small_pieces, monkeypatch):
     """nonneg's input checks in pieces: the same errors for NaN/inf values and NaN or
     negative variances, and exact (0) variances still go to the exact solver."""
@@ -302,15 +316,11 @@ def test_nonneg_checks_its_input_in_pieces_like_one_loop(small_pieces, monkeypat
                             ("var", 3, -0.5), ("var", n - 1, 0.0)):
         yy, vv = y.copy(), var.copy()
         (yy if what == "y" else vv)[at] = value
-        out = []
-        for floor in (64, 1 << 40):
-            monkeypatch.setattr(NN, "PARALLEL_MIN", floor)
-            tree.cache.clear()
-            try:
-                x, info = NN.nonneg(tree, yy, vv)
-                out.append((x, info["method"], info["converged"]))
-            except hierdp.DataError as err:
-                out.append(str(err))
+        def run(yy=yy, vv=vv):
+            x, info = NN.nonneg(tree, yy, vv)
+            return x, info["method"], info["converged"]
+
+        out = _in_pieces_and_one_loop(monkeypatch, NN, tree, run)
         if isinstance(out[1], str):
             assert out[0] == out[1], (what, at, value)
         else:
@@ -335,15 +345,10 @@ def test_weighted_gmc_scans_its_input_in_pieces_like_one_loop(small_pieces, monk
     for what, at, value in cases:
         yy, vv = y.copy(), level.copy()
         (yy if what == "y" else vv)[at] = value
-        out = []
-        for floor in (64, 1 << 40):
-            monkeypatch.setattr(G, "PARALLEL_MIN", floor)
-            tree.cache.clear()
-            try:
-                est, _ = G.gmc_weighted(tree, yy, vv)
-                out.append((est, len(tree.cache.get(G._WCACHE_KEY, {}))))
-            except hierdp.DataError as err:
-                out.append(str(err))
+        def run(yy=yy, vv=vv):
+            return G.gmc_weighted(tree, yy, vv)[0], len(tree.cache.get(G._WCACHE_KEY, {}))
+
+        out = _in_pieces_and_one_loop(monkeypatch, G, tree, run)
         if isinstance(out[1], str):
             assert out[0] == out[1], (what, at, value)
         else:

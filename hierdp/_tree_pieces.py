@@ -21,12 +21,15 @@ import numpy as np
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["PIECE", "PARALLEL_MIN", "Pieces", "tree_pieces", "paired"]
+__all__ = ["PIECE", "PARALLEL_MIN", "RUNS_FROM", "Pieces", "tree_pieces", "paired"]
 
 #: nodes per piece (about 1 MiB of float64 per array touched)
 PIECE = 1 << 17
 #: trees with fewer nodes run every pass in one piece
 PARALLEL_MIN = 1 << 20
+#: leaves per run of siblings from which leaf passes go run by run (a run's sum in a
+#: register) rather than leaf by leaf (each leaf reads its parent)
+RUNS_FROM = 8
 _KEY = "hierdp.tree_pieces"
 
 

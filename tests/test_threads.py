@@ -214,10 +214,13 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         def run(tree=tree, full=full, y=y, var=var, fl=fl, every=every):
             tree.cache.clear()
             e = B.blue(tree, y, var)
-            return [tree._sum_up(full), tree._sum_up(np.c_[full, 2 * full]), tree._sum_up(every), e.values,
-                    e.variance, G.gmc(tree, y), controlled_round(tree, fl), *G.gmc_weighted(tree, y, var)]
+            return [tree._sum_up(full), tree._sum_up(np.c_[full, 2 * full]), tree._sum_up(every),
+                    tree._sum_up(every / 3.0), e.values, e.variance, G.gmc(tree, y), controlled_round(tree, fl),
+                    *G.gmc_weighted(tree, y, var)]
 
-        agg, agg2, agg_every, x, xv, g, r, gw, gwv = _agree_over_threads(run)
+        agg, agg2, agg_every, agg_float, x, xv, g, r, gw, gwv = _agree_over_threads(run)
+        # float sums: the same bits as the one loop (each parent adds its children in its order)
+        np.testing.assert_array_equal(agg_float, TK.sum_up_1d(tree.internal.parent, every / 3.0, np.empty(n)))
         np.testing.assert_array_equal(agg, TK.sum_up_1d(tree.internal.parent, full, np.empty_like(full)))
         np.testing.assert_array_equal(agg2[:, 1], 2 * agg)
         np.testing.assert_array_equal(agg_every, TK.sum_up_1d(tree.internal.parent, every, np.empty_like(every)))

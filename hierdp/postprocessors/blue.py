@@ -11,6 +11,7 @@ from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp._threads import run_pieces, zero_in_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
+from hierdp._tree_pieces import RUNS_FROM as TREE_RUNS_FROM
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
@@ -48,8 +49,8 @@ FLAT_IRREGULARITY = 0.1
 
 #: Trees of PARALLEL_MIN+ nodes run BLUE's leaf passes run by run of siblings when the
 #: runs hold this many leaves on average (census-like: ~52), else leaf by leaf (binary: 2,
-#: random fan-out 2-5: ~2.9), as GMC does (``gmc.SHORT_RUNS``).
-RUNS_FROM = 8
+#: random fan-out 2-5: ~2.9), as GMC does (``gmc.SHORT_RUNS``) and aggregation.
+RUNS_FROM = TREE_RUNS_FROM
 
 
 @dataclass

@@ -14,6 +14,7 @@ parallel; pieces are handed out by :func:`run_pieces`.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -141,7 +142,7 @@ def zero_in_pieces(arrays: Sequence[Any], stop: int, step: int = 1 << 19) -> Non
 
     if not all(a.flags.c_contiguous for a in arrays):  # reshape(-1) would zero a copy
         raise ValueError("zero_in_pieces needs C-contiguous arrays")
-    flats = [(a.reshape(-1), a[0].size if a.ndim > 1 else 1) for a in arrays]
+    flats = [(a.reshape(-1), math.prod(a.shape[1:])) for a in arrays]  # elements per row
 
     def zero(r: tuple[int, int]) -> None:
         for flat, k in flats:

@@ -377,6 +377,7 @@ def test_zero_in_pieces_zeroes_the_leading_rows_only(restore_threads):
     _threads.zero_in_pieces((a, b, c), 777, step=64)
     for arr in (a, b, c):
         assert not arr[:777].any() and (arr[777:] == 1).all()
+    _threads.zero_in_pieces((np.ones((0, 2)),), 0)  # no rows: nothing to do
     with pytest.raises(ValueError, match="C-contiguous"):
         _threads.zero_in_pieces((np.ones((10, 2))[:, 0],), 5)
 

@@ -99,10 +99,13 @@ def reuse_memory() -> None:
     instead of going back to the OS, so a new output is not faulted in page by page."""
     import ctypes
 
-    libc = ctypes.CDLL(None)
     m_trim_threshold, m_mmap_max = -1, -4
-    if not (libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, ctypes.c_int(2**31 - 1))):
-        raise SystemExit("--reuse-memory needs glibc's mallopt")
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        mallopt = None
+    if mallopt is None or not (mallopt(m_mmap_max, 0) and mallopt(m_trim_threshold, ctypes.c_int(2**31 - 1))):
+        raise SystemExit("--reuse-memory needs glibc's mallopt (Linux)")
 
 
 def build(shape: str, size):

@@ -60,6 +60,13 @@ class Pieces:
         return self.classes[0][0][0] if self.classes else 0
 
     @property
+    def long_runs(self) -> bool:
+        """Leaf passes go run by run: each parent's leaves are one run, and the runs hold
+        :data:`RUNS_FROM` leaves or more on average (census-like: ~52; binary: 2, random
+        fan-out 2-5: ~2.9 go leaf by leaf)."""
+        return self.one_run_per_parent and self.mean_run >= RUNS_FROM
+
+    @property
     def mean_run(self) -> float:
         """Leaves per run of siblings."""
         return (self.run_starts[-1] - self.n1) / max(1, self.run_parents.size)

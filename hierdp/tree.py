@@ -548,7 +548,7 @@ class Tree:
         Large trees sum one height class at a time, each cut into pieces at parent
         boundaries that ``hierdp.get_threads()`` threads add up at once (the same sums,
         in the same order per parent, as the one-thread loop)."""
-        from hierdp._tree_pieces import PARALLEL_MIN, PIECE, RUNS_FROM, tree_pieces
+        from hierdp._tree_pieces import PARALLEL_MIN, PIECE, tree_pieces
 
         if self.n_nodes < PARALLEL_MIN:
             return K.subtree_sums(self._parent, self._depth, values)
@@ -559,7 +559,7 @@ class Tree:
         out = prefault(np.empty_like(values))  # then the copy in pieces (a serial copy held the speedup to 1.2x)
         parent = self._parent
         run_pieces(lambda r: K.copy_range(values, out, r[0], r[1]), spans(pieces.n1, PIECE))
-        if values.ndim == 1 and pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM:
+        if values.ndim == 1 and pieces.long_runs:
             starts, pars = pieces.run_starts, pieces.run_parents
             run_pieces(lambda r: K.copy_sum_up_runs(starts, pars, values, out, r[0], r[1]), pieces.run_cuts)
         else:

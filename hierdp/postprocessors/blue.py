@@ -11,7 +11,6 @@ from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
 from hierdp._threads import run_pieces, zero_in_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
-from hierdp._tree_pieces import RUNS_FROM as TREE_RUNS_FROM
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
@@ -46,11 +45,6 @@ def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
 #: pass): random fan-out 2-5 (0.23 changes per node) 9.3x per-parent vs 7.4x flat; binary
 #: (0) 6.0x vs 7.2x; census-like (0.03) 5.9x vs 7.7x.
 FLAT_IRREGULARITY = 0.1
-
-#: Trees of PARALLEL_MIN+ nodes run BLUE's leaf passes run by run of siblings when the
-#: runs hold this many leaves on average (census-like: ~52), else leaf by leaf (binary: 2,
-#: random fan-out 2-5: ~2.9), as GMC does (``gmc.SHORT_RUNS``) and aggregation.
-RUNS_FROM = TREE_RUNS_FROM
 
 
 @dataclass
@@ -112,7 +106,7 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
     """:func:`hierdp.postprocessors._blue_kernels.blue_flat_1d`, its passes run piece by
     piece on ``hierdp.get_threads()`` threads (same return codes, same bits)."""
     zero_in_pieces((W,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sums
-    runs = pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM
+    runs = pieces.long_runs  # leaf passes run by run of siblings, else leaf by leaf
     starts, pars = pieces.run_starts, pieces.run_parents
     if runs:
         flags = run_pieces(lambda r: BK.runs_leaves_up(starts, pars, y, var, W, r[0], r[1]), pieces.run_cuts)

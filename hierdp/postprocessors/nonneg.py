@@ -79,9 +79,7 @@ def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
 def _by_runs(pieces: Pieces, xhat: np.ndarray) -> bool:
     """One histogram on a tree whose leaves come in long runs of siblings: the leaf passes
     go run by run (the same sums, loaded and stored once per run)."""
-    from hierdp.postprocessors.blue import RUNS_FROM
-
-    return xhat.shape[1] == 1 and pieces.one_run_per_parent and pieces.mean_run >= RUNS_FROM
+    return xhat.shape[1] == 1 and pieces.long_runs
 
 
 def _leaf_by_leaf(pieces: Pieces, xhat: np.ndarray) -> bool:

@@ -295,7 +295,7 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
         scan = for_size(GK.weighted_scan, n)
         flags = run_pieces(lambda r: scan(yc, vc, depth, lv, r[0], r[1]),
                            spans(n, PIECE) if n >= PARALLEL_MIN else [(0, n)])  # serial, it held the speedup to 1.3x
-        yok, ok, constant = (all(f[j] for f in flags) for j in range(3))
+        yok, ok, constant = (all(column) for column in zip(*flags))
         if not yok:
             finite_values(tree, y)  # its error
     if not ok or v is None:

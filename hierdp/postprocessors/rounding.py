@@ -94,17 +94,16 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
     out[0] = np.floor(np.maximum(root, 0.0) + 0.5).astype(np.int64)
     pieces = tree_pieces(tree)
     classes = _cuts_by_children(tree, pieces)
-    bad = 0
     if y2.shape[1] == 1 and pieces.children_in_order:  # 1-D values, children i+1.. (hierdp's own order)
         y1, o1 = y2[:, 0], out[:, 0]
-        for cls in classes:
-            bad += sum(run_pieces(lambda r: RK.round_parents_1d(ptr, y1, o1, float(atol), r[0], r[1]), cls))
-            if bad:
-                _refuse(tree, y)
-        return out.reshape(y.shape)
-    for cls in classes:
-        bad += sum(run_pieces(lambda r: RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]), cls))
-        if bad:
+
+        def piece(r: tuple[int, int]) -> int:
+            return int(RK.round_parents_1d(ptr, y1, o1, float(atol), r[0], r[1]))
+    else:
+        def piece(r: tuple[int, int]) -> int:
+            return int(RK.round_parents(ptr, idx, y2, out, float(atol), r[0], r[1]))
+    for cls in classes:  # each returns its count of unfit values
+        if sum(run_pieces(piece, cls)):
             _refuse(tree, y)
     return out.reshape(y.shape)
 

@@ -106,9 +106,12 @@ class InternalArrays:
         """Per node, the code of its label in ``tree.level_labels(depth)`` (``None`` if unlabelled)."""
         return self._tree._codes
 
-    def sum_up(self, values: np.ndarray) -> np.ndarray:
-        """Subtree sums of internal-order node values (one bottom-up pass; shape (n,) or (n, k))."""
-        return self._tree._sum_up(values)
+    def sum_up(self, values: np.ndarray, consume: bool = False) -> np.ndarray:
+        """Subtree sums of internal-order node values (one bottom-up pass; shape (n,) or (n, k)).
+
+        ``consume=True`` hands ``values`` over: on large trees it is overwritten with the
+        sums and returned (no new array), so pass it only when it is not used again."""
+        return self._tree._sum_up(values, consume)
 
 
 class Tree:
@@ -540,14 +543,17 @@ class Tree:
                                      "pass smaller values or floats")
         full = np.zeros((self.n_nodes,) + lv.shape[1:], dtype=dtype)
         full[self._int(self.leaves)] = lv
-        return self.to_external(self._sum_up(full))
+        return self.to_external(self._sum_up(full, consume=True))
 
-    def _sum_up(self, values: np.ndarray) -> np.ndarray:
+    def _sum_up(self, values: np.ndarray, consume: bool = False) -> np.ndarray:
         """Internal-order subtree sums of internal-order node values (leaf values elsewhere 0).
 
         Large trees sum one height class at a time, each cut into pieces at parent
         boundaries that ``hierdp.get_threads()`` threads add up at once (the same sums,
-        in the same order per parent, as the one-thread loop)."""
+        in the same order per parent, as the one-thread loop). With ``consume`` the
+        caller hands ``values`` over: a large C-contiguous, writeable array is summed in
+        place and returned, with no new output (whose fresh pages the OS would zero) and
+        no copy, so the leaves are only read."""
         from hierdp._tree_pieces import PARALLEL_MIN, PIECE, tree_pieces
 
         if self.n_nodes < PARALLEL_MIN:
@@ -556,12 +562,19 @@ class Tree:
 
         pieces = tree_pieces(self)
         values = np.ascontiguousarray(values)
-        out = prefault(np.empty_like(values))  # then the copy in pieces (a serial copy held the speedup to 1.2x)
+        in_place = consume and values.flags.writeable
         parent = self._parent
-        run_pieces(lambda r: K.copy_range(values, out, r[0], r[1]), spans(pieces.n1, PIECE))
+        if in_place:
+            out = values
+        else:
+            out = prefault(np.empty_like(values))  # then the copy in pieces (a serial copy held the speedup to 1.2x)
+            run_pieces(lambda r: K.copy_range(values, out, r[0], r[1]), spans(pieces.n1, PIECE))
         if values.ndim == 1 and pieces.long_runs:
             starts, pars = pieces.run_starts, pieces.run_parents
-            run_pieces(lambda r: K.copy_sum_up_runs(starts, pars, values, out, r[0], r[1]), pieces.run_cuts)
+            run_pieces(lambda r: K.copy_sum_up_runs(starts, pars, values, out, r[0], r[1], not in_place),
+                       pieces.run_cuts)
+        elif in_place:
+            run_pieces(lambda r: K.sum_up_range(parent, out, r[0], r[1]), pieces.leaves)
         else:
             run_pieces(lambda r: K.copy_sum_up_range(parent, values, out, r[0], r[1]), pieces.leaves)
         for cls in pieces.classes[:-1]:  # the last class is the root alone

@@ -216,9 +216,12 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
             e = B.blue(tree, y, var)
             return [tree._sum_up(full), tree._sum_up(np.c_[full, 2 * full]), tree._sum_up(every),
                     tree._sum_up(every / 3.0), e.values, e.variance, G.gmc(tree, y), controlled_round(tree, fl),
-                    *G.gmc_weighted(tree, y, var)]
+                    *G.gmc_weighted(tree, y, var), tree._sum_up(full.copy(), consume=True),
+                    tree._sum_up(np.c_[full, 2 * full], consume=True), tree._sum_up(every / 3.0, consume=True)]
 
-        agg, agg2, agg_every, agg_float, x, xv, g, r, gw, gwv = _agree_over_threads(run)
+        agg, agg2, agg_every, agg_float, x, xv, g, r, gw, gwv, *summed_in_place = _agree_over_threads(run)
+        for a, b in zip(summed_in_place, (agg, agg2, agg_float), strict=True):  # bit for bit, sums in place
+            np.testing.assert_array_equal(a, b)
         # float sums: the same bits as the one loop (each parent adds its children in its order)
         np.testing.assert_array_equal(agg_float, TK.sum_up_1d(tree.internal.parent, every / 3.0, np.empty(n)))
         np.testing.assert_array_equal(agg, TK.sum_up_1d(tree.internal.parent, full, np.empty_like(full)))
@@ -248,6 +251,33 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         RK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, fl.reshape(n, 1), r1, 1e-7)
         np.testing.assert_array_equal(r, r1[:, 0])
         assert tree.is_consistent(tree.to_external(x)) and tree.is_consistent(tree.to_external(g))
+
+
+def test_sum_up_consumes_only_what_it_is_handed(small_pieces):
+    """``consume=True`` sums a large C-contiguous writeable array in place and returns it
+    (the leaves' rows keep their values); without it, or on a read-only or
+    non-contiguous array, the input is left as it was."""
+    rng = np.random.default_rng(5)
+    for tree in _trees():
+        n, n1 = tree.n_nodes, tree.n_nodes - tree.n_leaves
+        full = np.zeros(n, np.int64)
+        full[n1:] = rng.poisson(3.0, tree.n_leaves)
+        want = TK.sum_up_1d(tree.internal.parent, full, np.empty_like(full))
+        kept = full.copy()
+        assert not np.shares_memory(tree._sum_up(full), full)
+        np.testing.assert_array_equal(full, kept)
+        given = full.copy()
+        got = tree.internal.sum_up(given, consume=True)
+        assert got is given
+        np.testing.assert_array_equal(got, want)
+        frozen = full.copy()
+        frozen.flags.writeable = False
+        np.testing.assert_array_equal(tree._sum_up(frozen, consume=True), want)
+        np.testing.assert_array_equal(frozen, kept)
+        wide = np.stack([full, 2 * full], axis=1)
+        column = wide[:, 1]  # not contiguous: summed in a copy
+        np.testing.assert_array_equal(tree._sum_up(column, consume=True), 2 * want)
+        np.testing.assert_array_equal(wide[:, 1], 2 * kept)
 
 
 def test_blue_in_pieces_refuses_and_hands_over_like_the_one_loop_kernels(small_pieces, monkeypatch):

@@ -80,12 +80,13 @@ def total_problem(weights: np.ndarray) -> str | None:
 
 
 def leaf_counts_to_nodes(tree: Tree, counts_ext: np.ndarray) -> np.ndarray:
-    """Node counts (external order) from counts placed at the nodes rows reached (leaves)."""
+    """Node counts (external order) from counts placed at the nodes rows reached (leaves).
+    ``counts_ext`` is handed over: it may be summed in place."""
     internal = tree.to_internal(counts_ext)
     # every row sits at a leaf (or stops at a leaf of a ragged tree): sum up the subtrees
     if np.any(internal[tree.internal.n_children > 0] != 0):
         raise DataError("some rows stop above the leaf level; every row needs a value for every level")
-    return tree.to_external(tree.internal.sum_up(np.ascontiguousarray(internal)))
+    return tree.to_external(tree.internal.sum_up(np.ascontiguousarray(internal), consume=True))
 
 
 def _grouped(structure: Any, df: Any, names: list[str]) -> tuple[np.ndarray | None, dict[str, Any] | Any]:

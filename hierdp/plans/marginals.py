@@ -485,7 +485,7 @@ def integer_with_totals(tree: Tree, x: np.ndarray, var: np.ndarray, inv: np.ndar
     leaves = np.flatnonzero(nch == 0)
     full = np.zeros((n, k), dtype=np.int64)
     full[leaves] = r2[m:].reshape(-1, k)[pos_d[leaves]]
-    return tree.internal.sum_up(full)
+    return tree.internal.sum_up(full, consume=True)
 
 
 def _cell_variance(v: np.ndarray) -> np.ndarray:

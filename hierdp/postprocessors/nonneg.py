@@ -300,7 +300,7 @@ def _is_consistent(tree: Tree, values: Any) -> bool:
         return True
     leaves = np.zeros_like(y)
     leaves[n1:] = y[n1:]
-    agg = tree.internal.sum_up(leaves)
+    agg = tree.internal.sum_up(leaves, consume=True)
     return bool(np.all(np.abs(agg[:n1] - y[:n1]) <= 1e-9 * (1.0 + np.abs(y[:n1]))))
 
 
@@ -424,7 +424,7 @@ def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
     leaves[leaf_exact] = xhat[n1:][leaf_exact]
     full = np.zeros((n, k))
     full[n1:] = leaves
-    out = tree.internal.sum_up(full)
+    out = tree.internal.sum_up(full, consume=True)
     fin = np.isfinite(d2) & ~exact
     objective = float(np.sum(np.where(fin, (out - y2) ** 2 / np.where(fin, d2, 1.0), 0.0)))
     info: dict[str, Any] = {"method": "nonneg", "iterations": it, "converged": converged,

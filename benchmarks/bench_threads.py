@@ -10,7 +10,8 @@ over the thread counts, in one process:
   its page faults, let a streaming pass scale), and a read-only pass (``sum``) on 1 and
   N threads (how far the cores scale when writes do not limit);
 * the passes: exact discrete Laplace noise for every node, aggregation of int64 leaf
-  counts (``Tree._sum_up``), BLUE, GMC (formula 39), weighted GMC (variances per
+  counts (``Tree._sum_up``: in place, as ``Tree.aggregate`` and the counting of records
+  sum, and into a new array), BLUE, GMC (formula 39), weighted GMC (variances per
   level: its stage 1 cached, as in a release), ``nonneg`` and
   ``round``, each on 1 and N threads, checked bit-identical across the two;
 
@@ -18,9 +19,10 @@ and prints seconds, the ratio to the warm numpy floor, the speedup on N threads,
 issue's targets (kernels: BLUE <= 5x and GMC <= 3x a numpy pass, weighted GMC <= 6x,
 ``nonneg`` <= 10x BLUE, ``round`` <= 1.5x BLUE; threads: >= 1.6x on 2 cores for
 n >= 10^7), and for BLUE and the GMCs the bytes they must move (:func:`traffic`) against
-the allocating numpy pass's, with the bandwidth each reaches; and, from the cost of
-faulting in fresh output pages on 1 and N threads, the most each pass that allocates its
-output could gain on N threads (:func:`fault_bound`), beside GMC into a reused buffer.
+the allocating numpy pass's, with the bandwidth each reaches; the cost of faulting in
+fresh output pages on 1 and N threads; and, from each pass's least traffic timed as
+streaming phases in the same run (:data:`LEAST_TRAFFIC`), the most it could gain on N
+threads (:func:`best_gain`), beside GMC into a reused buffer.
 
     python benchmarks/bench_threads.py                  # the full sizes (~12-17M nodes; ~4 GiB)
     python benchmarks/bench_threads.py --quick          # CI-sized (seconds)
@@ -30,6 +32,7 @@ output could gain on N threads (:func:`fault_bound`), beside GMC into a reused b
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -77,20 +80,71 @@ def _fresh_stream(x, chunks):
     return y
 
 
-def fault_bound(t1: float, fresh_bytes: float, per_byte: tuple[float, float], threads: int) -> float:
-    """The most a pass that takes ``t1`` s on 1 thread and writes ``fresh_bytes`` of newly
-    allocated output can gain on ``threads`` threads, if everything but its page faults
-    scaled perfectly: ``t1 / (B f_N + (t1 - B f_1) / N)``, with ``f_1``, ``f_N`` the
-    seconds per byte of faulting fresh pages measured on 1 and N threads in the same run
-    (the fresh streaming pass minus the warm one)."""
-    f1, fn = per_byte
-    faults1 = min(t1, fresh_bytes * f1)
-    return t1 / (fresh_bytes * fn + (t1 - faults1) / threads)
+@nb.njit(nogil=True, cache=True, fastmath=True)
+def _read_1(a, lo, hi):  # the least traffic of a pass that reads one array (fastmath: no add chain)
+    s = 0.0
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        s += a[i]
+    return s
 
 
-#: newly allocated output per node: BLUE's estimate and variance, one estimate for the
-#: GMCs (weighted GMC's variance is cached), int64 sums, int64 rounded counts
-FRESH_BYTES = {"aggregate (int64)": 8, "BLUE": 16, "GMC (39)": 8, "weighted GMC": 8, "round": 8}
+@nb.njit(nogil=True, cache=True, fastmath=True)
+def _read_2(a, b, lo, hi):
+    s = 0.0
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        s += a[i] + b[i]
+    return s
+
+
+@nb.njit(nogil=True, cache=True, fastmath=True)
+def _write_1(a, c, lo, hi):
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        c[i] = a[i] * 2.0
+
+
+@nb.njit(nogil=True, cache=True, fastmath=True)
+def _write_2(a, b, c, d, lo, hi):
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        c[i] = a[i] * 2.0
+        d[i] = b[i] * 2.0
+
+
+#: the least memory traffic of each pass, as streaming phases over all n nodes: (arrays
+#: read, fresh arrays written). Aggregation, summing the leaf counts in place, reads every
+#: node's row (and writes the non-leaf ones, left out here). BLUE reads its values and variances going up and again
+#: going down, where it writes its estimate and variance; GMC the same with values only;
+#: weighted GMC first checks values and variances (one read of each); round reads the estimate and writes the
+#: integers. Structure arrays (parents, runs) and work buffers are left out, so the floor
+#: is below what any implementation of these two-pass algorithms must move.
+LEAST_TRAFFIC = {"aggregate (int64)": ((1, 0),), "BLUE": ((2, 0), (2, 2)), "GMC (39)": ((1, 0), (1, 1)),
+                 "weighted GMC": ((2, 0), (1, 0), (1, 1)), "round": ((1, 1),)}
+
+
+def least_traffic(phases: tuple[tuple[int, int], ...], a: np.ndarray, b: np.ndarray, chunks) -> None:
+    """Run the streaming phases of :data:`LEAST_TRAFFIC` in pieces on the current thread
+    count: the time a pass would take if it did nothing but move its unavoidable bytes
+    (fresh outputs allocated here, as the pass allocates them)."""
+    for reads, writes in phases:
+        if writes == 0:
+            f = (lambda r: _read_1(a, r[0], r[1])) if reads == 1 else (lambda r: _read_2(a, b, r[0], r[1]))
+        elif writes == 1:
+            c = np.empty_like(a)
+            f = lambda r: _write_1(a, c, r[0], r[1])  # noqa: E731
+        else:
+            c, d = np.empty_like(a), np.empty_like(b)
+            f = lambda r: _write_2(a, b, c, d, r[0], r[1])  # noqa: E731
+        run_pieces(f, chunks)
+
+
+def best_gain(t1: float, floor: tuple[float, float], threads: int) -> float:
+    """The most a pass that takes ``t1`` s on 1 thread can gain on ``threads`` threads,
+    Amdahl's way: its least traffic (:func:`least_traffic`, ``floor`` s on 1 and on N
+    threads in the same run) moves no faster than the streaming phases do on N threads,
+    and everything else in it (``t1`` minus that traffic) scales perfectly:
+    ``t1 / (F_N + (t1 - F_1) / N)``."""
+    f1, fn = floor
+    memory = min(t1, f1)
+    return t1 / (memory * fn / f1 + (t1 - memory) / threads)
 
 
 def reuse_memory() -> None:
@@ -163,6 +217,7 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     x = np.ones(n)
     out = np.empty(n)
     reused = np.zeros(n)
+    summed = np.empty_like(full)
     consistent = gmc(tree, y)
     nn, _ = nonneg(tree, y, var)
     chunks = spans(n, 1 << 17)
@@ -176,7 +231,8 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
         "stream into a fresh array": lambda: _fresh_stream(x, chunks),
         "read-only sum in pieces": lambda: run_pieces(lambda r: _read(x, r[0], r[1]), chunks),
         "noise (discrete Laplace)": lambda: discrete_laplace(float(tree.height), n, SeededRandom(1)),
-        "aggregate (int64)": lambda: tree._sum_up(full),
+        "aggregate (int64)": lambda: tree._sum_up(summed, consume=True),  # in place, as releases sum
+        "aggregate (int64), new output": lambda: tree._sum_up(full),
         "BLUE": lambda: blue(tree, y, var).values,
         "GMC (39)": lambda: gmc(tree, y),  # allocating its output, like the floor it is held to
         "GMC (39) into a reused buffer": lambda: gmc(tree, y, out=reused),
@@ -184,6 +240,9 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
         "nonneg": lambda: nonneg(tree, y, var)[0],
         "round": lambda: controlled_round(tree, nn),
     }
+    for name, phases in LEAST_TRAFFIC.items():
+        passes[f"least traffic, {name}"] = functools.partial(least_traffic, phases, y, var, chunks)
+    setup = {"aggregate (int64)": lambda: np.copyto(summed, full)}  # untimed: the leaf counts, handed over
     counts = (1, threads)
     best = {(name, t): np.inf for name in passes for t in counts}
     results: dict = {}
@@ -193,11 +252,12 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
             for name, f in passes.items():
                 for t in (counts if rep % 2 == 0 else counts[::-1]):
                     hierdp.set_threads(t)
+                    if name in setup:
+                        setup[name]()
                     t0 = time.perf_counter()
                     r = f()
                     best[name, t] = min(best[name, t], time.perf_counter() - t0)
-                    if name[0].isupper() or name in ("noise (discrete Laplace)", "aggregate (int64)", "nonneg",
-                                                     "round"):
+                    if name[0].isupper() or name.startswith(("noise", "aggregate", "nonneg", "round")):
                         key = (name, t)
                         if key not in results:
                             results[key] = np.array(r, copy=True)
@@ -219,9 +279,9 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     for name, target in (("BLUE", 5), ("GMC (39)", 3), ("weighted GMC", 6)):
         a, b = best[name, 1], best[name, threads]
         print(f"  {name:<14} {a / fl:5.1f} [{a / fa:4.1f}] | {b / fl:5.1f} [{b / fa:4.1f}]   target <= {target}")
-    for name, target in (("nonneg", 10), ("round", 1.5)):
+    for name, cap in (("nonneg", 10.0), ("round", 1.5)):
         a, b = best[name, 1], best[name, threads]
-        print(f"  {name:<14} {a / b1:5.1f} x BLUE | {b / bt:5.1f} x BLUE   target <= {target}")
+        print(f"  {name:<14} {a / b1:5.1f} x BLUE | {b / bt:5.1f} x BLUE   target <= {cap:g}")
     print(f"  speedups on {threads} threads (target >= 1.6 for n >= 1e7): "
           + ", ".join(f"{name} {best[name, 1] / best[name, threads]:.2f}" for name in
                       ("noise (discrete Laplace)", "aggregate (int64)", "BLUE", "GMC (39)", "weighted GMC", "round",
@@ -239,9 +299,14 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
           f"{best[rd, 1] / best[rd, threads]:.2f}x")
     per_byte = tuple(max(0.0, best[fr, t] - best[st, t]) / (8.0 * n) for t in counts)
     print(f"  page faults of fresh output: {per_byte[0] * 8e9:.2f} | {per_byte[1] * 8e9:.2f} ms per million float64 "
-          f"on 1 | {threads} threads; the most each pass could gain if all else scaled perfectly: "
-          + ", ".join(f"{name} {fault_bound(best[name, 1], b * n, per_byte, threads):.2f}"
-                      for name, b in FRESH_BYTES.items()))
+          f"on 1 | {threads} threads")
+    gains = {name: (best[name, 1] / best[name, threads],
+                    best_gain(best[name, 1], (best[f"least traffic, {name}", 1],
+                                              best[f"least traffic, {name}", threads]), threads))
+             for name in LEAST_TRAFFIC}
+    print(f"  the most each pass could gain on {threads} threads (its least traffic as fast as streaming phases "
+          "move it here, the rest scaling perfectly; see best_gain()), and what it gains: "
+          + ", ".join(f"{name} {b:.2f} (gains {g:.2f}, {g / b:.0%})" for name, (g, b) in gains.items()))
     g, gr = best["GMC (39)", 1] / best["GMC (39)", threads], "GMC (39) into a reused buffer"
     print(f"  GMC (39) gains {g:.2f}x allocating its output and {best[gr, 1] / best[gr, threads]:.2f}x into a "
           "reused one (out=)")

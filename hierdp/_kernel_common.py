@@ -24,13 +24,11 @@ def aligned_empty(shape: tuple, offset_lines: int) -> np.ndarray:
 
     Work arrays of ~2^k bytes that share an address modulo 4096 alias in the L1 cache
     (measured 2-3x slowdowns on binary trees of height 23-24); staggering the offsets
-    avoids it.
+    avoids it. Large ones come from :func:`hierdp._threads.large_empty` (huge pages).
     """
-    n = int(np.prod(shape))
-    raw = np.empty(n + 4096 // 8 + 8 * offset_lines + 8, dtype=np.float64)
-    addr = raw.__array_interface__["data"][0]
-    skip = ((-addr) % 4096) // 8 + offset_lines * 8
-    return raw[skip:skip + n].reshape(shape)
+    from hierdp._memory import large_empty
+
+    return large_empty(tuple(shape), np.float64, 64 * offset_lines)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp import _threads
+from hierdp import _memory, _threads
 from hierdp import _tree_kernels as TK
 from hierdp import _tree_pieces as TP
 from hierdp.mechanisms import _samplers as S
@@ -399,6 +399,34 @@ def test_prefault_touches_large_arrays_only(monkeypatch):
     assert (big[::512] == 0).all() and (big[1::512] == 7).all()
     small = np.full(1000, 7.0)
     assert (_threads.prefault(small) == 7).all()
+
+
+def test_large_empty_is_an_ordinary_writeable_array():
+    """``large_empty``: the shape, dtype and 64-byte offset past a 4 KiB boundary asked
+    for, C-contiguous and writeable, from the small (numpy) and the large (own mapping)
+    path alike; a large one is backed by its own mapping and pickles like any array."""
+    import mmap
+    import pickle
+
+    cases = [((10,), np.float64, 0), ((1000,), np.int64, 64 * 3), (((1 << 20) + 5,), np.float64, 0),
+             (((1 << 19) + 3, 2), np.float64, 64 * 11), ((1 << 21,), np.int64, 64)]
+    for shape, dtype, offset in cases:
+        a = _memory.large_empty(shape, dtype, offset)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        large = a.nbytes >= _memory.LARGE_MIN and hasattr(mmap, "MADV_HUGEPAGE")
+        if offset or large:
+            assert a.__array_interface__["data"][0] % 4096 == offset
+        a[...] = np.arange(a.size, dtype=dtype).reshape(shape)
+        assert a.reshape(-1)[-1] == a.size - 1
+        base = a
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        if isinstance(base, memoryview):
+            base = base.obj
+        assert isinstance(base, mmap.mmap) == large, (shape, offset)
+        np.testing.assert_array_equal(pickle.loads(pickle.dumps(a)), a)
+    assert _memory.large_empty(7, np.uint8).shape == (7,)
+    assert _memory.large_empty(0).shape == (0,)
 
 
 def test_zero_in_pieces_zeroes_the_leading_rows_only(restore_threads):

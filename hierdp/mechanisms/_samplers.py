@@ -55,6 +55,7 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._jit import numba as nb
+from hierdp._memory import large_empty
 from hierdp.errors import BudgetError
 from hierdp.rng import RandomSource, reserve_words
 
@@ -763,7 +764,7 @@ def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int
     which they are taken from ``rng``, depend on the chunks alone, never on the threads:
     the output is the same whatever the thread count."""
     size = int(size)
-    out = np.empty(size, dtype=np.int64)
+    out = large_empty(size, np.int64)
     if size == 0:
         return out
     jbits, g0, gint, fnum, fden = _core(a_num, a_den)

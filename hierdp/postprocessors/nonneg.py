@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp._jit import for_size
+from hierdp._memory import large_empty
 from hierdp._threads import run_pieces, spans, zero_in_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
@@ -239,7 +240,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     best = np.full(k, np.iinfo(np.int64).max)
     pivots = np.full(k, 3)
     bad = np.zeros_like(fixed)
-    x = np.empty_like(y2)
+    x = large_empty(y2.shape)
     it = 0
     converged = False
     pieces = tree_pieces(tree) if n >= PARALLEL_MIN else None
@@ -249,7 +250,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     if pieces is not None:
         consts: tuple = (None, None)
         if _leaf_by_leaf(pieces, xhat):  # the constants of its leaf-by-leaf passes
-            ivl, thl = np.empty(n - n1), np.empty(n - n1)
+            ivl, thl = large_empty(n - n1), large_empty(n - n1)
             xl, dl = xhat[n1:, 0], d2[n1:, 0]
             run_pieces(lambda r: NK.leaf_constants(xl[r[0]:r[1]], dl[r[0]:r[1]], tol, ivl[r[0]:r[1]], thl[r[0]:r[1]]),
                        [(a - n1, b - n1) for a, b in pieces.leaves])

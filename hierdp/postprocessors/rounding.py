@@ -26,6 +26,7 @@ import numpy as np
 
 from hierdp import _tree_pieces as TP
 from hierdp._jit import for_size
+from hierdp._memory import large_empty
 from hierdp._threads import run_pieces
 from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
@@ -79,7 +80,7 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
     if not 0 <= atol < 0.5:
         raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
-    out = np.empty(y2.shape, np.int64)
+    out = large_empty(y2.shape, np.int64)
     if tree.n_nodes < PARALLEL_MIN:
         bad = for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2,
                                                            out, float(atol))

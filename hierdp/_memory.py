@@ -32,12 +32,24 @@ def large_empty(shape: int | tuple[int, ...], dtype: Any = float, offset_bytes: 
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = math.prod(dims) * dt.itemsize
     if _MADV_HUGEPAGE is None or nbytes < LARGE_MIN or offset_bytes % 64:
-        if offset_bytes:
-            raw = np.empty(nbytes + 4096 + offset_bytes, np.uint8)
-            start = (-raw.__array_interface__["data"][0]) % 4096 + offset_bytes
-            return raw[start:start + nbytes].view(dt).reshape(dims)
-        return np.empty(dims, dt)
+        return _numpy_empty(dims, dt, offset_bytes)
     length = -(-(nbytes + offset_bytes) // _HUGE) * _HUGE  # a multiple of 2 MiB: the kernel aligns it
-    m = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    m.madvise(_MADV_HUGEPAGE)  # before any page is touched
+    try:
+        m = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:  # no mapping to be had: numpy's allocator decides (MemoryError when out of memory)
+        return _numpy_empty(dims, dt, offset_bytes)
+    try:
+        m.madvise(_MADV_HUGEPAGE)  # before any page is touched
+    except OSError:  # a kernel without transparent huge pages: an aligned mapping all the same
+        pass
     return np.frombuffer(m, dtype=dt, count=math.prod(dims), offset=offset_bytes).reshape(dims)
+
+
+def _numpy_empty(dims: tuple[int, ...], dt: np.dtype, offset_bytes: int) -> np.ndarray:
+    """``np.empty``, its data ``offset_bytes`` past a 4 KiB boundary when that is not 0."""
+    if not offset_bytes:
+        return np.empty(dims, dt)
+    nbytes = math.prod(dims) * dt.itemsize
+    raw = np.empty(nbytes + 4096 + offset_bytes, np.uint8)
+    start = (-raw.__array_interface__["data"][0]) % 4096 + offset_bytes
+    return raw[start:start + nbytes].view(dt).reshape(dims)

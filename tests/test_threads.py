@@ -401,6 +401,13 @@ def test_prefault_touches_large_arrays_only(monkeypatch):
     assert (_threads.prefault(small) == 7).all()
 
 
+def _buffer_of(a):
+    """The object at the bottom of an array's chain of bases (a memoryview's object)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a
+
+
 def test_large_empty_is_an_ordinary_writeable_array():
     """``large_empty``: the shape, dtype and 64-byte offset past a 4 KiB boundary asked
     for, C-contiguous and writeable, from the small (numpy) and the large (own mapping)
@@ -418,15 +425,37 @@ def test_large_empty_is_an_ordinary_writeable_array():
             assert a.__array_interface__["data"][0] % 4096 == offset
         a[...] = np.arange(a.size, dtype=dtype).reshape(shape)
         assert a.reshape(-1)[-1] == a.size - 1
-        base = a
-        while isinstance(base, np.ndarray) and base.base is not None:
-            base = base.base
-        if isinstance(base, memoryview):
-            base = base.obj
-        assert isinstance(base, mmap.mmap) == large, (shape, offset)
+        assert isinstance(_buffer_of(a), mmap.mmap) == large, (shape, offset)
         np.testing.assert_array_equal(pickle.loads(pickle.dumps(a)), a)
     assert _memory.large_empty(7, np.uint8).shape == (7,)
     assert _memory.large_empty(0).shape == (0,)
+
+
+def test_large_empty_falls_back_to_numpy_when_no_mapping_is_had(monkeypatch):
+    """A mapping the OS refuses (``OSError``) gives numpy's array instead, with the offset
+    asked for; a kernel that refuses the huge-page advice still gives the mapping."""
+    import mmap
+    import types
+
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(_memory, "mmap", types.SimpleNamespace(mmap=refuse, MAP_PRIVATE=mmap.MAP_PRIVATE,
+                                                               MAP_ANONYMOUS=mmap.MAP_ANONYMOUS))
+    monkeypatch.setattr(_memory, "_MADV_HUGEPAGE", 14)
+    a = _memory.large_empty((1 << 20) + 1, np.float64, 64 * 5)
+    assert a.shape == ((1 << 20) + 1,) and a.__array_interface__["data"][0] % 4096 == 64 * 5
+    assert not isinstance(_buffer_of(a), mmap.mmap)
+
+    class NoAdvice(mmap.mmap):
+        def madvise(self, *args):
+            raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(_memory, "mmap", types.SimpleNamespace(mmap=NoAdvice, MAP_PRIVATE=mmap.MAP_PRIVATE,
+                                                               MAP_ANONYMOUS=mmap.MAP_ANONYMOUS))
+    b = _memory.large_empty(1 << 20)
+    b[:] = 1.0
+    assert isinstance(_buffer_of(b), NoAdvice) and b.sum() == 1 << 20
 
 
 def test_zero_in_pieces_zeroes_the_leading_rows_only(restore_threads):

@@ -24,7 +24,7 @@ def aligned_empty(shape: tuple, offset_lines: int) -> np.ndarray:
 
     Work arrays of ~2^k bytes that share an address modulo 4096 alias in the L1 cache
     (measured 2-3x slowdowns on binary trees of height 23-24); staggering the offsets
-    avoids it. Large ones come from :func:`hierdp._threads.large_empty` (huge pages).
+    avoids it. Large ones come from :func:`hierdp._memory.large_empty` (huge pages).
     """
     from hierdp._memory import large_empty
 

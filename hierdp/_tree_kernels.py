@@ -104,22 +104,31 @@ def sum_up_1d(parent, values, out):
 
 
 @_jit
-def sum_up_range(parent, out, lo, hi):
-    """``out[parent[i]] += out[i]`` for i = hi-1 .. lo: one height class (or a piece of
+def sum_up_range(parent, values, out, lo, hi, store):
+    """``out[parent[i]] += values[i]`` for i = hi-1 .. lo: one height class (or a piece of
     it cut at parent boundaries) of :func:`sum_up_1d` / :func:`sum_up_2d`'s loop, for
-    threads (hierdp/_tree_pieces.py). uint64 bounds: no wraparound test per access."""
+    threads (hierdp/_tree_pieces.py). Non-leaf classes pass ``values`` = ``out`` and
+    ``store`` false. The leaf class may instead copy each leaf as it adds it
+    (``store``: ``out[i] = values[i]``, a leaf's sum being its value), into an ``out``
+    whose non-leaf rows hold their values. uint64 bounds: no wraparound test per access."""
     top = nb.uint64(hi - 1)
     if out.ndim == 1:
         for j in range(nb.uint64(hi - lo)):
             i = top - j
-            out[parent[i]] += out[i]
+            v = values[i]
+            if store:
+                out[i] = v
+            out[parent[i]] += v
     else:
         k = out.shape[1]
         for j in range(nb.uint64(hi - lo)):
             i = top - j
             p = parent[i]
             for c in range(k):
-                out[p, c] += out[i, c]
+                v = values[i, c]
+                if store:
+                    out[i, c] = v
+                out[p, c] += v
 
 
 @_jit
@@ -130,31 +139,8 @@ def copy_range(values, out, lo, hi):
 
 
 @_jit
-def copy_sum_up_range(parent, values, out, lo, hi):
-    """``out[i] = values[i]; out[parent[i]] += values[i]`` for i = hi-1 .. lo: the leaf
-    class of :func:`sum_up_range` fused with the copy of the leaves' values (a leaf's sum
-    is its value), for threads. The non-leaf rows of ``out`` must hold their values."""
-    top = nb.uint64(hi - 1)
-    if out.ndim == 1:
-        for j in range(nb.uint64(hi - lo)):
-            i = top - j
-            v = values[i]
-            out[i] = v
-            out[parent[i]] += v
-    else:
-        k = out.shape[1]
-        for j in range(nb.uint64(hi - lo)):
-            i = top - j
-            p = parent[i]
-            for c in range(k):
-                v = values[i, c]
-                out[i, c] = v
-                out[p, c] += v
-
-
-@_jit
 def copy_sum_up_runs(starts, parents, values, out, rlo, rhi, store):
-    """:func:`copy_sum_up_range` run by run: the leaves of run r are ``[starts[r],
+    """The leaf class of :func:`sum_up_range` run by run: the leaves of run r are ``[starts[r],
     starts[r + 1])``, all children of ``parents[r]`` (one run per parent). A run's sum is
     kept in a register and stored once, added in the one-loop kernel's order (last leaf
     first), so the bits are the same; each leaf's parent is not read. On the census-like

@@ -570,16 +570,14 @@ class Tree:
         else:
             out = prefault(large_empty(values.shape, values.dtype))  # then the copy in pieces (a serial copy: 1.2x)
             run_pieces(lambda r: K.copy_range(values, out, r[0], r[1]), spans(pieces.n1, PIECE))
+        copy = not in_place  # the leaves' rows: copied as they are added, or already there
         if values.ndim == 1 and pieces.long_runs:
             starts, pars = pieces.run_starts, pieces.run_parents
-            run_pieces(lambda r: K.copy_sum_up_runs(starts, pars, values, out, r[0], r[1], not in_place),
-                       pieces.run_cuts)
-        elif in_place:
-            run_pieces(lambda r: K.sum_up_range(parent, out, r[0], r[1]), pieces.leaves)
+            run_pieces(lambda r: K.copy_sum_up_runs(starts, pars, values, out, r[0], r[1], copy), pieces.run_cuts)
         else:
-            run_pieces(lambda r: K.copy_sum_up_range(parent, values, out, r[0], r[1]), pieces.leaves)
+            run_pieces(lambda r: K.sum_up_range(parent, values, out, r[0], r[1], copy), pieces.leaves)
         for cls in pieces.classes[:-1]:  # the last class is the root alone
-            run_pieces(lambda r: K.sum_up_range(parent, out, r[0], r[1]), cls)
+            run_pieces(lambda r: K.sum_up_range(parent, out, out, r[0], r[1], False), cls)
         return out
 
     def is_consistent(self, values: np.ndarray, rtol: float = 1e-9, atol: float = 1e-6) -> bool:

@@ -47,9 +47,10 @@ from _trees import census_like_tree, complete_tree, random_fanout_tree  # noqa: 
 import hierdp  # noqa: E402
 from hierdp._jit import numba as nb  # noqa: E402
 from hierdp._threads import _cores, run_pieces, spans  # noqa: E402
+from hierdp._tree_pieces import tree_pieces  # noqa: E402
 from hierdp.mechanisms._samplers import discrete_laplace  # noqa: E402
 from hierdp.postprocessors.blue import blue  # noqa: E402
-from hierdp.postprocessors.gmc import gmc, gmc_weighted  # noqa: E402
+from hierdp.postprocessors.gmc import _bottom_with_leaves, gmc, gmc_structure, gmc_weighted  # noqa: E402
 from hierdp.postprocessors.nonneg import nonneg  # noqa: E402
 from hierdp.postprocessors.rounding import controlled_round  # noqa: E402
 from hierdp.rng import SeededRandom  # noqa: E402
@@ -183,7 +184,12 @@ def traffic(tree: hierdp.Tree) -> dict[str, float]:
       parent's sums updated); non-leaves down 68 I + 24 Q; leaves down 36 L + 24 P; two
       fresh outputs 16 N;
     * GMC (39): leaves up 12 L + 8 P; non-leaves up 36 I + 16 Q; down 44 I + 8 Q; leaves
-      down 20 L + 8 P; one fresh output 8 N;
+      down 20 L + 8 P; one fresh output 8 N. Where the height-2 class B goes with its
+      leaves in one pass (``gmc._bottom_with_leaves``: complete binary trees), that class
+      and its leaves move 8 L + 24 B + 16 Q_B up (leaf values; the node's leaf start, value,
+      1/theta', parent; its parent's sum updated) and 16 L + 32 B + 8 Q_B down (the leaves
+      read again from cache), Q_B the parents of B, and the other non-leaf nodes A = I - B
+      as above;
     * weighted GMC: its input check 24 N (values, variances, depth); the passes of GMC
       plus rho (8 I up, 8 I down), u (8 I down) and the leaves' variances (8 L); one fresh
       output 8 N (the variance of the estimate is cached, not written).
@@ -196,6 +202,13 @@ def traffic(tree: hierdp.Tree) -> dict[str, float]:
     Q = np.unique(par[1:n1]).size if n1 > 1 else 0
     I = n1  # noqa: E741
     gmc39 = 12 * L + 8 * P + 36 * I + 16 * Q + 44 * I + 8 * Q + 20 * L + 8 * P + 8 * n
+    pieces = tree_pieces(tree)
+    if _bottom_with_leaves(gmc_structure(tree), pieces):
+        c0 = pieces.above_leaf_parents
+        B, A = n1 - c0, c0  # noqa: N806
+        QB = np.unique(par[c0:n1]).size  # noqa: N806
+        QA = np.unique(par[1:c0]).size if c0 > 1 else 0  # noqa: N806
+        gmc39 = 8 * L + 24 * B + 16 * QB + 16 * L + 32 * B + 8 * QB + 36 * A + 16 * QA + 44 * A + 8 * QA + 8 * n
     return {"floor": 24.0 * n,
             "BLUE": 20 * L + 16 * P + 52 * I + 32 * Q + 68 * I + 24 * Q + 36 * L + 24 * P + 16 * n,
             "GMC (39)": gmc39,

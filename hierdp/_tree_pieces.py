@@ -51,6 +51,10 @@ class Pieces:
     run_cuts: list[tuple[int, int]]
     one_run_per_parent: bool
     children_in_order: bool = False  # child_idx == arange(1, n): node i's children are consecutive
+    #: the leaf runs are, one to one and in order, the children of the height-2 class (every
+    #: leaf's parent has height 2; the root is above it): passes may take that class and
+    #: its leaves together, piece by piece of ``classes[0]`` (complete trees)
+    bottom_runs: bool = False
 
     @property
     def above_leaf_parents(self) -> int:
@@ -111,7 +115,9 @@ def tree_pieces(tree: Tree) -> Pieces:
     run_cuts = [(int(a), int(b)) for a, b in zip(cut[:-1], cut[1:], strict=True)]
     idx = tree.internal.child_idx
     in_order = bool(idx.size == n - 1 and np.all(idx[1:] - idx[:-1] == 1) and (n == 1 or idx[0] == 1))
-    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order)
+    c0 = classes[0][0][0] if classes else 0
+    bottom = bool(c0 > 0 and parents.size == n1 - c0 and np.array_equal(parents, np.arange(c0, n1)))
+    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order, bottom)
     tree.cache[_KEY] = pieces
     return pieces
 

@@ -173,6 +173,23 @@ def test_pieces_cut_classes_at_parent_boundaries(small_pieces):
                     assert not owners[i] & owners[j]  # no parent fed by two pieces
 
 
+def test_bottom_runs_marks_trees_whose_leaves_hang_from_height_2_only(small_pieces):
+    """``Pieces.bottom_runs``, against its definition: the parents of the leaves, in leaf
+    order with repeats dropped, are the height-2 nodes in order, and the root is above them."""
+    seen = {True: 0, False: 0}
+    for tree in _trees():
+        tree.cache.clear()
+        p = TP.tree_pieces(tree)
+        par = tree.internal.parent
+        lp = par[p.n1:].tolist()
+        runs = [q for k, q in enumerate(lp) if k == 0 or q != lp[k - 1]]
+        sl = tree.internal.height_slice(2)
+        want = tree.height > 2 and runs == list(range(sl.start, sl.stop))
+        assert p.bottom_runs == want
+        seen[want] += 1
+    assert seen[True] >= 2 and seen[False] >= 2  # complete trees on one side, ragged ones on the other
+
+
 def test_a_class_whose_parents_come_back_is_one_piece(monkeypatch):
     """Pieces are cut only where no parent has children on both sides; when a parent's
     children are not one run, the range is not cut at all."""
@@ -199,6 +216,7 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
     """Aggregation, BLUE, GMC and round in pieces: identical over 1-3 threads and equal,
     bit for bit, to the one-loop kernels."""
     rng = np.random.default_rng(1)
+    fused = 0
     for tree in _trees():
         tree.cache.clear()
         n = tree.n_nodes
@@ -238,6 +256,7 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
                 np.testing.assert_array_equal(x, x1)
                 np.testing.assert_array_equal(xv, xv1)
         gs = G.gmc_structure(tree)
+        fused += G._bottom_with_leaves(gs, TP.tree_pieces(tree))
         g1 = np.empty(n)
         GK.gmc_39_1d(gs.parent1, gs.n1, gs.inv_theta, gs.leaf_starts, gs.leaf_parents, y, g1, np.empty(gs.n1))
         np.testing.assert_allclose(g, g1, rtol=0, atol=0)
@@ -251,6 +270,7 @@ def test_tree_passes_are_the_same_whatever_the_thread_count(small_pieces):
         RK.round_top_down_2d(tree.internal.child_ptr, tree.internal.child_idx, fl.reshape(n, 1), r1, 1e-7)
         np.testing.assert_array_equal(r, r1[:, 0])
         assert tree.is_consistent(tree.to_external(x)) and tree.is_consistent(tree.to_external(g))
+    assert fused  # the height-2 class and its leaves in one pass (the complete binary tree) was checked too
 
 
 def test_sum_up_consumes_only_what_it_is_handed(small_pieces):

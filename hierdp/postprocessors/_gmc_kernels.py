@@ -445,6 +445,134 @@ def p39_leaves_down_runs(leaf_starts, leaf_parents, v, out, acc, rlo, rhi):
             out[i] = v[i] + yf
 
 
+# ---- the bottom class and its leaves in one pass, when the leaf runs are, one to one and in
+# order, the children of the nodes of height 2 (complete trees of small fan-out: the
+# Pieces.bottom_runs case). Up, a node's leaf sum stays in a register: no acc[i] written by
+# the leaf pass and read back by the class's pass; down, it is summed again (a run of a few
+# leaves, read again from cache) and the node's y goes straight into its leaves: no acc[i]
+# written and no per-leaf parent index read. Run r is node c0 + r's leaves. The arithmetic,
+# and the order in which parents receive their children's terms, are those of the passes
+# they replace (p39_leaves_up_flat then p39_internal_up, p39_internal_down then
+# p39_leaves_down_flat): the same bits.
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _run_sum(leaf_starts, v, r):
+    s = 0.0
+    for q in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
+        s += v[q]
+    return s
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _b39_up(parent, inv_theta, leaf_starts, o, v, acc, i):
+    z = (v[i] + -_run_sum(leaf_starts, v, i - o)) * inv_theta[i]
+    acc[parent[i]] += z - v[i]
+
+
+@_jit_fast
+def p39_bottom_up(parent, inv_theta, leaf_starts, c0, v, acc, lo, hi, lo2, hi2):
+    """Formula (39) bottom-up over the height-2 nodes [lo, hi) and [lo2, hi2) (two pieces
+    interleaved, each high to low) with their leaves."""
+    o = nb.uint64(c0)
+    ta = nb.uint64(hi - 1)
+    tb = nb.uint64(hi2 - 1)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    c = la if la < lb else lb
+    for j in range(c):
+        _b39_up(parent, inv_theta, leaf_starts, o, v, acc, ta - j)
+        _b39_up(parent, inv_theta, leaf_starts, o, v, acc, tb - j)
+    for j in range(c, la):
+        _b39_up(parent, inv_theta, leaf_starts, o, v, acc, ta - j)
+    for j in range(c, lb):
+        _b39_up(parent, inv_theta, leaf_starts, o, v, acc, tb - j)
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _b39_down(parent, inv_theta, leaf_starts, o, v, out, acc, i):
+    r = i - o
+    it = inv_theta[i]
+    z = (v[i] + -_run_sum(leaf_starts, v, r)) * it
+    yf = acc[parent[i]]
+    y = z + yf * it
+    out[i] = v[i] - y + yf
+    for q in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
+        out[q] = v[q] + y
+
+
+@_jit_fast
+def p39_bottom_down(parent, inv_theta, leaf_starts, c0, v, out, acc, lo, hi, lo2, hi2):
+    """Formula (39) top-down over the height-2 nodes [lo, hi) and [lo2, hi2) (interleaved)
+    and their leaves."""
+    o = nb.uint64(c0)
+    a = nb.uint64(lo)
+    b = nb.uint64(lo2)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    c = la if la < lb else lb
+    for j in range(c):
+        _b39_down(parent, inv_theta, leaf_starts, o, v, out, acc, a + j)
+        _b39_down(parent, inv_theta, leaf_starts, o, v, out, acc, b + j)
+    for j in range(c, la):
+        _b39_down(parent, inv_theta, leaf_starts, o, v, out, acc, a + j)
+    for j in range(c, lb):
+        _b39_down(parent, inv_theta, leaf_starts, o, v, out, acc, b + j)
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _bw_up(parent, rho, leaf_starts, o, v, acc, i):
+    pi = v[i] + -_run_sum(leaf_starts, v, i - o)
+    acc[parent[i]] += rho[i] * pi - v[i]
+
+
+@_jit_fast
+def pw_bottom_up(parent, rho, leaf_starts, c0, v, acc, lo, hi, lo2, hi2):
+    """Weighted GMC bottom-up over the height-2 nodes [lo, hi) and [lo2, hi2) (interleaved,
+    each high to low) with their leaves (the passes _leaves_up then pw_internal_up)."""
+    o = nb.uint64(c0)
+    ta = nb.uint64(hi - 1)
+    tb = nb.uint64(hi2 - 1)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    c = la if la < lb else lb
+    for j in range(c):
+        _bw_up(parent, rho, leaf_starts, o, v, acc, ta - j)
+        _bw_up(parent, rho, leaf_starts, o, v, acc, tb - j)
+    for j in range(c, la):
+        _bw_up(parent, rho, leaf_starts, o, v, acc, ta - j)
+    for j in range(c, lb):
+        _bw_up(parent, rho, leaf_starts, o, v, acc, tb - j)
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _bw_down(parent, inv_theta, rho, u, d, leaf_starts, o, v, out, acc, i):
+    r = i - o
+    pi = v[i] + -_run_sum(leaf_starts, v, r)
+    yf = acc[parent[i]]
+    y = pi * inv_theta[i] + rho[i] * yf
+    out[i] = v[i] - rho[i] * pi + u[i] * yf
+    for q in range(nb.uint64(leaf_starts[r]), nb.uint64(leaf_starts[r + 1])):
+        out[q] = v[q] + d[q] * y
+
+
+@_jit_fast
+def pw_bottom_down(parent, inv_theta, rho, u, d, leaf_starts, c0, v, out, acc, lo, hi, lo2, hi2):
+    """Weighted GMC top-down over the height-2 nodes [lo, hi) and [lo2, hi2) (interleaved)
+    and their leaves (the passes pw_internal_down then pw_leaves_down_flat)."""
+    o = nb.uint64(c0)
+    a = nb.uint64(lo)
+    b = nb.uint64(lo2)
+    la = nb.uint64(hi - lo)
+    lb = nb.uint64(hi2 - lo2)
+    c = la if la < lb else lb
+    for j in range(c):
+        _bw_down(parent, inv_theta, rho, u, d, leaf_starts, o, v, out, acc, a + j)
+        _bw_down(parent, inv_theta, rho, u, d, leaf_starts, o, v, out, acc, b + j)
+    for j in range(c, la):
+        _bw_down(parent, inv_theta, rho, u, d, leaf_starts, o, v, out, acc, a + j)
+    for j in range(c, lb):
+        _bw_down(parent, inv_theta, rho, u, d, leaf_starts, o, v, out, acc, b + j)
+
+
 # ---- weighted GMC stage 2 for one histogram, in range passes (see the formula (39) ones
 # above, whose leaves-up passes it shares): the arithmetic of gmc_weighted_2d's loops.
 @_jit_fast

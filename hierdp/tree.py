@@ -26,6 +26,9 @@ from hierdp.errors import HierarchyError
 
 __all__ = ["Tree", "InternalArrays"]
 
+#: cache key of the int32 parent array the threaded aggregation reads (structure only)
+_PARENT32_KEY = "hierdp.parent32"
+
 
 def _readonly(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
@@ -564,7 +567,11 @@ class Tree:
         pieces = tree_pieces(self)
         values = np.ascontiguousarray(values)
         in_place = consume and values.flags.writeable
-        parent = self._parent
+        parent = self._cache.get(_PARENT32_KEY)
+        if parent is None:  # int32, staggered: fewer bytes, and no 4 KiB aliasing with values
+            from hierdp._memory import narrow_index
+
+            parent = self._cache[_PARENT32_KEY] = narrow_index(self._parent, 37)
         if in_place:
             out = values
         else:

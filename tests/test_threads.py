@@ -455,6 +455,22 @@ def test_large_empty_is_an_ordinary_writeable_array():
     assert _memory.large_empty(0).shape == (0,)
 
 
+def test_narrow_index_halves_an_index_that_fits_and_staggers_it():
+    """``narrow_index``: the same indices as int32, read-only, ``offset_lines`` cache lines
+    past a 4 KiB boundary (small and large alike); an index that needs 64 bits comes back
+    as it was."""
+    for n, lines in ((1000, 37), ((1 << 21) + 3, 37), (50, 5)):
+        a = np.arange(-1, n - 1, dtype=np.int64)
+        b = _memory.narrow_index(a, lines)
+        assert b.dtype == np.int32 and not b.flags.writeable
+        assert b.__array_interface__["data"][0] % 4096 == 64 * lines
+        np.testing.assert_array_equal(b, a)
+    for big in (np.array([-1, 0, 2**31]), np.array([-(2**31) - 1, 0])):
+        assert _memory.narrow_index(big, 37) is big
+    assert _memory.narrow_index(np.array([-1, 0, 2**31 - 1]), 1).dtype == np.int32
+    assert _memory.narrow_index(np.empty(0, np.int64), 3).size == 0
+
+
 def test_large_empty_falls_back_to_numpy_when_no_mapping_is_had(monkeypatch):
     """A mapping the OS refuses (``OSError``) gives numpy's array instead, with the offset
     asked for; a kernel that refuses the huge-page advice still gives the mapping."""

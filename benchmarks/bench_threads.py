@@ -110,22 +110,39 @@ def _write_2(a, b, c, d, lo, hi):
         d[i] = b[i] * 2.0
 
 
+@nb.njit(nogil=True, cache=True)
+def _bump(c, lo, hi):  # read and write back, in place
+    for i in range(nb.uint64(lo), nb.uint64(hi)):
+        c[i] += 1.0
+
+
 #: the least memory traffic of each pass, as streaming phases over all n nodes: (arrays
-#: read, fresh arrays written). Aggregation, summing the leaf counts in place, reads every
-#: node's row (and writes the non-leaf ones, left out here). BLUE reads its values and variances going up and again
-#: going down, where it writes its estimate and variance; GMC the same with values only;
-#: weighted GMC first checks values and variances (one read of each); round reads the estimate and writes the
-#: integers. Structure arrays (parents, runs) and work buffers are left out, so the floor
-#: is below what any implementation of these two-pass algorithms must move.
-LEAST_TRAFFIC = {"aggregate (int64)": ((1, 0),), "BLUE": ((2, 0), (2, 2)), "GMC (39)": ((1, 0), (1, 1)),
-                 "weighted GMC": ((2, 0), (1, 0), (1, 1)), "round": ((1, 1),)}
+#: read, fresh arrays written); ``SUM_IN_PLACE`` reads the leaf rows of one array and reads
+#: and writes back its non-leaf rows (a warm array). Aggregation, summing the leaf counts
+#: in place, does that. BLUE reads its values and
+#: variances going up and again going down, where it writes its estimate and variance;
+#: GMC the same with values only; weighted GMC first checks values and variances (one
+#: read of each); round reads the estimate and writes the integers. Structure arrays
+#: (parents, runs) and work buffers are left out, so the floor is below what any
+#: implementation of these two-pass algorithms must move.
+SUM_IN_PLACE = (1, -1)
+LEAST_TRAFFIC = {"aggregate (int64)": (SUM_IN_PLACE,), "BLUE": ((2, 0), (2, 2)),
+                 "GMC (39)": ((1, 0), (1, 1)), "weighted GMC": ((2, 0), (1, 0), (1, 1)), "round": ((1, 1),)}
 
 
-def least_traffic(phases: tuple[tuple[int, int], ...], a: np.ndarray, b: np.ndarray, chunks) -> None:
+def least_traffic(phases: tuple[tuple[int, int], ...], a: np.ndarray, b: np.ndarray, chunks, n1: int,
+                  warm: np.ndarray) -> None:
     """Run the streaming phases of :data:`LEAST_TRAFFIC` in pieces on the current thread
     count: the time a pass would take if it did nothing but move its unavoidable bytes
-    (fresh outputs allocated here, as the pass allocates them)."""
+    (fresh outputs allocated here, as the pass allocates them). ``SUM_IN_PLACE`` reads
+    the leaf rows ``[n1, n)`` of ``warm``, then rewrites its rows ``[0, n1)``, as
+    aggregation reads the leaves before it sums the non-leaf nodes."""
     for reads, writes in phases:
+        if (reads, writes) == SUM_IN_PLACE:
+            leaf_chunks = [(lo + n1, hi + n1) for lo, hi in spans(len(warm) - n1, 1 << 17)]
+            run_pieces(lambda r: _read_1(warm, r[0], r[1]), leaf_chunks)
+            run_pieces(lambda r: _bump(warm, r[0], r[1]), spans(n1, 1 << 17))
+            continue
         if writes == 0:
             f = (lambda r: _read_1(a, r[0], r[1])) if reads == 1 else (lambda r: _read_2(a, b, r[0], r[1]))
         elif writes == 1:
@@ -254,7 +271,8 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
         "round": lambda: controlled_round(tree, nn),
     }
     for name, phases in LEAST_TRAFFIC.items():
-        passes[f"least traffic, {name}"] = functools.partial(least_traffic, phases, y, var, chunks)
+        passes[f"least traffic, {name}"] = functools.partial(least_traffic, phases, y, var, chunks,
+                                                               n - tree.n_leaves, out)
     setup = {"aggregate (int64)": lambda: np.copyto(summed, full)}  # untimed: the leaf counts, handed over
     counts = (1, threads)
     best = {(name, t): np.inf for name in passes for t in counts}

@@ -207,6 +207,9 @@ def traffic(tree: hierdp.Tree) -> dict[str, float]:
       1/theta', parent; its parent's sum updated) and 16 L + 32 B + 8 Q_B down (the leaves
       read again from cache), Q_B the parents of B, and the other non-leaf nodes A = I - B
       as above;
+    * aggregation in place (int64, the int32 parents of ``narrow_index``): every node but
+      the root read with its parent, 12 (N - 1); every parent's row read and written back
+      once, 16 I;
     * weighted GMC: its input check 24 N (values, variances, depth); the passes of GMC
       plus rho (8 I up, 8 I down), u (8 I down) and the leaves' variances (8 L); one fresh
       output 8 N (the variance of the estimate is cached, not written).
@@ -226,7 +229,7 @@ def traffic(tree: hierdp.Tree) -> dict[str, float]:
         QB = np.unique(par[c0:n1]).size  # noqa: N806
         QA = np.unique(par[1:c0]).size if c0 > 1 else 0  # noqa: N806
         gmc39 = 8 * L + 24 * B + 16 * QB + 16 * L + 32 * B + 8 * QB + 36 * A + 16 * QA + 44 * A + 8 * QA + 8 * n
-    return {"floor": 24.0 * n,
+    return {"floor": 24.0 * n, "aggregate (int64)": 12 * (n - 1) + 16 * I,
             "BLUE": 20 * L + 16 * P + 52 * I + 32 * Q + 68 * I + 24 * Q + 36 * L + 24 * P + 16 * n,
             "GMC (39)": gmc39,
             "weighted GMC": gmc39 + 24 * n + 24 * I + 8 * L}
@@ -325,6 +328,12 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
           + ", ".join(f"{name} {moved[name] / moved['floor']:.1f}x at {moved[name] / best[name, 1] / 1e9:.1f} | "
                       f"{moved[name] / best[name, threads] / 1e9:.1f} GB/s" for name in ("BLUE", "GMC (39)",
                                                                                      "weighted GMC")))
+    agg, warm = "aggregate (int64)", "stream y = 2x in pieces"
+    rates = [moved[agg] / best[agg, t] / 1e9 for t in (1, threads)]
+    floors = [16.0 * n / best[warm, t] / 1e9 for t in (1, threads)]
+    print(f"  aggregation in place moves {moved[agg] / 1e6:.0f} MB at {rates[0]:.1f} | {rates[1]:.1f} GB/s, the warm "
+          f"streaming pass its {16 * n / 1e6:.0f} MB at {floors[0]:.1f} | {floors[1]:.1f} GB/s "
+          f"({rates[0] / floors[0]:.0%} | {rates[1] / floors[1]:.0%} of that)")
     st, rd, fr = "stream y = 2x in pieces", "read-only sum in pieces", "stream into a fresh array"
     print(f"  the machine: a streaming pass scales {best[st, 1] / best[st, threads]:.2f}x, "
           f"into a fresh array {best[fr, 1] / best[fr, threads]:.2f}x, a read-only one "

@@ -141,11 +141,12 @@ def small_pieces(monkeypatch, restore_threads):
 
 
 def _trees():
-    """Ragged random trees (hierdp's own order), a complete binary tree, a tree whose
-    fan-out changes at every node, and a caterpillar (one class per node)."""
+    """Ragged random trees (hierdp's own order), a complete binary tree and quadtree, a
+    tree whose fan-out changes at every node, and a caterpillar (one class per node)."""
     rng = np.random.default_rng(0)
     out = [hierdp.Tree.from_parent(random_parent(rng, int(m))) for m in (300, 2000, 5000)]
     out.append(hierdp.Tree.complete(2, 11))
+    out.append(hierdp.Tree.complete(4, 6))  # a quadtree: runs of 4 leaves, the height-2 class in one pass
     fan = rng.integers(1, 6, 700)
     parent = np.repeat(np.arange(700), fan)
     out.append(hierdp.Tree.from_parent(np.r_[-1, parent[: 2999]]))

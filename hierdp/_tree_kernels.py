@@ -132,6 +132,32 @@ def sum_up_range(parent, values, out, lo, hi, store):
 
 
 @_jit
+def sum_up_blocks(parent, values, out, bounds, a, b, store):
+    """Blocks ``[a, b)`` of :attr:`hierdp._tree_pieces.Pieces.block_bounds`, leaves first
+    and then each height up to the block height - 1: every node adds into its parent,
+    nodes taken high to low at each height, as in :func:`sum_up_1d`'s loop (the same bits).
+    The blocks' parents are in no other blocks, so groups of blocks run at once; a
+    group's heights are small enough to stay in cache from one to the next. The leaves
+    come from ``values`` and are copied into ``out`` with ``store``, as in
+    :func:`sum_up_range`; 1-D values."""
+    for lev in range(bounds.shape[0]):
+        lo = bounds[lev, a]
+        hi = bounds[lev, b]
+        top = nb.uint64(hi - 1)
+        if lev == 0:
+            for j in range(nb.uint64(hi - lo)):
+                i = top - j
+                v = values[i]
+                if store:
+                    out[i] = v
+                out[parent[i]] += v
+        else:
+            for j in range(nb.uint64(hi - lo)):
+                i = top - j
+                out[parent[i]] += out[i]
+
+
+@_jit
 def copy_range(values, out, lo, hi):
     """``out[lo:hi] = values[lo:hi]`` (rows) without the GIL."""
     for i in range(nb.uint64(lo), nb.uint64(hi)):

@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["PIECE", "PARALLEL_MIN", "RUNS_FROM", "Pieces", "tree_pieces", "paired"]
+__all__ = ["PIECE", "PARALLEL_MIN", "RUNS_FROM", "BLOCKS", "Pieces", "tree_pieces", "paired", "block_groups"]
 
 #: nodes per piece (about 1 MiB of float64 per array touched)
 PIECE = 1 << 17
@@ -30,6 +30,9 @@ PARALLEL_MIN = 1 << 20
 #: leaves per run of siblings from which leaf passes go run by run (a run's sum in a
 #: register) rather than leaf by leaf (each leaf reads its parent)
 RUNS_FROM = 8
+#: subtree blocks of a level-structured tree (see :attr:`Pieces.block_bounds`): enough
+#: for 4 groups a thread on 64 threads
+BLOCKS = 256
 _KEY = "hierdp.tree_pieces"
 
 
@@ -58,6 +61,17 @@ class Pieces:
     #: every run of sibling leaves has the same length (complete trees): a loop over one
     #: run's leaves runs the same number of times for each parent, and its end is predicted
     equal_runs: bool = False
+    #: trees whose leaves are all at one depth, so each height class is one level, and whose
+    #: children are numbered in their parents' order (``children_in_order``): the nodes
+    #: below height ``block_height`` cut into :data:`BLOCKS` blocks of whole subtrees,
+    #: those of consecutive nodes of that height (balanced by leaf count).
+    #: ``block_bounds[L]`` cuts the nodes of height ``L + 1`` into the blocks' ranges:
+    #: block b holds ``[block_bounds[L, b], block_bounds[L, b + 1])`` at that height, and
+    #: consecutive blocks together hold one range at every height. A pass may then take a
+    #: group of blocks from the leaves up to height ``block_height - 1`` in one go, its
+    #: parents never in another group's blocks. ``None`` elsewhere.
+    block_bounds: np.ndarray | None = None
+    block_height: int = 0
 
     @property
     def above_leaf_parents(self) -> int:
@@ -122,9 +136,45 @@ def tree_pieces(tree: Tree) -> Pieces:
     bottom = bool(c0 > 0 and parents.size == n1 - c0 and np.array_equal(parents, np.arange(c0, n1)))
     lengths = np.diff(starts)
     equal = bool(lengths.size == 0 or np.all(lengths == lengths[0]))
-    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order, bottom, equal)
+    bounds, hb = _blocks(tree, n1) if in_order and n >= PARALLEL_MIN else (None, 0)
+    pieces = Pieces(n1, leaves, classes, starts, parents, run_cuts, one_run, in_order, bottom, equal, bounds, hb)
     tree.cache[_KEY] = pieces
     return pieces
+
+
+def _blocks(tree: Tree, n1: int) -> tuple[np.ndarray | None, int]:
+    """:attr:`Pieces.block_bounds` and ``block_height`` (children in their parents' order)."""
+    H = tree.height  # noqa: N806
+    depth = tree.internal.depth
+    if n1 == 0 or np.any(depth[n1:] != H - 1):  # leaves at several depths: classes mix levels
+        return None, 0
+    hb = next((h for h in range(H, 1, -1) if _size(tree, h) >= BLOCKS), 0)
+    if hb < 2:
+        return None, 0
+    top = tree.internal.height_slice(hb)
+    weight = np.cumsum(tree.internal.leafcount[top])
+    cut = np.searchsorted(weight, weight[-1] * np.arange(1, BLOCKS) / BLOCKS, side="right")
+    lo = top.start + np.r_[0, cut, top.stop - top.start]  # block b's nodes of height hb
+    ptr = tree.internal.child_ptr
+    bounds = np.empty((hb - 1, BLOCKS + 1), np.int64)
+    for h in range(hb - 1, 0, -1):  # children of consecutive nodes are consecutive: child k is node k + 1
+        lo = ptr[lo] + 1
+        bounds[h - 1] = lo
+    return bounds, hb
+
+
+def _size(tree: Tree, h: int) -> int:
+    sl = tree.internal.height_slice(h)
+    return sl.stop - sl.start
+
+
+def block_groups(pieces: Pieces, threads: int) -> list[tuple[int, int]]:
+    """Consecutive blocks in ``max(8, 4 threads)`` groups (at most :data:`BLOCKS`), as
+    ``(first block, end block)``: how many are taken at once changes the time of a pass,
+    not its result."""
+    g = min(BLOCKS, max(8, 4 * threads))
+    cuts = np.unique(np.linspace(0, BLOCKS, g + 1).astype(np.int64))
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 def paired(ranges: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:

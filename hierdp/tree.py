@@ -557,12 +557,12 @@ class Tree:
         caller hands ``values`` over: a large C-contiguous, writeable array is summed in
         place and returned, with no new output (whose fresh pages the OS would zero) and
         no copy, so the leaves are only read."""
-        from hierdp._tree_pieces import PARALLEL_MIN, PIECE, tree_pieces
+        from hierdp._tree_pieces import PARALLEL_MIN, PIECE, block_groups, tree_pieces
 
         if self.n_nodes < PARALLEL_MIN:
             return K.subtree_sums(self._parent, self._depth, values)
         from hierdp._memory import large_empty
-        from hierdp._threads import prefault, run_pieces, spans
+        from hierdp._threads import get_threads, prefault, run_pieces, spans
 
         pieces = tree_pieces(self)
         values = np.ascontiguousarray(values)
@@ -578,12 +578,18 @@ class Tree:
             out = prefault(large_empty(values.shape, values.dtype))  # then the copy in pieces (a serial copy: 1.2x)
             run_pieces(lambda r: K.copy_range(values, out, r[0], r[1]), spans(pieces.n1, PIECE))
         copy = not in_place  # the leaves' rows: copied as they are added, or already there
+        classes = pieces.classes[:-1]  # the last class is the root alone
+        bounds = pieces.block_bounds
         if values.ndim == 1 and pieces.long_runs:
             starts, pars = pieces.run_starts, pieces.run_parents
             run_pieces(lambda r: K.copy_sum_up_runs(starts, pars, values, out, r[0], r[1], copy), pieces.run_cuts)
+        elif values.ndim == 1 and bounds is not None:  # subtree blocks, leaves up to below block_height
+            run_pieces(lambda g: K.sum_up_blocks(parent, values, out, bounds, g[0], g[1], copy),
+                       block_groups(pieces, get_threads()))
+            classes = classes[pieces.block_height - 2:]
         else:
             run_pieces(lambda r: K.sum_up_range(parent, values, out, r[0], r[1], copy), pieces.leaves)
-        for cls in pieces.classes[:-1]:  # the last class is the root alone
+        for cls in classes:
             run_pieces(lambda r: K.sum_up_range(parent, out, out, r[0], r[1], False), cls)
         return out
 

@@ -195,6 +195,61 @@ def test_bottom_runs_marks_trees_whose_leaves_hang_from_height_2_only(small_piec
     assert seen[True] >= 2 and seen[False] >= 2  # complete trees on one side, ragged ones on the other
 
 
+@pytest.mark.parametrize("blocks", [8, 256])
+def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypatch, blocks):
+    """``Pieces.block_bounds`` against its definition: block b holds, at each height below
+    ``block_height``, exactly the descendants of its nodes of that height, in one range,
+    and the blocks cover those heights once; only trees whose leaves are all at one depth
+    get blocks. Sums over groups of blocks are the one-loop kernel's, bit for bit, in
+    place and into a new array, on 1-3 threads."""
+    monkeypatch.setattr(TP, "BLOCKS", blocks)
+    rng = np.random.default_rng(5)
+    blocked = 0
+    for tree in _trees():
+        tree.cache.clear()
+        p = TP.tree_pieces(tree)
+        par, depth, n1 = tree.internal.parent, tree.internal.depth, p.n1
+        level = bool(n1) and bool(np.all(depth[n1:] == tree.height - 1)) and p.children_in_order
+        big = [h for h in range(2, tree.height + 1) if _class_size(tree, h) >= blocks]
+        assert (p.block_bounds is not None) == (level and bool(big))
+        if p.block_bounds is None:
+            continue
+        blocked += 1
+        hb = p.block_height
+        assert hb == max(big) and p.block_bounds.shape == (hb - 1, blocks + 1)
+        owner = np.full(tree.n_nodes, -1)  # the block of each node below the block height
+        for h in range(1, hb):
+            sl = tree.internal.height_slice(h)
+            b = p.block_bounds[h - 1]
+            assert b[0] == sl.start and b[-1] == sl.stop and np.all(np.diff(b) >= 0)
+            for blk in range(blocks):
+                owner[b[blk]:b[blk + 1]] = blk
+        assert np.all(owner[tree.internal.height_slice(hb - 1).start:] >= 0)  # every node below, once
+        for h in range(1, hb - 1):  # a node's parent is in its block, below the block height
+            sl = tree.internal.height_slice(h)
+            nodes = np.arange(sl.start, sl.stop)
+            np.testing.assert_array_equal(owner[par[nodes]], owner[nodes])
+        below = tree.internal.height_slice(hb - 1)  # children of one top node share a block
+        kids = np.arange(below.start, below.stop)
+        for q in np.unique(par[kids]):
+            assert np.unique(owner[kids[par[kids] == q]]).size == 1
+        every = rng.integers(-3, 9, tree.n_nodes)
+        want = TK.sum_up_1d(par, every, np.empty_like(every))
+        fl = every / 3.0
+        want_f = TK.sum_up_1d(par, fl, np.empty(tree.n_nodes))
+        for threads in (1, 2, 3):
+            hierdp.set_threads(threads)
+            np.testing.assert_array_equal(tree._sum_up(every), want)
+            np.testing.assert_array_equal(tree._sum_up(fl), want_f)
+            np.testing.assert_array_equal(tree._sum_up(fl.copy(), consume=True), want_f)
+    assert blocked >= 2  # the complete binary tree and the quadtree
+
+
+def _class_size(tree, h):
+    sl = tree.internal.height_slice(h)
+    return sl.stop - sl.start
+
+
 def test_a_class_whose_parents_come_back_is_one_piece(monkeypatch):
     """Pieces are cut only where no parent has children on both sides; when a parent's
     children are not one run, the range is not cut at all."""

@@ -209,7 +209,8 @@ def traffic(tree: hierdp.Tree) -> dict[str, float]:
       as above;
     * aggregation in place (int64, the int32 parents of ``narrow_index``): every node but
       the root read with its parent, 12 (N - 1); every parent's row read and written back
-      once, 16 I;
+      once, 16 I (counted by arrays: by subtree blocks, ``Pieces.block_bounds``, a
+      block's non-leaf rows are mostly read back from cache);
     * weighted GMC: its input check 24 N (values, variances, depth); the passes of GMC
       plus rho (8 I up, 8 I down), u (8 I down) and the leaves' variances (8 L); one fresh
       output 8 N (the variance of the estimate is cached, not written).
@@ -331,9 +332,10 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     agg, warm = "aggregate (int64)", "stream y = 2x in pieces"
     rates = [moved[agg] / best[agg, t] / 1e9 for t in (1, threads)]
     floors = [16.0 * n / best[warm, t] / 1e9 for t in (1, threads)]
-    print(f"  aggregation in place moves {moved[agg] / 1e6:.0f} MB at {rates[0]:.1f} | {rates[1]:.1f} GB/s, the warm "
-          f"streaming pass its {16 * n / 1e6:.0f} MB at {floors[0]:.1f} | {floors[1]:.1f} GB/s "
-          f"({rates[0] / floors[0]:.0%} | {rates[1] / floors[1]:.0%} of that)")
+    print(f"  aggregation in place: its arrays' {moved[agg] / 1e6:.0f} MB at {rates[0]:.1f} | {rates[1]:.1f} GB/s "
+          f"({rates[0] / floors[0]:.0%} | {rates[1] / floors[1]:.0%} of the rate the warm streaming pass moves its "
+          f"{16 * n / 1e6:.0f} MB at, {floors[0]:.1f} | {floors[1]:.1f} GB/s; over 100% where subtree blocks "
+          "keep the non-leaf rows in cache)")
     st, rd, fr = "stream y = 2x in pieces", "read-only sum in pieces", "stream into a fresh array"
     print(f"  the machine: a streaming pass scales {best[st, 1] / best[st, threads]:.2f}x, "
           f"into a fresh array {best[fr, 1] / best[fr, threads]:.2f}x, a read-only one "

@@ -142,11 +142,13 @@ def small_pieces(monkeypatch, restore_threads):
 
 def _trees():
     """Ragged random trees (hierdp's own order), a complete binary tree and quadtree, a
-    tree whose fan-out changes at every node, and a caterpillar (one class per node)."""
+    tree with every leaf at one depth and fan-outs 2-5, a tree whose fan-out changes at
+    every node, and a caterpillar (one class per node)."""
     rng = np.random.default_rng(0)
     out = [hierdp.Tree.from_parent(random_parent(rng, int(m))) for m in (300, 2000, 5000)]
     out.append(hierdp.Tree.complete(2, 11))
     out.append(hierdp.Tree.complete(4, 6))  # a quadtree: runs of 4 leaves, the height-2 class in one pass
+    out.append(_level_tree(rng, 3000))  # all leaves at one depth, fan-outs 2-5: subtree blocks
     fan = rng.integers(1, 6, 700)
     parent = np.repeat(np.arange(700), fan)
     out.append(hierdp.Tree.from_parent(np.r_[-1, parent[: 2999]]))
@@ -154,6 +156,22 @@ def _trees():
     out.append(hierdp.Tree.complete(24, 3))  # long runs of sibling leaves (BLUE's run-by-run leaf passes)
     out.append(hierdp.Tree.from_parent(np.r_[-1, np.zeros(400, np.int64)]))  # a star: one class of leaves
     return out
+
+
+def _level_tree(rng, n_leaves):
+    """Nodes grouped bottom-up into parents of 2-5 children, level by level, until one root
+    is left (the benchmarks' random fan-out tree): every leaf at the same depth."""
+    levels, count = [], n_leaves
+    while count > 1:
+        fan = rng.integers(2, 6, count)
+        g = int(np.searchsorted(np.cumsum(fan), count)) + 1
+        levels.append(np.repeat(np.arange(g), fan[:g])[:count])
+        count = g
+    parent, above, start = [-1], 0, 1
+    for groups in levels[::-1]:  # numbered level by level from the root
+        parent.extend((above + groups).tolist())
+        above, start = start, start + groups.size
+    return hierdp.Tree.from_parent(np.array(parent))
 
 
 def test_pieces_cut_classes_at_parent_boundaries(small_pieces):
@@ -201,10 +219,10 @@ def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypa
     ``block_height``, exactly the descendants of its nodes of that height, in one range,
     and the blocks cover those heights once; only trees whose leaves are all at one depth
     get blocks. Sums over groups of blocks are the one-loop kernel's, bit for bit, in
-    place and into a new array, on 1-3 threads."""
+    place and into a new array, on 1-3 threads, and so is GMC (39) by blocks."""
     monkeypatch.setattr(TP, "BLOCKS", blocks)
     rng = np.random.default_rng(5)
-    blocked = 0
+    blocked = gmc_blocks = 0
     for tree in _trees():
         tree.cache.clear()
         p = TP.tree_pieces(tree)
@@ -237,12 +255,19 @@ def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypa
         want = TK.sum_up_1d(par, every, np.empty_like(every))
         fl = every / 3.0
         want_f = TK.sum_up_1d(par, fl, np.empty(tree.n_nodes))
+        gs = G.gmc_structure(tree)
+        y = rng.normal(0.0, 3.0, tree.n_nodes)
+        g1 = GK.gmc_39_1d(gs.parent1, gs.n1, gs.inv_theta, gs.leaf_starts, gs.leaf_parents, y,
+                          np.empty(tree.n_nodes), np.empty(gs.n1))
+        gmc_blocks += gs.leaf_parent is not None and not G._bottom_with_leaves(gs, p)
         for threads in (1, 2, 3):
             hierdp.set_threads(threads)
             np.testing.assert_array_equal(tree._sum_up(every), want)
             np.testing.assert_array_equal(tree._sum_up(fl), want_f)
             np.testing.assert_array_equal(tree._sum_up(fl.copy(), consume=True), want_f)
-    assert blocked >= 2  # the complete binary tree and the quadtree
+            np.testing.assert_array_equal(G.gmc(tree, y), g1)  # GMC (39) by blocks where it goes by them
+    assert blocked >= 3  # the complete binary tree, the quadtree, the tree of fan-outs 2-5
+    assert gmc_blocks >= 1
 
 
 def _class_size(tree, h):

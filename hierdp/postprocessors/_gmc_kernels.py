@@ -445,6 +445,74 @@ def p39_leaves_down_runs(leaf_starts, leaf_parents, v, out, acc, rlo, rhi):
             out[i] = v[i] + yf
 
 
+# ---- formula (39) by groups of subtree blocks (Pieces.block_bounds: trees whose leaves are
+# all at one depth), leaves taken one by one: a group goes from its leaves up to just below
+# the block height in one call, and back down, so its rows of one height are in cache when
+# the next height reads them. Each node's arithmetic, and the order in which a parent
+# receives its children's terms (leaves in order, other heights high to low), are those of
+# p39_leaves_up_flat, p39_internal_up, p39_internal_down and p39_leaves_down_flat: the same
+# bits. A group's blocks [a, m) and [m, b) run interleaved (no parent in both).
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _p39_node_up(parent, inv_theta, v, acc, i):
+    z = (v[i] + acc[i]) * inv_theta[i]
+    acc[i] = z
+    acc[parent[i]] += z - v[i]
+
+
+@_jit_fast
+def p39_up_blocks(parent, inv_theta, leaf_parent, n1, v, acc, bounds, a, m, b):
+    """Bottom-up over blocks [a, m) and [m, b), leaves to just below the block height."""
+    o = nb.uint64(n1)
+    for lev in range(bounds.shape[0]):
+        lo = nb.uint64(bounds[lev, a])
+        mid = nb.uint64(bounds[lev, m])
+        hi = nb.uint64(bounds[lev, b])
+        la = mid - lo
+        lb = hi - mid
+        c = la if la < lb else lb
+        if lev == 0:  # the leaves, in order, each parent's sum carried along
+            pa = -1
+            sa = 0.0
+            pb = -1
+            sb = 0.0
+            for j in range(c):
+                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
+                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+            for j in range(c, la):
+                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
+            for j in range(c, lb):
+                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+        else:  # high to low
+            ta = mid - nb.uint64(1)
+            tb = hi - nb.uint64(1)
+            for j in range(c):
+                _p39_node_up(parent, inv_theta, v, acc, ta - j)
+                _p39_node_up(parent, inv_theta, v, acc, tb - j)
+            for j in range(c, la):
+                _p39_node_up(parent, inv_theta, v, acc, ta - j)
+            for j in range(c, lb):
+                _p39_node_up(parent, inv_theta, v, acc, tb - j)
+
+
+@_jit_fast
+def p39_down_blocks(parent, inv_theta, leaf_parent, n1, v, out, acc, bounds, a, b):
+    """Top-down over blocks [a, b), from just below the block height to the leaves."""
+    o = nb.uint64(n1)
+    for k in range(bounds.shape[0]):
+        lev = bounds.shape[0] - 1 - k
+        lo = nb.uint64(bounds[lev, a])
+        hi = nb.uint64(bounds[lev, b])
+        if lev == 0:
+            for i in range(lo, hi):
+                out[i] = v[i] + acc[leaf_parent[i - o]]
+        else:
+            for i in range(lo, hi):
+                yf = acc[parent[i]]
+                y = acc[i] + yf * inv_theta[i]
+                acc[i] = y
+                out[i] = v[i] - y + yf
+
+
 # ---- the bottom class and its leaves in one pass, when the leaf runs are, one to one and in
 # order, the children of the nodes of height 2 (complete trees of small fan-out: the
 # Pieces.bottom_runs case). Up, a node's leaf sum stays in a register: no acc[i] written by

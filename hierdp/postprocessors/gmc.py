@@ -27,8 +27,8 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
-from hierdp._threads import run_pieces, spans, zero_in_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
+from hierdp._threads import get_threads, run_pieces, spans, zero_in_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, block_groups, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK
@@ -134,6 +134,17 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
         for cls in reversed(above):
             run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
         run_pieces(lambda r: GK.p39_bottom_down(par1, inv, ls, c0, v, out, acc, *r), paired(bottom))
+        return
+    if st.leaf_parent is not None and pieces.block_bounds is not None:  # groups of subtree blocks
+        lp, bounds, groups = st.leaf_parent, pieces.block_bounds, block_groups(pieces, get_threads())
+        run_pieces(lambda g: GK.p39_up_blocks(par1, inv, lp, n1, v, acc, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
+                   groups)
+        above = pieces.classes[pieces.block_height - 2:]
+        for cls in above:
+            run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, *r), paired(cls))
+        for cls in reversed(above):
+            run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
+        run_pieces(lambda g: GK.p39_down_blocks(par1, inv, lp, n1, v, out, acc, bounds, g[0], g[1]), groups)
         return
     _leaves_up(st, pieces, v, acc)
     for cls in pieces.classes:

@@ -219,7 +219,8 @@ def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypa
     ``block_height``, exactly the descendants of its nodes of that height, in one range,
     and the blocks cover those heights once; only trees whose leaves are all at one depth
     get blocks. Sums over groups of blocks are the one-loop kernel's, bit for bit, in
-    place and into a new array, on 1-3 threads, and so is GMC (39) by blocks."""
+    place and into a new array, on 1-3 threads, and so are GMC (39) and weighted GMC by
+    blocks."""
     monkeypatch.setattr(TP, "BLOCKS", blocks)
     rng = np.random.default_rng(5)
     blocked = gmc_blocks = 0
@@ -260,12 +261,19 @@ def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypa
         g1 = GK.gmc_39_1d(gs.parent1, gs.n1, gs.inv_theta, gs.leaf_starts, gs.leaf_parents, y,
                           np.empty(tree.n_nodes), np.empty(gs.n1))
         gmc_blocks += gs.leaf_parent is not None and not G._bottom_with_leaves(gs, p)
+        var = rng.uniform(0.5, 3.0, tree.n_nodes)
+        with pytest.MonkeyPatch.context() as mp:  # weighted GMC in one loop
+            mp.setattr(G, "PARALLEL_MIN", 1 << 40)
+            gw1, gwv1 = G.gmc_weighted(tree, y, var)
         for threads in (1, 2, 3):
             hierdp.set_threads(threads)
             np.testing.assert_array_equal(tree._sum_up(every), want)
             np.testing.assert_array_equal(tree._sum_up(fl), want_f)
             np.testing.assert_array_equal(tree._sum_up(fl.copy(), consume=True), want_f)
             np.testing.assert_array_equal(G.gmc(tree, y), g1)  # GMC (39) by blocks where it goes by them
+            gw, gwv = G.gmc_weighted(tree, y, var)  # and weighted GMC
+            np.testing.assert_array_equal(gw, gw1)
+            np.testing.assert_array_equal(gwv, gwv1)
     assert blocked >= 3  # the complete binary tree, the quadtree, the tree of fan-outs 2-5
     assert gmc_blocks >= 1
 

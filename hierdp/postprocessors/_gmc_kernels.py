@@ -513,6 +513,69 @@ def p39_down_blocks(parent, inv_theta, leaf_parent, n1, v, out, acc, bounds, a, 
                 out[i] = v[i] - y + yf
 
 
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _pw_node_up(parent, rho, v, acc, i):
+    pi = v[i] + acc[i]
+    acc[i] = pi
+    acc[parent[i]] += rho[i] * pi - v[i]
+
+
+@_jit_fast
+def pw_up_blocks(parent, rho, leaf_parent, n1, v, acc, bounds, a, m, b):
+    """Weighted GMC's stage 2 bottom-up over blocks [a, m) and [m, b) (interleaved): the
+    leaf pass of formula (39), then :func:`pw_internal_up`'s arithmetic, high to low."""
+    o = nb.uint64(n1)
+    for lev in range(bounds.shape[0]):
+        lo = nb.uint64(bounds[lev, a])
+        mid = nb.uint64(bounds[lev, m])
+        hi = nb.uint64(bounds[lev, b])
+        la = mid - lo
+        lb = hi - mid
+        c = la if la < lb else lb
+        if lev == 0:
+            pa = -1
+            sa = 0.0
+            pb = -1
+            sb = 0.0
+            for j in range(c):
+                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
+                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+            for j in range(c, la):
+                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
+            for j in range(c, lb):
+                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+        else:
+            ta = mid - nb.uint64(1)
+            tb = hi - nb.uint64(1)
+            for j in range(c):
+                _pw_node_up(parent, rho, v, acc, ta - j)
+                _pw_node_up(parent, rho, v, acc, tb - j)
+            for j in range(c, la):
+                _pw_node_up(parent, rho, v, acc, ta - j)
+            for j in range(c, lb):
+                _pw_node_up(parent, rho, v, acc, tb - j)
+
+
+@_jit_fast
+def pw_down_blocks(parent, inv_theta, rho, u, d, leaf_parent, n1, v, out, acc, bounds, a, b):
+    """Weighted GMC's stage 2 top-down over blocks [a, b): :func:`pw_internal_down`'s
+    arithmetic, then :func:`pw_leaves_down_flat`'s."""
+    o = nb.uint64(n1)
+    for k in range(bounds.shape[0]):
+        lev = bounds.shape[0] - 1 - k
+        lo = nb.uint64(bounds[lev, a])
+        hi = nb.uint64(bounds[lev, b])
+        if lev == 0:
+            for i in range(lo, hi):
+                out[i] = v[i] + d[i] * acc[leaf_parent[i - o]]
+        else:
+            for i in range(lo, hi):
+                pi = acc[i]
+                yf = acc[parent[i]]
+                out[i] = v[i] - rho[i] * pi + u[i] * yf
+                acc[i] = pi * inv_theta[i] + rho[i] * yf
+
+
 # ---- the bottom class and its leaves in one pass, when the leaf runs are, one to one and in
 # order, the children of the nodes of height 2 (complete trees of small fan-out: the
 # Pieces.bottom_runs case). Up, a node's leaf sum stays in a register: no acc[i] written by

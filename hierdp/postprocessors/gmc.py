@@ -202,6 +202,18 @@ def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, 
         run_pieces(lambda r: GK.pw_bottom_down(par1, inv, rho, u, d, ls, c0, v, out, acc, *r),
                    paired(bottom))
         return
+    if st.leaf_parent is not None and pieces.block_bounds is not None:  # groups of subtree blocks
+        lp, n1, bounds, groups = st.leaf_parent, st.n1, pieces.block_bounds, block_groups(pieces, get_threads())
+        run_pieces(lambda g: GK.pw_up_blocks(par1, rho, lp, n1, v, acc, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
+                   groups)
+        above = pieces.classes[pieces.block_height - 2:]
+        for cls in above:
+            run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)
+        for cls in reversed(above):
+            run_pieces(lambda r: GK.pw_internal_down(par1, inv, rho, u, v, out, acc, r[0], r[1]), cls)
+        run_pieces(lambda g: GK.pw_down_blocks(par1, inv, rho, u, d, lp, n1, v, out, acc, bounds, g[0], g[1]),
+                   groups)
+        return
     _leaves_up(st, pieces, v, acc)
     for cls in pieces.classes:
         run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)

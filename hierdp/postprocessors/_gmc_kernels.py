@@ -453,6 +453,25 @@ def p39_leaves_down_runs(leaf_starts, leaf_parents, v, out, acc, rlo, rhi):
 # p39_leaves_up_flat, p39_internal_up, p39_internal_down and p39_leaves_down_flat: the same
 # bits. A group's blocks [a, m) and [m, b) run interleaved (no parent in both).
 @nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _leaves_up_halves(leaf_parent, o, v, acc, lo, mid, hi):
+    """:func:`p39_leaves_up_flat` over the leaves [lo, mid) and [mid, hi), interleaved."""
+    la = mid - lo
+    lb = hi - mid
+    c = la if la < lb else lb
+    pa = -1
+    sa = 0.0
+    pb = -1
+    sb = 0.0
+    for j in range(c):
+        pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
+        pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+    for j in range(c, la):
+        pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
+    for j in range(c, lb):
+        pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _p39_node_up(parent, inv_theta, v, acc, i):
     z = (v[i] + acc[i]) * inv_theta[i]
     acc[i] = z
@@ -471,17 +490,7 @@ def p39_up_blocks(parent, inv_theta, leaf_parent, n1, v, acc, bounds, a, m, b):
         lb = hi - mid
         c = la if la < lb else lb
         if lev == 0:  # the leaves, in order, each parent's sum carried along
-            pa = -1
-            sa = 0.0
-            pb = -1
-            sb = 0.0
-            for j in range(c):
-                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
-                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
-            for j in range(c, la):
-                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
-            for j in range(c, lb):
-                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+            _leaves_up_halves(leaf_parent, o, v, acc, lo, mid, hi)
         else:  # high to low
             ta = mid - nb.uint64(1)
             tb = hi - nb.uint64(1)
@@ -532,18 +541,8 @@ def pw_up_blocks(parent, rho, leaf_parent, n1, v, acc, bounds, a, m, b):
         la = mid - lo
         lb = hi - mid
         c = la if la < lb else lb
-        if lev == 0:
-            pa = -1
-            sa = 0.0
-            pb = -1
-            sb = 0.0
-            for j in range(c):
-                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
-                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
-            for j in range(c, la):
-                pa, sa = _p39_leaf_up(leaf_parent, o, v, acc, lo + j, pa, sa)
-            for j in range(c, lb):
-                pb, sb = _p39_leaf_up(leaf_parent, o, v, acc, mid + j, pb, sb)
+        if lev == 0:  # formula (39)'s leaf pass
+            _leaves_up_halves(leaf_parent, o, v, acc, lo, mid, hi)
         else:
             ta = mid - nb.uint64(1)
             tb = hi - nb.uint64(1)

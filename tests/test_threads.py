@@ -219,11 +219,11 @@ def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypa
     ``block_height``, exactly the descendants of its nodes of that height, in one range,
     and the blocks cover those heights once; only trees whose leaves are all at one depth
     get blocks. Sums over groups of blocks are the one-loop kernel's, bit for bit, in
-    place and into a new array, on 1-3 threads, and so are GMC (39) and weighted GMC by
-    blocks."""
+    place and into a new array, on 1-3 threads, and so are GMC (39), weighted GMC and
+    BLUE by blocks."""
     monkeypatch.setattr(TP, "BLOCKS", blocks)
     rng = np.random.default_rng(5)
-    blocked = gmc_blocks = 0
+    blocked = gmc_blocks = blue_blocks = 0
     for tree in _trees():
         tree.cache.clear()
         p = TP.tree_pieces(tree)
@@ -265,6 +265,11 @@ def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypa
         with pytest.MonkeyPatch.context() as mp:  # weighted GMC in one loop
             mp.setattr(G, "PARALLEL_MIN", 1 << 40)
             gw1, gwv1 = G.gmc_weighted(tree, y, var)
+        bst = B._structure(tree)
+        blue_blocks += bst.flat_parent is not None and not p.long_runs
+        if bst.flat_parent is not None:  # the flat BLUE kernel in one loop
+            x1, xv1 = np.empty(tree.n_nodes), np.empty(tree.n_nodes)
+            assert BK.blue_flat_1d(bst.flat_parent, bst.n1, y, var, x1, xv1, np.empty((bst.n1, 2))) == 0
         for threads in (1, 2, 3):
             hierdp.set_threads(threads)
             np.testing.assert_array_equal(tree._sum_up(every), want)
@@ -274,8 +279,12 @@ def test_blocks_hold_whole_subtrees_and_sum_like_one_loop(small_pieces, monkeypa
             gw, gwv = G.gmc_weighted(tree, y, var)  # and weighted GMC
             np.testing.assert_array_equal(gw, gw1)
             np.testing.assert_array_equal(gwv, gwv1)
+            if bst.flat_parent is not None and not p.long_runs:  # and BLUE, leaves one by one
+                e = B.blue(tree, y, var)
+                np.testing.assert_array_equal(e.values, x1)
+                np.testing.assert_array_equal(e.variance, xv1)
     assert blocked >= 3  # the complete binary tree, the quadtree, the tree of fan-outs 2-5
-    assert gmc_blocks >= 1
+    assert gmc_blocks >= 1 and blue_blocks >= 3
 
 
 def _class_size(tree, h):

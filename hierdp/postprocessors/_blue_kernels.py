@@ -655,6 +655,95 @@ def flat_leaves_down(par, y, var, x, xvar, W, lo, hi):
         xvar[i] = v if v > 0.0 else 0.0
 
 
+# Both passes by groups of subtree blocks (hierdp._tree_pieces.Pieces.block_bounds: trees
+# whose leaves are all at one depth), leaves one by one: a group goes from its leaves up to
+# just below the block height in one call, and back down, each height's rows in cache for
+# the next. The arithmetic and the order of every parent's terms are those of
+# flat_leaves_up, flat_internal_up, flat_internal_down and flat_leaves_down (the same
+# bits); going up, the group's halves [a, m) and [m, b) run interleaved.
+@nb.njit(cache=True, nogil=True, inline="always")
+def _flat_node_up(par, y, var, x, xvar, W, c):
+    """One non-root node of :func:`flat_internal_up`; returns whether it is odd."""
+    S = W[c, 0]
+    U = W[c, 1]
+    vc = var[c]
+    yc = y[c]
+    odd = not ((yc - yc == 0.0) & (vc > 0.0) & (0.0 < U) & (U < np.inf))
+    z, u = blue_combine(yc, vc, S, U)
+    x[c] = z
+    xvar[c] = u
+    p = par[c]
+    W[p, 0] += z
+    W[p, 1] += u
+    return odd
+
+
+@_jit
+def up_blocks(par, y, var, x, xvar, W, bounds, a, m, b):
+    """Pass 1 over blocks [a, m) and [m, b), leaves to just below the block height;
+    returns the number of odd nodes (as :func:`flat_leaves_up` and
+    :func:`flat_internal_up` count them)."""
+    odd = 0
+    for lev in range(bounds.shape[0]):
+        lo = nb.uint64(bounds[lev, a])
+        mid = nb.uint64(bounds[lev, m])
+        hi = nb.uint64(bounds[lev, b])
+        la = mid - lo
+        lb = hi - mid
+        c = la if la < lb else lb
+        if lev == 0:
+            pa = -1
+            sa = 0.0
+            ua = 0.0
+            pb = -1
+            sb = 0.0
+            ub = 0.0
+            for j in range(c):
+                pa, sa, ua, o = _flat_leaf_up(par, y, var, W, lo + j, pa, sa, ua)
+                odd += o
+                pb, sb, ub, o = _flat_leaf_up(par, y, var, W, mid + j, pb, sb, ub)
+                odd += o
+            for j in range(c, la):
+                pa, sa, ua, o = _flat_leaf_up(par, y, var, W, lo + j, pa, sa, ua)
+                odd += o
+            for j in range(c, lb):
+                pb, sb, ub, o = _flat_leaf_up(par, y, var, W, mid + j, pb, sb, ub)
+                odd += o
+        else:  # high to low, one range (waits on its division, not on a chain of adds)
+            top = hi - nb.uint64(1)
+            for j in range(hi - lo):
+                odd += _flat_node_up(par, y, var, x, xvar, W, top - j)
+    return odd
+
+
+@_jit
+def down_blocks(par, y, var, x, xvar, W, bounds, a, b):
+    """Pass 2 over blocks [a, b), from just below the block height to the leaves."""
+    for k in range(bounds.shape[0]):
+        lev = bounds.shape[0] - 1 - k
+        lo = nb.uint64(bounds[lev, a])
+        hi = nb.uint64(bounds[lev, b])
+        if lev == 0:
+            for i in range(lo, hi):
+                p = par[i]
+                vi = var[i]
+                w = vi * W[p, 1]
+                x[i] = y[i] + vi * W[p, 0]
+                v = vi - vi * w + w * w * xvar[p]
+                xvar[i] = v if v > 0.0 else 0.0
+        else:
+            for c in range(lo, hi):
+                p = par[c]
+                u = xvar[c]
+                w = u * W[p, 1]
+                x[c] += u * W[p, 0]
+                v = u - u * w + w * w * xvar[p]
+                xvar[c] = v if v > 0.0 else 0.0
+                invU = 1.0 / W[c, 1]
+                W[c, 0] = (x[c] - W[c, 0]) * invU
+                W[c, 1] = invU
+
+
 # The leaf passes run by run of siblings, for trees whose leaves come in long runs (the
 # census: ~50 blocks per block group). Leaves-down is the arithmetic of flat_leaves_down
 # with the parent's terms loaded once per run (the same bits, vectorised); leaves-up may

@@ -9,8 +9,8 @@ import numpy as np
 
 from hierdp._jit import for_size
 from hierdp._kernel_common import aligned_empty as _aligned_empty
-from hierdp._threads import run_pieces, zero_in_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, paired, tree_pieces
+from hierdp._threads import get_threads, run_pieces, zero_in_pieces
+from hierdp._tree_pieces import PARALLEL_MIN, Pieces, block_groups, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
@@ -108,6 +108,23 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
     zero_in_pieces((W,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sums
     runs = pieces.long_runs  # leaf passes run by run of siblings, else leaf by leaf
     starts, pars = pieces.run_starts, pieces.run_parents
+    bounds = pieces.block_bounds
+    threads = get_threads()
+    # groups of subtree blocks, then the classes above them; on one thread class by class,
+    # which measured 3% faster there (binary tree 78.3 against 80.5 ms; the same bits)
+    if not runs and bounds is not None and threads > 1:
+        groups = block_groups(pieces, threads)
+        odd = sum(run_pieces(lambda g: BK.up_blocks(par, y, var, x, xv, W, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
+                             groups))
+        above = pieces.classes[pieces.block_height - 2:]
+        for cls in above:
+            odd += sum(run_pieces(lambda r: BK.flat_internal_up(par, y, var, x, xv, W, r[0], r[1]), cls))
+        if odd:
+            return int(BK.odd_code(y, var))
+        for cls in reversed(above):
+            run_pieces(lambda r: BK.flat_internal_down(par, x, xv, W, r[0], r[1]), cls)
+        run_pieces(lambda g: BK.down_blocks(par, y, var, x, xv, W, bounds, g[0], g[1]), groups)
+        return 0
     if runs:
         flags = run_pieces(lambda r: BK.runs_leaves_up(starts, pars, y, var, W, r[0], r[1]), pieces.run_cuts)
     else:

@@ -110,33 +110,30 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
     starts, pars = pieces.run_starts, pieces.run_parents
     bounds = pieces.block_bounds
     threads = get_threads()
-    # groups of subtree blocks, then the classes above them; on one thread class by class,
-    # which measured 3% faster there (binary tree 78.3 against 80.5 ms; the same bits)
-    if not runs and bounds is not None and threads > 1:
+    # by groups of subtree blocks, then the classes above them; on one thread class by
+    # class, which measured 3% faster there (binary tree 78.3 against 80.5 ms; the same bits)
+    blocks = not runs and bounds is not None and threads > 1
+    if blocks:
         groups = block_groups(pieces, threads)
-        odd = sum(run_pieces(lambda g: BK.up_blocks(par, y, var, x, xv, W, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
-                             groups))
         above = pieces.classes[pieces.block_height - 2:]
-        for cls in above:
-            odd += sum(run_pieces(lambda r: BK.flat_internal_up(par, y, var, x, xv, W, r[0], r[1]), cls))
-        if odd:
-            return int(BK.odd_code(y, var))
-        for cls in reversed(above):
-            run_pieces(lambda r: BK.flat_internal_down(par, x, xv, W, r[0], r[1]), cls)
-        run_pieces(lambda g: BK.down_blocks(par, y, var, x, xv, W, bounds, g[0], g[1]), groups)
-        return 0
-    if runs:
+        flags = run_pieces(lambda g: BK.up_blocks(par, y, var, x, xv, W, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
+                           groups)
+    elif runs:
+        above = pieces.classes
         flags = run_pieces(lambda r: BK.runs_leaves_up(starts, pars, y, var, W, r[0], r[1]), pieces.run_cuts)
     else:
+        above = pieces.classes
         flags = run_pieces(lambda r: BK.flat_leaves_up(par, y, var, W, *r), paired(pieces.leaves))
     odd = sum(flags)
-    for cls in pieces.classes:
+    for cls in above:
         odd += sum(run_pieces(lambda r: BK.flat_internal_up(par, y, var, x, xv, W, r[0], r[1]), cls))
     if odd:  # which kind: an error, or nodes the per-parent kernel handles
         return int(BK.odd_code(y, var))
-    for cls in reversed(pieces.classes):
+    for cls in reversed(above):
         run_pieces(lambda r: BK.flat_internal_down(par, x, xv, W, r[0], r[1]), cls)
-    if runs:
+    if blocks:
+        run_pieces(lambda g: BK.down_blocks(par, y, var, x, xv, W, bounds, g[0], g[1]), groups)
+    elif runs:
         run_pieces(lambda r: BK.runs_leaves_down(starts, pars, y, var, x, xv, W, r[0], r[1]), pieces.run_cuts)
     else:
         run_pieces(lambda r: BK.flat_leaves_down(par, y, var, x, xv, W, r[0], r[1]), pieces.leaves)

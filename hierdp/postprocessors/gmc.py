@@ -123,40 +123,47 @@ def _work(st: GMCStructure, k: int) -> np.ndarray:
 def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndarray, acc: np.ndarray) -> None:
     """Formula (39) for one histogram, its passes run piece by piece on
     ``hierdp.get_threads()`` threads: the bits of :func:`GK.gmc_39_1d` whatever the
-    thread count. Leaves go one by one or run by run as the structure chose."""
+    thread count. The leaves (with the height-2 class, or with whole subtrees, where
+    :func:`_bottom_strategy` says so) go up first and down last; the classes above them
+    go class by class in between."""
     zero_in_pieces((acc,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sum
-    par1, inv, n1 = st.parent1, st.inv_theta, st.n1
-    if _bottom_with_leaves(st, pieces):
-        ls, c0, bottom, above = st.leaf_starts, pieces.above_leaf_parents, pieces.classes[0], pieces.classes[1:]
-        run_pieces(lambda r: GK.p39_bottom_up(par1, inv, ls, c0, v, acc, *r), paired(bottom))
-        for cls in above:
-            run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, *r), paired(cls))
-        for cls in reversed(above):
-            run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
-        run_pieces(lambda r: GK.p39_bottom_down(par1, inv, ls, c0, v, out, acc, *r), paired(bottom))
-        return
-    if st.leaf_parent is not None and pieces.block_bounds is not None:  # groups of subtree blocks
-        lp, bounds, groups = st.leaf_parent, pieces.block_bounds, block_groups(pieces, get_threads())
+    par1, inv, n1, lp = st.parent1, st.inv_theta, st.n1, st.leaf_parent
+    how = _bottom_strategy(st, pieces)
+    if how == "height2":
+        ls, c0, bottom, above = st.leaf_starts, pieces.above_leaf_parents, paired(pieces.classes[0]), pieces.classes[1:]
+        run_pieces(lambda r: GK.p39_bottom_up(par1, inv, ls, c0, v, acc, *r), bottom)
+    elif how == "blocks":
+        bounds, groups = pieces.block_bounds, block_groups(pieces, get_threads())
+        above = pieces.classes[pieces.block_height - 2:]
         run_pieces(lambda g: GK.p39_up_blocks(par1, inv, lp, n1, v, acc, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
                    groups)
-        above = pieces.classes[pieces.block_height - 2:]
-        for cls in above:
-            run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, *r), paired(cls))
-        for cls in reversed(above):
-            run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
-        run_pieces(lambda g: GK.p39_down_blocks(par1, inv, lp, n1, v, out, acc, bounds, g[0], g[1]), groups)
-        return
-    _leaves_up(st, pieces, v, acc)
-    for cls in pieces.classes:
+    else:
+        above = pieces.classes
+        _leaves_up(st, pieces, v, acc)
+    for cls in above:
         run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, *r), paired(cls))
-    for cls in reversed(pieces.classes):
+    for cls in reversed(above):
         run_pieces(lambda r: GK.p39_internal_down(par1, inv, v, out, acc, r[0], r[1]), cls)
-    if st.leaf_parent is not None:
-        lp = st.leaf_parent
+    if how == "height2":
+        run_pieces(lambda r: GK.p39_bottom_down(par1, inv, ls, c0, v, out, acc, *r), bottom)
+    elif how == "blocks":
+        run_pieces(lambda g: GK.p39_down_blocks(par1, inv, lp, n1, v, out, acc, bounds, g[0], g[1]), groups)
+    elif lp is not None:
         run_pieces(lambda r: GK.p39_leaves_down_flat(lp, n1, v, out, acc, r[0], r[1]), pieces.leaves)
     else:
         starts, pars = pieces.run_starts, pieces.run_parents
         run_pieces(lambda r: GK.p39_leaves_down_runs(starts, pars, v, out, acc, r[0], r[1]), pieces.run_cuts)
+
+
+def _bottom_strategy(st: GMCStructure, pieces: Pieces) -> str:
+    """How GMC's passes take the leaves: ``"height2"`` with the height-2 class
+    (:func:`_bottom_with_leaves`), ``"blocks"`` by groups of subtree blocks (leaves one by
+    one on a tree with ``Pieces.block_bounds``), else ``"leaves"`` alone."""
+    if _bottom_with_leaves(st, pieces):
+        return "height2"
+    if st.leaf_parent is not None and pieces.block_bounds is not None:
+        return "blocks"
+    return "leaves"
 
 
 def _bottom_with_leaves(st: GMCStructure, pieces: Pieces) -> bool:
@@ -188,44 +195,37 @@ def _leaves_up(st: GMCStructure, pieces: Pieces, v: np.ndarray, acc: np.ndarray)
 def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, v: np.ndarray, out: np.ndarray,
                          acc: np.ndarray) -> None:
     """:func:`GK.gmc_weighted_2d` for one histogram and one variance column, its passes run
-    piece by piece on ``hierdp.get_threads()`` threads (the same bits)."""
+    piece by piece on ``hierdp.get_threads()`` threads (the same bits), the leaves taken
+    as in :func:`_gmc_39_pieces`."""
     zero_in_pieces((acc,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sum
-    par1 = st.parent1
+    par1, n1, lp = st.parent1, st.n1, st.leaf_parent
     d, inv, rho, u = f.d[:, 0], f.inv_theta[:, 0], f.rho[:, 0], f.u[:, 0]
-    if _bottom_with_leaves(st, pieces):
-        ls, c0, bottom, above = st.leaf_starts, pieces.above_leaf_parents, pieces.classes[0], pieces.classes[1:]
-        run_pieces(lambda r: GK.pw_bottom_up(par1, rho, ls, c0, v, acc, *r), paired(bottom))
-        for cls in above:
-            run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)
-        for cls in reversed(above):
-            run_pieces(lambda r: GK.pw_internal_down(par1, inv, rho, u, v, out, acc, r[0], r[1]), cls)
-        run_pieces(lambda r: GK.pw_bottom_down(par1, inv, rho, u, d, ls, c0, v, out, acc, *r),
-                   paired(bottom))
-        return
-    if st.leaf_parent is not None and pieces.block_bounds is not None:  # groups of subtree blocks
-        lp, n1, bounds, groups = st.leaf_parent, st.n1, pieces.block_bounds, block_groups(pieces, get_threads())
+    how = _bottom_strategy(st, pieces)
+    if how == "height2":
+        ls, c0, bottom, above = st.leaf_starts, pieces.above_leaf_parents, paired(pieces.classes[0]), pieces.classes[1:]
+        run_pieces(lambda r: GK.pw_bottom_up(par1, rho, ls, c0, v, acc, *r), bottom)
+    elif how == "blocks":
+        bounds, groups = pieces.block_bounds, block_groups(pieces, get_threads())
+        above = pieces.classes[pieces.block_height - 2:]
         run_pieces(lambda g: GK.pw_up_blocks(par1, rho, lp, n1, v, acc, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
                    groups)
-        above = pieces.classes[pieces.block_height - 2:]
-        for cls in above:
-            run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)
-        for cls in reversed(above):
-            run_pieces(lambda r: GK.pw_internal_down(par1, inv, rho, u, v, out, acc, r[0], r[1]), cls)
+    else:
+        above = pieces.classes
+        _leaves_up(st, pieces, v, acc)
+    for cls in above:
+        run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)
+    for cls in reversed(above):
+        run_pieces(lambda r: GK.pw_internal_down(par1, inv, rho, u, v, out, acc, r[0], r[1]), cls)
+    if how == "height2":
+        run_pieces(lambda r: GK.pw_bottom_down(par1, inv, rho, u, d, ls, c0, v, out, acc, *r), bottom)
+    elif how == "blocks":
         run_pieces(lambda g: GK.pw_down_blocks(par1, inv, rho, u, d, lp, n1, v, out, acc, bounds, g[0], g[1]),
                    groups)
-        return
-    _leaves_up(st, pieces, v, acc)
-    for cls in pieces.classes:
-        run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)
-    for cls in reversed(pieces.classes):
-        run_pieces(lambda r: GK.pw_internal_down(par1, inv, rho, u, v, out, acc, r[0], r[1]), cls)
-    if st.leaf_parent is not None:
-        lp, n1 = st.leaf_parent, st.n1
+    elif lp is not None:
         run_pieces(lambda r: GK.pw_leaves_down_flat(lp, n1, d, v, out, acc, r[0], r[1]), pieces.leaves)
     else:
         starts, pars = pieces.run_starts, pieces.run_parents
         run_pieces(lambda r: GK.pw_leaves_down_runs(starts, pars, d, v, out, acc, r[0], r[1]), pieces.run_cuts)
-
 
 def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | None = None) -> np.ndarray:
     """Optimally consistent release for uniform noise (Alg. 2 step 5), internal order.

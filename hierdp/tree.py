@@ -109,6 +109,13 @@ class InternalArrays:
         """Per node, the code of its label in ``tree.level_labels(depth)`` (``None`` if unlabelled)."""
         return self._tree._codes
 
+    @property
+    def parent_index(self) -> np.ndarray:
+        """The values of :attr:`parent` as compiled passes read them: int32 when the tree
+        fits (else int64), read-only, one copy per tree, starting at an offset in its page
+        that keeps it from aliasing the arrays a pass adds into (4 KiB aliasing)."""
+        return self._tree._parent_index()
+
     def sum_up(self, values: np.ndarray, consume: bool = False) -> np.ndarray:
         """Subtree sums of internal-order node values (one bottom-up pass; shape (n,) or (n, k)).
 
@@ -567,11 +574,7 @@ class Tree:
         pieces = tree_pieces(self)
         values = np.ascontiguousarray(values)
         in_place = consume and values.flags.writeable
-        parent = self._cache.get(_PARENT32_KEY)
-        if parent is None:  # int32, staggered: fewer bytes, and no 4 KiB aliasing with values
-            from hierdp._memory import narrow_index
-
-            parent = self._cache[_PARENT32_KEY] = narrow_index(self._parent, 37)
+        parent = self._parent_index()
         if in_place:
             out = values
         else:
@@ -592,6 +595,18 @@ class Tree:
         for cls in classes:
             run_pieces(lambda r: K.sum_up_range(parent, out, out, r[0], r[1], False), cls)
         return out
+
+    def _parent_index(self) -> np.ndarray:
+        """The internal parents as the compiled passes read them: int32 when the tree fits,
+        staggered in its page (:func:`hierdp._memory.narrow_index`: fewer bytes, and no
+        4 KiB aliasing with the values a pass adds into); read-only, one copy per tree,
+        shared by aggregation, BLUE and GMC."""
+        parent = self._cache.get(_PARENT32_KEY)
+        if parent is None:
+            from hierdp._memory import narrow_index
+
+            parent = self._cache[_PARENT32_KEY] = narrow_index(self._parent, 37)
+        return parent
 
     def is_consistent(self, values: np.ndarray, rtol: float = 1e-9, atol: float = 1e-6) -> bool:
         """Whether every internal node equals the sum of its children (external order)."""

@@ -569,6 +569,18 @@ def test_narrow_index_halves_an_index_that_fits_and_staggers_it():
     assert _memory.narrow_index(np.empty(0, np.int64), 3).size == 0
 
 
+def test_parent_index_is_one_int32_copy_of_the_parents_shared_by_the_passes(small_pieces):
+    """``tree.internal.parent_index``: the parents' values as int32, read-only, one cached
+    copy, the one BLUE's and GMC's structures read (no copies of their own)."""
+    tree = hierdp.Tree.complete(2, 11)
+    pi = tree.internal.parent_index
+    assert pi.dtype == np.int32 and not pi.flags.writeable and tree.internal.parent_index is pi
+    np.testing.assert_array_equal(pi, tree.internal.parent)
+    gs = G.gmc_structure(tree)
+    assert np.shares_memory(gs.parent1, pi) and np.shares_memory(gs.leaf_parent, pi)
+    assert B._structure(tree).flat_parent is pi
+
+
 def test_large_empty_falls_back_to_numpy_when_no_mapping_is_had(monkeypatch):
     """A mapping the OS refuses (``OSError``) gives numpy's array instead, with the offset
     asked for; a kernel that refuses the huge-page advice still gives the mapping."""

@@ -88,7 +88,7 @@ def _structure(tree: Tree) -> _BlueStructure:
         # from PARALLEL_MIN nodes on, the flat kernel on every tree it applies to: its passes
         # cut into pieces for threads (the per-parent kernel is one loop)
         if n1 > 0 and (changes > FLAT_IRREGULARITY * tree.n_nodes or tree.n_nodes >= PARALLEL_MIN):
-            par = tree.internal.parent.astype(first.dtype)
+            par = tree.internal.parent_index  # int32 when the tree fits, as ``first``
             leaf_par = par[n1:]
             starts = np.flatnonzero(np.diff(leaf_par, prepend=-1))
             # the flat kernel needs each parent's leaf children adjacent (one run each): true

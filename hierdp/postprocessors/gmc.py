@@ -100,9 +100,9 @@ def gmc_structure(tree: Tree) -> GMCStructure:
         # short sibling runs (and one run per parent): visit leaves one by one
         one_run = bool(n1 and n_runs and np.bincount(pars, minlength=n1).max() == 1)
         if one_run and (tree.n_nodes - n1) < SHORT_RUNS * n_runs:
-            leaf_parent = tree.internal.parent[n1:].astype(idx)
+            leaf_parent = tree.internal.parent_index[n1:]
         st = GMCStructure(n1=n1, theta=theta, inv_theta=inv, leaf_starts=starts.astype(idx),
-                          leaf_parents=pars.astype(idx), parent1=tree.internal.parent[:n1].astype(idx),
+                          leaf_parents=pars.astype(idx), parent1=tree.internal.parent_index[:n1],
                           leaf_parent=leaf_parent)
         tree.cache[_CACHE_KEY] = st
     return st

@@ -175,15 +175,20 @@ def paired_gains(times: dict, name: str, threads: int, target: float = 1.6) -> d
     """Rep by rep, the gain of pass ``name`` on ``threads`` threads and its ceiling
     (:func:`best_gain` from its least traffic, timed right after it in the same rep), so
     that both see the same moment of the machine's bandwidth; their medians over the
-    reps, the median share of the ceiling reached, and how many reps had a ceiling of at
+    reps, the median share of the ceiling reached, what the least traffic alone gained
+    (``alone``: for a pass whose one-thread time is about that traffic's, the most it
+    can gain, as no pass moves those bytes faster than plain streaming loops), and how
+    many reps had a ceiling of at
     least ``target`` (``open``) and, of those, gained ``target`` (``met``)."""
     t1, tn = np.array(times[name, 1]), np.array(times[name, threads])
     lt = f"least traffic, {name}"
     c = np.array([best_gain(a, (f1, fn), threads)
                   for a, f1, fn in zip(t1, times[lt, 1], times[lt, threads], strict=True)])
     g = t1 / tn
+    alone = np.array(times[lt, 1]) / np.array(times[lt, threads])
     return {"gain": float(np.median(g)), "ceiling": float(np.median(c)), "share": float(np.median(g / c)),
-            "open": int(np.sum(c >= target)), "met": int(np.sum((c >= target) & (g >= target))), "reps": g.size}
+            "alone": float(np.median(alone)), "open": int(np.sum(c >= target)),
+            "met": int(np.sum((c >= target) & (g >= target))), "reps": g.size}
 
 
 def reuse_memory() -> None:
@@ -386,12 +391,13 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
     print(f"  the most each pass could gain on {threads} threads (its least traffic as fast as streaming phases "
           "move it here, the rest scaling perfectly; see best_gain()), and what it gains: "
           + ", ".join(f"{name} {b:.2f} (gains {g:.2f}, {g / b:.0%})" for name, (g, b) in gains.items()))
-    print(f"  paired rep by rep (median over {repeat} reps of the gain | of the ceiling in the same rep | of the "
-          "share; reps whose ceiling was >= 1.6: how many gained >= 1.6):")
+    print(f"  paired rep by rep, medians over {repeat} reps: the gain | the ceiling in the same rep | the share of "
+          "it reached | what the least traffic alone gained; reps with a ceiling >= 1.6, and how many of them "
+          "gained >= 1.6:")
     for name in LEAST_TRAFFIC:
         p = paired_gains(times, name, threads)
-        print(f"    {name:<18} gains {p['gain']:.2f} | ceiling {p['ceiling']:.2f} | {p['share']:.0%};"
-              f"  ceiling >= 1.6 in {p['open']} of {p['reps']} reps, of which {p['met']} gained >= 1.6")
+        print(f"    {name:<18} gains {p['gain']:.2f} | ceiling {p['ceiling']:.2f} | {p['share']:4.0%} | least traffic "
+              f"{p['alone']:.2f};  ceiling >= 1.6 in {p['open']} of {p['reps']} reps, {p['met']} of them gained >= 1.6")
     g, gr = best["GMC (39)", 1] / best["GMC (39)", threads], "GMC (39) into a reused buffer"
     print(f"  GMC (39) gains {g:.2f}x allocating its output and {best[gr, 1] / best[gr, threads]:.2f}x into a "
           "reused one (out=)")

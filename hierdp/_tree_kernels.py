@@ -139,7 +139,9 @@ def sum_up_blocks(parent, values, out, bounds, a, b, store):
     The blocks' parents are in no other blocks, so groups of blocks run at once; a
     group's heights are small enough to stay in cache from one to the next. The leaves
     come from ``values`` and are copied into ``out`` with ``store``, as in
-    :func:`sum_up_range`; 1-D values."""
+    :func:`sum_up_range`; 1-D values. The loops are :func:`sum_up_range`'s written out:
+    calling it per height measured 10% slower on one thread (binary tree 7.4 -> 8.3 ms,
+    random 6.6 -> 7.3 ms, in one interleaved A/B run)."""
     for lev in range(bounds.shape[0]):
         lo = bounds[lev, a]
         hi = bounds[lev, b]

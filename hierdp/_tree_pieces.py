@@ -81,6 +81,13 @@ class Pieces:
         return self.classes[0][0][0] if self.classes else 0
 
     @property
+    def above_blocks(self) -> list[list[tuple[int, int]]]:
+        """The height classes a pass that takes the subtree blocks (:attr:`block_bounds`)
+        still runs class by class: those of height ``block_height`` and up, the root's
+        included (empty without blocks)."""
+        return self.classes[self.block_height - 2:] if self.block_bounds is not None else []
+
+    @property
     def long_runs(self) -> bool:
         """Leaf passes go run by run: each parent's leaves are one run, and the runs hold
         :data:`RUNS_FROM` leaves or more on average (census-like: ~52; binary: 2, random

@@ -581,7 +581,7 @@ class Tree:
             out = prefault(large_empty(values.shape, values.dtype))  # then the copy in pieces (a serial copy: 1.2x)
             run_pieces(lambda r: K.copy_range(values, out, r[0], r[1]), spans(pieces.n1, PIECE))
         copy = not in_place  # the leaves' rows: copied as they are added, or already there
-        classes = pieces.classes[:-1]  # the last class is the root alone
+        classes = pieces.classes  # the last one is the root alone: it adds into no parent
         bounds = pieces.block_bounds
         if values.ndim == 1 and pieces.long_runs:
             starts, pars = pieces.run_starts, pieces.run_parents
@@ -589,10 +589,10 @@ class Tree:
         elif values.ndim == 1 and bounds is not None:  # subtree blocks, leaves up to below block_height
             run_pieces(lambda g: K.sum_up_blocks(parent, values, out, bounds, g[0], g[1], copy),
                        block_groups(pieces, get_threads()))
-            classes = classes[pieces.block_height - 2:]
+            classes = pieces.above_blocks
         else:
             run_pieces(lambda r: K.sum_up_range(parent, values, out, r[0], r[1], copy), pieces.leaves)
-        for cls in classes:
+        for cls in classes[:-1]:
             run_pieces(lambda r: K.sum_up_range(parent, out, out, r[0], r[1], False), cls)
         return out
 

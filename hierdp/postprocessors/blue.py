@@ -115,7 +115,7 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
     blocks = not runs and bounds is not None and threads > 1
     if blocks:
         groups = block_groups(pieces, threads)
-        above = pieces.classes[pieces.block_height - 2:]
+        above = pieces.above_blocks
         flags = run_pieces(lambda g: BK.up_blocks(par, y, var, x, xv, W, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
                            groups)
     elif runs:

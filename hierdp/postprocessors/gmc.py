@@ -128,17 +128,14 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
     go class by class in between."""
     zero_in_pieces((acc,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sum
     par1, inv, n1, lp = st.parent1, st.inv_theta, st.n1, st.leaf_parent
-    how = _bottom_strategy(st, pieces)
+    ls, c0, bounds = st.leaf_starts, pieces.above_leaf_parents, pieces.block_bounds
+    how, bottom, above = _bottom_plan(st, pieces)
     if how == "height2":
-        ls, c0, bottom, above = st.leaf_starts, pieces.above_leaf_parents, paired(pieces.classes[0]), pieces.classes[1:]
         run_pieces(lambda r: GK.p39_bottom_up(par1, inv, ls, c0, v, acc, *r), bottom)
     elif how == "blocks":
-        bounds, groups = pieces.block_bounds, block_groups(pieces, get_threads())
-        above = pieces.classes[pieces.block_height - 2:]
         run_pieces(lambda g: GK.p39_up_blocks(par1, inv, lp, n1, v, acc, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
-                   groups)
+                   bottom)
     else:
-        above = pieces.classes
         _leaves_up(st, pieces, v, acc)
     for cls in above:
         run_pieces(lambda r: GK.p39_internal_up(par1, inv, v, out, acc, *r), paired(cls))
@@ -147,7 +144,7 @@ def _gmc_39_pieces(st: GMCStructure, pieces: Pieces, v: np.ndarray, out: np.ndar
     if how == "height2":
         run_pieces(lambda r: GK.p39_bottom_down(par1, inv, ls, c0, v, out, acc, *r), bottom)
     elif how == "blocks":
-        run_pieces(lambda g: GK.p39_down_blocks(par1, inv, lp, n1, v, out, acc, bounds, g[0], g[1]), groups)
+        run_pieces(lambda g: GK.p39_down_blocks(par1, inv, lp, n1, v, out, acc, bounds, g[0], g[1]), bottom)
     elif lp is not None:
         run_pieces(lambda r: GK.p39_leaves_down_flat(lp, n1, v, out, acc, r[0], r[1]), pieces.leaves)
     else:
@@ -164,6 +161,19 @@ def _bottom_strategy(st: GMCStructure, pieces: Pieces) -> str:
     if st.leaf_parent is not None and pieces.block_bounds is not None:
         return "blocks"
     return "leaves"
+
+
+def _bottom_plan(st: GMCStructure, pieces: Pieces) -> tuple[str, list, list[list[tuple[int, int]]]]:
+    """:func:`_bottom_strategy`'s choice, the pieces its bottom passes take up and down
+    (the height-2 class's pieces in pairs, or groups of subtree blocks; none when the
+    leaves go alone) and the classes that go class by class between them, the same for
+    formula (39) and weighted GMC."""
+    how = _bottom_strategy(st, pieces)
+    if how == "height2":
+        return how, paired(pieces.classes[0]), pieces.classes[1:]
+    if how == "blocks":
+        return how, block_groups(pieces, get_threads()), pieces.above_blocks
+    return how, [], pieces.classes
 
 
 def _bottom_with_leaves(st: GMCStructure, pieces: Pieces) -> bool:
@@ -200,17 +210,14 @@ def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, 
     zero_in_pieces((acc,), pieces.above_leaf_parents)  # the leaf pass stores every other node's sum
     par1, n1, lp = st.parent1, st.n1, st.leaf_parent
     d, inv, rho, u = f.d[:, 0], f.inv_theta[:, 0], f.rho[:, 0], f.u[:, 0]
-    how = _bottom_strategy(st, pieces)
+    ls, c0, bounds = st.leaf_starts, pieces.above_leaf_parents, pieces.block_bounds
+    how, bottom, above = _bottom_plan(st, pieces)
     if how == "height2":
-        ls, c0, bottom, above = st.leaf_starts, pieces.above_leaf_parents, paired(pieces.classes[0]), pieces.classes[1:]
         run_pieces(lambda r: GK.pw_bottom_up(par1, rho, ls, c0, v, acc, *r), bottom)
     elif how == "blocks":
-        bounds, groups = pieces.block_bounds, block_groups(pieces, get_threads())
-        above = pieces.classes[pieces.block_height - 2:]
         run_pieces(lambda g: GK.pw_up_blocks(par1, rho, lp, n1, v, acc, bounds, g[0], (g[0] + g[1]) // 2, g[1]),
-                   groups)
+                   bottom)
     else:
-        above = pieces.classes
         _leaves_up(st, pieces, v, acc)
     for cls in above:
         run_pieces(lambda r: GK.pw_internal_up(par1, rho, v, acc, r[0], r[1]), cls)
@@ -220,7 +227,7 @@ def _gmc_weighted_pieces(st: GMCStructure, pieces: Pieces, f: _WeightedFactors, 
         run_pieces(lambda r: GK.pw_bottom_down(par1, inv, rho, u, d, ls, c0, v, out, acc, *r), bottom)
     elif how == "blocks":
         run_pieces(lambda g: GK.pw_down_blocks(par1, inv, rho, u, d, lp, n1, v, out, acc, bounds, g[0], g[1]),
-                   groups)
+                   bottom)
     elif lp is not None:
         run_pieces(lambda r: GK.pw_leaves_down_flat(lp, n1, d, v, out, acc, r[0], r[1]), pieces.leaves)
     else:

@@ -49,9 +49,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _trees import census_like_tree, complete_tree, random_fanout_tree  # noqa: E402
 
 import hierdp  # noqa: E402
-from hierdp._jit import numba as nb  # noqa: E402
-from hierdp._threads import _cores, run_pieces, spans  # noqa: E402
-from hierdp._tree_pieces import tree_pieces  # noqa: E402
+from hierdp._engine.jit import numba as nb  # noqa: E402
+from hierdp._engine.threads import _cores, run_pieces, spans  # noqa: E402
+from hierdp._engine.tree_pieces import tree_pieces  # noqa: E402
 from hierdp.mechanisms._samplers import discrete_laplace  # noqa: E402
 from hierdp.postprocessors.blue import blue  # noqa: E402
 from hierdp.postprocessors.gmc import _bottom_with_leaves, gmc, gmc_structure, gmc_weighted  # noqa: E402

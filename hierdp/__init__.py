@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from hierdp import registry
-from hierdp._threads import get_threads, set_threads
+from hierdp._engine.threads import get_threads, set_threads
 from hierdp._version import __version__ as __version__  # re-exported
 from hierdp.errors import (
     BudgetError,

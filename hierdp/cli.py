@@ -144,7 +144,7 @@ def _compile_notice(quiet: bool, err: TextIO):
     cold cache and a tree too large to run interpreted), that it is doing so."""
     from contextlib import nullcontext
 
-    from hierdp._jit import notify_first_compile
+    from hierdp._engine.jit import notify_first_compile
 
     if quiet:
         return nullcontext()
@@ -158,7 +158,7 @@ def _compile_notice(quiet: bool, err: TextIO):
 
 
 def _cache_dir_shown() -> str:
-    from hierdp._jit import CACHE_DIR
+    from hierdp._engine.jit import CACHE_DIR
 
     return str(CACHE_DIR)
 
@@ -363,7 +363,7 @@ _COMMANDS = {"release": _cmd_release, "validate": _cmd_validate, "evaluate": _cm
 
 
 def _threads_count(text: str) -> int:
-    from hierdp._threads import parse_threads
+    from hierdp._engine.threads import parse_threads
 
     try:
         return parse_threads(text, "--threads")
@@ -384,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.quiet:
             err.write(f"warning: {message}\n")
 
-    from hierdp._threads import get_threads, set_threads
+    from hierdp._engine.threads import get_threads, set_threads
 
     restore: list = []
     try:

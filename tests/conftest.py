@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 
 import hierdp
-import hierdp._jit
+import hierdp._engine.jit
 
 # The suite exercises the compiled kernels on inputs of every size (small releases run
-# them interpreted by default, see hierdp._jit.for_size; tests/test_interpreted_kernels.py
+# them interpreted by default, see hierdp._engine.jit.for_size; tests/test_interpreted_kernels.py
 # holds the interpreted runs equal to the compiled ones, and the CLI tests run in
 # subprocesses with the default).
-hierdp._jit.SMALL_INPUT = 0
+hierdp._engine.jit.SMALL_INPUT = 0
 
 
 @pytest.fixture

@@ -1,7 +1,11 @@
 """Architecture rules of the core (design: "Public names", conventions: "Code").
 
-* no import cycle among hierdp's modules, counting imports inside functions (only imports
-  under ``if TYPE_CHECKING:`` are left out: they never run);
+* no import cycle among hierdp's modules, counting imports inside functions and, in a
+  second check, imports under ``if TYPE_CHECKING:`` too (a cycle there is a knot in the
+  design even though it never runs);
+* no import from a lower layer (the private engine, the tree, the random source, the
+  mechanisms, the Generation Matrix) up to a higher one (post-processors, plans, budgets,
+  decompositions, front-ends, the pipeline, specs, the CLI), even under ``TYPE_CHECKING``;
 * no module outside ``hierdp/tree.py`` reads a private attribute of a ``Tree``
   (plugins and kernels use ``tree.internal`` and the public API);
 * no module is named like a public function of the package.
@@ -43,13 +47,14 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> hierdp modules it imports (anywhere but under TYPE_CHECKING)."""
+def import_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> hierdp modules it imports (anywhere but under TYPE_CHECKING, unless
+    ``type_checking``)."""
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _type_checking_lines(tree)
+        skip = set() if type_checking else _type_checking_lines(tree)
         is_pkg = path.name == "__init__.py"
         for node in ast.walk(tree):
             if getattr(node, "lineno", None) in skip:
@@ -127,6 +132,39 @@ def test_no_import_cycle_among_hierdp_modules():
     cycles = _cycles(import_graph())
     assert not cycles, "import cycles (counting imports inside functions): " + "; ".join(
         " <-> ".join(c) for c in cycles)
+
+
+def test_no_import_cycle_even_counting_type_checking_imports():
+    cycles = _cycles(import_graph(type_checking=True))
+    assert not cycles, "import cycles (counting imports under TYPE_CHECKING): " + "; ".join(
+        " <-> ".join(c) for c in cycles)
+
+
+#: the layers, lowest first; a module may import its own layer and those below it only
+LOWER = ("hierdp._engine", "hierdp.errors", "hierdp._version", "hierdp.tree", "hierdp.rng",
+         "hierdp.mechanisms", "hierdp.generation_matrix")
+HIGHER = ("hierdp.postprocessors", "hierdp.plans", "hierdp.budgets", "hierdp.decompositions",
+          "hierdp.frontends", "hierdp.pipeline", "hierdp.spec", "hierdp.cli", "hierdp.session",
+          "hierdp.result")
+
+
+def _in(mod: str, prefixes: tuple[str, ...]) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in prefixes)
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {t}" for m, ts in graph.items() if _in(m, LOWER)
+                  for t in ts if _in(t, HIGHER))
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert _upward({"hierdp.tree": {"hierdp.postprocessors.gmc"}, "hierdp.plans.x": {"hierdp.tree"}}) == [
+        "hierdp.tree -> hierdp.postprocessors.gmc"]
+
+
+def test_no_import_from_a_lower_layer_up_to_a_higher_one():
+    up = _upward(import_graph(type_checking=True))
+    assert not up, "imports from a lower layer up to a higher one:\n" + "\n".join(up)
 
 
 _PRIVATE_TREE = re.compile(r"\b(?:tree|t|self\.tree|st\.tree|structure\.tree|result\.tree|shape|other)\."

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hierdp import _jit, data
+from hierdp import data
+from hierdp._engine import jit as _jit
 from hierdp.cli import EXIT_OK, EXIT_USER, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,14 +49,14 @@ def _probe(env: dict[str, str], code: str) -> str:
 
 
 def test_numba_is_pointed_at_the_cache_folder_before_it_is_imported(tmp_path):
-    code = "import hierdp._jit, numba; print(numba.config.CACHE_DIR)"
+    code = "import hierdp._engine.jit, numba; print(numba.config.CACHE_DIR)"
     assert Path(_probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")}, code)).parent == tmp_path / "h"
     # the user's own NUMBA_CACHE_DIR always wins
     assert _probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h"), "NUMBA_CACHE_DIR": str(tmp_path / "n")},
                   code) == str(tmp_path / "n")
     # numba imported first (by the user): hierdp still moves the cache out of site-packages
     assert Path(_probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")},
-                       "import numba, hierdp._jit; print(numba.config.CACHE_DIR)")).parent == tmp_path / "h"
+                       "import numba, hierdp._engine.jit; print(numba.config.CACHE_DIR)")).parent == tmp_path / "h"
 
 
 def test_no_writable_home_still_imports_and_runs(tmp_path):
@@ -74,7 +75,7 @@ def test_no_writable_home_still_imports_and_runs(tmp_path):
 
 def test_first_large_release_compiles_into_the_cache_folder_and_says_so_once(tmp_path):
     """Small releases run their kernels interpreted (tests/test_interpreted_kernels.py); a
-    tree above hierdp._jit.SMALL_INPUT nodes compiles them, says so once, into the cache."""
+    tree above hierdp._engine.jit.SMALL_INPUT nodes compiles them, says so once, into the cache."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -173,9 +174,9 @@ def test_runtime_dependencies_cover_what_the_demo_imports():
 
 
 def test_the_kernel_cache_folder_follows_the_shared_inlined_kernels(monkeypatch, tmp_path):
-    """Editing hierdp/_kernel_common.py (inlined into other modules' kernels) must not leave
+    """Editing hierdp/_engine/kernel_common.py (inlined into other modules' kernels) must not leave
     callers on stale cached machine code: the cache folder is keyed by its source."""
-    import hierdp._jit as jit
+    import hierdp._engine.jit as jit
 
     real = Path(jit.__file__).resolve().parent / "_kernel_common.py"
     copy = tmp_path / "_kernel_common.py"

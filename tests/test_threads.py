@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp import _memory, _threads
-from hierdp import _tree_kernels as TK
-from hierdp import _tree_pieces as TP
+from hierdp._engine import memory as _memory
+from hierdp._engine import threads as _threads
+from hierdp._engine import tree_kernels as TK
+from hierdp._engine import tree_pieces as TP
 from hierdp.mechanisms import _samplers as S
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK

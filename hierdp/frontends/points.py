@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp._jit import numba as nb
+from hierdp._engine.jit import numba as nb
 from hierdp.accounting import check_epsilon
 from hierdp.decompositions.privtree import PrivTree, SimpleTree, SpatialStructure, UniformGrid, as_points
 from hierdp.errors import BudgetError, DataError, expected_one_of

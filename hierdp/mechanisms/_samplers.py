@@ -53,9 +53,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from hierdp._jit import for_size
-from hierdp._jit import numba as nb
-from hierdp._memory import large_empty
+from hierdp._engine.jit import for_size
+from hierdp._engine.jit import numba as nb
+from hierdp._engine.memory import large_empty
 from hierdp.errors import BudgetError
 from hierdp.rng import RandomSource, reserve_words
 
@@ -808,7 +808,7 @@ def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int
             d.i, status = step(d)
             if settle(d, status):
                 return out
-    from hierdp._threads import run_pieces
+    from hierdp._engine.threads import run_pieces
 
     # the first words of each chunk go to a slot of one buffer, re-used group after group
     # (fresh memory costs a page fault per 4 KiB, about as much as computing the words)

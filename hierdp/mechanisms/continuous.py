@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from hierdp._jit import numba as nb
+from hierdp._engine.jit import numba as nb
 from hierdp.errors import DataError
 from hierdp.mechanisms._samplers import (
     dgauss_params,

@@ -12,38 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._jit import numba as nb
+from hierdp._engine.jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 _jit_fast = nb.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 
 
-@_jit
-def leaf_runs(parent, n1):
-    """Maximal runs of consecutive leaves (indices >= n1) with the same parent.
-
-    Returns ``(starts, parents)`` (int64); run r covers ``[starts[r], starts[r+1])`` with
-    ``starts[-1] == n``.
-    """
-    n = parent.shape[0]
-    count = 0
-    prev = -2
-    for i in range(n1, n):
-        if parent[i] != prev:
-            count += 1
-            prev = parent[i]
-    starts = np.empty(count + 1, np.int64)
-    pars = np.empty(count, np.int64)
-    r = 0
-    prev = -2
-    for i in range(n1, n):
-        if parent[i] != prev:
-            starts[r] = i
-            pars[r] = parent[i]
-            r += 1
-            prev = parent[i]
-    starts[count] = n
-    return starts, pars
 
 
 @_jit
@@ -73,20 +47,6 @@ def constant_per_level(d, depth, values):
     return True
 
 
-@_jit
-def gmc_theta(parent, n_children, n1):
-    """Alg. 1 of Cai et al.: theta_i = |C_i| - sum_{j in C_i, j <= n1} (1 + theta_j)^-1.
-
-    Returns ``theta' = theta + 1`` for the ``n1`` non-leaf nodes (formula 39's vector).
-    """
-    theta = np.empty(n1)
-    for i in range(n1):
-        theta[i] = n_children[i]
-    for i in range(n1 - 1, 0, -1):
-        theta[parent[i]] -= 1.0 / (1.0 + theta[i])
-    for i in range(n1):
-        theta[i] += 1.0
-    return theta
 
 
 @_jit
@@ -336,7 +296,7 @@ def gmc_weighted_2d(parent, n1, d, inv_theta, rho, u, leaf_starts, leaf_parents,
 
 
 # ---- formula (39) for one histogram cut into passes over node (or leaf-run) ranges, for
-# threads (see hierdp/_tree_pieces.py). Each range kernel runs the arithmetic of the
+# threads (see hierdp/_engine/tree_pieces.py). Each range kernel runs the arithmetic of the
 # matching loop of gmc_39_1d / gmc_39_1d_flat (which agree bit for bit when every parent's
 # leaves form one run), so any cut at parent boundaries gives the same bits. uint64 loop
 # bounds: no wraparound test per access (see _blue_kernels.flat_leaves_up).

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierdp._jit import for_size
-from hierdp._kernel_common import aligned_empty as _aligned_empty
-from hierdp._threads import get_threads, run_pieces, zero_in_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, block_groups, paired, tree_pieces
+from hierdp._engine.jit import for_size
+from hierdp._engine.kernel_common import aligned_empty as _aligned_empty
+from hierdp._engine.threads import get_threads, run_pieces, zero_in_pieces
+from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, block_groups, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance

@@ -20,16 +20,17 @@ the original weighted objective rather than one weighted by the posterior varian
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp._jit import for_size
-from hierdp._kernel_common import aligned_empty as _aligned_empty
-from hierdp._threads import get_threads, run_pieces, spans, zero_in_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, block_groups, paired, tree_pieces
+from hierdp._engine.jit import for_size
+from hierdp._engine.kernel_common import aligned_empty as _aligned_empty
+from hierdp._engine.threads import get_threads, run_pieces, spans, zero_in_pieces
+from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, Pieces, block_groups, paired, tree_pieces
 from hierdp.errors import DataError
+from hierdp.generation_matrix import GMCStructure, gmc_structure
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK
 from hierdp.postprocessors.base import (
@@ -46,66 +47,26 @@ if TYPE_CHECKING:
 
 __all__ = ["GMC", "GMCStructure", "gmc_structure", "gmc", "gmc_weighted"]
 
-_CACHE_KEY = "gmc.structure"
-#: Stage 2 visits leaves one by one (:func:`hierdp.postprocessors._gmc_kernels.gmc_39_1d_flat`) when the
-#: runs of sibling leaves are shorter than this on average, else run by run. Measured on
-#: this project's 2-core VM (ratio to a numpy pass, run by run vs one by one): binary
-#: (runs of 2) 4.7x vs 4.3x, random fan-out 2-5 (2.9) 6.1x vs 4.7x, census-like (52) 3.2x
-#: vs 4.7x.
-SHORT_RUNS = 8
 _WCACHE_KEY = "gmc.weighted"
 _WCACHE_MAX = 8
 _WCACHE_LOCK = threading.Lock()
 
 
-@dataclass
-class GMCStructure:
-    """Stage-1 data of GMC for one tree (public structure only)."""
-
-    n1: int
-    theta: np.ndarray          # theta' = 1 + theta (Alg. 1), shape (n1,)
-    inv_theta: np.ndarray      # 1 / theta'
-    leaf_starts: np.ndarray    # runs of sibling leaves
-    leaf_parents: np.ndarray
-    parent1: np.ndarray        # parents of the non-leaf prefix (int32 when it fits)
-    leaf_parent: np.ndarray | None = None  # parents of the leaves, when runs are short
-    _unit_variance: np.ndarray | None = field(default=None, repr=False)
-    _pool: list = field(default_factory=list, repr=False)
-
-    def unit_variance(self, tree: Tree) -> np.ndarray:
-        """Diagonal of ``I - M (M^T M)^-1 M^T``: the variance of each GMC output per unit
-        of (uniform) input variance; its sum is the number of leaves (Theorem 5)."""
-        if self._unit_variance is None:
-            n = tree.n_nodes
-            x = np.empty((n, 1))
-            xv = np.empty((n, 1))
-            for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
-                                               np.zeros((n, 1)), np.ones((n, 1)), x, xv)
-            self._unit_variance = xv[:, 0]
-            self._unit_variance.setflags(write=False)
-        return self._unit_variance
 
 
-def gmc_structure(tree: Tree) -> GMCStructure:
-    """Stage 1 of GMC (Alg. 1), computed once per tree and cached in ``tree.cache``."""
-    st = tree.cache.get(_CACHE_KEY)
-    if st is None:
-        n1 = int(np.count_nonzero(tree.internal.n_children > 0))
-        theta = for_size(GK.gmc_theta, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, n1)
-        starts, pars = for_size(GK.leaf_runs, tree.n_nodes)(tree.internal.parent, n1)
-        inv = 1.0 / theta
-        idx = np.int32 if tree.n_nodes < 2**31 - 1 else np.int64
-        leaf_parent = None
-        n_runs = pars.size
-        # short sibling runs (and one run per parent): visit leaves one by one
-        one_run = bool(n1 and n_runs and np.bincount(pars, minlength=n1).max() == 1)
-        if one_run and (tree.n_nodes - n1) < SHORT_RUNS * n_runs:
-            leaf_parent = tree.internal.parent_index[n1:]
-        st = GMCStructure(n1=n1, theta=theta, inv_theta=inv, leaf_starts=starts.astype(idx),
-                          leaf_parents=pars.astype(idx), parent1=tree.internal.parent_index[:n1],
-                          leaf_parent=leaf_parent)
-        tree.cache[_CACHE_KEY] = st
-    return st
+def _unit_variance(st: GMCStructure, tree: Tree) -> np.ndarray:
+    """Diagonal of ``I - M (M^T M)^-1 M^T``: the variance of each GMC output per unit
+    of (uniform) input variance; its sum is the number of leaves (Theorem 5). Cached on
+    the tree's stage-1 structure."""
+    if st._unit_variance is None:
+        n = tree.n_nodes
+        x = np.empty((n, 1))
+        xv = np.empty((n, 1))
+        for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
+                                           np.zeros((n, 1)), np.ones((n, 1)), x, xv)
+        st._unit_variance = xv[:, 0]
+        st._unit_variance.setflags(write=False)
+    return st._unit_variance
 
 
 def _work(st: GMCStructure, k: int) -> np.ndarray:
@@ -418,7 +379,7 @@ class GMC(PostProcessor):
         if finite_pos and np.all(var == var.flat[0]):
             out = gmc(tree, y, formula=self.formula)
             st = gmc_structure(tree)
-            uv = st.unit_variance(tree) * float(var.flat[0])
+            uv = _unit_variance(st, tree) * float(var.flat[0])
             ov = uv if var.ndim == 1 else np.repeat(uv[:, None], var.shape[1], axis=1)
             return Estimate(out, ov, info)
         y = finite_values(tree, y)

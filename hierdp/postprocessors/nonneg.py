@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp._jit import for_size
-from hierdp._memory import large_empty
-from hierdp._threads import run_pieces, spans, zero_in_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
+from hierdp._engine.jit import for_size
+from hierdp._engine.memory import large_empty
+from hierdp._engine.threads import run_pieces, spans, zero_in_pieces
+from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
-from hierdp import _tree_pieces as TP
-from hierdp._jit import for_size
-from hierdp._memory import large_empty
-from hierdp._threads import run_pieces
-from hierdp._tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
+from hierdp._engine import tree_pieces as TP
+from hierdp._engine.jit import for_size
+from hierdp._engine.memory import large_empty
+from hierdp._engine.threads import run_pieces
+from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
@@ -52,7 +52,7 @@ _CUTS_KEY = "round.cuts"
 
 def _cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:
     """Each height class of parents, top-down, cut where about PIECE children
-    (``hierdp._tree_pieces.PIECE``) have gone by: round's work is per child, and a class
+    (``hierdp._engine.tree_pieces.PIECE``) have gone by: round's work is per child, and a class
     of few parents with many children (the census's block groups: 218k parents, 11.4M
     blocks) cut by parents gave two uneven pieces. Parents of a class are independent, so
     any cut gives the same integers; the cuts depend on the tree only (cached on it)."""

@@ -6,7 +6,7 @@ files behind on uninstall. Importing this module *before* numba points numba's c
 :func:`cache_dir` through ``NUMBA_CACHE_DIR`` — unless the user has set that variable,
 which always wins. Kernel modules get numba from here::
 
-    from hierdp._jit import numba as nb
+    from hierdp._engine.jit import numba as nb
 
 The folder is, first that is set: ``$HIERDP_CACHE_DIR``, ``$XDG_CACHE_HOME/hierdp``,
 ``~/.cache/hierdp``; when it cannot be created or written, a folder in the system's
@@ -69,7 +69,7 @@ def cache_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
 
 
 def shared_kernels_tag() -> str:
-    """A hash of the kernels every other kernel module inlines (``hierdp/_kernel_common.py``).
+    """A hash of the kernels every other kernel module inlines (``hierdp/_engine/kernel_common.py``).
 
     numba keys a cached function by its own file only, so a kernel that inlines a helper
     from another module would keep running the helper's old machine code after an edit;
@@ -77,7 +77,7 @@ def shared_kernels_tag() -> str:
     """
     import hashlib
 
-    src = Path(__file__).resolve().parent / "_kernel_common.py"
+    src = Path(__file__).resolve().parent / "kernel_common.py"
     try:
         return hashlib.sha1(src.read_bytes()).hexdigest()[:10]
     except OSError:  # pragma: no cover - a broken install

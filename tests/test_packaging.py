@@ -178,10 +178,10 @@ def test_the_kernel_cache_folder_follows_the_shared_inlined_kernels(monkeypatch,
     callers on stale cached machine code: the cache folder is keyed by its source."""
     import hierdp._engine.jit as jit
 
-    real = Path(jit.__file__).resolve().parent / "_kernel_common.py"
-    copy = tmp_path / "_kernel_common.py"
+    real = Path(jit.__file__).resolve().parent / "kernel_common.py"
+    copy = tmp_path / "kernel_common.py"
     copy.write_bytes(real.read_bytes())
-    monkeypatch.setattr(jit, "__file__", str(tmp_path / "_jit.py"))
+    monkeypatch.setattr(jit, "__file__", str(tmp_path / "jit.py"))
     before = jit.shared_kernels_tag()
     copy.write_bytes(real.read_bytes() + b"\n# an edit\n")
     assert jit.shared_kernels_tag() != before

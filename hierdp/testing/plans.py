@@ -41,9 +41,9 @@ import pytest
 
 from hierdp.accounting import Accountant, Spend
 from hierdp.errors import HierDPError, NotForPublicationWarning
+from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
-from hierdp.postprocessors.base import Measurements
 from hierdp.rng import make_rng
 from hierdp.testing.postprocessors import contract_trees
 from hierdp.tree import Tree

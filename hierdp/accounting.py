@@ -29,7 +29,7 @@ from typing import Any, cast
 from hierdp import rules
 from hierdp.errors import BudgetError, PrivacyError
 
-__all__ = ["PrivacyLoss", "total_budget", "loss_total", "check_epsilon", "check_rho", "check_delta",
+__all__ = ["PrivacyLoss", "pure_epsilon", "total_budget", "loss_total", "check_epsilon", "check_rho", "check_delta",
            "zcdp_to_approx_dp", "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend"]
 
 _CONVERSIONS = ("bs16", "cks20")
@@ -207,6 +207,15 @@ def _approx_dp_to_zcdp(epsilon: float, delta: float) -> float:
     """:func:`approx_dp_to_zcdp` for values already valid (e.g. a :class:`PrivacyLoss`'s)."""
     L = math.log(1 / delta)
     return (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2
+
+
+def pure_epsilon(epsilon: float | PrivacyLoss | None) -> float:
+    """ε of a release that is pure ε-DP only (e.g. PrivTree's doors): a number, or a pure
+    :class:`PrivacyLoss`; validated by :meth:`PrivacyLoss.of`."""
+    loss = PrivacyLoss.of(epsilon)
+    if loss.kind != "pure":
+        raise PrivacyError(f"this release is pure ε-DP: give epsilon= alone, got {loss!r}")
+    return cast(float, loss.epsilon)
 
 
 def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None = None,

@@ -2,10 +2,22 @@
 
 The flow of the design: true node counts → a *plan* measures them within the budget
 (``per_level`` by default: one mechanism call per level, basic composition over levels,
-parallel within a level) → :class:`~hierdp.postprocessors.base.Measurements` (noisy
-values, exact variances, spends) → the post-processing chain on noisy data only →
+parallel within a level) → :class:`~hierdp.measurements.Measurements` (noisy values,
+exact variances, spends) → the post-processing chain on noisy data only →
 :class:`~hierdp.result.ReleaseResult` with the ledger the accountant builds from every
 spend (the plan's and, for a data-dependent structure, the decomposition's).
+
+:func:`release` runs named steps, each usable on its own (a release cut into subtree
+tasks calls :func:`measure` per task and :func:`post_process` per subtree):
+
+1. :func:`resolve` — keywords → :class:`Resolved` (plan, :class:`~hierdp.accounting.PrivacyLoss`
+   built and validated once, the plan's total and guarantee, sensitivity, invariants, chain);
+2. :func:`check` — refusals that need no randomness (a session overspend first);
+3. :func:`open_account` then :func:`measure` — a private structure is paid first, then
+   the plan measures with what is left;
+4. :func:`account` — the plan's spends composed, the guarantee stated;
+5. :func:`post_process` — the chain on the measurements only;
+6. :func:`build_ledger` — the ledger.
 """
 
 from __future__ import annotations
@@ -449,6 +461,10 @@ def release(
     invariants_cover: str = "total",
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
+
+    The privacy loss is ``epsilon`` (pure ε-DP; with ``delta`` (ε, δ)-DP) or ``rho``
+    (ρ-zCDP; with ``delta`` the ledger also states the (ε, δ) it converts to), or a ready
+    :class:`~hierdp.accounting.PrivacyLoss` passed as ``epsilon``.
 
     ``plan`` decides how the counts are measured (default ``per_level`` with
     ``mechanism`` — default ``discrete_laplace`` — and ``budget`` — default ``equal``);

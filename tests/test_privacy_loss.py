@@ -164,3 +164,18 @@ def test_plans_turn_the_loss_into_their_total():
         gauss.total_for(PrivacyLoss(epsilon=1.0))
     with pytest.raises(PrivacyError, match="needs δ > 0"):
         hierdp.registry.create("plan", "ghazi").total_for(PrivacyLoss(epsilon=1.0))
+
+
+@pytest.mark.parametrize("kw", [
+    {"epsilon": 1.0},
+    {"epsilon": 1.0, "delta": 1e-6, "mechanism": "gaussian"},
+    {"rho": 0.3, "mechanism": "gaussian"},
+    {"rho": 0.3, "delta": 1e-7, "mechanism": "gaussian"},
+    {"epsilon": 1.0, "delta": 1e-6, "plan": "ghazi", "postprocess": []},
+])
+def test_the_ledger_states_the_loss_it_was_given(kw):
+    t, v = _tree_and_values()
+    r = hierdp.release(t, v, seed=3, **kw)
+    given = PrivacyLoss(epsilon=kw.get("epsilon"), delta=kw.get("delta"), rho=kw.get("rho"))
+    assert r.ledger.privacy_loss == given
+    assert hierdp.Ledger.from_json(r.ledger.to_json()).privacy_loss == given

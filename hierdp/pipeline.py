@@ -218,7 +218,7 @@ def _check_invariants_kept(est: Estimate, exact: np.ndarray, mask: np.ndarray,
 INVARIANTS_COVER = ("total", "cells")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class Resolved:
     """What :func:`resolve` decided for one release: public facts only, never a true count.
 

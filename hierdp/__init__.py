@@ -3,7 +3,7 @@
 The public names (see ``docs/architecture.md``): :class:`Tree`, :func:`release`,
 :func:`postprocess`, :func:`metric`, :func:`evaluate`, :func:`run_spec`, :class:`Session`,
 :class:`Sensitivity`, :class:`DPTree`, :class:`ReleaseResult`, :class:`Ledger`,
-:class:`Estimate`, :class:`Measurements`, the ``registry`` of plugins and the errors.
+:class:`Estimate`, :class:`Measurements`, :class:`PrivacyLoss`, the ``registry`` of plugins and the errors.
 Importing hierdp registers the ``.dptree`` accessor on pandas objects.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 from hierdp import registry
 from hierdp._engine.threads import get_threads, set_threads
 from hierdp._version import __version__ as __version__  # re-exported
+from hierdp.accounting import PrivacyLoss
 from hierdp.errors import (
     BudgetError,
     DataError,
@@ -29,9 +30,9 @@ from hierdp.frontends._dask_hook import install as _install_dask_frontend
 from hierdp.frontends.pandas import DPTree
 from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
 from hierdp.ledger import Ledger
+from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import postprocess, release
-from hierdp.postprocessors.base import Estimate, Measurements
 from hierdp.result import ReleaseResult
 from hierdp.session import Session
 from hierdp.tree import Tree
@@ -39,7 +40,7 @@ from hierdp.tree import Tree
 _install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)
 
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
-           "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "registry", "plot",
+           "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "PrivacyLoss", "registry", "plot",
            "HierDPError", "SpecError", "HierarchyError", "BudgetError", "PluginError", "PrivacyError",
            "DataError", "NonPrivateWarning", "NotForPublicationWarning", "set_threads", "get_threads"]
 

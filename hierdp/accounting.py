@@ -24,45 +24,122 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import Any, cast
 
 from hierdp import rules
 from hierdp.errors import BudgetError, PrivacyError
 
-__all__ = ["total_budget", "check_epsilon", "check_rho", "check_delta", "zcdp_to_approx_dp",
-           "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend"]
+__all__ = ["PrivacyLoss", "pure_epsilon", "total_budget", "loss_total", "check_epsilon", "check_rho", "check_delta",
+           "zcdp_to_approx_dp", "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend"]
 
 _CONVERSIONS = ("bs16", "cks20")
 
 
 def _positive(x: object, name: str) -> float:
-    f = rules.finite_float(x)
-    if f is None or f <= 0:
-        if isinstance(x, int) and not isinstance(x, bool) and f is None:  # too large for a float
-            raise BudgetError(f"{name} must be a finite number > 0 that fits a float; got a {len(str(x))}-digit "
-                              "number")
-        raise BudgetError(f"{name} must be a finite number > 0, got {x!r:.60}")
-    return f
+    rules.enforce(rules.positive_problem(x, name), BudgetError)
+    return float(cast(float, x))
 
 
 def check_epsilon(epsilon: object, name: str = "epsilon") -> float:
-    """Validate ε: a finite number > 0."""
+    """Validate ε: a finite number > 0 (:func:`hierdp.rules.positive_problem`)."""
     return _positive(epsilon, name)
 
 
 def check_rho(rho: object) -> float:
-    """Validate ρ: a finite number > 0."""
+    """Validate ρ: a finite number > 0 (:func:`hierdp.rules.positive_problem`)."""
     return _positive(rho, "rho")
 
 
 def check_delta(delta: object) -> float:
-    """Validate δ: a number strictly between 0 and 1."""
-    if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, float, np.integer, np.floating)) \
-            or rules.finite_float(delta) is None or not (0 < delta < 1):
-        raise BudgetError(f"delta must be a number strictly between 0 and 1 (e.g. 1e-9), got {delta!r}")
-    return float(delta)
+    """Validate δ: a number strictly between 0 and 1 (:func:`hierdp.rules.delta_problem`)."""
+    rules.enforce(rules.delta_problem(delta), BudgetError)
+    return float(cast(float, delta))
+
+
+@dataclass(frozen=True)
+class PrivacyLoss:
+    """One privacy-loss value, validated where it is made and then only carried.
+
+    In the spirit of OpenDP's ``loss_of(epsilon=, delta=, rho=)``: exactly one kind of
+    guarantee a release is asked to meet,
+
+    * **pure ε-DP** — ``PrivacyLoss(epsilon=1.0)``;
+    * **(ε, δ)-DP** — ``PrivacyLoss(epsilon=1.0, delta=1e-9)``;
+    * **ρ-zCDP** (Bun & Steinke 2016, Def. 1.1) — ``PrivacyLoss(rho=0.5)``; with ``delta``
+      the ledger also states the (ε, δ) it converts to (Canonne, Kamath & Steinke 2020,
+      Cor. 13).
+
+    Every rule is in :mod:`hierdp.rules` (:func:`~hierdp.rules.privacy_loss_problem`,
+    :func:`~hierdp.rules.no_budget_text`); an invalid value never exists, so plans, the
+    accountant and the ledger read its fields without checking them again. Which kinds a
+    release accepts depends on what measures (a pure mechanism refuses ρ, Gaussian noise
+    refuses pure ε): :meth:`hierdp.plans.base.Plan.total_for` decides.
+
+    Parameters
+    ----------
+    epsilon : float, optional
+        ε > 0 (pure, or with ``delta`` approximate DP).
+    delta : float, optional
+        δ in (0, 1).
+    rho : float, optional
+        ρ > 0 (zCDP); not together with ``epsilon``.
+
+    Raises
+    ------
+    BudgetError
+        when neither ε nor ρ is given, a value is invalid, or both ε and ρ are given.
+
+    Examples
+    --------
+    >>> import hierdp
+    >>> hierdp.PrivacyLoss(epsilon=1.0, delta=1e-9).kind
+    'approx'
+    >>> hierdp.PrivacyLoss(rho=0.5)
+    PrivacyLoss(rho=0.5)
+    """
+
+    epsilon: float | None = None
+    delta: float | None = None
+    rho: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.epsilon is None and self.rho is None:
+            raise BudgetError(rules.no_budget_text())
+        rules.enforce(rules.privacy_loss_problem(self.epsilon, self.delta, self.rho), BudgetError)
+        for name in ("epsilon", "delta", "rho"):  # numpy scalars and ints become plain floats
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, float(value))
+
+    @classmethod
+    def of(cls, epsilon: float | PrivacyLoss | None = None, delta: float | None = None, rho: float | None = None,
+           *, unit: str = "epsilon", who: str = "") -> PrivacyLoss:
+        """The privacy loss of release keywords: ``epsilon``/``delta``/``rho``, or a ready
+        :class:`PrivacyLoss` passed as ``epsilon`` (returned as it is).
+
+        ``unit`` and ``who`` (the budget unit of what measures, e.g. ``"rho"`` and
+        ``"mechanism 'gaussian'"``) only word the error when no budget is given
+        (:func:`hierdp.rules.no_budget_text`).
+        """
+        if isinstance(epsilon, PrivacyLoss):
+            if delta is not None or rho is not None:
+                raise BudgetError("give the privacy loss once: a PrivacyLoss, or epsilon=/delta=/rho=, not both")
+            return epsilon
+        if epsilon is None and rho is None:
+            raise BudgetError(rules.no_budget_text(unit, who))
+        return cls(epsilon=epsilon, delta=delta, rho=rho)
+
+    @property
+    def kind(self) -> str:
+        """``"pure"``, ``"approx"`` ((ε, δ)) or ``"zcdp"`` (the ledger's ``guarantee``)."""
+        if self.rho is not None:
+            return "zcdp"
+        return "pure" if self.delta is None else "approx"
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("epsilon", "delta", "rho")
+                          if getattr(self, k) is not None)
+        return f"PrivacyLoss({given})"
 
 
 def pure_to_zcdp(epsilon: float) -> float:
@@ -76,8 +153,11 @@ def _cks_eps(rho: float, log_inv_delta: float, alpha: float) -> float:
 
 def zcdp_to_approx_dp(rho: float, delta: float, method: str = "cks20") -> float:
     """ε such that ρ-zCDP implies (ε, δ)-DP (formulas in the module docstring)."""
-    rho = check_rho(rho)
-    delta = check_delta(delta)
+    return _zcdp_to_approx_dp(check_rho(rho), check_delta(delta), method)
+
+
+def _zcdp_to_approx_dp(rho: float, delta: float, method: str) -> float:
+    """:func:`zcdp_to_approx_dp` for values already valid (e.g. a :class:`PrivacyLoss`'s)."""
     L = math.log(1 / delta)
     if method == "bs16":
         return rho + 2.0 * math.sqrt(rho * L)
@@ -120,14 +200,38 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
 
 def approx_dp_to_zcdp(epsilon: float, delta: float) -> float:
     """Largest ρ whose ``bs16`` conversion gives (ε, δ): ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))²."""
-    eps = check_epsilon(epsilon)
-    L = math.log(1 / check_delta(delta))
-    return (math.sqrt(L + eps) - math.sqrt(L)) ** 2
+    return _approx_dp_to_zcdp(check_epsilon(epsilon), check_delta(delta))
+
+
+def _approx_dp_to_zcdp(epsilon: float, delta: float) -> float:
+    """:func:`approx_dp_to_zcdp` for values already valid (e.g. a :class:`PrivacyLoss`'s)."""
+    L = math.log(1 / delta)
+    return (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2
+
+
+def pure_epsilon(epsilon: float | PrivacyLoss | None) -> float:
+    """ε of a release that is pure ε-DP only (e.g. PrivTree's doors): a number, or a pure
+    :class:`PrivacyLoss`; validated by :meth:`PrivacyLoss.of`."""
+    loss = PrivacyLoss.of(epsilon)
+    if loss.kind != "pure":
+        raise PrivacyError(f"this release is pure ε-DP: give epsilon= alone, got {loss!r}")
+    return cast(float, loss.epsilon)
 
 
 def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None = None,
                  rho: float | None = None, mechanism: str = "") -> tuple[float, dict[str, Any]]:
-    """The total budget in the mechanism's ``unit`` and the guarantee fields of the ledger.
+    """The total budget in the mechanism's ``unit`` and the guarantee fields of the ledger,
+    from keywords: :func:`loss_total` of ``PrivacyLoss.of(epsilon, delta, rho)``.
+
+    Returns ``(total, {"guarantee": ..., "epsilon": ..., "delta": ..., "rho": ...})``.
+    """
+    who = f"mechanism {mechanism!r}" if mechanism else ""
+    return loss_total(unit, PrivacyLoss.of(epsilon, delta, rho, unit=unit, who=who), mechanism=mechanism)
+
+
+def loss_total(unit: str, loss: PrivacyLoss, *, mechanism: str = "") -> tuple[float, dict[str, Any]]:
+    """The total budget in the mechanism's ``unit`` for the (already valid) ``loss``, and
+    the guarantee fields of the ledger.
 
     Returns ``(total, {"guarantee": ..., "epsilon": ..., "delta": ..., "rho": ...})``.
 
@@ -142,32 +246,24 @@ def total_budget(unit: str, *, epsilon: float | None = None, delta: float | None
       - ``epsilon`` alone → :class:`PrivacyError` (Gaussian noise cannot give pure ε-DP).
     """
     who = f"mechanism {mechanism!r}" if mechanism else "this mechanism"
-    rules.enforce(rules.mechanism_unit_problem(unit, mechanism or "this mechanism", epsilon=epsilon is not None,
+    eps, delta, rho = loss.epsilon, loss.delta, loss.rho
+    rules.enforce(rules.mechanism_unit_problem(unit, mechanism or "this mechanism", epsilon=eps is not None,
                                                delta=delta is not None and unit != "epsilon",
                                                rho=rho is not None), PrivacyError)
     if unit == "epsilon":
-        if epsilon is None:
-            raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
-        eps = check_epsilon(epsilon)
+        eps = cast(float, eps)  # a valid loss without rho has epsilon
         if delta is not None:
-            check_delta(delta)
             raise PrivacyError(f"{who} is pure ε-DP; delta is not used (remove delta=...)")
         return eps, {"guarantee": "pure", "epsilon": eps, "delta": None, "rho": None}
     if unit == "rho":
         if rho is not None:
-            r = check_rho(rho)
-            if epsilon is not None:
-                raise BudgetError("give either rho=... or epsilon=... with delta=..., not both")
             if delta is not None:
-                d = check_delta(delta)
-                return r, {"guarantee": "zcdp", "epsilon": zcdp_to_approx_dp(r, d), "delta": d, "rho": r}
-            return r, {"guarantee": "zcdp", "epsilon": None, "delta": None, "rho": r}
-        if epsilon is None:
-            raise BudgetError(f"no privacy budget given for {who}: pass rho=... or epsilon=... with delta=...")
-        eps = check_epsilon(epsilon)
-        d = check_delta(delta)
-        r = approx_dp_to_zcdp(eps, d)
-        return r, {"guarantee": "approx", "epsilon": eps, "delta": d, "rho": r}
+                return rho, {"guarantee": "zcdp", "epsilon": _zcdp_to_approx_dp(rho, delta, "cks20"), "delta": delta,
+                             "rho": rho}
+            return rho, {"guarantee": "zcdp", "epsilon": None, "delta": None, "rho": rho}
+        eps, delta = cast(float, eps), cast(float, delta)  # the unit rule above needs both
+        r = _approx_dp_to_zcdp(eps, delta)
+        return r, {"guarantee": "approx", "epsilon": eps, "delta": delta, "rho": r}
     raise PrivacyError(f"{who} budgets in {unit!r}; expected 'epsilon' or 'rho'")
 
 

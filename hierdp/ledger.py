@@ -13,12 +13,10 @@ import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hierdp._version import __version__
-
-if TYPE_CHECKING:
-    from hierdp.accounting import Accountant
+from hierdp.accounting import Accountant, PrivacyLoss
 
 __all__ = ["LevelSpend", "Ledger"]
 
@@ -141,6 +139,16 @@ class Ledger:
         basic composition)."""
         return float(math.fsum([ls.budget for ls in self.levels] + [self.decomposition.get("spent", 0.0)]))
 
+    @property
+    def privacy_loss(self) -> PrivacyLoss:
+        """The guarantee this ledger states, as the :class:`~hierdp.accounting.PrivacyLoss`
+        a release would be given for it: ε (``pure``), (ε, δ) (``approx``; a Gaussian
+        release's derived ρ is not part of it) or ρ, with δ when the ledger also states the
+        (ε, δ) it converts to (``zcdp``)."""
+        if self.guarantee == "zcdp":
+            return PrivacyLoss(rho=self.rho, delta=self.delta)
+        return PrivacyLoss(epsilon=self.epsilon, delta=self.delta if self.guarantee == "approx" else None)
+
     def by_level(self) -> dict[str, float]:
         return {ls.level: ls.budget for ls in self.levels}
 
@@ -194,8 +202,6 @@ class Ledger:
     def accountant(self) -> Accountant:
         """An :class:`hierdp.accounting.Accountant` holding one spend per measured level
         (levels compose basically: the total equals :attr:`spent`)."""
-        from hierdp.accounting import Accountant
-
         units = {ls.unit for ls in self.levels if ls.measured}
         if len(units) > 1:
             raise ValueError(f"levels are budgeted in several units {sorted(units)}")

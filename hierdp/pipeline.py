@@ -2,37 +2,53 @@
 
 The flow of the design: true node counts → a *plan* measures them within the budget
 (``per_level`` by default: one mechanism call per level, basic composition over levels,
-parallel within a level) → :class:`~hierdp.postprocessors.base.Measurements` (noisy
-values, exact variances, spends) → the post-processing chain on noisy data only →
+parallel within a level) → :class:`~hierdp.measurements.Measurements` (noisy values,
+exact variances, spends) → the post-processing chain on noisy data only →
 :class:`~hierdp.result.ReleaseResult` with the ledger the accountant builds from every
 spend (the plan's and, for a data-dependent structure, the decomposition's).
+
+:func:`release` runs named steps, each usable on its own (a release cut into subtree
+tasks calls :func:`measure` per task and :func:`post_process` per subtree):
+
+1. :func:`resolve` — keywords → :class:`Resolved` (plan, :class:`~hierdp.accounting.PrivacyLoss`
+   built and validated once, the plan's total and guarantee, sensitivity, invariants, chain);
+2. :func:`check` — refusals that need no randomness (a session overspend first);
+3. :func:`open_account` then :func:`measure` — a private structure is paid first, then
+   the plan measures with what is left;
+4. :func:`account` — the plan's spends composed, the guarantee stated;
+5. :func:`post_process` — the chain on the measurements only;
+6. :func:`build_ledger` — the ledger.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from hierdp import registry, rules
-from hierdp.accounting import Accountant
+from hierdp.accounting import Accountant, PrivacyLoss
 from hierdp.decompositions.base import Structure
 from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, PluginError, PrivacyError
 from hierdp.ledger import Ledger
+from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
-from hierdp.postprocessors.base import Estimate, Measurements, PostProcessor, node_values, node_variance
+from hierdp.postprocessors.base import PostProcessor, node_values, node_variance
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
 from hierdp.result import ReleaseResult
 from hierdp.rng import make_rng
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
+    from hierdp.rng import RandomSource
     from hierdp.session import Session
 
-__all__ = ["release", "postprocess", "resolve_plan", "external_estimate", "resolve_invariants"]
+__all__ = ["release", "postprocess", "resolve_plan", "external_estimate", "resolve_invariants", "Resolved",
+           "resolve", "check", "open_account", "measure", "account", "post_process", "build_ledger"]
 
 
 class _PlanDefault(tuple[str, ...]):
@@ -170,27 +186,28 @@ def resolve_invariants(tree: Tree, invariants: Any) -> tuple[np.ndarray, list[st
     return mask, list(dict.fromkeys(names))
 
 
-def _check_invariants_kept(tree: Tree, est: Estimate, vals_internal: np.ndarray, mask: np.ndarray,
+def _check_invariants_kept(est: Estimate, exact: np.ndarray, mask: np.ndarray,
                            pps: list[Any], cover: str = "cells") -> Estimate:
     """Every estimator must keep the invariants exact. Within float round-off the exact
     value is restored (so written tables hold the integer); a step that moved one is an error.
-    With ``cover="total"`` only each invariant node's total over its cells is fixed."""
+    With ``cover="total"`` only each invariant node's total over its cells is fixed.
+    ``exact``: the invariant nodes' published values (``values[mask]``, internal order)."""
     x = np.array(est.values, copy=True)
     if cover == "total" and x.ndim == 2:
-        truth = vals_internal[mask].astype(np.float64).sum(axis=1)
+        truth = exact.astype(np.float64).sum(axis=1)
         got = np.asarray(x[mask], dtype=np.float64).sum(axis=1)
         if np.any(np.abs(got - truth) > 1e-7 * (1.0 + np.abs(truth))):
             raise PluginError(f"the post-processing chain {[pp.name for pp in pps]} does not keep the invariant node "
                               "totals exact (it treats cells one by one); for non-negative integers that keep them, "
                               "use plan={'name': 'marginals', ..., 'integer': True} with postprocess=[]")
         return est
-    truth = vals_internal[mask].astype(np.float64)
+    truth = exact.astype(np.float64)
     got = np.asarray(x[mask], dtype=np.float64)
     tol = 1e-7 * (1.0 + np.abs(truth))
     if np.any(np.abs(got - truth) > tol):
         raise PluginError(f"the post-processing chain {[pp.name for pp in pps]} does not keep the invariants exact; "
                           "use steps that honour exact nodes (blue, gmc, nonneg, round)")
-    x[mask] = vals_internal[mask].astype(x.dtype) if np.issubdtype(x.dtype, np.integer) else truth.reshape(got.shape)
+    x[mask] = exact.astype(x.dtype) if np.issubdtype(x.dtype, np.integer) else truth.reshape(got.shape)
     var = est.variance
     if var is not None:
         var = np.array(var, dtype=np.float64, copy=True)
@@ -201,11 +218,229 @@ def _check_invariants_kept(tree: Tree, est: Estimate, vals_internal: np.ndarray,
 INVARIANTS_COVER = ("total", "cells")
 
 
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
+class Resolved:
+    """What :func:`resolve` decided for one release: public facts only, never a true count.
+
+    The later steps (:func:`check`, :func:`measure`, :func:`account`, :func:`post_process`,
+    :func:`build_ledger`) read it; a release cut into subtree tasks shares one.
+
+    Attributes
+    ----------
+    plan : the measurement plan.
+    loss : the release's privacy loss (validated once, here).
+    total : the budget in the plan's unit that ``loss`` gives (:meth:`Plan.total_for`).
+    guarantee : the ledger's guarantee fields for ``loss`` (``guarantee``, ``epsilon``,
+        ``delta``, ``rho``); :func:`account` may complete δ.
+    sensitivity : per-level sensitivity of one privacy unit (at least the floor).
+    neighbours : ``"add_remove"`` or ``"substitute"``.
+    invariants : internal-order boolean mask of the nodes published exactly.
+    invariant_names : their descriptions for the ledger (empty: no invariants).
+    cover : ``"cells"`` or ``"total"``: what an invariant of a node with cells fixes.
+    postprocessors : the post-processing chain.
+    seed, privacy_unit, max_contributions, notes, private_notes : as given to :func:`release`
+        (``private_notes`` may describe the private data and is kept out of the repr).
+    """
+
+    plan: Plan
+    loss: PrivacyLoss
+    total: float
+    guarantee: dict[str, Any]
+    sensitivity: Sensitivity
+    neighbours: str
+    invariants: np.ndarray = field(repr=False)
+    invariant_names: list[str]
+    cover: str
+    postprocessors: list[PostProcessor]
+    seed: int | None
+    privacy_unit: str
+    max_contributions: int | None
+    notes: tuple[str, ...] = ()
+    private_notes: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def measure_keywords(self) -> dict[str, Any]:
+        """The optional keywords of ``plan.measure`` this release needs (the plan protocol:
+        :attr:`Plan.supports_invariants`, :attr:`Plan.invariant_covers`,
+        :attr:`Plan.takes_neighbours`)."""
+        extra: dict[str, Any] = {"invariants": self.invariants} if self.invariant_names else {}
+        if self.invariant_names and len(self.plan.invariant_covers) > 1:
+            extra["invariants_cover"] = self.cover
+        if self.plan.takes_neighbours:
+            extra["neighbours"] = self.neighbours
+        return extra
+
+
+def _resolve_invariants(tree: Tree, the_plan: Plan, invariants: Any, *, neighbours: str, allow_add_remove: bool,
+                        invariants_cover: str, n_cells: int) -> tuple[np.ndarray, list[str], str]:
+    """The invariant mask, ledger names and cover of a release, refused when ``the_plan``
+    cannot keep them or the neighbour relation does not allow them."""
+    inv_mask, inv_names = resolve_invariants(tree, invariants)
+    rules.enforce(rules.invariants_problem(neighbours, len(inv_names), bool(allow_add_remove)), PrivacyError)
+    if inv_names and not the_plan.supports_invariants:
+        raise PluginError(f"plan {the_plan.name!r} cannot keep invariants exact; use plan='per_level' or "
+                          "'marginals', or drop invariants=")
+    if invariants_cover not in INVARIANTS_COVER:
+        raise DataError(f"invariants_cover must be 'total' (each invariant node's total over its cells) or 'cells' "
+                        f"(every cell), got {invariants_cover!r:.40}")
+    cover = invariants_cover if n_cells > 1 else "cells"
+    if inv_names and cover not in the_plan.invariant_covers:
+        raise PluginError(f"plan {the_plan.name!r} keeps invariants on every cell only; to publish only the invariant "
+                          "nodes' totals exactly use plan={'name': 'marginals'} (without a strategy it measures the "
+                          "full histogram), or pass invariants_cover='cells' to publish every cell of them exactly")
+    if inv_names and cover == "total":
+        inv_names = [f"{nm} (totals over the cells)" for nm in inv_names]
+    return inv_mask, inv_names, cover
+
+
+def resolve(
+    tree: Tree,
+    *,
+    n_cells: int = 1,
+    epsilon: float | PrivacyLoss | None = None,
+    delta: float | None = None,
+    rho: float | None = None,
+    plan: Any = "per_level",
+    mechanism: Any = None,
+    budget: Any = None,
+    postprocess: Any = _PLAN_DEFAULT,
+    seed: int | None = None,
+    sensitivity: Sensitivity | None = None,
+    privacy_unit: str = "one row = one individual",
+    max_contributions: int | None = None,
+    notes: Sequence[str] = (),
+    private_notes: Mapping[str, Any] | None = None,
+    neighbours: str = "add_remove",
+    invariants: Any = None,
+    allow_invariants_with_add_remove: bool = False,
+    invariants_cover: str = "total",
+) -> Resolved:
+    """Step 1 of a release: turn :func:`release`'s keywords into a :class:`Resolved`.
+
+    Checks, in this order: the seed, the plan, the neighbour relation, the sensitivity
+    (:func:`hierdp.rules.sensitivity_floor`), the invariants (and whether the plan keeps
+    them), the privacy loss (:meth:`hierdp.PrivacyLoss.of`, then the plan's
+    :meth:`~hierdp.plans.base.Plan.total_for`), the post-processing chain. Reads no true
+    count (``n_cells``: the number of histogram cells per node, 1 for ``(n,)`` values) and
+    draws no noise.
+    """
+    rules.enforce(rules.seed_problem(seed), DataError)
+    the_plan = resolve_plan(plan, mechanism=mechanism, budget=budget)
+    rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)
+    sens = _sensitivity(sensitivity, max_contributions, neighbours)
+    inv_mask, inv_names, cover = _resolve_invariants(
+        tree, the_plan, invariants, neighbours=neighbours, allow_add_remove=allow_invariants_with_add_remove,
+        invariants_cover=invariants_cover, n_cells=n_cells)
+    loss = PrivacyLoss.of(epsilon, delta, rho, unit=the_plan.budget_unit, who=the_plan.budget_owner)
+    total, guarantee = the_plan.total_for(loss)
+    if postprocess is _PLAN_DEFAULT:
+        postprocess = the_plan.default_postprocess
+    return Resolved(plan=the_plan, loss=loss, total=total, guarantee=guarantee, sensitivity=sens,
+                    neighbours=neighbours, invariants=inv_mask, invariant_names=inv_names, cover=cover,
+                    postprocessors=resolve_postprocessors(postprocess), seed=seed, privacy_unit=privacy_unit,
+                    max_contributions=max_contributions, notes=tuple(notes), private_notes=dict(private_notes or {}))
+
+
+def check(resolved: Resolved, session: Session | None = None) -> None:
+    """Step 2: refuse what resolving alone cannot, before any randomness is used.
+
+    A ``session`` refuses a release that would overspend it (:meth:`hierdp.Session.check`);
+    a plan whose measurements are already an estimate (:attr:`Plan.returns_estimate`)
+    refuses linear steps that need variances (they would misstate them).
+    """
+    if session is not None:
+        session.check(resolved.guarantee)
+    the_plan = resolved.plan
+    if the_plan.returns_estimate:
+        redo = [pp.name for pp in resolved.postprocessors if pp.linear and pp.requires_variance]
+        if redo:
+            raise PluginError(f"plan {the_plan.name!r} hands on its own consistent GLS estimate with exact variances; "
+                              f"{redo[0]!r} would treat it as independent measurements and misstate the variances: "
+                              "use postprocess=[] or ['nonneg', 'round']")
+
+
+def open_account(resolved: Resolved, tree: Tree,
+                 structure: Structure | None = None) -> tuple[Accountant, dict[str, Any]]:
+    """Step 3a (accounting, before measuring): an :class:`~hierdp.accounting.Accountant`
+    over the release's total that has paid a data-dependent ``structure``'s spends first,
+    and the ledger's ``decomposition`` entry. The plan then measures with what is left,
+    ``resolved.total - accountant.total``."""
+    acc = Accountant(unit="rho" if resolved.plan.budget_unit == "rho" else "epsilon", budget=resolved.total)
+    return acc, _structure_spends(acc, structure, tree)
+
+
+def measure(resolved: Resolved, tree: Tree, values_internal: np.ndarray, *, total: float,
+            rng: RandomSource) -> Measurements:
+    """Step 3: the plan measures the internal-order true ``values_internal`` of ``tree``
+    within ``total`` (in the plan's unit) and ``resolved.loss.delta``. The only step that
+    reads true counts together with randomness; what it returns is private."""
+    return resolved.plan.measure(tree, values_internal, total=total, delta=resolved.loss.delta,
+                                 sensitivity=resolved.sensitivity, rng=rng, **resolved.measure_keywords())
+
+
+def account(resolved: Resolved, acc: Accountant, meas: Measurements) -> dict[str, Any]:
+    """Step 4: compose the plan's spends into ``acc`` (refusing a plan that spent more than
+    the total, or more δ than given) and return the ledger's guarantee fields (an (ε, δ)
+    plan given no δ states the δ it spent)."""
+    for s in meas.spends:  # refuses a plan that spent more than the total
+        acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
+    delta, the_plan = resolved.loss.delta, resolved.plan
+    if delta is not None and acc.delta_total > delta * (1 + rules.SUM_RTOL):
+        raise BudgetError(f"plan {the_plan.name!r} spent δ = {acc.delta_total:g}, more than delta = {delta:g}")
+    guarantee = resolved.guarantee
+    if guarantee["guarantee"] == "approx" and the_plan.budget_unit == "approx":
+        guarantee = dict(guarantee, delta=acc.delta_total if delta is None else delta)
+    return guarantee
+
+
+def post_process(resolved: Resolved, tree: Tree, meas: Measurements, exact: np.ndarray | None = None) -> Estimate:
+    """Step 5: the post-processing chain on the (internal-order) measurements only.
+
+    ``exact``: the invariant nodes' published values (internal order, ``values[mask]``),
+    which every step must keep (:func:`_check_invariants_kept`); needed when the release
+    has invariants. Unmeasured nodes without a consistent step become NaN. (Not
+    :func:`postprocess`, which runs one named post-processor on external-order arrays.)
+    """
+    pps = resolved.postprocessors
+    est = run_chain(tree, meas, pps)
+    if not pps:  # the estimate is the plan's output: its diagnostics (e.g. ghazi's thresholds) stay valid
+        est = Estimate(est.values, est.variance, dict(meas.info), est.measurement_variance, est.linear, est.consistent)
+    est = _unmeasured_missing(est, pps)
+    if resolved.invariant_names:
+        if exact is None:
+            raise DataError("a release with invariants needs their published values (exact=) to check them")
+        est = _check_invariants_kept(est, exact, resolved.invariants, pps, resolved.cover)
+    return est
+
+
+def build_ledger(resolved: Resolved, tree: Tree, meas: Measurements, guarantee: dict[str, Any], *,
+                 structure: Structure | None = None, decomposition: dict[str, Any] | None = None,
+                 rng: RandomSource) -> Ledger:
+    """Step 6: the release's :class:`~hierdp.ledger.Ledger` from the composed ``guarantee``
+    (:func:`account`), the plan's per-level summary and what :func:`resolve` decided."""
+    the_plan, inv_names = resolved.plan, resolved.invariant_names
+    fields = the_plan.ledger_fields()
+    ledger = Ledger(
+        guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
+        rho=guarantee.get("rho"), privacy_unit=resolved.privacy_unit, max_contributions=resolved.max_contributions,
+        mechanism=fields["mechanism"], budget_strategy=fields["budget_strategy"], plan=the_plan.name,
+        levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance,
+        postprocess=[pp.name for pp in resolved.postprocessors], seed=resolved.seed,
+        secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(resolved.notes),
+        private_notes=dict(resolved.private_notes), decomposition=dict(decomposition or {}),
+        neighbours=resolved.neighbours, invariants=inv_names,
+    )
+    if inv_names:
+        ledger.notes.append(rules.invariants_text(inv_names, resolved.neighbours))
+    ledger.non_private.extend(meas.info.get("non_private", []))
+    ledger.non_private.extend(the_plan.non_private_reasons())
+    return ledger
+
+
 def release(
     tree: Tree,
     values: np.ndarray,
     *,
-    epsilon: float | None = None,
+    epsilon: float | PrivacyLoss | None = None,
     delta: float | None = None,
     rho: float | None = None,
     plan: Any = "per_level",
@@ -226,6 +461,10 @@ def release(
     invariants_cover: str = "total",
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
+
+    The privacy loss is ``epsilon`` (pure ε-DP; with ``delta`` (ε, δ)-DP) or ``rho``
+    (ρ-zCDP; with ``delta`` the ledger also states the (ε, δ) it converts to), or a ready
+    :class:`~hierdp.accounting.PrivacyLoss` passed as ``epsilon``.
 
     ``plan`` decides how the counts are measured (default ``per_level`` with
     ``mechanism`` — default ``discrete_laplace`` — and ``budget`` — default ``equal``);
@@ -264,76 +503,19 @@ def release(
     ('pure', False)
     """
     vals = _check_values(tree, values)
-    rules.enforce(rules.seed_problem(seed), DataError)
-    the_plan = resolve_plan(plan, mechanism=mechanism, budget=budget)
-    rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)
-    sens = _sensitivity(sensitivity, max_contributions, neighbours)
-    inv_mask, inv_names = resolve_invariants(tree, invariants)
-    rules.enforce(rules.invariants_problem(neighbours, len(inv_names), bool(allow_invariants_with_add_remove)),
-                  PrivacyError)
-    if inv_names and not getattr(the_plan, "supports_invariants", False):
-        raise PluginError(f"plan {the_plan.name!r} cannot keep invariants exact; use plan='per_level' or "
-                          "'marginals', or drop invariants=")
-    if invariants_cover not in INVARIANTS_COVER:
-        raise DataError(f"invariants_cover must be 'total' (each invariant node's total over its cells) or 'cells' "
-                        f"(every cell), got {invariants_cover!r:.40}")
-    cover = invariants_cover if vals.ndim == 2 and vals.shape[1] > 1 else "cells"
-    if inv_names and cover not in getattr(the_plan, "invariant_covers", ("cells",)):
-        raise PluginError(f"plan {the_plan.name!r} keeps invariants on every cell only; to publish only the invariant "
-                          "nodes' totals exactly use plan={'name': 'marginals'} (without a strategy it measures the "
-                          "full histogram), or pass invariants_cover='cells' to publish every cell of them exactly")
-    if inv_names and cover == "total":
-        inv_names = [f"{nm} (totals over the cells)" for nm in inv_names]
-    total, guarantee = the_plan.total(epsilon=epsilon, delta=delta, rho=rho)
-    if postprocess is _PLAN_DEFAULT:
-        postprocess = getattr(the_plan, "default_postprocess", ("blue",))
-    pps = resolve_postprocessors(postprocess)
-    if session is not None:
-        session.check(guarantee)
+    r = resolve(tree, n_cells=vals.shape[1] if vals.ndim == 2 else 1, epsilon=epsilon, delta=delta, rho=rho,
+                plan=plan, mechanism=mechanism, budget=budget, postprocess=postprocess, seed=seed,
+                sensitivity=sensitivity, privacy_unit=privacy_unit, max_contributions=max_contributions, notes=notes,
+                private_notes=private_notes, neighbours=neighbours, invariants=invariants,
+                allow_invariants_with_add_remove=allow_invariants_with_add_remove, invariants_cover=invariants_cover)
+    check(r, session)  # before any randomness: a refused release draws no noise
     rng = make_rng(seed)
-    if getattr(the_plan, "returns_estimate", False):
-        redo = [pp.name for pp in pps if pp.linear and pp.requires_variance]
-        if redo:
-            raise PluginError(f"plan {the_plan.name!r} hands on its own consistent GLS estimate with exact variances; "
-                              f"{redo[0]!r} would treat it as independent measurements and misstate the variances: "
-                              "use postprocess=[] or ['nonneg', 'round']")
     vals_internal = tree.to_internal(vals)
-    extra: dict[str, Any] = {"invariants": inv_mask} if inv_names else {}
-    if inv_names and len(getattr(the_plan, "invariant_covers", ("cells",))) > 1:
-        extra["invariants_cover"] = cover
-    if getattr(the_plan, "takes_neighbours", False):
-        extra["neighbours"] = neighbours
-    acc = Accountant(unit="rho" if the_plan.budget_unit == "rho" else "epsilon", budget=total)
-    decomposition = _structure_spends(acc, structure, tree)  # a private structure is paid first
-    meas = the_plan.measure(tree, vals_internal, total=total - acc.total, delta=delta, sensitivity=sens, rng=rng,
-                            **extra)
-    for s in meas.spends:  # refuses a plan that spent more than the total
-        acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
-    if delta is not None and acc.delta_total > delta * (1 + rules.SUM_RTOL):
-        raise BudgetError(f"plan {the_plan.name!r} spent δ = {acc.delta_total:g}, more than delta = {delta:g}")
-    if guarantee["guarantee"] == "approx" and the_plan.budget_unit == "approx":
-        guarantee = dict(guarantee, delta=acc.delta_total if delta is None else delta)
-    est = run_chain(tree, meas, pps)
-    if not pps:  # the estimate is the plan's output: its diagnostics (e.g. ghazi's thresholds) stay valid
-        est = Estimate(est.values, est.variance, dict(meas.info), est.measurement_variance, est.linear, est.consistent)
-    est = _unmeasured_missing(est, pps)
-    if inv_names:
-        est = _check_invariants_kept(tree, est, vals_internal, inv_mask, pps, cover)
-    fields = the_plan.ledger_fields()
-    ledger = Ledger(
-        guarantee=guarantee["guarantee"], epsilon=guarantee.get("epsilon"), delta=guarantee.get("delta"),
-        rho=guarantee.get("rho"), privacy_unit=privacy_unit, max_contributions=max_contributions,
-        mechanism=fields["mechanism"], budget_strategy=fields["budget_strategy"], plan=the_plan.name,
-        levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance,
-        postprocess=[pp.name for pp in pps], seed=seed,
-        secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(notes),
-        private_notes=dict(private_notes or {}), decomposition=decomposition, neighbours=neighbours,
-        invariants=inv_names,
-    )
-    if inv_names:
-        ledger.notes.append(rules.invariants_text(inv_names, neighbours))
-    ledger.non_private.extend(meas.info.get("non_private", []))
-    ledger.non_private.extend(the_plan.non_private_reasons())
+    acc, decomposition = open_account(r, tree, structure)  # a private structure is paid first
+    meas = measure(r, tree, vals_internal, total=r.total - acc.total, rng=rng)
+    guarantee = account(r, acc, meas)
+    est = post_process(r, tree, meas, vals_internal[r.invariants] if r.invariant_names else None)
+    ledger = build_ledger(r, tree, meas, guarantee, structure=structure, decomposition=decomposition, rng=rng)
     if session is not None:
         session.charge(ledger)
     if seed is not None:

@@ -9,6 +9,8 @@ spec key where the two differ.
 
 Rules (design, "Privacy rules"):
 
+* the privacy loss (:class:`hierdp.PrivacyLoss`): ε and ρ are finite and positive, δ in
+  (0, 1); ε or ρ is given (:func:`no_budget_text`), never both (:func:`privacy_loss_problem`);
 * budgets: totals are finite and positive, δ in (0, 1); per-level budgets add up to the
   total (relative tolerance :data:`SUM_RTOL`) and a split never composes to more than
   the total (:func:`trim_to_total`);
@@ -37,7 +39,8 @@ import numpy as np
 from hierdp.errors import BudgetError, PluginError, PrivacyError
 from hierdp.mechanisms.base import NEIGHBOURS, Sensitivity
 
-__all__ = ["SUM_RTOL", "enforce", "budget_sum_problem", "trim_to_total", "mechanism_unit_problem",
+__all__ = ["SUM_RTOL", "enforce", "positive_problem", "delta_problem", "no_budget_text", "privacy_loss_problem",
+           "budget_sum_problem", "trim_to_total", "mechanism_unit_problem",
            "rho_per_level_problem", "unit_bound_problem", "max_contributions_problem", "sensitivity_problem",
            "chain_order_problems", "check_chain", "check_budget_values", "delta_mechanism_problem",
            "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem", "NEIGHBOURS",
@@ -89,6 +92,49 @@ def seed_problem(seed: Any) -> str | None:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         return (f"seed must be a non-negative integer (tests only) or None for secure randomness, got {seed!r} "
                 f"({type(seed).__name__})")
+    return None
+
+
+# ------------------------------------------------------------------ privacy loss
+def positive_problem(x: Any, name: str) -> str | None:
+    """A budget (ε, ρ, a spend, a share) is a finite number > 0 that fits a float."""
+    f = finite_float(x)
+    if f is not None and f > 0:
+        return None
+    if isinstance(x, int) and not isinstance(x, bool) and f is None:  # too large for a float
+        return f"{name} must be a finite number > 0 that fits a float; got a {len(str(x))}-digit number"
+    return f"{name} must be a finite number > 0, got {x!r:.60}"
+
+
+def delta_problem(delta: Any) -> str | None:
+    """δ is a number strictly between 0 and 1."""
+    if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, float, np.integer, np.floating)) \
+            or finite_float(delta) is None or not (0 < delta < 1):
+        return f"delta must be a number strictly between 0 and 1 (e.g. 1e-9), got {delta!r}"
+    return None
+
+
+def no_budget_text(unit: str = "epsilon", who: str = "") -> str:
+    """The one message for a release given no privacy loss, by the budget unit of what
+    measures (``who``, e.g. ``"mechanism 'gaussian'"`` or ``"plan 'ghazi'"``)."""
+    if unit == "rho":
+        return f"no privacy budget given for {who or 'this mechanism'}: pass rho=... or epsilon=... with delta=..."
+    if unit == "approx":
+        return f"no privacy budget given: {who or 'this release'} is (ε, δ)-DP; pass epsilon= and delta="
+    return "no privacy budget given: pass epsilon=<positive number>"
+
+
+def privacy_loss_problem(epsilon: Any, delta: Any, rho: Any) -> str | None:
+    """A privacy loss is pure ε, (ε, δ) or ρ-zCDP (with δ: the (ε, δ) it converts to is
+    stated too): each given value valid, ε and ρ not both. Missing ε and ρ is
+    :func:`no_budget_text`'s case (its wording depends on what measures)."""
+    for value, name in ((epsilon, "epsilon"), (rho, "rho")):
+        if value is not None and (problem := positive_problem(value, name)) is not None:
+            return problem
+    if delta is not None and (problem := delta_problem(delta)) is not None:
+        return problem
+    if epsilon is not None and rho is not None:
+        return "give either rho=... or epsilon=... with delta=..., not both"
     return None
 
 

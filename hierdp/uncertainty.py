@@ -62,10 +62,10 @@ import numpy as np
 
 from hierdp import registry
 from hierdp.errors import DataError, HierDPError
+from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
 from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
-from hierdp.postprocessors.base import Estimate, Measurements
 from hierdp.postprocessors.blue import BLUE, blue
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
 from hierdp.rng import make_rng

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp._engine.jit import numba as nb
-from hierdp.accounting import check_epsilon
+from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.privtree import PrivTree, SimpleTree, SpatialStructure, UniformGrid, as_points
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.pipeline import release
@@ -224,9 +224,7 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     """
     if method not in METHODS:
         raise DataError(expected_one_of("method", method, METHODS))
-    if epsilon is None:
-        raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
-    eps = check_epsilon(epsilon)
+    eps = pure_epsilon(epsilon)
     if structure_share is None:
         structure_share = 0.01 if method == "grid" else 0.5
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.accounting import check_epsilon
+from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.suffix_tree import Corpus, SuffixStructure, SuffixTree
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.pipeline import release
@@ -287,9 +287,7 @@ def release_sequences(data: Any, column: str | None = None, *, epsilon: float | 
     noisy leaves, negative counts reset to 0 node by node; not consistent). ``theta``,
     ``max_depth``: see :class:`~hierdp.decompositions.suffix_tree.SuffixTree`.
     """
-    if epsilon is None:
-        raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
-    eps = check_epsilon(epsilon)
+    eps = pure_epsilon(epsilon)
     if histograms not in HISTOGRAMS:
         raise DataError(expected_one_of("histograms", histograms, HISTOGRAMS))
     decomp = SuffixTree(alphabet=alphabet, max_length=max_length, theta=theta, max_depth=max_depth, column=column)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.accounting import check_epsilon
+from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.mixed import MixedPrivTree, MixedStructure
 from hierdp.decompositions.taxonomy import TaxonomyPrivTree
 from hierdp.errors import BudgetError, DataError
@@ -49,9 +49,7 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, *, epsilon: float | None 
     (default half, §3.4) pays for the structure, the rest for the leaves. ``privacy_unit``:
     the ledger's description of one tuple (default one row).
     """
-    if epsilon is None:
-        raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
-    eps = check_epsilon(epsilon)
+    eps = pure_epsilon(epsilon)
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
     decomp = TaxonomyPrivTree(taxonomy, score=score, sensitivity=sensitivity, **params)
@@ -97,9 +95,7 @@ def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
     ``max_depth``, ``max_halvings``, ``contributions``: see :class:`MixedPrivTree`.
     ``structure_share`` of ``epsilon`` (default half) pays for the structure.
     """
-    if epsilon is None:
-        raise BudgetError("no privacy budget given: pass epsilon=<positive number>")
-    eps = check_epsilon(epsilon)
+    eps = pure_epsilon(epsilon)
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
     decomp = MixedPrivTree(numeric, categorical, **params)

@@ -63,19 +63,19 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from hierdp.accounting import Spend, check_delta, check_epsilon
+from hierdp.accounting import PrivacyLoss, Spend
 from hierdp.errors import BudgetError, DataError, PrivacyError
 from hierdp.ledger import LevelSpend
+from hierdp.measurements import Measurements
 from hierdp.mechanisms._samplers import dlap_params
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.mechanisms.svt import SparseBank
 from hierdp.mechanisms.truncated_laplace import TruncatedLaplace
 from hierdp.plans.base import Plan
-from hierdp.postprocessors.base import Measurements
 
 if TYPE_CHECKING:
     from hierdp.rng import RandomSource
@@ -367,19 +367,16 @@ class Ghazi(Plan):
     def budget_unit(self) -> str:
         return "approx"
 
-    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
+    def total_for(self, loss: PrivacyLoss) -> tuple[float, dict[str, Any]]:
         why = ("plan 'ghazi' is (ε, δ)-DP: its classification uses the truncated Laplace mechanism "
                "(Ghazi et al. Lemma 16), which needs δ > 0")
-        if rho is not None:
+        if loss.rho is not None:
             raise PrivacyError(f"{why}; a rho (zCDP) budget cannot be honoured: pass epsilon= and delta=")
-        if epsilon is None:
-            raise BudgetError(f"no privacy budget given: {why}; pass epsilon= and delta=")
-        eps = check_epsilon(epsilon)
-        if delta is None:
+        if loss.delta is None:
             raise PrivacyError(f"{why}, so a pure ε budget cannot be honoured: pass delta= (e.g. 1e-6), or use "
                                "plan 'per_level' for pure ε-DP")
-        d = check_delta(delta)
-        return eps, {"guarantee": "approx", "epsilon": eps, "delta": d, "rho": None}
+        return cast(float, loss.epsilon), {"guarantee": "approx", "epsilon": loss.epsilon, "delta": loss.delta,
+                                           "rho": None}
 
     def schedule(self, tree: Tree, *, total: float, delta: float, sensitivity: Sensitivity) -> GhaziSchedule:
         """The public parameters (thresholds, budgets per step) for this tree and budget."""

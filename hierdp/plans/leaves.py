@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import rules
-from hierdp.accounting import Spend, total_budget
+from hierdp.accounting import PrivacyLoss, Spend
 from hierdp.errors import BudgetError
 from hierdp.ledger import LevelSpend
+from hierdp.measurements import Measurements
 from hierdp.plans.base import Plan
 from hierdp.plans.per_level import mechanism_budget_unit, mechanism_total, resolve_mechanism
-from hierdp.postprocessors.base import Measurements
 
 if TYPE_CHECKING:
     from hierdp.mechanisms.base import Sensitivity
@@ -43,11 +43,12 @@ class Leaves(Plan):
     def budget_unit(self) -> str:
         return mechanism_budget_unit(self.mechanism)
 
-    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
-        mech = self.mechanism
-        approx = mechanism_total(mech, epsilon=epsilon, delta=delta, rho=rho)
-        return approx if approx is not None else total_budget(mech.budget_unit, epsilon=epsilon, delta=delta,
-                                                              rho=rho, mechanism=mech.name)
+    @property
+    def budget_owner(self) -> str:
+        return f"mechanism {self.mechanism.name!r}"
+
+    def total_for(self, loss: PrivacyLoss) -> tuple[float, dict[str, Any]]:
+        return mechanism_total(self.mechanism, loss)
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource) -> Measurements:

@@ -55,9 +55,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import rules
-from hierdp.accounting import Spend, total_budget
+from hierdp.accounting import PrivacyLoss, Spend, loss_total
 from hierdp.errors import BudgetError, DataError, PluginError
 from hierdp.ledger import LevelSpend
+from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
 from hierdp.plans.per_level import (
@@ -67,7 +68,6 @@ from hierdp.plans.per_level import (
     resolve_budget,
     resolve_mechanism,
 )
-from hierdp.postprocessors.base import Measurements
 from hierdp.postprocessors.blue import blue
 
 if TYPE_CHECKING:
@@ -230,12 +230,9 @@ class Marginals(Plan):
     name = "marginals"
     default_postprocess = ()
     supports_invariants = True
-    #: invariants may fix each node's total over its cells (census practice) or every cell
-    invariant_covers = ("total", "cells")
-    #: the pipeline passes the neighbour relation (for the marginals' sensitivity)
-    takes_neighbours = True
-    #: the measurements are already a consistent linear estimate with exact variances
-    returns_estimate = True
+    invariant_covers = ("total", "cells")  # each node's total over its cells (census practice) or every cell
+    takes_neighbours = True  # for the marginals' sensitivity
+    returns_estimate = True  # a consistent GLS estimate with exact variances
 
     def __init__(self, strategy: Any = None, cells: Mapping[str, Any] | None = None,
                  mechanism: Any = "discrete_laplace", budget: Any = "equal", integer: bool = False) -> None:
@@ -275,12 +272,15 @@ class Marginals(Plan):
     def budget_unit(self) -> str:
         return self.mechanism.budget_unit
 
-    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
-        rules.enforce(rules.rho_per_level_problem(self.mechanism.budget_unit, rho_given=rho is not None,
-                                                  per_level=self._strategy is None and epsilon is not None),
+    @property
+    def budget_owner(self) -> str:
+        return f"mechanism {self.mechanism.name!r}"
+
+    def total_for(self, loss: PrivacyLoss) -> tuple[float, dict[str, Any]]:
+        rules.enforce(rules.rho_per_level_problem(self.mechanism.budget_unit, rho_given=loss.rho is not None,
+                                                  per_level=self._strategy is None and loss.epsilon is not None),
                       BudgetError)
-        return total_budget(self.mechanism.budget_unit, epsilon=epsilon, delta=delta, rho=rho,
-                            mechanism=self.mechanism.name)
+        return loss_total(self.mechanism.budget_unit, loss, mechanism=self.mechanism.name)
 
     def _level_strategy(self, tree: Tree, names: list[str]) -> dict[str, dict[tuple, float]]:
         levels = tree.level_names

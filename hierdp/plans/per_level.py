@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from hierdp import registry, rules
-from hierdp.accounting import Spend, total_budget
+from hierdp.accounting import PrivacyLoss, Spend, loss_total
 from hierdp.budgets.base import BudgetStrategy
-from hierdp.errors import BudgetError, PluginError, expected_one_of
+from hierdp.errors import BudgetError, PluginError, PrivacyError, expected_one_of
 from hierdp.ledger import LevelSpend
+from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.plans.base import Plan
-from hierdp.postprocessors.base import Measurements
 
 if TYPE_CHECKING:
     from hierdp.rng import RandomSource
@@ -192,15 +192,19 @@ def mechanism_budget_unit(mechanism: Mechanism) -> str:
     return "approx" if mechanism.delta_per_use > 0 else mechanism.budget_unit
 
 
-def mechanism_total(mechanism: Mechanism, *, epsilon: float | None, delta: float | None,
-                    rho: float | None) -> tuple[float, dict] | None:
-    """Total and guarantee for an (ε, δ) mechanism (ε composes as for pure mechanisms; δ is
-    checked per use when measuring); ``None`` for a pure or ρ mechanism (the caller asks
-    :func:`hierdp.accounting.total_budget` in the mechanism's unit)."""
+def mechanism_total(mechanism: Mechanism, loss: PrivacyLoss) -> tuple[float, dict[str, Any]]:
+    """Total and guarantee of a plan measuring with ``mechanism`` for the (valid) ``loss``.
+
+    An (ε, δ) mechanism (a δ per use, e.g. truncated Laplace) composes its ε as a pure one
+    does and has its δ checked per use when measuring; a pure or ρ mechanism takes the
+    total in its own unit (:func:`hierdp.accounting.loss_total`).
+    """
     if mechanism.delta_per_use <= 0:
-        return None
-    eps, _ = total_budget("epsilon", epsilon=epsilon, rho=rho, mechanism=mechanism.name)
-    return eps, {"guarantee": "approx", "epsilon": eps, "delta": delta, "rho": None}
+        return loss_total(mechanism.budget_unit, loss, mechanism=mechanism.name)
+    rules.enforce(rules.mechanism_unit_problem("epsilon", mechanism.name, epsilon=loss.epsilon is not None,
+                                               delta=False, rho=loss.rho is not None), PrivacyError)
+    return cast(float, loss.epsilon), {"guarantee": "approx", "epsilon": loss.epsilon, "delta": loss.delta,
+                                       "rho": None}
 
 
 class PerLevel(Plan):
@@ -212,7 +216,6 @@ class PerLevel(Plan):
     """
 
     name = "per_level"
-    #: honours ``invariants=`` of :func:`hierdp.release` (measures them exactly at no cost)
     supports_invariants = True
 
     def __init__(self, mechanism: Any = "discrete_laplace", budget: Any = "equal") -> None:
@@ -224,15 +227,17 @@ class PerLevel(Plan):
     def budget_unit(self) -> str:
         return mechanism_budget_unit(self.mechanism)
 
-    def total(self, *, epsilon: float | None, delta: float | None, rho: float | None) -> tuple[float, dict]:
+    @property
+    def budget_owner(self) -> str:
+        return f"mechanism {self.mechanism.name!r}"
+
+    def total_for(self, loss: PrivacyLoss) -> tuple[float, dict[str, Any]]:
         mech = self.mechanism
-        approx = mechanism_total(mech, epsilon=epsilon, delta=delta, rho=rho)
-        if approx is not None:
-            return approx
-        rules.enforce(rules.rho_per_level_problem(mech.budget_unit, rho_given=rho is not None,
-                                                  per_level=self._strategy is None and epsilon is not None),
-                      BudgetError)
-        return total_budget(mech.budget_unit, epsilon=epsilon, delta=delta, rho=rho, mechanism=mech.name)
+        if mech.delta_per_use <= 0:
+            rules.enforce(rules.rho_per_level_problem(mech.budget_unit, rho_given=loss.rho is not None,
+                                                      per_level=self._strategy is None and loss.epsilon is not None),
+                          BudgetError)
+        return mechanism_total(mech, loss)
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None) -> Measurements:

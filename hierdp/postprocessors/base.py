@@ -2,16 +2,20 @@
 
 Post-processors see only the public tree and noisy measurements (values plus per-node
 variances); they never receive true counts, so their output is private by the
-post-processing property of differential privacy.
+post-processing property of differential privacy. Their input and output types,
+:class:`~hierdp.measurements.Measurements` and :class:`~hierdp.measurements.Estimate`, live
+in :mod:`hierdp.measurements` (plans make Measurements too); they are re-exported here so
+``from hierdp.postprocessors.base import Measurements`` keeps working.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
+from hierdp.measurements import Estimate, Measurements
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -57,7 +61,6 @@ def node_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.ndarr
     return v
 
 
-
 def finite_values(tree: Tree, values: Any) -> np.ndarray:
     """:func:`node_values`, and a one-line DataError if any value is NaN or infinite."""
     from hierdp.errors import DataError
@@ -80,62 +83,6 @@ def checked_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.nd
     if v.size and not v.min() >= 0:  # NaN or a negative entry (NaN propagates into the minimum)
         raise DataError("variances must be non-negative (inf marks an unmeasured node)")
     return v
-
-@dataclass
-class Measurements:
-    """What a plan measured: noisy node values and the exact variance of their noise.
-
-    ``values`` has shape ``(n,)`` or ``(n, k)``; ``variance`` has shape ``(n,)`` (shared by
-    the cells of a node) or the shape of ``values``, ``inf`` where a node was not measured.
-    ``spends`` are the privacy costs the plan paid (:class:`hierdp.accounting.Spend`),
-    ``levels`` its per-level summary for the ledger, ``info`` public diagnostics (e.g.
-    per-node thresholds). Arrays are in the tree's internal order unless stated.
-    Measurements are the only input a post-processing chain receives.
-    """
-
-    values: np.ndarray
-    variance: np.ndarray | None = None
-    spends: list[Any] = field(default_factory=list)
-    levels: list[Any] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def as_estimate(self) -> Estimate:
-        """The measurements as the first estimate of a chain: linear in the noise, and not
-        consistent unless the plan says otherwise (``info["consistent"]``/``info["linear"]``,
-        e.g. a plan that hands on its own least-squares estimate, or integers)."""
-        return Estimate(values=self.values, variance=self.variance, info={},
-                        measurement_variance=self.variance, linear=bool(self.info.get("linear", True)),
-                        consistent=bool(self.info.get("consistent", False)))
-
-
-@dataclass
-class Estimate:
-    """Node values with their variances, as a post-processing step hands them on.
-
-    ``values`` has shape ``(n,)`` or ``(n, k)``; ``variance`` has shape ``(n,)`` (shared by
-    the cells of a node) or the shape of ``values``, ``inf`` where a node carries no
-    information, or is ``None`` when unknown. ``info`` holds diagnostics (e.g. a KKT
-    residual). Arrays are in the tree's internal (descending-height) order unless stated.
-
-    The chain protocol (set by :func:`hierdp.postprocessors.chain.run_chain`, never by hand):
-    ``measurement_variance`` is the variance of the original measurements (what a later
-    weighted step such as ``nonneg`` optimises against); ``linear`` says the values are a
-    linear function of the measurements (so ``variance`` is exact); ``consistent`` says
-    every parent equals the sum of its children.
-    """
-
-    values: np.ndarray
-    variance: np.ndarray | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    measurement_variance: np.ndarray | None = None
-    linear: bool = False
-    consistent: bool = False
-
-    @property
-    def weights_variance(self) -> np.ndarray | None:
-        """The variances a weighted step should use: the measurements' when known."""
-        return self.measurement_variance if self.measurement_variance is not None else self.variance
-
 
 class PostProcessor(ABC):
     """Base class of post-processors (registered through ``hierdp_register_postprocessors``).

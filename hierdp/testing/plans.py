@@ -14,10 +14,11 @@ What is checked, on the small trees of :func:`hierdp.testing.postprocessors.cont
 with integer counts (consistent, non-negative):
 
 - ``budget_unit`` is one of ``"epsilon"``, ``"rho"``, ``"approx"``; ``total`` accepts a
-  budget in that unit and returns the ledger's guarantee fields;
+  budget in that unit and returns the ledger's guarantee fields, and ``total_for`` (what
+  :func:`hierdp.release` asks, with a :class:`~hierdp.accounting.PrivacyLoss`) agrees;
 - a budget in a unit the plan cannot honour is refused with a :class:`hierdp.HierDPError`
   (pure ε for an (ε, δ) or ρ plan; ρ for a pure plan);
-- ``measure`` returns :class:`~hierdp.postprocessors.base.Measurements` with values of
+- ``measure`` returns :class:`~hierdp.measurements.Measurements` with values of
   shape ``(n,)``, numeric and finite where measured; variances ``None`` or of shape ``(n,)``
   and ``>= 0``; per-node ``info`` arrays of length ``n``;
 - spends are :class:`hierdp.accounting.Spend` objects whose composition (an
@@ -39,11 +40,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hierdp.accounting import Accountant, Spend
+from hierdp.accounting import Accountant, PrivacyLoss, Spend
 from hierdp.errors import HierDPError, NotForPublicationWarning
+from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
-from hierdp.postprocessors.base import Measurements
 from hierdp.rng import make_rng
 from hierdp.testing.postprocessors import contract_trees
 from hierdp.tree import Tree
@@ -93,6 +94,10 @@ class BasePlanTests:
         assert total > 0 and guarantee["guarantee"] in ("pure", "zcdp", "approx")
         if plan.budget_unit == "approx":
             assert guarantee["guarantee"] == "approx" and guarantee["delta"] == budget["delta"]
+
+    def test_total_for_the_loss_value_agrees(self, plan: Plan) -> None:
+        budget = _BUDGETS[plan.budget_unit]
+        assert plan.total_for(PrivacyLoss(**budget)) == plan.total(**budget)
 
     def test_refuses_a_unit_it_cannot_honour(self, plan: Plan) -> None:
         bad = {"epsilon": {"rho": 0.5}, "rho": {"epsilon": 1.0}, "approx": {"epsilon": 1.0}}[plan.budget_unit]

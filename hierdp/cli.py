@@ -75,18 +75,25 @@ def _parser() -> argparse.ArgumentParser:
                              "cores available; the output does not depend on it)")
 
     spec_help = "YAML release spec, or the name of a bundled example (see `hierdp examples`)"
+    from hierdp.io import TABLE_FORMATS
+
+    inside = [f for f in TABLE_FORMATS.values() if f.ledger_inside]
+    outside = [f for f in TABLE_FORMATS.values() if not f.ledger_inside]
     r = sub.add_parser(
         "release", help="run a release spec and write its output and ledger",
         description="Run a release spec: the table goes to OUT and its privacy ledger beside it "
-                    "(<name>.ledger.json) or to --ledger PATH. Parquet and JSON tables also carry the "
-                    "ledger inside (Parquet metadata 'hierdp.ledger'; JSON key 'ledger'). With -o - the "
-                    "table goes to standard output: csv then needs --ledger PATH (a CSV cannot carry its "
-                    "ledger); parquet and json embed it. OUT may be a URL such as s3://bucket/x.csv "
+                    "(<name>.ledger.json) or to --ledger PATH. "
+                    f"{_listed([f.title for f in inside])} tables also carry the ledger inside "
+                    f"({'; '.join(str(f.ledger_where) for f in inside)}). With -o - the table goes to standard "
+                    f"output: {_listed([f.name for f in outside])} then needs --ledger PATH "
+                    f"({_listed([f'a {f.title}' for f in outside])} cannot carry its ledger); "
+                    f"{_listed([f.name for f in inside])} embed it. OUT may be a URL such as s3://bucket/x.csv "
                     "(needs `pip install 'hierdp[remote]'` and the file system's package, e.g. s3fs).")
     r.add_argument("spec", metavar="SPEC", help=spec_help)
     r.add_argument("-o", "--output", metavar="OUT",
-                   help="output file (.csv, .parquet, .json), URL, or - for standard output; overrides output.path")
-    r.add_argument("--format", choices=["csv", "parquet", "json"],
+                   help=f"output file ({', '.join(f.extensions[0] for f in TABLE_FORMATS.values())}), URL, "
+                        "or - for standard output; overrides output.path")
+    r.add_argument("--format", choices=list(TABLE_FORMATS),
                    help="table format (default: from OUT's extension; csv for -)")
     r.add_argument("--ledger", metavar="PATH", help="ledger file (default: <OUT name>.ledger.json beside OUT)")
     r.add_argument("--seed", type=int, metavar="N",
@@ -117,6 +124,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print the JSON Schema of release specs")
     common(s)
     return p
+
+
+def _listed(items: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _print_warnings(msgs: Sequence[str], quiet: bool, err: TextIO) -> None:
@@ -184,16 +196,11 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     fmt = args.format or (spec_out.get("format") if args.output is None else None)
     fmt = fmt or ("csv" if to_stdout else hio.format_for(dest))
     # every check that can fail runs before the release spends its budget
-    if to_stdout and fmt == "csv" and ledger is None:
-        raise SpecError("-o - with --format csv writes no ledger: pass --ledger PATH, or use --format json "
-                        "or parquet (they carry the ledger inside)")
-    if fmt == "parquet":
-        import importlib.util
-
-        if importlib.util.find_spec("pyarrow") is None:
-            from hierdp.errors import MissingDependencyError
-
-            raise MissingDependencyError("pyarrow", "parquet")
+    entry = hio.require_format(fmt)  # a known format whose optional package is installed
+    if to_stdout and not entry.ledger_inside and ledger is None:
+        carriers = [f.name for f in hio.TABLE_FORMATS.values() if f.ledger_inside]
+        raise SpecError(f"-o - with --format {fmt} writes no ledger: pass --ledger PATH, or use --format "
+                        f"{' or '.join(carriers)} (they carry the ledger inside)")
     for target in (dest, ledger):
         if target is not None and hio.is_url(target):
             hio.check_url(target)

@@ -10,7 +10,6 @@ spend (the plan's and, for a data-dependent structure, the decomposition's).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,7 +18,7 @@ import numpy as np
 from hierdp import registry, rules
 from hierdp.accounting import Accountant
 from hierdp.decompositions.base import Structure
-from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, PluginError, PrivacyError
+from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, PluginError, PrivacyError, warn
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
@@ -337,8 +336,8 @@ def release(
     if session is not None:
         session.charge(ledger)
     if seed is not None:
-        warnings.warn(f"release with seed={seed}: reproducible randomness is for tests and benchmarks; the "
-                      "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning, stacklevel=2)
+        warn(f"release with seed={seed}: reproducible randomness is for tests and benchmarks; the "
+             "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
     return ReleaseResult(
         tree=tree,
         estimate=external_estimate(tree, est),

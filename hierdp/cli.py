@@ -32,7 +32,8 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -43,7 +44,6 @@ EXIT_INTERNAL = 1
 EXIT_USER = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # as a shell reports a process killed by SIGPIPE
-COMPILE_SECONDS = 5  # first release on a cold kernel cache, measured by benchmarks/bench_startup.py
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,6 +126,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _on_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal: progress bars only there (redrawn in place; in a log
+    file their carriage returns and repeated lines are noise)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def _listed(items: Sequence[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
@@ -151,28 +160,25 @@ def _spec_arg(arg: str) -> str:
     return resolved
 
 
-def _compile_notice(quiet: bool, err: TextIO):
-    """A context manager that says once, when the release starts compiling a kernel (a
-    cold cache and a tree too large to run interpreted), that it is doing so."""
-    from contextlib import nullcontext
+@contextmanager
+def _compile_notice(quiet: bool, err: TextIO) -> Iterator[None]:
+    """While open, the line hierdp logs before it first compiles a kernel (a cold cache and a
+    tree too large to run interpreted; :func:`hierdp._engine.jit.compile_notice`) goes to
+    ``err``, once, or nowhere under ``-q``."""
+    import logging
 
-    from hierdp._engine.jit import notify_first_compile
+    from hierdp._engine.jit import compile_logger
 
-    if quiet:
-        return nullcontext()
-
-    def say() -> None:
-        err.write(f"compiling kernels for first use, ~{COMPILE_SECONDS} s (once; cached in "
-                  f"{_cache_dir_shown()})\n")
-        err.flush()
-
-    return notify_first_compile(say)
-
-
-def _cache_dir_shown() -> str:
-    from hierdp._engine.jit import CACHE_DIR
-
-    return str(CACHE_DIR)
+    handler: logging.Handler = logging.NullHandler() if quiet else logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    propagate = compile_logger.propagate
+    compile_logger.addHandler(handler)
+    compile_logger.propagate = False  # said here, not again by the root logger's handlers
+    try:
+        yield
+    finally:
+        compile_logger.removeHandler(handler)
+        compile_logger.propagate = propagate
 
 
 def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -210,7 +216,7 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if ledger == "-":
         raise SpecError("--ledger - is not supported; give the ledger a file (the table may go to -o -)")
     with _compile_notice(args.quiet, err):
-        result = runner.run_spec(spec, write=False, progress=not args.quiet)
+        result = runner.run_spec(spec, write=False, progress=not args.quiet and _on_terminal(err))
     table = runner.release_frame(spec, result)
     ledger_json = result.ledger.to_json()
     if to_stdout:
@@ -319,7 +325,7 @@ def _cmd_evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateWarning)
         table = evaluate_spec(spec, repetitions=args.repetitions, seed=args.seed, output=args.output,
-                              progress=not args.quiet)
+                              progress=not args.quiet and _on_terminal(err))
     if not args.quiet:
         err.write("warning: evaluation reads the TRUE counts; its results are not private, do not publish them\n")
         out.write(table.to_string(index=False) + "\n")

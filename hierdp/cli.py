@@ -30,7 +30,6 @@ import argparse
 import math
 import os
 import sys
-import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -124,6 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print the JSON Schema of release specs")
     common(s)
     return p
+
+
+def _print_traceback(err: TextIO) -> None:
+    import traceback  # only under --debug: the command starts faster without it
+
+    traceback.print_exc(file=err)
 
 
 def _on_terminal(stream: TextIO) -> bool:
@@ -391,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help / --version exit 0, usage errors 2
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USER
+    from hierdp import _load
+
+    _load()  # the library, as `import hierdp` loads it (deferred while the arguments were parsed)
     from hierdp.errors import HierDPError, SpecError
 
     def show(message: str, category, filename, lineno, file=None, line=None) -> None:
@@ -424,13 +432,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except SpecError as exc:
         if args.debug:
-            traceback.print_exc(file=err)
+            _print_traceback(err)
         for line in getattr(exc, "errors", [str(exc)]):
             err.write(f"error: {line}\n")
         return EXIT_USER
     except (HierDPError, OSError) as exc:
         if args.debug:
-            traceback.print_exc(file=err)
+            _print_traceback(err)
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, OSError) and not isinstance(exc, HierDPError):
             msg = f"{exc.strerror or type(exc).__name__}: {exc.filename or msg}"
@@ -438,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER
     except Exception as exc:  # a bug: say so, keep the traceback behind --debug
         if args.debug:
-            traceback.print_exc(file=err)
+            _print_traceback(err)
         else:
             err.write(f"internal error: {type(exc).__name__}: {exc} (a bug in hierdp or a plugin; "
                       "rerun with --debug for the traceback and report it)\n")

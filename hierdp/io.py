@@ -35,9 +35,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 
@@ -59,8 +58,7 @@ _STALE_AFTER = 24 * 3600.0  # seconds: leftovers of another host's process (pid 
 WriterFactory = Callable[["pd.DataFrame", bool, "str | None"], Callable[[Any], None]]
 
 
-@dataclass(frozen=True)
-class TableFormat:
+class TableFormat(NamedTuple):
     """One output format of release tables: an entry of :data:`TABLE_FORMATS`.
 
     The command line (``--format``, its help), specs (``output.format``; the schema's enum

@@ -154,3 +154,13 @@ def test_version_imports_no_heavy_package():
     imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
     heavy = {"numpy", "pandas", "numba", "scipy", "xarray", "pluggy", "yaml", "jsonschema"} & imported
     assert not heavy, f"`hierdp --version` imports {sorted(heavy)}"
+
+
+def test_every_warning_goes_through_the_helper():
+    """hierdp.errors.warn finds the caller's line; a bare warnings.warn would name a hierdp file."""
+    import re
+
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "hierdp").rglob("*.py")) if p.name != "errors.py"
+                 for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                 if re.search(r"\bwarnings\.warn\(", line) and not line.lstrip().startswith(("#", ">>>"))]
+    assert not offenders, offenders

@@ -9,7 +9,6 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from hierdp.io import LEDGER_METADATA_KEY
 from hierdp.ledger import Ledger
 from hierdp.postprocessors.base import Estimate
 from hierdp.tree import Tree
@@ -177,9 +176,9 @@ class ReleaseResult:
         """An ``xarray.Dataset`` with dimensions ``node`` and, for histograms, one per cell
         dimension (labelled; a single ``cell`` 0..k-1 when the release has no cell labels):
         ``estimate``, ``std`` (per node when shared by its cells), ``noisy`` on request, the
-        level labels as coordinates along ``node`` and the ledger (JSON) in ``attrs["hierdp.ledger"]``,
-        the key Parquet outputs use (with ``hierdp.release_id``, the version, time, trust model and
-        accounting). After ``nonneg``/``round`` the ``std`` is :attr:`frame`'s: NaN but where exact."""
+        level labels as coordinates along ``node`` and the ledger (JSON) in ``attrs["ledger"]``,
+        with ``hierdp.release_id``, the version, time, trust model and accounting. After
+        ``nonneg``/``round`` the ``std`` is :attr:`frame`'s: NaN but where exact."""
         import xarray as xr
 
         tree = self.tree
@@ -207,7 +206,7 @@ class ReleaseResult:
         ds = xr.Dataset(data, coords=coords)
         if "std" in ds and self.estimate.variance is not None and not self.estimate.linear:
             ds["std"].attrs["note"] = self._std_note
-        ds.attrs[LEDGER_METADATA_KEY] = self.ledger.to_json()  # once, under the key of the Parquet metadata
+        ds.attrs["ledger"] = self.ledger.to_json()  # once (Parquet metadata, shared with pandas, says hierdp.ledger)
         ds.attrs["hierdp.release_id"] = self.ledger.release_id
         for key in ("hierdp_version", "created", "trust_model", "accounting"):
             ds.attrs[key] = getattr(self.ledger, key)

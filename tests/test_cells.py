@@ -65,7 +65,7 @@ def test_labels_survive_into_frame_and_xarray(people):
     node = int(np.flatnonzero(ds["county"].values == "y")[0])
     assert float(row["estimate"].iloc[0]) == float(ds["estimate"].isel(node=node).sel(age=1, sex="M"))
     assert float(row["noisy"].iloc[0]) == float(ds["noisy"].isel(node=node).sel(age=1, sex="M"))
-    led = json.loads(ds.attrs["hierdp.ledger"])
+    led = json.loads(ds.attrs["ledger"])
     assert any("L1 = L2 = 1" in n for n in led["notes"])
 
 

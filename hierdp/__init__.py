@@ -3,17 +3,17 @@
 The public names (see ``docs/architecture.md``): :class:`Tree`, :func:`release`,
 :func:`postprocess`, :func:`metric`, :func:`evaluate`, :func:`run_spec`, :class:`Session`,
 :class:`Sensitivity`, :class:`DPTree`, :class:`ReleaseResult`, :class:`Ledger`,
-:class:`Estimate`, :class:`Measurements`, :class:`PrivacyLoss`, the ``registry`` of plugins and the errors.
+:class:`Estimate`, :class:`Measurements`, the ``registry`` of plugins and the errors.
 Importing hierdp registers the ``.dptree`` accessor on pandas objects.
 """
 
-import os
-from typing import Any
+from __future__ import annotations
 
-from hierdp import registry
-from hierdp._engine.threads import get_threads, set_threads
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
 from hierdp._version import __version__ as __version__  # re-exported
-from hierdp.accounting import PrivacyLoss
 from hierdp.errors import (
     BudgetError,
     DataError,
@@ -25,24 +25,91 @@ from hierdp.errors import (
     PrivacyError,
     SpecError,
 )
-from hierdp.evaluation import evaluate
-from hierdp.frontends._dask_hook import install as _install_dask_frontend
-from hierdp.frontends.pandas import DPTree
-from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
-from hierdp.ledger import Ledger
-from hierdp.measurements import Estimate, Measurements
-from hierdp.mechanisms.base import Sensitivity
-from hierdp.pipeline import postprocess, release
-from hierdp.result import ReleaseResult
-from hierdp.session import Session
-from hierdp.tree import Tree
 
-_install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)
+if TYPE_CHECKING:  # the names _load() binds (mypy and readers see them here)
+    from hierdp import plot, registry
+    from hierdp._engine.threads import get_threads, set_threads
+    from hierdp.accounting import PrivacyLoss
+    from hierdp.evaluation import evaluate
+    from hierdp.frontends.pandas import DPTree
+    from hierdp.ledger import Ledger
+    from hierdp.measurements import Estimate, Measurements
+    from hierdp.mechanisms.base import Sensitivity
+    from hierdp.pipeline import postprocess, release
+    from hierdp.result import ReleaseResult
+    from hierdp.session import Session
+    from hierdp.tree import Tree
 
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
            "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "PrivacyLoss", "registry", "plot",
            "HierDPError", "SpecError", "HierarchyError", "BudgetError", "PluginError", "PrivacyError",
            "DataError", "NonPrivateWarning", "NotForPublicationWarning", "set_threads", "get_threads"]
+
+#: the names :func:`_load` binds
+_LOADED_NAMES = frozenset({"Tree", "release", "postprocess", "evaluate", "Session", "Sensitivity", "DPTree",
+                           "ReleaseResult", "Ledger", "Estimate", "Measurements", "PrivacyLoss", "registry",
+                           "plot", "set_threads", "get_threads"})
+_state = {"loaded": False, "loading": False}
+
+
+def _load() -> None:
+    """Import the library: its public names, ``.dptree`` on pandas and xarray objects, and
+    ``ddf.dptree`` once dask.dataframe is imported. ``import hierdp`` runs it, except when
+    the process is the ``hierdp`` command (see :func:`_started_as_command`)."""
+    if _state["loaded"] or _state["loading"]:
+        return
+    _state["loading"] = True
+    try:
+        import hierdp.plot  # noqa: F401  (matplotlib is imported only when a plot is drawn)
+        import hierdp.registry  # noqa: F401
+        from hierdp._engine.threads import get_threads, set_threads
+        from hierdp.accounting import PrivacyLoss
+        from hierdp.evaluation import evaluate
+        from hierdp.frontends._dask_hook import install as install_dask_frontend
+        from hierdp.frontends.pandas import DPTree
+        from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
+        from hierdp.ledger import Ledger
+        from hierdp.measurements import Estimate, Measurements
+        from hierdp.mechanisms.base import Sensitivity
+        from hierdp.pipeline import postprocess, release
+        from hierdp.result import ReleaseResult
+        from hierdp.session import Session
+        from hierdp.tree import Tree
+
+        install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)
+        globals().update(get_threads=get_threads, set_threads=set_threads, evaluate=evaluate, DPTree=DPTree,
+                         Ledger=Ledger, Sensitivity=Sensitivity, postprocess=postprocess, release=release,
+                         Estimate=Estimate, Measurements=Measurements, ReleaseResult=ReleaseResult,
+                         Session=Session, Tree=Tree, PrivacyLoss=PrivacyLoss)
+        _state["loaded"] = True
+    finally:
+        _state["loading"] = False
+
+
+def __getattr__(name: str) -> Any:
+    """The library's names, imported on first use when ``import hierdp`` deferred them."""
+    if name in _LOADED_NAMES and not _state["loading"]:
+        _load()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module 'hierdp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LOADED_NAMES)
+
+
+def _started_as_command() -> bool:
+    """Whether this process is the ``hierdp`` command (``python -m hierdp`` or the console
+    script) importing its own package: then the library loads after the arguments are
+    parsed (:func:`hierdp.cli.main`), so ``--version``, ``--help`` and usage errors answer
+    at once instead of importing numpy, pandas, numba and xarray first."""
+    argv = getattr(sys, "orig_argv", None) or []
+    if sys.argv[:1] == ["-m"] and "-m" in argv:  # runpy is locating the module to run
+        after = argv[argv.index("-m") + 1:]
+        return after[:1] == ["hierdp"]
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return script in ("hierdp", "hierdp.exe", "hierdp-script.py")  # the console script
 
 
 def metric(name: str, **params: Any) -> Any:
@@ -54,6 +121,7 @@ def metric(name: str, **params: Any) -> Any:
     >>> float(hierdp.metric("rmsre")(np.array([20.0]), np.array([22.0]), tau=10)[0])
     0.1
     """
+    _load()
     return registry.create("metric", name, **params)
 
 
@@ -69,4 +137,6 @@ def run_spec(path: str | os.PathLike[str], **overrides: Any) -> ReleaseResult:
     return result
 
 
-from hierdp import plot  # noqa: E402  (matplotlib is imported only when a plot is drawn)
+
+if not _started_as_command():
+    _load()

@@ -30,9 +30,9 @@ import argparse
 import math
 import os
 import sys
-import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -43,7 +43,6 @@ EXIT_INTERNAL = 1
 EXIT_USER = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # as a shell reports a process killed by SIGPIPE
-COMPILE_SECONDS = 5  # first release on a cold kernel cache, measured by benchmarks/bench_startup.py
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,18 +74,25 @@ def _parser() -> argparse.ArgumentParser:
                              "cores available; the output does not depend on it)")
 
     spec_help = "YAML release spec, or the name of a bundled example (see `hierdp examples`)"
+    from hierdp.io import TABLE_FORMATS
+
+    inside = [f for f in TABLE_FORMATS.values() if f.ledger_inside]
+    outside = [f for f in TABLE_FORMATS.values() if not f.ledger_inside]
     r = sub.add_parser(
         "release", help="run a release spec and write its output and ledger",
         description="Run a release spec: the table goes to OUT and its privacy ledger beside it "
-                    "(<name>.ledger.json) or to --ledger PATH. Parquet and JSON tables also carry the "
-                    "ledger inside (Parquet metadata 'hierdp.ledger'; JSON key 'ledger'). With -o - the "
-                    "table goes to standard output: csv then needs --ledger PATH (a CSV cannot carry its "
-                    "ledger); parquet and json embed it. OUT may be a URL such as s3://bucket/x.csv "
+                    "(<name>.ledger.json) or to --ledger PATH. "
+                    f"{_listed([f.title for f in inside])} tables also carry the ledger inside "
+                    f"({'; '.join(str(f.ledger_where) for f in inside)}). With -o - the table goes to standard "
+                    f"output: {_listed([f.name for f in outside])} then needs --ledger PATH "
+                    f"({_listed([f'a {f.title}' for f in outside])} cannot carry its ledger); "
+                    f"{_listed([f.name for f in inside])} embed it. OUT may be a URL such as s3://bucket/x.csv "
                     "(needs `pip install 'hierdp[remote]'` and the file system's package, e.g. s3fs).")
     r.add_argument("spec", metavar="SPEC", help=spec_help)
     r.add_argument("-o", "--output", metavar="OUT",
-                   help="output file (.csv, .parquet, .json), URL, or - for standard output; overrides output.path")
-    r.add_argument("--format", choices=["csv", "parquet", "json"],
+                   help=f"output file ({', '.join(f.extensions[0] for f in TABLE_FORMATS.values())}), URL, "
+                        "or - for standard output; overrides output.path")
+    r.add_argument("--format", choices=list(TABLE_FORMATS),
                    help="table format (default: from OUT's extension; csv for -)")
     r.add_argument("--ledger", metavar="PATH", help="ledger file (default: <OUT name>.ledger.json beside OUT)")
     r.add_argument("--seed", type=int, metavar="N",
@@ -119,6 +125,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _print_traceback(err: TextIO) -> None:
+    import traceback  # only under --debug: the command starts faster without it
+
+    traceback.print_exc(file=err)
+
+
+def _on_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal: progress bars only there (redrawn in place; in a log
+    file their carriage returns and repeated lines are noise)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _listed(items: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def _print_warnings(msgs: Sequence[str], quiet: bool, err: TextIO) -> None:
     if not quiet:
         for m in msgs:
@@ -139,28 +165,25 @@ def _spec_arg(arg: str) -> str:
     return resolved
 
 
-def _compile_notice(quiet: bool, err: TextIO):
-    """A context manager that says once, when the release starts compiling a kernel (a
-    cold cache and a tree too large to run interpreted), that it is doing so."""
-    from contextlib import nullcontext
+@contextmanager
+def _compile_notice(quiet: bool, err: TextIO) -> Iterator[None]:
+    """While open, the line hierdp logs before it first compiles a kernel (a cold cache and a
+    tree too large to run interpreted; :func:`hierdp._engine.jit.compile_notice`) goes to
+    ``err``, once, or nowhere under ``-q``."""
+    import logging
 
-    from hierdp._engine.jit import notify_first_compile
+    from hierdp._engine.jit import compile_logger
 
-    if quiet:
-        return nullcontext()
-
-    def say() -> None:
-        err.write(f"compiling kernels for first use, ~{COMPILE_SECONDS} s (once; cached in "
-                  f"{_cache_dir_shown()})\n")
-        err.flush()
-
-    return notify_first_compile(say)
-
-
-def _cache_dir_shown() -> str:
-    from hierdp._engine.jit import CACHE_DIR
-
-    return str(CACHE_DIR)
+    handler: logging.Handler = logging.NullHandler() if quiet else logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    propagate = compile_logger.propagate
+    compile_logger.addHandler(handler)
+    compile_logger.propagate = False  # said here, not again by the root logger's handlers
+    try:
+        yield
+    finally:
+        compile_logger.removeHandler(handler)
+        compile_logger.propagate = propagate
 
 
 def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -184,16 +207,11 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     fmt = args.format or (spec_out.get("format") if args.output is None else None)
     fmt = fmt or ("csv" if to_stdout else hio.format_for(dest))
     # every check that can fail runs before the release spends its budget
-    if to_stdout and fmt == "csv" and ledger is None:
-        raise SpecError("-o - with --format csv writes no ledger: pass --ledger PATH, or use --format json "
-                        "or parquet (they carry the ledger inside)")
-    if fmt == "parquet":
-        import importlib.util
-
-        if importlib.util.find_spec("pyarrow") is None:
-            from hierdp.errors import MissingDependencyError
-
-            raise MissingDependencyError("pyarrow", "parquet")
+    entry = hio.require_format(fmt)  # a known format whose optional package is installed
+    if to_stdout and not entry.ledger_inside and ledger is None:
+        carriers = [f.name for f in hio.TABLE_FORMATS.values() if f.ledger_inside]
+        raise SpecError(f"-o - with --format {fmt} writes no ledger: pass --ledger PATH, or use --format "
+                        f"{' or '.join(carriers)} (they carry the ledger inside)")
     for target in (dest, ledger):
         if target is not None and hio.is_url(target):
             hio.check_url(target)
@@ -203,7 +221,7 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if ledger == "-":
         raise SpecError("--ledger - is not supported; give the ledger a file (the table may go to -o -)")
     with _compile_notice(args.quiet, err):
-        result = runner.run_spec(spec, write=False, progress=not args.quiet)
+        result = runner.run_spec(spec, write=False, progress=not args.quiet and _on_terminal(err))
     table = runner.release_frame(spec, result)
     ledger_json = result.ledger.to_json()
     if to_stdout:
@@ -312,7 +330,7 @@ def _cmd_evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateWarning)
         table = evaluate_spec(spec, repetitions=args.repetitions, seed=args.seed, output=args.output,
-                              progress=not args.quiet)
+                              progress=not args.quiet and _on_terminal(err))
     if not args.quiet:
         err.write("warning: evaluation reads the TRUE counts; its results are not private, do not publish them\n")
         out.write(table.to_string(index=False) + "\n")
@@ -378,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help / --version exit 0, usage errors 2
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USER
+    from hierdp import _load
+
+    _load()  # the library, as `import hierdp` loads it (deferred while the arguments were parsed)
     from hierdp.errors import HierDPError, SpecError
 
     def show(message: str, category, filename, lineno, file=None, line=None) -> None:
@@ -411,13 +432,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except SpecError as exc:
         if args.debug:
-            traceback.print_exc(file=err)
+            _print_traceback(err)
         for line in getattr(exc, "errors", [str(exc)]):
             err.write(f"error: {line}\n")
         return EXIT_USER
     except (HierDPError, OSError) as exc:
         if args.debug:
-            traceback.print_exc(file=err)
+            _print_traceback(err)
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, OSError) and not isinstance(exc, HierDPError):
             msg = f"{exc.strerror or type(exc).__name__}: {exc.filename or msg}"
@@ -425,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER
     except Exception as exc:  # a bug: say so, keep the traceback behind --debug
         if args.debug:
-            traceback.print_exc(file=err)
+            _print_traceback(err)
         else:
             err.write(f"internal error: {type(exc).__name__}: {exc} (a bug in hierdp or a plugin; "
                       "rerun with --debug for the traceback and report it)\n")

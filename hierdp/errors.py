@@ -7,6 +7,9 @@ message that names the problem and the fix, and pickles (so it survives process 
 from __future__ import annotations
 
 import difflib
+import os
+import sys
+import warnings
 from collections.abc import Iterable
 
 __all__ = [
@@ -21,7 +24,10 @@ __all__ = [
     "NotForPublicationWarning",
     "NonPrivateWarning",
     "did_you_mean",
+    "warn",
 ]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 class HierDPError(Exception):
@@ -94,3 +100,26 @@ def expected_one_of(kind: str, name: object, choices: Iterable[str]) -> str:
     choices = sorted(str(c) for c in choices)
     listed = ", ".join(repr(c) for c in choices) if choices else "(none registered)"
     return f"unknown {kind} {name!r}; expected one of {listed}{did_you_mean(str(name), choices)}"
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """Issue a warning that points at the caller's line: the first frame outside hierdp.
+
+    :func:`warnings.warn`'s ``stacklevel`` counts frames, and the number of hierdp frames
+    between the user and the warning depends on the door used (accessor, spec, functional
+    API); this walks the stack instead, so ``NotForPublicationWarning`` names the user's
+    script and line, not ``hierdp/pipeline.py``.
+
+    Parameters
+    ----------
+    message : str
+        The warning's text (never a true count).
+    category : type of Warning, default UserWarning
+        The warning class.
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    warnings.warn(message, category, stacklevel=level + 1)

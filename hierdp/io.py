@@ -36,22 +36,68 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
-import pandas as pd
+from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 
-from hierdp.errors import DataError, MissingDependencyError
+if TYPE_CHECKING:  # numpy and pandas load when a table is written: `hierdp --version` stays fast
+    import pandas as pd
 
 __all__ = ["atomic_path", "atomic_write", "atomic_write_all", "write_table", "write_text", "write_release",
-           "write_release_to_stream", "read_table", "ledger_path_for", "format_for", "is_url", "recover",
-           "table_release_id", "LEDGER_METADATA_KEY"]
+           "write_release_to_stream", "read_table", "ledger_path_for", "format_for", "format_of_path", "is_url",
+           "recover", "table_release_id", "require_format", "TableFormat", "TABLE_FORMATS", "FORMATS",
+           "LEDGER_METADATA_KEY"]
 
-FORMATS = ("csv", "parquet", "json")
 LEDGER_METADATA_KEY = "hierdp.ledger"
+RELEASE_ID_METADATA_KEY = "hierdp.release_id"
 _PREFIX = ".hierdp-"  # every temporary, backup and journal file hierdp writes starts with this
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _STALE_AFTER = 24 * 3600.0  # seconds: leftovers of another host's process (pid unknown here)
+
+#: ``make_writer(frame, gzip, ledger_json)``: a function writing ``frame`` to a path or a binary file object
+WriterFactory = Callable[["pd.DataFrame", bool, "str | None"], Callable[[Any], None]]
+
+
+class TableFormat(NamedTuple):
+    """One output format of release tables: an entry of :data:`TABLE_FORMATS`.
+
+    The command line (``--format``, its help), specs (``output.format``; the schema's enum
+    is tested against this table) and :mod:`hierdp.io` all read the table, so a new format
+    (Zarr, netCDF, ...) is one entry.
+
+    Attributes
+    ----------
+    name : str
+        The format's name (``--format NAME``, ``output.format: NAME``).
+    title : str
+        How prose writes it (``"Parquet"``).
+    extensions : tuple of str
+        Lower-case file name endings that select it; the first is the one suggested.
+    make_writer : callable
+        ``make_writer(frame, gzip, ledger_json)`` returns a function that writes ``frame``
+        to a path or a binary file object (``gzip``: the destination's name ends in
+        ``.gz``; ``ledger_json``: the ledger, written inside when ``ledger_inside``).
+    ledger_inside : bool
+        Whether the table file carries its ledger (then ``-o -`` needs no ledger file).
+    ledger_where : str or None
+        Where inside the file the ledger goes, for help texts.
+    read_release_id : callable or None
+        ``read_release_id(path)``: the ``release_id`` written inside a file of this format.
+    requires : tuple of (str, str) or None
+        ``(package, extra)``: an optional package the writer needs, and the extra installing it.
+    seekable : bool
+        The writer needs a seekable target: a stream gets the file built in memory first.
+    """
+
+    name: str
+    title: str
+    extensions: tuple[str, ...]
+    make_writer: WriterFactory
+    ledger_inside: bool
+    ledger_where: str | None = None
+    read_release_id: Callable[[Path], str | None] | None = None
+    requires: tuple[str, str] | None = None
+    seekable: bool = False
 
 
 def is_url(path: str | Path) -> bool:
@@ -59,25 +105,72 @@ def is_url(path: str | Path) -> bool:
     return isinstance(path, str) and bool(_URL.match(path))
 
 
-def format_for(path: str | Path, fmt: str | None = None) -> str:
-    """The table format of ``path``: ``fmt`` if given, else from the extension."""
-    if fmt is not None:
-        if fmt not in FORMATS:
-            raise DataError(f"unknown table format {fmt!r}; expected 'csv', 'parquet' or 'json'")
-        return fmt
+def format_of_path(path: str | Path) -> str | None:
+    """The name of the format whose extension ``path`` ends in (the longest match), or ``None``."""
     name = str(path).lower()
-    if name.endswith((".parquet", ".pq")):
-        return "parquet"
-    if name.endswith((".csv", ".csv.gz")):
-        return "csv"
-    if name.endswith(".json"):
-        return "json"
-    raise DataError(f"cannot tell the format of {str(path)!r}; end it in .csv or .parquet (or .json), "
-                    "or pass the format")
+    best: tuple[int, str] | None = None
+    for f in TABLE_FORMATS.values():
+        for ext in f.extensions:
+            if name.endswith(ext) and (best is None or len(ext) > best[0]):
+                best = (len(ext), f.name)
+    return None if best is None else best[1]
+
+
+def format_for(path: str | Path, fmt: str | None = None) -> str:
+    """The table format of ``path``: ``fmt`` if given, else from the extension.
+
+    Parameters
+    ----------
+    path : str or Path
+        The destination (only its name is read).
+    fmt : str, optional
+        A format name of :data:`TABLE_FORMATS`.
+
+    Returns
+    -------
+    str
+        The format's name.
+
+    Raises
+    ------
+    DataError
+        ``fmt`` is not a known format, or ``path``'s extension names none.
+    """
+    if fmt is not None:
+        if fmt not in TABLE_FORMATS:
+            raise DataError(expected_one_of("table format", fmt, TABLE_FORMATS))
+        return fmt
+    found = format_of_path(path)
+    if found is None:
+        endings = " or ".join(f.extensions[0] for f in TABLE_FORMATS.values())
+        raise DataError(f"cannot tell the format of {str(path)!r}; end it in {endings}, or pass the format")
+    return found
+
+
+def require_format(fmt: str) -> TableFormat:
+    """The :class:`TableFormat` named ``fmt``, once its optional package is known to be installed.
+
+    Raises
+    ------
+    DataError
+        ``fmt`` is not a known format.
+    MissingDependencyError
+        The format's writer needs a package that is not installed (the message names the extra).
+    """
+    entry = TABLE_FORMATS.get(fmt)
+    if entry is None:
+        raise DataError(expected_one_of("table format", fmt, TABLE_FORMATS))
+    if entry.requires is not None:
+        import importlib.util
+
+        if importlib.util.find_spec(entry.requires[0]) is None:
+            raise MissingDependencyError(*entry.requires)
+    return entry
 
 
 def _ledger_name(name: str) -> str:
-    for ext in (".csv.gz", ".csv", ".parquet", ".pq", ".json"):
+    exts = sorted((e for f in TABLE_FORMATS.values() for e in f.extensions), key=len, reverse=True)
+    for ext in exts:
         if name.lower().endswith(ext):
             return name[: -len(ext)] + ".ledger.json"
     return name + ".ledger.json"
@@ -122,44 +215,70 @@ def write_text(path: str | Path, text: str) -> Path:
 def _writer(frame: pd.DataFrame, fmt: str, gzip: bool = False,
             ledger_json: str | None = None) -> Callable[[Any], None]:
     """A function writing ``frame`` in ``fmt`` to a path or binary file object; with
-    ``ledger_json``, Parquet and JSON tables carry the ledger inside (CSV cannot)."""
-    if fmt == "parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise MissingDependencyError("pyarrow", "parquet") from None
+    ``ledger_json``, formats whose ``ledger_inside`` is set carry the ledger inside."""
+    return require_format(fmt).make_writer(frame, gzip, ledger_json)
 
-        def write(tmp: Any) -> None:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
 
-            table = pa.Table.from_pandas(frame, preserve_index=False)
-            if ledger_json is not None:
-                meta = dict(table.schema.metadata or {})
-                meta[LEDGER_METADATA_KEY.encode()] = ledger_json.encode("utf-8")
-                meta[b"hierdp.release_id"] = str(json.loads(ledger_json).get("release_id", "")).encode()
-                table = table.replace_schema_metadata(meta)
-            pq.write_table(table, tmp)
-    elif fmt == "json":
-        def write(tmp: Any) -> None:
-            rows = json.loads(frame.to_json(orient="records", force_ascii=False))
-            doc: dict[str, Any] = {}
-            if ledger_json is not None:
-                doc["ledger"] = json.loads(ledger_json)
-            doc["table"] = rows
-            data = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8") + b"\n"
-            if isinstance(tmp, (str, Path)):
-                Path(tmp).write_bytes(data)
-            else:
-                tmp.write(data)
-    else:
-        def write(tmp: Any) -> None:
-            if _write_csv_arrow(frame, tmp, gzip):
-                return
-            if isinstance(tmp, (str, Path)):
-                frame.to_csv(tmp, index=False, compression="gzip" if gzip else None)
-            else:
-                tmp.write(frame.to_csv(index=False).encode("utf-8"))
+def _parquet_writer(frame: pd.DataFrame, gzip: bool, ledger_json: str | None) -> Callable[[Any], None]:
+    """Parquet through pyarrow; the ledger and its release id go in the schema's key-value metadata."""
+
+    def write(tmp: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if ledger_json is not None:
+            meta = dict(table.schema.metadata or {})
+            meta[LEDGER_METADATA_KEY.encode()] = ledger_json.encode("utf-8")
+            meta[RELEASE_ID_METADATA_KEY.encode()] = str(json.loads(ledger_json).get("release_id", "")).encode()
+            table = table.replace_schema_metadata(meta)
+        pq.write_table(table, tmp)
+
+    return write
+
+
+def _parquet_release_id(path: Path) -> str | None:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    rid = meta.get(RELEASE_ID_METADATA_KEY.encode())
+    return rid.decode() if rid else None
+
+
+def _json_writer(frame: pd.DataFrame, gzip: bool, ledger_json: str | None) -> Callable[[Any], None]:
+    """One JSON document: ``{"ledger": {...}, "table": [rows]}``."""
+
+    def write(tmp: Any) -> None:
+        rows = json.loads(frame.to_json(orient="records", force_ascii=False))
+        doc: dict[str, Any] = {}
+        if ledger_json is not None:
+            doc["ledger"] = json.loads(ledger_json)
+        doc["table"] = rows
+        data = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8") + b"\n"
+        if isinstance(tmp, (str, Path)):
+            Path(tmp).write_bytes(data)
+        else:
+            tmp.write(data)
+
+    return write
+
+
+def _json_release_id(path: Path) -> str | None:
+    rid = json.loads(Path(path).read_text(encoding="utf-8")).get("ledger", {}).get("release_id")
+    return None if rid is None else str(rid)
+
+
+def _csv_writer(frame: pd.DataFrame, gzip: bool, ledger_json: str | None) -> Callable[[Any], None]:
+    """CSV (gzip-compressed for a ``.gz`` path); a CSV cannot carry its ledger."""
+
+    def write(tmp: Any) -> None:
+        if _write_csv_arrow(frame, tmp, gzip):
+            return
+        if isinstance(tmp, (str, Path)):
+            frame.to_csv(tmp, index=False, compression="gzip" if gzip else None)
+        else:
+            tmp.write(frame.to_csv(index=False).encode("utf-8"))
+
     return write
 
 
@@ -171,6 +290,8 @@ def _arrow_csv_columns(frame: pd.DataFrame) -> list[Any] | None:
     """The columns of ``frame`` as pyarrow arrays whose CSV text is the text ``to_csv`` writes
     (strings unquoted, missing values empty, float64 in Python's shortest repr with ``.0`` on
     whole numbers), or ``None`` when a column cannot be written so (then pandas writes)."""
+    import numpy as np
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -245,21 +366,14 @@ def _write_csv_arrow(frame: pd.DataFrame, dest: Any, gzip: bool) -> bool:
 
 
 def table_release_id(path: str | Path) -> str | None:
-    """The ``release_id`` written inside a Parquet or JSON release table (None for CSV)."""
-    fmt = format_for(path)
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        meta = pq.read_schema(path).metadata or {}
-        rid = meta.get(b"hierdp.release_id")
-        return rid.decode() if rid else None
-    if fmt == "json":
-        return json.loads(Path(path).read_text(encoding="utf-8")).get("ledger", {}).get("release_id")
-    return None
+    """The ``release_id`` written inside a release table whose format carries it (Parquet,
+    JSON); ``None`` for formats that cannot (CSV)."""
+    reader = TABLE_FORMATS[format_for(path)].read_release_id
+    return None if reader is None else reader(Path(path))
 
 
 def write_table(frame: pd.DataFrame, path: str | Path, fmt: str | None = None) -> Path:
-    """Write ``frame`` as CSV or Parquet (format from the extension unless given), atomically."""
+    """Write ``frame`` in a format of :data:`TABLE_FORMATS` (from the extension unless given), atomically."""
     fmt = format_for(path, fmt)
     dest = Path(path)
     # compression follows the destination's name, not the temporary file's
@@ -270,7 +384,7 @@ def write_release(frame: pd.DataFrame, ledger_json: str, path: str | Path, fmt: 
                   ledger_path: str | Path | None = None) -> tuple[Any, Any]:
     """Write a release table and its ledger JSON as one unit: the ledger lands first, the
     table last, and a failure or kill leaves the previous pair (see the module docstring).
-    Parquet and JSON tables also carry the ledger inside. ``path`` may be a URL
+    Formats with ``ledger_inside`` (Parquet, JSON) also carry it inside. ``path`` may be a URL
     (``s3://...``, through fsspec); returns the two destinations."""
     if is_url(path) or is_url(ledger_path or ""):
         return _write_release_remote(frame, ledger_json, str(path), fmt, ledger_path)
@@ -288,13 +402,14 @@ def write_release(frame: pd.DataFrame, ledger_json: str, path: str | Path, fmt: 
 def write_release_to_stream(frame: pd.DataFrame, ledger_json: str, stream: Any, fmt: str) -> None:
     """Write a release table to a binary ``stream`` (e.g. ``sys.stdout.buffer``); Parquet and
     JSON carry the ledger inside, CSV does not (write the ledger to a file of its own)."""
-    fmt = format_for("-", fmt)
-    if fmt == "parquet":  # pyarrow needs a seekable target for its footer: build it in memory
+    entry = require_format(format_for("-", fmt))
+    write = entry.make_writer(frame, False, ledger_json)
+    if entry.seekable:  # e.g. pyarrow needs a seekable target for Parquet's footer: build it in memory
         buf = _io.BytesIO()
-        _writer(frame, fmt, ledger_json=ledger_json)(buf)
+        write(buf)
         stream.write(buf.getvalue())
     else:
-        _writer(frame, fmt, ledger_json=ledger_json)(stream)
+        write(stream)
     stream.flush()
 
 
@@ -331,19 +446,33 @@ def _write_release_remote(frame: pd.DataFrame, ledger_json: str, url: str, fmt: 
     if lurl == url:
         raise DataError(f"the ledger would overwrite the table {url!r}; give the ledger its own name")
     fmt = format_for(url, fmt)
+    write = _writer(frame, fmt, ledger_json=ledger_json)  # a missing optional package fails before any PUT
     # object stores make each PUT atomic; ledger first, so a table never lacks its ledger
     with fsspec.open(lurl, "wb") as fh:
         fh.write(ledger_json.encode("utf-8"))
     data = _io.BytesIO()
-    _writer(frame, fmt, ledger_json=ledger_json)(data)
+    write(data)
     body = data.getvalue()
-    if url.lower().endswith(".gz") and fmt == "csv":
+    if url.lower().endswith(".gz") and fmt == "csv":  # the CSV writer compresses paths only
         import gzip as _gzip
 
         body = _gzip.compress(body)
     with fsspec.open(url, "wb") as fh:
         fh.write(body)
     return url, lurl
+
+
+#: Every output format of release tables, by name (order: how help texts list them).
+TABLE_FORMATS: dict[str, TableFormat] = {f.name: f for f in (
+    TableFormat("csv", "CSV", (".csv", ".csv.gz"), _csv_writer, ledger_inside=False),
+    TableFormat("parquet", "Parquet", (".parquet", ".pq"), _parquet_writer, ledger_inside=True,
+                ledger_where=f"Parquet metadata {LEDGER_METADATA_KEY!r}", read_release_id=_parquet_release_id,
+                requires=("pyarrow", "parquet"), seekable=True),
+    TableFormat("json", "JSON", (".json",), _json_writer, ledger_inside=True, ledger_where="JSON key 'ledger'",
+                read_release_id=_json_release_id),
+)}
+#: the format names (kept for callers of the former tuple)
+FORMATS = tuple(TABLE_FORMATS)
 
 
 def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) -> list[Path]:

@@ -22,7 +22,6 @@ tasks calls :func:`measure` per task and :func:`post_process` per subtree):
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -32,7 +31,7 @@ import numpy as np
 from hierdp import registry, rules
 from hierdp.accounting import Accountant, PrivacyLoss
 from hierdp.decompositions.base import Structure
-from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, PluginError, PrivacyError
+from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, PluginError, PrivacyError, warn
 from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
@@ -519,8 +518,8 @@ def release(
     if session is not None:
         session.charge(ledger)
     if seed is not None:
-        warnings.warn(f"release with seed={seed}: reproducible randomness is for tests and benchmarks; the "
-                      "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning, stacklevel=2)
+        warn(f"release with seed={seed}: reproducible randomness is for tests and benchmarks; the "
+             "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
     return ReleaseResult(
         tree=tree,
         estimate=external_estimate(tree, est),

@@ -55,11 +55,7 @@ class ReleaseResult:
         cols["level"] = level_cat
         cols.update(tree.label_columns())
         est = tree.to_internal(self.estimate.values)
-        # after a non-linear step (nonneg, round) the linear estimate's std is not the error of
-        # the released value: no std (to_frame(confidence=...) gives a conservative interval)
-        var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
-        if var is not None and not self.estimate.linear:  # only exactly known nodes (std 0) keep theirs
-            var = np.where(np.asarray(var) == 0, 0.0, np.nan)
+        var = self._released_variance()
         noisy_vals = self._noisy_internal() if noisy else None
         if est.ndim == 1:
             cols["estimate"] = est
@@ -93,12 +89,23 @@ class ReleaseResult:
                 else cast(np.ndarray, noisy_vals).reshape(-1)
         return self._with_note(rep)
 
+    def _released_variance(self) -> np.ndarray | None:
+        """The variance of each released value (internal order) as the frame and the Dataset
+        show it. After a non-linear step (nonneg, round) the linear estimate's variance is not
+        the error of the released value: only exactly known nodes (variance 0) keep theirs,
+        the others are NaN (``to_frame(confidence=...)`` gives a conservative interval)."""
+        if self.estimate.variance is None:
+            return None
+        var = np.asarray(self.tree.to_internal(self.estimate.variance))
+        return var if self.estimate.linear else np.where(var == 0, 0.0, np.nan)
+
     def _with_note(self, frame: pd.DataFrame) -> pd.DataFrame:
         if self.estimate.variance is not None and not self.estimate.linear:
-            frame.attrs["std"] = ("empty: the chain ends in a non-linear step (e.g. nonneg, round), so the linear "
-                                  "estimate's std is not the released value's error; use to_frame(confidence=...) "
-                                  "for intervals with their coverage")
+            frame.attrs["std"] = self._std_note
         return frame
+
+    _std_note = ("empty: the chain ends in a non-linear step (e.g. nonneg, round), so the linear estimate's std is "
+                 "not the released value's error; use to_frame(confidence=...) for intervals with their coverage")
 
     def _noisy_internal(self) -> np.ndarray | pd.arrays.IntegerArray:
         """Raw measurements (internal order), missing (NaN / <NA>) where a level was not measured."""
@@ -169,12 +176,14 @@ class ReleaseResult:
         """An ``xarray.Dataset`` with dimensions ``node`` and, for histograms, one per cell
         dimension (labelled; a single ``cell`` 0..k-1 when the release has no cell labels):
         ``estimate``, ``std`` (per node when shared by its cells), ``noisy`` on request, the
-        level labels as coordinates along ``node`` and the ledger (JSON) in ``attrs``."""
+        level labels as coordinates along ``node`` and the ledger (JSON) in ``attrs["ledger"]``,
+        with ``hierdp.release_id``, the version, time, trust model and accounting. After
+        ``nonneg``/``round`` the ``std`` is :attr:`frame`'s: NaN but where exact."""
         import xarray as xr
 
         tree = self.tree
         est = tree.to_internal(self.estimate.values)
-        var = None if self.estimate.variance is None else tree.to_internal(self.estimate.variance)
+        var = self._released_variance()  # the frame's std: NaN after nonneg/round, not the linear one
         axes = {} if est.ndim == 1 else _cell_axes(self.meta, est.shape[1])
         shape = (tree.n_nodes, *(len(ix) for ix in axes.values()))
         dims = ("node", *axes)
@@ -195,8 +204,9 @@ class ReleaseResult:
         for name, ix in axes.items():
             coords[name] = (name, np.asarray(ix))
         ds = xr.Dataset(data, coords=coords)
-        ds.attrs["ledger"] = self.ledger.to_json()
-        ds.attrs["hierdp.ledger"] = ds.attrs["ledger"]  # the key the Parquet metadata uses
+        if "std" in ds and self.estimate.variance is not None and not self.estimate.linear:
+            ds["std"].attrs["note"] = self._std_note
+        ds.attrs["ledger"] = self.ledger.to_json()  # once (Parquet metadata, shared with pandas, says hierdp.ledger)
         ds.attrs["hierdp.release_id"] = self.ledger.release_id
         for key in ("hierdp_version", "created", "trust_model", "accounting"):
             ds.attrs[key] = getattr(self.ledger, key)

@@ -149,5 +149,5 @@ def test_run_spec_by_example_name_and_xarray_carries_the_ledger_fields():
         warnings.simplefilter("ignore", NotForPublicationWarning)
         r = hierdp.run_spec("demo", seed=2, write=False)
     ds = r.to_xarray()
-    assert json.loads(ds.attrs["hierdp.ledger"])["release_id"] == r.ledger.release_id == ds.attrs["hierdp.release_id"]
+    assert json.loads(ds.attrs["ledger"])["release_id"] == r.ledger.release_id == ds.attrs["hierdp.release_id"]
     assert ds.attrs["trust_model"] == "central" and ds.attrs["hierdp_version"] == hierdp.__version__

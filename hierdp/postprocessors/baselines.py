@@ -15,12 +15,11 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierdp.errors import DataError
+from hierdp.errors import DataError, warn
 from hierdp.postprocessors import _baseline_kernels as BLK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
 
@@ -68,10 +67,10 @@ def boosting(tree: Tree, values: np.ndarray) -> np.ndarray:
     y = finite_values(tree, values)
     k = int(tree.internal.n_children[0])
     if tree.n_nodes > 1 and not _is_complete(tree, k):
-        warnings.warn(
+        warn(
             f"boosting assumes a complete {k}-ary tree (the root's fan-out); this tree is not one, so the "
             "output is not consistent; use 'gmc' or 'blue' instead",
-            BoostingWarning, stacklevel=3,
+            BoostingWarning,
         )
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = np.empty_like(y2)
@@ -96,8 +95,8 @@ class Boosting(PostProcessor):
             raise DataError("boosting needs every level measured (an unmeasured level's values are placeholders); "
                             "use 'blue' or 'gmc'")
         if var is not None and not np.all(var == var.flat[0]):
-            warnings.warn("boosting assumes the same noise variance at every node; the given variances differ "
-                          "and are ignored; use 'gmc' or 'blue' for per-level budgets", BoostingWarning, stacklevel=2)
+            warn("boosting assumes the same noise variance at every node; the given variances differ "
+                 "and are ignored; use 'gmc' or 'blue' for per-level budgets", BoostingWarning)
         return Estimate(boosting(tree, y), None, {"method": "boosting"})
 
 

@@ -34,7 +34,6 @@ that hold the exact nodes, and a region that must carry mass always keeps a free
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,7 +42,7 @@ from hierdp._engine.jit import for_size
 from hierdp._engine.memory import large_empty
 from hierdp._engine.threads import run_pieces, spans, zero_in_pieces
 from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
-from hierdp.errors import DataError
+from hierdp.errors import DataError, warn
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK
 from hierdp.postprocessors.base import (
@@ -287,8 +286,8 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
         "n_zero_leaves": int(np.count_nonzero(fixed)),  # fixed.sum() took 3.3 ms on one thread (11M leaves)
     }
     if not converged:
-        warnings.warn(f"nonneg stopped after {max_iter} iterations with KKT residual {resid:.3g}; "
-                      "raise max_iter", NonnegConvergenceWarning, stacklevel=2)
+        warn(f"nonneg stopped after {max_iter} iterations with KKT residual {resid:.3g}; "
+             "raise max_iter", NonnegConvergenceWarning)
     return out.reshape(y.shape), info
 
 
@@ -432,8 +431,8 @@ def _nonneg_exact(tree: Tree, y2: np.ndarray, d2: np.ndarray, *, max_iter: int,
                             "kkt_violations": int(nbad.sum()), "objective": objective,
                             "n_zero_leaves": int(np.count_nonzero(fixed)), "exact_nodes": int(exact.any(axis=1).sum())}
     if not converged:
-        warnings.warn(f"nonneg stopped after {max_iter} iterations with {int(nbad.sum())} KKT violations; "
-                      "raise max_iter", NonnegConvergenceWarning, stacklevel=3)
+        warn(f"nonneg stopped after {max_iter} iterations with {int(nbad.sum())} KKT violations; "
+             "raise max_iter", NonnegConvergenceWarning)
     return out, info
 
 

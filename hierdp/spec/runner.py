@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import sys
-import warnings
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError
+from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.readers import read_table, read_text_lines
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
@@ -598,8 +597,8 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
     ev = rs.evaluate
     reps = int(repetitions or ev["repetitions"])
     base_seed = seed if seed is not None else rs.seed
-    warnings.warn("evaluation reads the TRUE counts: its results are not differentially private; "
-                  "do not publish them", NonPrivateWarning, stacklevel=2)
+    warn("evaluation reads the TRUE counts: its results are not differentially private; "
+         "do not publish them", NonPrivateWarning)
     dpt = prepare(rs)
     config: dict[str, Any] = {
         "mechanism": {"name": rs.mechanism[0], "params": dict(rs.mechanism[1])},

@@ -150,8 +150,8 @@ def _encode(lengths: np.ndarray, flat: np.ndarray, strings: bool, alphabet: Any)
         codes = index.get_indexer(pd.Index(flat)) if flat.size else np.zeros(0, np.int64)
     bad = np.flatnonzero(codes < 0)
     if bad.size:
-        raise DataError(f"symbol {(chr(int(flat[bad[0]])) if strings else flat[bad[0]])!r} is not in the declared "
-                        "alphabet; add it to alphabet=[...] or pass alphabet='observed'")
+        raise DataError("the data hold symbols outside the declared alphabet (values not shown: they are private); "
+                        "add them to alphabet=[...] or pass alphabet='observed'")
     return codes.astype(np.int64), index, provenance
 
 

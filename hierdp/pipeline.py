@@ -305,6 +305,8 @@ def release(
         extra["neighbours"] = neighbours
     acc = Accountant(unit="rho" if the_plan.budget_unit == "rho" else "epsilon", budget=total)
     decomposition = _structure_spends(acc, structure, tree)  # a private structure is paid first
+    # charged from here on, whatever happens: a release refused after drawing noise is not free to retry
+    ticket = session.reserve(guarantee) if session is not None else None
     meas = the_plan.measure(tree, vals_internal, total=total - acc.total, delta=delta, sensitivity=sens, rng=rng,
                             **extra)
     for s in meas.spends:  # refuses a plan that spent more than the total
@@ -335,7 +337,7 @@ def release(
     ledger.non_private.extend(meas.info.get("non_private", []))
     ledger.non_private.extend(the_plan.non_private_reasons())
     if session is not None:
-        session.charge(ledger)
+        session.settle(cast(int, ticket), ledger)
     if seed is not None:
         warnings.warn(f"release with seed={seed}: reproducible randomness is for tests and benchmarks; the "
                       "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning, stacklevel=2)

@@ -193,7 +193,11 @@ def sensitivity_problem(declared: Any, floor: Any, how: str) -> str | None:
     if not isinstance(declared, Sensitivity):
         return (f"sensitivity must be a hierdp Sensitivity, e.g. sensitivity=hierdp.Sensitivity(l1=2, l2=2), "
                 f"got {type(declared).__name__}")
-    if not declared.covers(floor):
+    if type(declared) is not Sensitivity:  # a subclass could override covers() or the norms themselves
+        return (f"sensitivity must be a hierdp Sensitivity itself, not a subclass (got {type(declared).__name__}): "
+                "the floor check compares its numbers, which a subclass could redefine; pass "
+                "hierdp.Sensitivity(l1=..., l2=...)")
+    if not (float(declared.l1) >= float(floor.l1) and float(declared.l2) >= float(floor.l2)):  # not covers(): ours
         return (f"sensitivity {declared} is smaller than one privacy unit can change a level ({floor}, fixed "
                 f"by {how}); pass a larger one or none")
     return None

@@ -27,6 +27,7 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -196,6 +197,7 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise MissingDependencyError("pyarrow", "parquet")
     for target in (dest, ledger):
         if target is not None and hio.is_url(target):
+            _refuse_ephemeral(target)
             hio.check_url(target)
         elif target not in (None, "-") and ":" in Path(target).parts[0] and os.name != "nt":
             raise SpecError(f"{target!r} looks like a URL but is not one; write scheme://bucket/key "
@@ -207,11 +209,14 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     table = runner.release_frame(spec, result)
     ledger_json = result.ledger.to_json()
     if to_stdout:
+        # the ledger is staged and synced first but lands only once the table is delivered: a table
+        # that cannot be written (a closed pipe, a full disk) leaves no ledger of a release never seen
+        with contextlib.ExitStack() as staged:
+            if ledger is not None and not hio.is_url(ledger):
+                staged.enter_context(hio.atomic_path(ledger)).write_text(ledger_json, encoding="utf-8")
+            hio.write_release_to_stream(table, ledger_json, _binary(out), fmt)
         if ledger is not None and hio.is_url(ledger):
             _write_remote_text(ledger, ledger_json)
-        elif ledger is not None:
-            hio.write_text(ledger, ledger_json)
-        hio.write_release_to_stream(table, ledger_json, _binary(out), fmt)
         written = ["<stdout>", ledger or "(inside the table)"]
         note = err  # stdout carries the table: the summary goes to stderr
     else:
@@ -222,6 +227,28 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         note.write(f"wrote {written[0]} ({result.tree.n_nodes:,} nodes) and its ledger {written[1]}\n")
         note.write(str(result.ledger) + "\n")
     return EXIT_OK
+
+
+#: fsspec protocols whose files live only inside this process: gone when the command ends
+_EPHEMERAL = ("memory",)
+
+
+def _refuse_ephemeral(url: str) -> None:
+    """A ``memory://`` destination would exit 0 having written nothing that survives."""
+    from hierdp.errors import SpecError
+
+    protocol = url.split("://", 1)[0].lower()
+    ephemeral = protocol in _EPHEMERAL
+    try:
+        import fsspec
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        ephemeral = ephemeral or issubclass(fsspec.get_filesystem_class(protocol), MemoryFileSystem)
+    except (ImportError, ValueError):
+        pass
+    if ephemeral:
+        raise SpecError(f"cannot write {url!r}: {protocol}:// keeps files inside this process only, and they are gone "
+                        "when the command ends; write to a local path or a lasting store (s3://, gs://, ...)")
 
 
 def _binary(stream: TextIO):

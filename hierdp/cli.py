@@ -178,6 +178,9 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise SpecError(f"{args.spec}: no output path; set output.path in the spec or pass -o OUT")
     to_stdout = dest == "-"
     ledger = args.ledger if args.ledger is not None else (spec_out.get("ledger") if args.output is None else None)
+    for target in (dest, ledger):
+        if target is not None and "\x00" in str(target):
+            raise SpecError(f"the output path {str(target)!r} holds a NUL character, which no file name can")
     local = [Path(p) for p in (dest, ledger) if p not in (None, "-") and not hio.is_url(p)]
     if not to_stdout and not hio.is_url(dest) and ledger is None:
         local.append(hio.ledger_path_for(dest))
@@ -406,6 +409,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --version exit 0, usage errors 2
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USER
     from hierdp.errors import HierDPError, SpecError
+
+    nul = next((k for k, v in vars(args).items() if isinstance(v, str) and "\x00" in v), None)
+    if nul is not None:  # os calls would raise ValueError('embedded null byte') deep inside
+        err.write(f"error: the {nul.replace('_', '-')} argument holds a NUL character, which no file name or "
+                  "value can hold; check how the command line was built\n")
+        return EXIT_USER
 
     def show(message: str, category, filename, lineno, file=None, line=None) -> None:
         if not args.quiet:

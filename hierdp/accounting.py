@@ -57,11 +57,18 @@ def check_rho(rho: object) -> float:
     return _positive(rho, "rho")
 
 
+#: the smallest δ accepted (a public floor far below any δ used in practice)
+DELTA_MIN = 1e-100
+
+
 def check_delta(delta: object) -> float:
     """Validate δ: a number strictly between 0 and 1."""
     if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, float, np.integer, np.floating)) \
             or rules.finite_float(delta) is None or not (0 < delta < 1):
         raise BudgetError(f"delta must be a number strictly between 0 and 1 (e.g. 1e-9), got {delta!r}")
+    if delta < DELTA_MIN:  # 1/δ and the δ/2^i of Ghazi's steps would overflow float64 in the conversions
+        raise BudgetError(f"delta must be at least {DELTA_MIN:g} (smaller ones overflow the accounting's "
+                          f"arithmetic and protect no more in practice), got {float(delta):g}")
     return float(delta)
 
 

@@ -120,3 +120,38 @@ def test_a_suffix_tree_spec_with_a_huge_max_length(tmp_path, capsys):
     assert main(["release", str(spec), "-o", str(tmp_path / "o.csv"), "-q"]) == EXIT_USER
     err = capsys.readouterr().err
     assert "max_length" in err and "Traceback" not in err and "internal error" not in err
+
+
+# ----------------------------------------------------------------------------- item 5: not counts
+T3 = hierdp.Tree.complete(fanout=2, height=2)
+
+
+def test_negative_counts_are_refused():
+    """Before: release(T3, [-5, -2, -3]) gave estimates near [-3, -1, -2] without a word."""
+    with pytest.raises(DataError, match=r"non-negative; some are negative \(values not shown") as info:
+        hierdp.release(T3, np.array([-5, -2, -3]), epsilon=1.0)
+    assert "-5" not in str(info.value)
+    with pytest.raises(DataError, match="non-negative"):
+        hierdp.release(T3, np.array([[1.0, -0.5], [1.0, 0.0], [0.0, -0.5]]), epsilon=1.0, mechanism="laplace")
+
+
+def test_inconsistent_counts_are_refused_when_strict():
+    """Before: [100, 1, 1] gave [69, 33, 36]: a root that is not the sum of its leaves."""
+    with pytest.raises(DataError, match="not the sum of their leaves"):
+        hierdp.release(T3, np.array([100, 1, 1]), epsilon=1.0, check_counts="strict")
+    with pytest.raises(DataError, match="not the sum"):
+        hierdp.release(T3, np.array([1.0, 0.5, 0.25]), epsilon=1.0, check_counts="strict", mechanism="laplace")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = hierdp.release(T3, np.array([3.0, 1.5, 1.5]), epsilon=1.0, check_counts="strict", mechanism="laplace",
+                           seed=1)
+    assert not any("as given" in n for n in r.ledger.notes)
+
+
+def test_values_as_given_are_recorded_in_the_ledger():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = hierdp.release(T3, np.array([-5, -2, -3]), epsilon=1.0, check_counts=False, seed=1)
+    assert any("released as given (check_counts=False)" in n for n in r.ledger.notes)
+    with pytest.raises(DataError, match="check_counts must be"):
+        hierdp.release(T3, np.array([5, 2, 3]), epsilon=1.0, check_counts="yes")

@@ -166,17 +166,21 @@ def _spec(tmp_path: Path, csv: str, body: str) -> Path:
 
 CLI_CASES = [
     ("label outside the domain", "region\nnorth\n" + SECRET + "\n",
-     "hierarchy:\n  levels: [{name: region, domain: [north]}]\nprivacy: {epsilon: 1}\n", 2),
+     "hierarchy:\n  levels: [{name: region, domain: [north]}]\nprivacy: {epsilon: 1}\n", 2, SECRET),
     ("label outside the domain, dropped", "region\nnorth\n" + SECRET + "\n",
-     "hierarchy:\n  unknown: drop\n  levels: [{name: region, domain: [north]}]\nprivacy: {epsilon: 1}\n", 0),
+     "hierarchy:\n  unknown: drop\n  levels: [{name: region, domain: [north]}]\nprivacy: {epsilon: 1}\n", 0,
+     SECRET),
     ("symbol outside the alphabet", "id,trip\n1,JFK BOS\n2,JFK " + SECRET + "\n",
      "decomposition:\n  name: suffix_tree\n  params: {column: trip, max_length: 5, alphabet: [BOS, JFK], "
-     "separator: ' '}\nprivacy: {epsilon: 1}\n", 2),
+     "separator: ' '}\nprivacy: {epsilon: 1}\n", 2, SECRET),
+    ("a point outside the bounds", "id,x,y\n1,0.5,0.5\n2,313377.13,0.5\n",
+     "decomposition:\n  name: privtree\n  params: {columns: [x, y], bounds: [[0, 1], [0, 1]]}\n"
+     "privacy: {epsilon: 1}\n", 2, COORD),
 ]
 
 
-@pytest.mark.parametrize("name, csv, body, code", CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_cli_shows_no_planted_value(tmp_path, capsys, caplog, name, csv, body, code):
+@pytest.mark.parametrize("name, csv, body, code, planted", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_cli_shows_no_planted_value(tmp_path, capsys, caplog, name, csv, body, code, planted):
     out = tmp_path / "out"
     with caplog.at_level(logging.DEBUG), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -187,5 +191,5 @@ def test_cli_shows_no_planted_value(tmp_path, capsys, caplog, name, csv, body, c
     if out.exists():
         texts += [p.read_text(encoding="utf-8") for p in out.iterdir()]
     for t in texts:
-        assert SECRET not in t, f"{name}: the private value shows in {t[:300]!r}"
+        assert planted not in t, f"{name}: the private value shows in {t[:300]!r}"
     assert "Traceback" not in std.err

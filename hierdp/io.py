@@ -11,9 +11,10 @@ naming that folder's files), and only then are the ledger and the table moved in
 the journals and backups go last. A failure rolls both back; a hard kill between the two
 moves (a window of microseconds) leaves the journals, and the next write to that path (or
 :func:`recover`) restores the previous pair. Recovery follows only journals hierdp wrote,
-naming files of their own folder (``docs/security.md``). The ledger's ``release_id`` is repeated inside the table file (Parquet
-key-value metadata ``hierdp.ledger`` and ``hierdp.release_id``; JSON's ``ledger`` key),
-so a pair can be checked (:func:`table_release_id`).
+naming files of their own folder (``docs/security.md``). The ledger's ``release_id`` is
+repeated inside the table file (Parquet key-value metadata ``hierdp.ledger`` and
+``hierdp.release_id``; JSON's ``ledger`` key), so a pair can be checked
+(:func:`table_release_id`).
 
 Temporary names start with ``.hierdp-`` and carry the writing process's id; a write
 removes those left by processes that no longer run. Concurrent writers to one path never
@@ -559,7 +560,7 @@ def _journal_plan(folder: Path, journal: Path, jst: os.stat_result, folder_id: t
     as hierdp names the backups of that destination for that pid. Raises :class:`_Untrusted`."""
     if not _ours(jst):
         raise _Untrusted("it is not a regular file owned by this user")
-    if jst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if hasattr(os, "geteuid") and jst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):  # POSIX modes (not Windows')
         raise _Untrusted("others may write to it")
     if jst.st_nlink != 1:
         raise _Untrusted("it has other names (hard links)")

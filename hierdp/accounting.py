@@ -50,6 +50,10 @@ def check_rho(rho: object) -> float:
     return _positive(rho, "rho")
 
 
+#: the smallest δ accepted (:data:`hierdp.rules.DELTA_MIN`, re-exported)
+DELTA_MIN = rules.DELTA_MIN
+
+
 def check_delta(delta: object) -> float:
     """Validate δ: a number strictly between 0 and 1 (:func:`hierdp.rules.delta_problem`)."""
     rules.enforce(rules.delta_problem(delta), BudgetError)

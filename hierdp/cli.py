@@ -27,6 +27,7 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -200,6 +201,9 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise SpecError(f"{args.spec}: no output path; set output.path in the spec or pass -o OUT")
     to_stdout = dest == "-"
     ledger = args.ledger if args.ledger is not None else (spec_out.get("ledger") if args.output is None else None)
+    for target in (dest, ledger):
+        if target is not None and "\x00" in str(target):
+            raise SpecError(f"the output path {str(target)!r} holds a NUL character, which no file name can")
     local = [Path(p) for p in (dest, ledger) if p not in (None, "-") and not hio.is_url(p)]
     if not to_stdout and not hio.is_url(dest) and ledger is None:
         local.append(hio.ledger_path_for(dest))
@@ -214,6 +218,7 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         f"{' or '.join(carriers)} (they carry the ledger inside)")
     for target in (dest, ledger):
         if target is not None and hio.is_url(target):
+            _refuse_ephemeral(target)
             hio.check_url(target)
         elif target not in (None, "-") and ":" in Path(target).parts[0] and os.name != "nt":
             raise SpecError(f"{target!r} looks like a URL but is not one; write scheme://bucket/key "
@@ -225,11 +230,14 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     table = runner.release_frame(spec, result)
     ledger_json = result.ledger.to_json()
     if to_stdout:
+        # the ledger is staged and synced first but lands only once the table is delivered: a table
+        # that cannot be written (a closed pipe, a full disk) leaves no ledger of a release never seen
+        with contextlib.ExitStack() as staged:
+            if ledger is not None and not hio.is_url(ledger):
+                staged.enter_context(hio.atomic_path(ledger)).write_text(ledger_json, encoding="utf-8")
+            hio.write_release_to_stream(table, ledger_json, _binary(out), fmt)
         if ledger is not None and hio.is_url(ledger):
             _write_remote_text(ledger, ledger_json)
-        elif ledger is not None:
-            hio.write_text(ledger, ledger_json)
-        hio.write_release_to_stream(table, ledger_json, _binary(out), fmt)
         written = ["<stdout>", ledger or "(inside the table)"]
         note = err  # stdout carries the table: the summary goes to stderr
     else:
@@ -240,6 +248,28 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         note.write(f"wrote {written[0]} ({result.tree.n_nodes:,} nodes) and its ledger {written[1]}\n")
         note.write(str(result.ledger) + "\n")
     return EXIT_OK
+
+
+#: fsspec protocols whose files live only inside this process: gone when the command ends
+_EPHEMERAL = ("memory",)
+
+
+def _refuse_ephemeral(url: str) -> None:
+    """A ``memory://`` destination would exit 0 having written nothing that survives."""
+    from hierdp.errors import SpecError
+
+    protocol = url.split("://", 1)[0].lower()
+    ephemeral = protocol in _EPHEMERAL
+    try:
+        import fsspec
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        ephemeral = ephemeral or issubclass(fsspec.get_filesystem_class(protocol), MemoryFileSystem)
+    except (ImportError, ValueError):
+        pass
+    if ephemeral:
+        raise SpecError(f"cannot write {url!r}: {protocol}:// keeps files inside this process only, and they are gone "
+                        "when the command ends; write to a local path or a lasting store (s3://, gs://, ...)")
 
 
 def _binary(stream: TextIO):
@@ -400,6 +430,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     _load()  # the library, as `import hierdp` loads it (deferred while the arguments were parsed)
     from hierdp.errors import HierDPError, SpecError
+
+    nul = next((k for k, v in vars(args).items() if isinstance(v, str) and "\x00" in v), None)
+    if nul is not None:  # os calls would raise ValueError('embedded null byte') deep inside
+        err.write(f"error: the {nul.replace('_', '-')} argument holds a NUL character, which no file name or "
+                  "value can hold; check how the command line was built\n")
+        return EXIT_USER
 
     def show(message: str, category, filename, lineno, file=None, line=None) -> None:
         if not args.quiet:

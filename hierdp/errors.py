@@ -23,6 +23,7 @@ __all__ = [
     "MissingDependencyError",
     "NotForPublicationWarning",
     "NonPrivateWarning",
+    "UntrustedJournalWarning",
     "did_you_mean",
     "warn",
 ]
@@ -87,6 +88,12 @@ class NonPrivateWarning(UserWarning):
 class NotForPublicationWarning(UserWarning):
     """A release used seeded (reproducible) randomness: fine for tests and benchmarks,
     never for publication (its ledger and written tables say so)."""
+
+
+class UntrustedJournalWarning(UserWarning):
+    """A file in an output folder is named like a hierdp commit journal but hierdp did not
+    write it (wrong owner, writable by others, names files outside its folder, ...): it is
+    left alone, not followed (see ``docs/security.md``)."""
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -6,13 +6,15 @@ system), so an interrupted release never leaves a partial output: the destinatio
 keeps its previous content or gets the complete new one.
 
 A release's table and ledger are one unit. Both are staged and synced, the previous files
-are kept as hard-linked backups, a commit journal naming all of them is written, and only
-then are the ledger and the table moved into place; the journal and backups go last. A
-failure rolls both back; a hard kill between the two moves (a window of microseconds)
-leaves the journal, and the next write to that path (or :func:`recover`) restores the
-previous pair. The ledger's ``release_id`` is repeated inside the table file (Parquet
-key-value metadata ``hierdp.ledger`` and ``hierdp.release_id``; JSON's ``ledger`` key),
-so a pair can be checked (:func:`table_release_id`).
+are kept as hard-linked backups, a commit journal naming them is written (one per folder,
+naming that folder's files), and only then are the ledger and the table moved into place;
+the journals and backups go last. A failure rolls both back; a hard kill between the two
+moves (a window of microseconds) leaves the journals, and the next write to that path (or
+:func:`recover`) restores the previous pair. Recovery follows only journals hierdp wrote,
+naming files of their own folder (``docs/security.md``). The ledger's ``release_id`` is
+repeated inside the table file (Parquet key-value metadata ``hierdp.ledger`` and
+``hierdp.release_id``; JSON's ``ledger`` key), so a pair can be checked
+(:func:`table_release_id`).
 
 Temporary names start with ``.hierdp-`` and carry the writing process's id; a write
 removes those left by processes that no longer run. Concurrent writers to one path never
@@ -26,19 +28,22 @@ Destinations with a scheme (``s3://bucket/x.csv``, ``gs://...``) are written thr
 from __future__ import annotations
 
 import contextlib
+import functools
 import io as _io
 import json
 import os
 import re
+import stat
 import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hierdp.errors import DataError, MissingDependencyError, expected_one_of
+from hierdp.errors import DataError, MissingDependencyError, UntrustedJournalWarning, expected_one_of
 
 if TYPE_CHECKING:  # numpy and pandas load when a table is written: `hierdp --version` stays fast
     import pandas as pd
@@ -53,6 +58,9 @@ RELEASE_ID_METADATA_KEY = "hierdp.release_id"
 _PREFIX = ".hierdp-"  # every temporary, backup and journal file hierdp writes starts with this
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _STALE_AFTER = 24 * 3600.0  # seconds: leftovers of another host's process (pid unknown here)
+_JOURNAL_VERSION = 2  # 2: bare file names, one journal per folder; 1: paths (followed only inside the folder)
+_JOURNAL_NAME = re.compile(re.escape(_PREFIX) + r".+\.(\d+)\.[0-9a-f]{12}\.journal")
+_JOURNAL_MAX = 1 << 20  # bytes: a journal names a handful of files
 
 #: ``make_writer(frame, gzip, ledger_json)``: a function writing ``frame`` to a path or a binary file object
 WriterFactory = Callable[["pd.DataFrame", bool, "str | None"], Callable[[Any], None]]
@@ -506,15 +514,17 @@ def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) 
             if backup is not None:
                 stack.callback(backup.unlink, missing_ok=True)
             backups.append(backup)
-        journal = None
-        if len(dests) > 1:
-            journal = _unique(dests[-1], ".journal")
-            record = {"pid": os.getpid(),
-                      "files": [{"dest": str(d), "backup": str(b) if b else None, "inode": t.stat().st_ino}
-                                for d, b, t in zip(dests, backups, staged)]}
-            _named(dests[-1], lambda j: j.write_text(json.dumps(record), encoding="utf-8"), journal)
-            _named(dests[-1], _fsync, journal)
-            stack.callback(journal.unlink, missing_ok=True)
+        journals: list[Path] = []
+        if len(dests) > 1:  # one journal per folder, naming only that folder's files (see recover)
+            for folder in dict.fromkeys(d.parent for d in dests):
+                here = [(d, b, t) for d, b, t in zip(dests, backups, staged) if d.parent == folder]
+                journal = _unique(here[-1][0], ".journal")
+                record = {"version": _JOURNAL_VERSION, "pid": os.getpid(),
+                          "files": [{"name": d.name, "backup": b.name if b else None, "inode": t.stat().st_ino}
+                                    for d, b, t in here]}
+                _named(here[-1][0], functools.partial(_write_journal, text=json.dumps(record)), journal)
+                stack.callback(journal.unlink, missing_ok=True)
+                journals.append(journal)
         done: list[tuple[Path, Path | None]] = []
         try:
             for d, tmp, backup in zip(dests, staged, backups):
@@ -528,7 +538,7 @@ def atomic_write_all(items: Sequence[tuple[str | Path, Callable[[Path], Any]]]) 
                 else:
                     d.unlink(missing_ok=True)
             raise
-        if journal is not None:  # committed: from here on a kill leaves the new files
+        for journal in journals:  # committed: from here on a kill leaves the new files
             journal.unlink(missing_ok=True)
     return dests
 
@@ -627,44 +637,173 @@ def _owner_gone(name: str, mtime: float) -> bool:
     return False
 
 
+def _write_journal(path: Path, text: str) -> None:
+    """Create the commit journal ``path`` (never an existing name, never through a symlink),
+    readable and writable by this user only, and sync it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Untrusted(Exception):
+    """A journal that hierdp did not write (or cannot vouch for); the message says why."""
+
+
+def _ours(st: os.stat_result) -> bool:
+    """A regular file (not a symlink: ``st`` comes from ``lstat``) owned by this user."""
+    return stat.S_ISREG(st.st_mode) and (not hasattr(os, "geteuid") or st.st_uid == os.geteuid())
+
+
+def _entry_name(folder: Path, folder_id: tuple[int, int], recorded: Any, what: str) -> str:
+    """The bare name of a file a journal names, which must sit in the journal's own folder.
+
+    Journals of this version record bare names; older ones recorded paths, accepted only
+    when their folder is the journal's folder (the same directory, not just the same text)."""
+    if not isinstance(recorded, str) or not recorded or "\x00" in recorded:
+        raise _Untrusted(f"its {what} is not a file name")
+    p = Path(recorded)
+    name = p.name
+    if name in ("", ".", ".."):
+        raise _Untrusted(f"its {what} {recorded!r} is not a file name")
+    if str(p.parent) not in ("", "."):
+        try:
+            st = os.stat(p.parent)
+        except OSError:
+            raise _Untrusted(f"its {what} {recorded!r} is outside this folder") from None
+        if (st.st_dev, st.st_ino) != folder_id:
+            raise _Untrusted(f"its {what} {recorded!r} is outside this folder")
+    return name
+
+
+def _journal_plan(folder: Path, journal: Path, jst: os.stat_result, folder_id: tuple[int, int],
+                  pid: int) -> list[tuple[str, str | None, int]]:
+    """The ``(destination, backup, inode)`` names a journal names, after checking that hierdp
+    wrote it: a regular file owned by this user, writable by nobody else, with one link; a
+    JSON record of this writer's pid; every file in the journal's folder; every backup named
+    as hierdp names the backups of that destination for that pid. Raises :class:`_Untrusted`."""
+    if not _ours(jst):
+        raise _Untrusted("it is not a regular file owned by this user")
+    if hasattr(os, "geteuid") and jst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):  # POSIX modes (not Windows')
+        raise _Untrusted("others may write to it")
+    if jst.st_nlink != 1:
+        raise _Untrusted("it has other names (hard links)")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(journal, flags)
+    try:
+        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (jst.st_dev, jst.st_ino):
+            raise _Untrusted("it changed while it was read")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(_JOURNAL_MAX + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > _JOURNAL_MAX:
+        raise _Untrusted("it is too large to be a hierdp journal")
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise _Untrusted("it is not a journal record") from None
+    if not isinstance(record, dict) or record.get("pid") != pid or not isinstance(record.get("files"), list):
+        raise _Untrusted("its record does not match its name")
+    plan: list[tuple[str, str | None, int]] = []
+    for f in record["files"]:
+        if not isinstance(f, dict):
+            raise _Untrusted("its record is malformed")
+        dest = _entry_name(folder, folder_id, f.get("name", f.get("dest")), "destination")
+        if dest.startswith(_PREFIX):
+            raise _Untrusted(f"its destination {dest!r} is a hierdp temporary name")
+        backup = f.get("backup")
+        if backup is not None:
+            backup = _entry_name(folder, folder_id, backup, "backup")
+            if not re.fullmatch(re.escape(f"{_PREFIX}{dest}.{pid}.") + r"[0-9a-f]{12}\.bak", backup):
+                raise _Untrusted(f"its backup {backup!r} is not a hierdp backup of {dest!r}")
+        inode = f.get("inode")
+        if isinstance(inode, bool) or not isinstance(inode, int):
+            raise _Untrusted("its record is malformed")
+        plan.append((dest, backup, inode))
+    return plan
+
+
+def _roll_back(folder: Path, dev: int, plan: list[tuple[str, str | None, int]]) -> list[Path]:
+    """Undo one interrupted commit: a destination still holding the file the killed writer
+    moved in (same inode and device, ours, one link) gets its backup back (a regular file
+    of ours, on that device, with one link), or is removed when it had no previous file.
+    Nothing here follows a symlink; anything else is left as it is."""
+    restored: list[Path] = []
+    for dest, backup, inode in plan:
+        d = folder / dest
+        try:
+            dst = os.lstat(d)
+            moved_in = _ours(dst) and (dst.st_ino, dst.st_dev) == (inode, dev) and dst.st_nlink == 1
+        except OSError:
+            moved_in = False
+        b = folder / backup if backup else None
+        try:
+            bst = os.lstat(b) if b is not None else None
+        except OSError:
+            bst = None
+        backup_ok = bst is not None and _ours(bst) and bst.st_dev == dev and bst.st_nlink in (1, 2)
+        if moved_in and b is not None and backup_ok and bst is not None and bst.st_nlink == 1:
+            os.replace(b, d)
+            restored.append(d)
+        elif moved_in and backup is None:
+            d.unlink(missing_ok=True)
+            restored.append(d)
+        if b is not None and backup_ok and b.exists():
+            b.unlink(missing_ok=True)
+    return restored
+
+
 def recover(folder: str | Path) -> list[Path]:
     """Finish what killed hierdp writers left in ``folder``: roll back every interrupted
     commit (its journal names the backups of the previous files) and remove their
     temporaries and backups. Files of writers still running are left alone. Returns the
-    destinations restored to their previous content."""
+    destinations restored to their previous content.
+
+    Only journals hierdp wrote are followed (see ``docs/security.md``): a regular file,
+    owned by this user, writable by nobody else, whose record names files of ``folder``
+    only, each backup named as hierdp names it. Anything else named like a journal is
+    reported with a :class:`~hierdp.errors.UntrustedJournalWarning` naming it, and left
+    alone; so are temporaries not owned by this user. No symlink is followed."""
     folder = Path(folder)
     restored: list[Path] = []
     try:
         entries = [p for p in folder.iterdir() if p.name.startswith(_PREFIX)]
+        fst = os.stat(folder)
     except OSError:
         return restored
-    journals = [p for p in entries if p.name.endswith(".journal")]
-    for j in journals:
+    folder_id = (fst.st_dev, fst.st_ino)
+    for j in (p for p in entries if p.name.endswith(".journal")):
         try:
-            if not _owner_gone(j.name, j.stat().st_mtime):
-                continue
-            record = json.loads(j.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            jst = os.lstat(j)
+        except OSError:
             continue
-        for f in record.get("files", []):  # back to the previous pair
-            dest, backup = Path(f["dest"]), f.get("backup")
-            try:
-                ours = dest.stat().st_ino == f.get("inode")  # moved in by the killed writer, not since replaced
-            except OSError:
-                ours = False
-            if ours and backup and Path(backup).exists():
-                os.replace(backup, dest)
-                restored.append(dest)
-            elif ours and not backup:
-                dest.unlink(missing_ok=True)
-                restored.append(dest)
-            if backup:
-                Path(backup).unlink(missing_ok=True)
+        m = _JOURNAL_NAME.fullmatch(j.name)
+        try:
+            if m is None:
+                raise _Untrusted("its name is not one hierdp gives a journal")
+            if not _owner_gone(j.name, jst.st_mtime):
+                continue
+            plan = _journal_plan(folder, j, jst, folder_id, int(m.group(1)))
+        except _Untrusted as why:
+            warnings.warn(f"left alone {str(j)!r}: it is named like a hierdp commit journal but hierdp did not "
+                          f"write it ({why}); a journal is followed only when hierdp wrote it. Remove the file "
+                          "once you know where it came from", UntrustedJournalWarning, stacklevel=2)
+            continue
+        except OSError:
+            continue
+        restored.extend(_roll_back(folder, jst.st_dev, plan))
         j.unlink(missing_ok=True)
     for p in entries:
         if p.name.endswith((".tmp", ".bak")):
             try:
-                if p.exists() and _owner_gone(p.name, p.stat().st_mtime):
+                st = os.lstat(p)
+                if _ours(st) and _owner_gone(p.name, st.st_mtime):
                     p.unlink(missing_ok=True)
             except OSError:
                 pass

@@ -120,6 +120,27 @@ class Ledger:
         if not self.accounting:
             self.accounting = accounting_method(self.guarantee)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without ``private_notes`` (facts about the true data, e.g. how many rows
+        were dropped): a pickle leaves the process (a cache, a worker, a colleague), the
+        notes stay with the release that made them. ``copy.deepcopy`` keeps them."""
+        state = dict(self.__dict__)
+        state["private_notes"] = {}
+        return state
+
+    def __copy__(self) -> Ledger:  # in-process copies keep the notes (not through __getstate__)
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Ledger:
+        import copy
+
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return new
+
     @property
     def for_publication(self) -> bool:
         """False when a seed made the release reproducible (and therefore not private)."""

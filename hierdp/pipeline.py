@@ -107,6 +107,30 @@ def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
     return vals
 
 
+def _count_problem(tree: Tree, vals: np.ndarray, check: Any) -> str | None:
+    """Node values that cannot be counts (``check_counts``): ``True`` refuses a negative
+    one; ``"strict"`` also a node that is not the sum of its leaves (one bottom-up pass,
+    exact for integers, 1e-9 relative for floats); ``False`` checks nothing. Says what,
+    never which value (they are private)."""
+    if check is False:
+        return None
+    if check is not True and check != "strict":
+        return f"check_counts must be True, 'strict' or False, got {check!r:.40}"
+    if vals.dtype == bool or not vals.size:
+        return None
+    if vals.min() < 0:
+        return ("node counts must be non-negative; some are negative (values not shown: they are private). Pass "
+                "check_counts=False to release such values as given (the ledger says so)")
+    if check == "strict":
+        agg = tree.aggregate(vals[tree.leaves])
+        off = agg != vals if np.issubdtype(vals.dtype, np.integer) else ~np.isclose(agg, vals, rtol=1e-9, atol=1e-9)
+        if off.any():
+            return ("some internal nodes are not the sum of their leaves (values not shown: they are private); node "
+                    "counts of a hierarchy add up: pass the leaf counts through tree.aggregate(...), or "
+                    "check_counts=False to release the values as given (the ledger says so)")
+    return None
+
+
 def _sensitivity(sensitivity: Sensitivity | None, max_contributions: int | None,
                  neighbours: str = "add_remove") -> Sensitivity:
     """The per-level sensitivity: at least what one privacy unit can change under
@@ -458,6 +482,7 @@ def release(
     invariants: Any = None,
     allow_invariants_with_add_remove: bool = False,
     invariants_cover: str = "total",
+    check_counts: bool | str = True,
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
 
@@ -484,6 +509,10 @@ def release(
     each invariant node's total over its cells (census practice: state populations; plan
     ``marginals``), ``"cells"`` every cell of it.
 
+    ``check_counts``: ``True`` (default) refuses negative node values (counts cannot be);
+    ``"strict"`` also refuses nodes that are not the sum of their leaves; ``False``
+    releases the values as given and the ledger says so.
+
     With ``seed`` the randomness is reproducible: a
     :class:`~hierdp.errors.NotForPublicationWarning` is raised and the ledger and written
     tables are marked NOT FOR PUBLICATION.
@@ -502,6 +531,7 @@ def release(
     ('pure', False)
     """
     vals = _check_values(tree, values)
+    rules.enforce(_count_problem(tree, vals, check_counts), DataError)
     r = resolve(tree, n_cells=vals.shape[1] if vals.ndim == 2 else 1, epsilon=epsilon, delta=delta, rho=rho,
                 plan=plan, mechanism=mechanism, budget=budget, postprocess=postprocess, seed=seed,
                 sensitivity=sensitivity, privacy_unit=privacy_unit, max_contributions=max_contributions, notes=notes,
@@ -511,12 +541,17 @@ def release(
     rng = make_rng(seed)
     vals_internal = tree.to_internal(vals)
     acc, decomposition = open_account(r, tree, structure)  # a private structure is paid first
+    # charged from here on, whatever happens: a release refused after drawing noise is not free to retry
+    ticket = session.reserve(r.guarantee) if session is not None else None
     meas = measure(r, tree, vals_internal, total=r.total - acc.total, rng=rng)
     guarantee = account(r, acc, meas)
     est = post_process(r, tree, meas, vals_internal[r.invariants] if r.invariant_names else None)
     ledger = build_ledger(r, tree, meas, guarantee, structure=structure, decomposition=decomposition, rng=rng)
+    if check_counts is False:
+        ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
+                            "non-negative counts")
     if session is not None:
-        session.charge(ledger)
+        session.settle(cast(int, ticket), ledger)
     if seed is not None:
         warn(f"release with seed={seed}: reproducible randomness is for tests and benchmarks; the "
              "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)

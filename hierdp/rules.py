@@ -106,11 +106,19 @@ def positive_problem(x: Any, name: str) -> str | None:
     return f"{name} must be a finite number > 0, got {x!r:.60}"
 
 
+#: the smallest δ accepted: a public floor far below any δ used in practice (1/δ and the
+#: δ/2^i of Ghazi's steps would overflow float64 in the conversions below it)
+DELTA_MIN = 1e-100
+
+
 def delta_problem(delta: Any) -> str | None:
-    """δ is a number strictly between 0 and 1."""
+    """δ is a number strictly between 0 and 1, and at least :data:`DELTA_MIN`."""
     if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, float, np.integer, np.floating)) \
             or finite_float(delta) is None or not (0 < delta < 1):
         return f"delta must be a number strictly between 0 and 1 (e.g. 1e-9), got {delta!r}"
+    if delta < DELTA_MIN:
+        return (f"delta must be at least {DELTA_MIN:g} (smaller ones overflow the accounting's arithmetic and "
+                f"protect no more in practice), got {float(delta):g}")
     return None
 
 
@@ -239,7 +247,11 @@ def sensitivity_problem(declared: Any, floor: Any, how: str) -> str | None:
     if not isinstance(declared, Sensitivity):
         return (f"sensitivity must be a hierdp Sensitivity, e.g. sensitivity=hierdp.Sensitivity(l1=2, l2=2), "
                 f"got {type(declared).__name__}")
-    if not declared.covers(floor):
+    if type(declared) is not Sensitivity:  # a subclass could override covers() or the norms themselves
+        return (f"sensitivity must be a hierdp Sensitivity itself, not a subclass (got {type(declared).__name__}): "
+                "the floor check compares its numbers, which a subclass could redefine; pass "
+                "hierdp.Sensitivity(l1=..., l2=...)")
+    if not (float(declared.l1) >= float(floor.l1) and float(declared.l2) >= float(floor.l2)):  # not covers(): ours
         return (f"sensitivity {declared} is smaller than one privacy unit can change a level ({floor}, fixed "
                 f"by {how}); pass a larger one or none")
     return None

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, cast
 
 from hierdp.accounting import check_delta, check_epsilon, check_rho, pure_to_zcdp
 from hierdp.errors import BudgetError, PrivacyError
@@ -23,14 +24,24 @@ from hierdp.errors import BudgetError, PrivacyError
 __all__ = ["Session"]
 
 _RTOL = 1e-12
+_DREW_NOISE = "drew noise, not released"
+_RELEASED = "released"
 
 
-@dataclass
 class Session:
     """A total privacy budget for several releases.
 
     Give ``epsilon`` (pure ε-DP releases; with ``delta`` also (ε, δ) releases, whose ε and
     δ both add up) or ``rho`` (ρ-zCDP releases, and pure ones at ρ = ε²/2).
+
+    A release made with ``session=`` is checked before any work and **reserves** its cost
+    just before it draws noise; the reservation stands whatever happens next, so a release
+    refused after drawing noise (e.g. a Ghazi release whose noisy root count is too large
+    for its budget) is charged and cannot be retried for free. The totals (``epsilon``,
+    ``delta``, ``rho``) and the history (``releases``, a tuple of read-only records) cannot
+    be changed. A session is one budget: ``copy.copy`` and ``copy.deepcopy`` return the
+    session itself, and pickling is refused (two unpickled copies could each spend what is
+    left). See ``docs/security.md``.
 
     >>> import hierdp, numpy as np
     >>> s = hierdp.Session(epsilon=1.0)
@@ -44,29 +55,85 @@ class Session:
     hierdp.errors.BudgetError: this release needs epsilon=0.6 but the session has 0.4 left of epsilon=1; ...
     """
 
-    epsilon: float | None = None
-    delta: float | None = None
-    rho: float | None = None
-    releases: list[dict[str, Any]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    __slots__ = ("_epsilon", "_delta", "_rho", "_records", "_lock")
 
-    def __post_init__(self) -> None:
-        if (self.epsilon is None) == (self.rho is None):
+    _epsilon: float | None
+    _delta: float | None
+    _rho: float | None
+    _records: list[dict[str, Any]]
+    _lock: threading.Lock
+
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, rho: float | None = None) -> None:
+        if (epsilon is None) == (rho is None):
             raise BudgetError("a Session needs its total budget: epsilon=... (optionally with delta=...) or rho=...")
-        if self.epsilon is not None:
-            self.epsilon = check_epsilon(self.epsilon)
-            if self.delta is not None:
-                self.delta = check_delta(self.delta)
+        if epsilon is not None:
+            epsilon = check_epsilon(epsilon)
+            if delta is not None:
+                delta = check_delta(delta)
         else:
-            if self.delta is not None:
+            if delta is not None:
                 raise BudgetError("delta goes with epsilon in a Session; a rho session converts on request")
-            self.rho = check_rho(self.rho)
+            rho = check_rho(rho)
+        for name, value in (("_epsilon", epsilon), ("_delta", delta), ("_rho", rho), ("_records", []),
+                            ("_lock", threading.Lock())):
+            object.__setattr__(self, name, value)
+
+    # ---------------------------------------------------------------- read-only state
+    @property
+    def epsilon(self) -> float | None:
+        """The total ε (``None`` in a ρ session)."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float | None:
+        """The total δ of an (ε, δ) session (``None`` otherwise)."""
+        return self._delta
+
+    @property
+    def rho(self) -> float | None:
+        """The total ρ (``None`` in an ε session)."""
+        return self._rho
+
+    @property
+    def releases(self) -> tuple[Mapping[str, Any], ...]:
+        """Every charge so far, in order (read-only): ``guarantee``, ``cost`` (in the
+        session's units) and ``outcome`` (``"released"``, or ``"drew noise, not released"``
+        for a release that failed or was refused after it drew noise)."""
+        with self._lock:
+            return tuple(MappingProxyType(dict(r, guarantee=MappingProxyType(dict(r["guarantee"])),
+                                               cost=MappingProxyType(dict(r["cost"]))))
+                         for r in self._records)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Session is read-only (cannot set {name!r}): its total and history are the "
+                             "accounting; open a new Session for a new budget")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Session is read-only (cannot delete {name!r})")
+
+    def __copy__(self) -> Session:
+        return self  # one budget: a copy would let two objects spend what is left
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Session:
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise PrivacyError("a Session cannot be pickled: an unpickled copy (in a worker process, or loaded twice) "
+                           "would hold the same remaining budget and could spend it again; make the releases in "
+                           "the process that holds the session")
 
     # ---------------------------------------------------------------- accounting
-    def _cost(self, guarantee: dict[str, Any]) -> dict[str, float]:
+    def _total(self, k: str) -> float:
+        return cast(float, {"epsilon": self._epsilon, "delta": self._delta, "rho": self._rho}[k])
+
+    def _totals(self) -> dict[str, float]:
+        return {k: v for k, v in (("epsilon", self._epsilon), ("delta", self._delta), ("rho", self._rho))
+                if v is not None}
+
+    def _cost(self, guarantee: Mapping[str, Any]) -> dict[str, float]:
         """What a release with this guarantee costs in the session's units."""
         kind = guarantee["guarantee"]
-        if self.rho is not None:
+        if self._rho is not None:
             if kind == "zcdp":
                 return {"rho": float(guarantee["rho"])}
             if kind == "pure":
@@ -75,7 +142,7 @@ class Session:
                                "equivalent); open the session with epsilon= and delta=")
         if kind == "pure":
             return {"epsilon": float(guarantee["epsilon"])}
-        if kind == "approx" and self.delta is not None:
+        if kind == "approx" and self._delta is not None:
             return {"epsilon": float(guarantee["epsilon"]), "delta": float(guarantee["delta"] or 0.0)}
         if kind == "approx":
             raise PrivacyError("an (ε, δ)-DP release needs a session with delta=...; this one is pure ε-DP")
@@ -84,7 +151,7 @@ class Session:
 
     def _spent(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        for r in self.releases:
+        for r in self._records:
             for k, v in r["cost"].items():
                 out[k] = math.fsum([out.get(k, 0.0), v])
         return out
@@ -92,40 +159,69 @@ class Session:
     @property
     def spent(self) -> dict[str, float]:
         """What the releases so far spend together (basic composition)."""
-        return self._spent()
+        with self._lock:
+            return self._spent()
 
     @property
     def remaining(self) -> dict[str, float]:
         """What is left, per unit."""
-        spent = self._spent()
-        return {k: max(0.0, getattr(self, k) - spent.get(k, 0.0)) for k in ("epsilon", "delta", "rho")
-                if getattr(self, k) is not None}
+        spent = self.spent
+        return {k: max(0.0, total - spent.get(k, 0.0)) for k, total in self._totals().items()}
 
-    def check(self, guarantee: dict[str, Any]) -> None:
-        """Refuse (BudgetError) a release that would overspend; called before any noise is drawn."""
-        cost = self._cost(guarantee)
-        spent = self._spent()
+    def _refuse_overspend(self, cost: Mapping[str, float], spent: Mapping[str, float]) -> None:
         for k, v in cost.items():
-            total = getattr(self, k)
+            total = self._total(k)
             left = total - spent.get(k, 0.0)
             if v > left * (1 + _RTOL) + 1e-15:
                 raise BudgetError(f"this release needs {k}={v:g} but the session has {max(left, 0.0):g} left of "
                                   f"{k}={total:g}; lower the release's budget or open a new session for new data")
 
-    def charge(self, ledger: Any) -> None:
-        """Record a release (its ledger) against the budget; refuses an overspend."""
-        g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho}
+    def check(self, guarantee: Mapping[str, Any]) -> None:
+        """Refuse (BudgetError) a release that would overspend; records nothing."""
+        cost = self._cost(guarantee)
         with self._lock:
-            self.check(g)
-            self.releases.append({"guarantee": dict(g), "cost": self._cost(g)})
-            n = len(self.releases)
+            self._refuse_overspend(cost, self._spent())
+
+    def reserve(self, guarantee: Mapping[str, Any]) -> int:
+        """Charge a release's cost before it draws noise (refusing an overspend, atomically
+        with the check); the charge stands even if the release then fails. Returns the
+        ticket :meth:`settle` takes once the release is made."""
+        cost = self._cost(guarantee)
+        with self._lock:
+            self._refuse_overspend(cost, self._spent())
+            self._records.append({"guarantee": dict(guarantee), "cost": cost, "outcome": _DREW_NOISE})
+            return len(self._records) - 1
+
+    def settle(self, ticket: int, ledger: Any) -> None:
+        """Mark reservation ``ticket`` released with ``ledger``'s guarantee, and note the
+        session's totals in the ledger. A ledger costing more than was reserved (e.g. a δ
+        only known after measuring) is charged the larger cost; beyond the budget that is
+        a BudgetError, and the charge stands (noise was drawn)."""
+        g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho}
+        cost = self._cost(g)
+        with self._lock:
+            rec = self._records[ticket]
+            more = {k: max(v, rec["cost"].get(k, 0.0)) for k, v in cost.items()}
+            over = any(v > rec["cost"].get(k, 0.0) for k, v in more.items())
+            if over:
+                others = {k: v for k, v in self._spent().items()}
+                for k, v in rec["cost"].items():
+                    others[k] = others.get(k, 0.0) - v
+                rec["cost"] = dict(rec["cost"], **more)
+                self._refuse_overspend(more, others)
+            rec["guarantee"], rec["outcome"] = g, _RELEASED
+            n = ticket + 1
             spent = ", ".join(f"{k}={v:.6g}" for k, v in self._spent().items())
-            total = ", ".join(f"{k}={getattr(self, k):g}" for k in ("epsilon", "delta", "rho")
-                              if getattr(self, k) is not None)
+        total = ", ".join(f"{k}={v:g}" for k, v in self._totals().items())
         ledger.notes.append(f"release {n} of a session with total {total}: the session's releases spend "
                             f"{spent} together (basic composition)")
 
+    def charge(self, ledger: Any) -> None:
+        """Record a release (its ledger) against the budget; refuses an overspend. (Prefer
+        :meth:`reserve` before drawing noise and :meth:`settle` after.)"""
+        g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho}
+        self.settle(self.reserve(g), ledger)
+
     def __repr__(self) -> str:
-        total = ", ".join(f"{k}={getattr(self, k):g}" for k in ("epsilon", "delta", "rho")
-                          if getattr(self, k) is not None)
-        return f"<Session {total}: {len(self.releases)} releases, remaining {self.remaining}>"
+        total = ", ".join(f"{k}={v:g}" for k, v in self._totals().items())
+        return f"<Session {total}: {len(self._records)} releases, remaining {self.remaining}>"

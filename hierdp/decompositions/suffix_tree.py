@@ -34,6 +34,7 @@ the next depth prepends — no Python loop per sequence or per node.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,11 +105,31 @@ def _symbols(items: list) -> tuple[np.ndarray, np.ndarray, bool]:
     lengths = np.fromiter((len(s) for s in items), dtype=np.int64, count=len(items))
     if all(isinstance(s, str) for s in items):
         joined = "".join(items)
-        cp = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        try:
+            raw = joined.encode("utf-32-le")
+        except UnicodeEncodeError:
+            raise DataError("the sequences hold text that is not valid Unicode (a lone surrogate, e.g. from bytes "
+                            "decoded with errors='surrogateescape'; values not shown: they are private); decode "
+                            "the source with its real encoding first") from None
+        cp = np.frombuffer(raw, dtype=np.uint32).astype(np.int64)
         return lengths, cp, True
     flat = np.empty(int(lengths.sum()), dtype=object)
     flat[:] = [x for s in items for x in s]
     return lengths, flat, False
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _unhashable_symbols() -> DataError:
+    return DataError("the sequences hold symbols that are not hashable (e.g. a list inside a sequence; values not "
+                     "shown: they are private); each sequence must be a string or a flat list of hashable symbols "
+                     "(strings, numbers, tuples)")
 
 
 def _encode(lengths: np.ndarray, flat: np.ndarray, strings: bool, alphabet: Any) -> tuple[np.ndarray, pd.Index, str]:
@@ -117,7 +138,10 @@ def _encode(lengths: np.ndarray, flat: np.ndarray, strings: bool, alphabet: Any)
                         "alphabet=[...] (the public list of symbols) or alphabet='observed' to assert that "
                         "the symbols seen in the data are public")
     if isinstance(alphabet, str) and alphabet == "observed":
-        uniq = np.unique(flat) if strings else pd.unique(flat)
+        try:
+            uniq = np.unique(flat) if strings else pd.unique(flat)
+        except TypeError:
+            raise _unhashable_symbols() from None
         if strings:
             index = pd.Index([chr(int(c)) for c in uniq], dtype=object)
         else:
@@ -131,6 +155,10 @@ def _encode(lengths: np.ndarray, flat: np.ndarray, strings: bool, alphabet: Any)
         if isinstance(alphabet, str):
             alphabet = list(alphabet)
         index = pd.Index(list(alphabet), dtype=object)
+        bad = next((a for a in index if not _hashable(a)), None)  # the alphabet is public: say which entry
+        if bad is not None:
+            raise DataError(f"alphabet entries must be hashable symbols (strings, numbers, tuples), got "
+                            f"{type(bad).__name__} {bad!r:.60}")
         if index.has_duplicates:
             raise DataError(f"the alphabet lists {index[index.duplicated()][0]!r} twice")
         provenance = "declared"
@@ -147,18 +175,37 @@ def _encode(lengths: np.ndarray, flat: np.ndarray, strings: bool, alphabet: Any)
         ok = keys[order][pos] == flat
         codes = np.where(ok, order[pos], -1)
     else:
-        codes = index.get_indexer(pd.Index(flat)) if flat.size else np.zeros(0, np.int64)
+        try:
+            codes = index.get_indexer(pd.Index(flat)) if flat.size else np.zeros(0, np.int64)
+        except TypeError:
+            raise _unhashable_symbols() from None
     bad = np.flatnonzero(codes < 0)
     if bad.size:
-        raise DataError(f"symbol {(chr(int(flat[bad[0]])) if strings else flat[bad[0]])!r} is not in the declared "
-                        "alphabet; add it to alphabet=[...] or pass alphabet='observed'")
+        raise DataError("the data hold symbols outside the declared alphabet (values not shown: they are private); "
+                        "add them to alphabet=[...] or pass alphabet='observed'")
     return codes.astype(np.int64), index, provenance
 
 
+#: the largest l⊤ accepted: one sequence makes at most this many predictions (sensitivity l⊤
+#: scales the noise of every histogram; beyond about a million symbols no ε leaves a useful count)
+MAX_LENGTH_CAP = 1 << 20
+
+
 def check_max_length(max_length: Any) -> int:
-    if isinstance(max_length, bool) or max_length is None or int(max_length) != max_length or max_length < 1:
-        raise DataError(f"max_length (l⊤, the most predictions one sequence makes: its symbols and the end "
-                        f"marker) must be a public positive integer, got {max_length!r}")
+    """``max_length`` (l⊤) as an int: a public integer in [1, :data:`MAX_LENGTH_CAP`]."""
+    what = ("max_length (l⊤, the most predictions one sequence makes: its symbols and the end marker) must be a "
+            "public positive integer")
+    integral = isinstance(max_length, (int, np.integer)) or (
+        isinstance(max_length, (float, np.floating)) and math.isfinite(max_length) and float(max_length).is_integer())
+    if isinstance(max_length, (bool, np.bool_)) or not integral:
+        shown = repr(max_length) if len(repr(max_length)) <= 40 else f"a {type(max_length).__name__}"
+        raise DataError(f"{what}, got {shown}")
+    if max_length < 1:
+        raise DataError(f"{what}, got {int(max_length)}")
+    if max_length > MAX_LENGTH_CAP:
+        shown = f"{int(max_length)}" if max_length < 10 ** 30 else f"a number of {len(str(int(max_length)))} digits"
+        raise DataError(f"max_length must be at most {MAX_LENGTH_CAP:,} (l⊤ is the sensitivity of every histogram: "
+                        f"its noise grows with it), got {shown}; cut long sequences to a public length")
     return int(max_length)
 
 
@@ -199,7 +246,13 @@ def suffix_tree_parameters(epsilon: float, alphabet_size: int, max_length: int,
                            theta: float = 0.0) -> PrivTreeParameters:
     """Thm. 4.1's λ = l⊤·(2β−1)/((β−1)·ε) and δ = λ·ln β for β = |I| + 1, exactly as
     :func:`~hierdp.decompositions.privtree.privtree_parameters` rounds them (l⊤ = ``max_length``)."""
-    return privtree_parameters(epsilon, int(alphabet_size) + 1, theta, check_max_length(max_length))
+    l_top = check_max_length(max_length)
+    try:
+        return privtree_parameters(epsilon, int(alphabet_size) + 1, theta, l_top)
+    except BudgetError:  # the scale grows with l⊤: name the public parameters that set it
+        raise BudgetError(f"the suffix tree's noise scale λ = l⊤·(2β−1)/((β−1)·ε) for max_length={l_top}, "
+                          f"{int(alphabet_size)} symbols and a structure epsilon of {float(epsilon):g} is outside "
+                          "the exact samplers' range [2**-30, 2**40]; lower max_length or raise epsilon") from None
 
 
 # ----------------------------------------------------------------------------- growing

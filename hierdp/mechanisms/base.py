@@ -50,7 +50,9 @@ class Sensitivity:
 
     def covers(self, other: Sensitivity) -> bool:
         """At least as large as ``other`` in the norms mechanisms calibrate on (l1, l2): a
-        safe stand-in for it."""
+        safe stand-in for it. (The release's floor check does not call this method, which a
+        subclass could redefine: it accepts only a ``Sensitivity`` itself and compares the
+        numbers in :func:`hierdp.rules.sensitivity_problem`.)"""
         return self.l1 >= other.l1 and self.l2 >= other.l2
 
     @classmethod

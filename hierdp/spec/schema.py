@@ -29,8 +29,15 @@ SCHEMA_VERSION = 1
 
 
 def _finite(validator, value, instance, schema):
-    if value and validator.is_type(instance, "number") and not math.isfinite(instance):
-        yield jsonschema.ValidationError(f"{instance!r} is not finite")
+    if value and validator.is_type(instance, "number"):
+        try:
+            finite = math.isfinite(instance)
+        except OverflowError:  # an int beyond float64 (e.g. 400 digits): name its size, not the number
+            yield jsonschema.ValidationError(f"a number of {len(str(abs(instance)))} digits is too large "
+                                             "(beyond float64)")
+            return
+        if not finite:
+            yield jsonschema.ValidationError(f"{instance!r} is not finite")
 
 
 _Validator = validators.extend(jsonschema.Draft202012Validator, {"finite": _finite})

@@ -310,7 +310,10 @@ def _get(d: Any, key: str, typ: type | tuple = object, default: Any = None) -> A
 def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return float(v) if math.isfinite(v) else None
+    try:
+        return float(v) if math.isfinite(v) else None
+    except OverflowError:  # an int beyond float64: the schema pass has said so
+        return None
 
 
 class _Checker:
@@ -397,7 +400,13 @@ class _Checker:
         if e.get("output"):
             outs += [(("evaluate", "output"), Path(e["output"])),
                      (("evaluate", "output"), Path(e["output"]).with_suffix(".png"))]
+        nul: set[tuple] = set()
         for where, out in outs:
+            if "\x00" in str(out):  # pathlib would raise ValueError('embedded null byte')
+                if where not in nul:
+                    self.err(where, "the path holds a NUL character, which no file name can")
+                nul.add(where)
+                continue
             if out.resolve() in inputs:
                 self.err(where, f"{str(out)!r} is one of this spec's input files; writing it would replace that "
                                 "input; choose another output path")

@@ -26,6 +26,7 @@ from hierdp.errors import (
 )
 from hierdp.evaluation import evaluate
 from hierdp.frontends._dask_hook import install as _install_dask_frontend
+from hierdp.frontends.base import dptree
 from hierdp.frontends.pandas import DPTree
 from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
 from hierdp.ledger import Ledger

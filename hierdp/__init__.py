@@ -4,7 +4,13 @@ The public names (see ``docs/architecture.md``): :class:`Tree`, :func:`release`,
 :func:`postprocess`, :func:`metric`, :func:`evaluate`, :func:`run_spec`, :class:`Session`,
 :class:`Sensitivity`, :class:`DPTree`, :class:`ReleaseResult`, :class:`Ledger`,
 :class:`Estimate`, :class:`Measurements`, the ``registry`` of plugins and the errors.
-Importing hierdp registers the ``.dptree`` accessor on pandas objects.
+The front door: :func:`dptree` (any supported input; the ``.dptree`` accessors on pandas,
+xarray and Dask objects are the idiomatic form), the doors without a public tree
+(:func:`release_points`, :func:`release_sequences`, :func:`release_taxonomy`,
+:func:`release_mixed`) and their results (:class:`PointsResult`, :class:`SequenceResult`,
+:class:`RegionsResult`, all :class:`ReleaseResult`). Importing hierdp registers the
+``.dptree`` accessor on pandas and xarray objects (and on Dask DataFrames once
+``dask.dataframe`` is imported).
 """
 
 import os
@@ -23,11 +29,15 @@ from hierdp.errors import (
     PluginError,
     PrivacyError,
     SpecError,
+    UnknownKeywordError,
 )
 from hierdp.evaluation import evaluate
 from hierdp.frontends._dask_hook import install as _install_dask_frontend
 from hierdp.frontends.base import dptree
 from hierdp.frontends.pandas import DPTree
+from hierdp.frontends.points import PointsResult, release_points
+from hierdp.frontends.sequences import SequenceResult, release_sequences
+from hierdp.frontends.taxonomy import RegionsResult, release_mixed, release_taxonomy
 from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
 from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
@@ -42,7 +52,9 @@ _install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is im
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
            "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "registry", "plot",
            "HierDPError", "SpecError", "HierarchyError", "BudgetError", "PluginError", "PrivacyError",
-           "DataError", "NonPrivateWarning", "NotForPublicationWarning", "set_threads", "get_threads"]
+           "DataError", "NonPrivateWarning", "NotForPublicationWarning", "set_threads", "get_threads",
+           "dptree", "release_points", "release_sequences", "release_taxonomy", "release_mixed", "PointsResult",
+           "SequenceResult", "RegionsResult", "UnknownKeywordError"]
 
 
 def metric(name: str, **params: Any) -> Any:

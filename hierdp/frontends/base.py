@@ -36,7 +36,9 @@ table (:func:`register_door`), so inputs without an accessor API get the same do
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import inspect
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,8 +56,9 @@ from hierdp.rng import make_rng
 from hierdp.session import Session
 from hierdp.tree import Tree
 
-__all__ = ["RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "check_keywords", "canonical_keywords",
-           "refuse", "take", "admit", "admit_private_structure", "release_path", "door_rng", "releases_of",
+__all__ = ["RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "check_keywords", "parameter_names",
+           "canonical_keywords", "refuse", "take", "admit", "admit_private_structure", "release_path", "door_rng",
+           "releases_of",
            "record_release", "spent_text", "register_door", "dptree", "RELEASES_BY_OBJECT"]
 
 #: The release keywords every door accepts, with the same meaning everywhere.
@@ -92,10 +95,18 @@ def check_keywords(where: str, given: Iterable[str], allowed: Iterable[str]) -> 
             raise UnknownKeywordError(f"{where} got an unknown keyword {key!r}; it takes: {', '.join(names)}")
 
 
-def canonical_keywords(where: str, extra: Mapping[str, Any], allowed: Iterable[str]) -> dict[str, Any]:
+def parameter_names(fn: Callable[..., Any]) -> list[str]:
+    """The keywords ``fn`` names in its signature (not ``*args``/``**kwargs``, not ``_private``)."""
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and not p.name.startswith("_") and p.name != "self"]
+
+
+def canonical_keywords(where: str, extra: Mapping[str, Any], allowed: Iterable[str],
+                       door: Callable[..., Any] | None = None) -> dict[str, Any]:
     """``extra`` (the keywords a door caught with ``**``) with older spellings renamed to
-    their one name (:data:`ALIASES`); an unknown keyword is refused (:func:`check_keywords`),
-    and so is a concept given under both names."""
+    their one name (:data:`ALIASES`); an unknown keyword is refused (:func:`check_keywords`:
+    the suggestion is drawn from ``allowed`` and the parameters of ``door``), and so is a
+    concept given under both names."""
     allowed = set(allowed)
     out: dict[str, Any] = {}
     for key, value in extra.items():
@@ -104,7 +115,9 @@ def canonical_keywords(where: str, extra: Mapping[str, Any], allowed: Iterable[s
             raise UnknownKeywordError(f"{where} got both {key!r} and {name!r}, two names of one keyword: "
                                       f"give {name!r} only")
         out[name] = value
-    check_keywords(where, out, allowed)
+    unknown = [k for k in out if k not in allowed]
+    if unknown:
+        check_keywords(where, unknown, allowed | set(parameter_names(door) if door is not None else ()))
     return out
 
 
@@ -196,7 +209,7 @@ def releases_of(obj: Any) -> list[dict[str, Any]]:
         return entry[1]
     spent: list[dict[str, Any]] = []
     try:
-        ref = weakref.ref(obj, lambda r, key=key: _forget(key, r))
+        ref = weakref.ref(obj, functools.partial(_forget, key))
     except TypeError:
         return spent
     RELEASES_BY_OBJECT[key] = (ref, spent)

@@ -243,7 +243,8 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     if method not in METHODS:
         raise DataError(expected_one_of("method", method, METHODS))
     bounded = ("max_contributions",) if method == "privtree" else ()  # §3.5: PrivTree's λ scales with x
-    given = canonical_keywords(_door, params, (*METHOD_PARAMETERS[method], "epsilon_share", *bounded))
+    given = canonical_keywords(_door, params, (*METHOD_PARAMETERS[method], "epsilon_share", *bounded),
+                               release_points)
     epsilon_share = take(_door, given, "epsilon_share", epsilon_share)
     max_contributions = take(_door, given, "max_contributions", max_contributions)
     params = given

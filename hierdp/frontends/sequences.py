@@ -300,7 +300,7 @@ def release_sequences(data: Any, column: str | None = None, epsilon: float | Non
     ``neighbours``/``invariants``: refused (the structure is private). Older spelling:
     ``structure_share``.
     """
-    given = canonical_keywords(_door, older, ("epsilon_share",))
+    given = canonical_keywords(_door, older, ("epsilon_share",), release_sequences)
     structure_share = take(_door, given, "epsilon_share", epsilon_share)
     if postprocess is not PLAN_DEFAULT:
         raise DataError(f"{_door}: the suffix tree's post-processing is histograms='nonneg' (default) or 'clamp'; "

@@ -67,7 +67,8 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, epsilon: float | None = N
     structure's noise is drawn. ``neighbours``/``invariants``: refused (the structure is
     private). Older spellings: ``structure_share``, ``contributions``.
     """
-    given = canonical_keywords(_door, params, (*TAXONOMY_PARAMETERS[2:], "epsilon_share", "max_contributions"))
+    given = canonical_keywords(_door, params, (*TAXONOMY_PARAMETERS[2:], "epsilon_share", "max_contributions"),
+                               release_taxonomy)
     structure_share = take(_door, given, "epsilon_share", epsilon_share)
     structure_share = 0.5 if structure_share is None else structure_share
     max_contributions = take(_door, given, "max_contributions", max_contributions)
@@ -130,7 +131,8 @@ def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
     is drawn. ``neighbours``/``invariants``: refused (the structure is private). Older
     spellings: ``structure_share``, ``contributions``.
     """
-    given = canonical_keywords(_door, params, (*MIXED_PARAMETERS, "epsilon_share", "max_contributions"))
+    given = canonical_keywords(_door, params, (*MIXED_PARAMETERS, "epsilon_share", "max_contributions"),
+                               release_mixed)
     structure_share = take(_door, given, "epsilon_share", epsilon_share)
     structure_share = 0.5 if structure_share is None else structure_share
     max_contributions = take(_door, given, "max_contributions", max_contributions)

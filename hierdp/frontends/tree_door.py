@@ -183,7 +183,8 @@ class TreeDoor(ABC):
         ['level', 'state', 'county', 'estimate', 'std']
         """
         where = f"{self._accessor}.dptree(...).release()"
-        kwargs: dict[str, Any] = canonical_keywords(where, older, ("privacy_unit", "max_contributions"))
+        kwargs: dict[str, Any] = canonical_keywords(where, older, ("privacy_unit", "max_contributions"),
+                                                     type(self).release)
         if sensitivity is not None:
             kwargs["sensitivity"] = sensitivity
         if neighbours != "add_remove":
@@ -240,7 +241,7 @@ class TreeDoor(ABC):
         where = f"{self._accessor}.dptree(...).privtree_taxonomy()"
         given_name = "contributions" if "contributions" in params else "max_contributions"
         extra = canonical_keywords(where, params, (*TAXONOMY_PARAMETERS, "epsilon_share", "max_contributions",
-                                                   "privacy_unit"))
+                                                   "privacy_unit"), type(self).privtree_taxonomy)
         epsilon_share = take(where, extra, "epsilon_share", epsilon_share)
         max_contributions = take(where, extra, "max_contributions", max_contributions)
         if self.cells:

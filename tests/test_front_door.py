@@ -346,3 +346,16 @@ def test_seeded_door_results_are_bit_identical_to_before_the_front_door() -> Non
                                       epsilon=1.0, seed=3, max_halvings=6),
     }
     assert {k: _digest(v) for k, v in got.items()} == PINNED
+
+
+def test_every_exported_mechanism_is_registered() -> None:
+    """``TruncatedLaplace`` was exported beside the release mechanisms but not registered:
+    what ``hierdp.mechanisms`` exports as a mechanism is what ``mechanism=`` can name."""
+    import hierdp.mechanisms as mechanisms
+    from hierdp.mechanisms.base import Mechanism
+
+    exported = {getattr(mechanisms, n).name for n in mechanisms.__all__
+                if isinstance(getattr(mechanisms, n), type) and issubclass(getattr(mechanisms, n), Mechanism)
+                and getattr(mechanisms, n) is not Mechanism}
+    assert exported <= set(hierdp.registry.names("mechanism"))
+    assert "truncated_laplace" not in exported

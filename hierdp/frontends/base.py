@@ -5,20 +5,22 @@ Dataset, a Dask DataFrame, points, sequences, a taxonomy, mixed attributes; Spar
 and dataset paths next) into true counts on a structure, and releases them through
 :func:`release_path`. Every door speaks the same release language:
 
-========================  =================================================================
-``epsilon``/``delta``/``rho``  the privacy loss (pure ε, (ε, δ) or ρ-zCDP)
-``session``              a :class:`hierdp.Session` the spend is drawn from; checked before any
-                         noise is drawn (the noise that chooses a private structure included)
-``seed``                 reproducible randomness, for tests only: the ledger says NOT FOR
-                         PUBLICATION
-``neighbours``           ``"add_remove"`` (default) or ``"substitute"``
-``invariants``           nodes published exactly (not protected)
-``postprocess``          the post-processing chain (default: the plan's own,
-                         ``("blue",)`` for ``per_level`` and ``leaves``)
-``unit``/``max_contributions``  how rows count: the privacy-unit column and the most rows
-                         (or leaves) one unit contributes
-``epsilon_share``        the share of ``epsilon`` that pays for a private structure
-========================  =================================================================
+* ``epsilon`` / ``delta`` / ``rho`` — the privacy loss (pure ε, (ε, δ) or ρ-zCDP);
+* ``session`` — a :class:`hierdp.Session` the spend is drawn from, checked before any noise
+  is drawn (the noise that chooses a private structure included);
+* ``seed`` — reproducible randomness, for tests only: the ledger says NOT FOR PUBLICATION;
+* ``neighbours`` — ``"add_remove"`` (default) or ``"substitute"``;
+* ``invariants`` — nodes published exactly (not protected);
+* ``postprocess`` — the post-processing chain (default :data:`PLAN_DEFAULT`: the plan's
+  own, ``("blue",)`` for ``per_level`` and ``leaves``);
+* ``unit`` / ``max_contributions`` — how rows count: the privacy-unit column and the most
+  rows (or leaves) one unit contributes;
+* ``epsilon_share`` — the share of ``epsilon`` that pays for a private structure.
+
+``epsilon`` may be given by position (after the door's own data arguments); every other
+release keyword is keyword-only. The documented way to build a door names ``levels=`` and
+``domains=`` by keyword on every input (the DataFrame and Dask doors also take ``levels``
+by position, the Series and xarray doors ``domains``, as they always did).
 
 Older spellings stay accepted (:data:`ALIASES`: ``structure_share``, ``contributions``);
 any other unknown keyword is refused by name with a "did you mean" (:func:`check_keywords`).

@@ -189,6 +189,8 @@ class TreeDoor(ABC):
             kwargs["sensitivity"] = sensitivity
         if neighbours != "add_remove":
             kwargs["neighbours"] = neighbours
+        if self.cells:
+            plan = _plan_with_cells(plan, self.cells)
         admit(where, epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed, neighbours=neighbours,
               plan=plan, mechanism=mechanism, budget=budget)
         values, private_notes = self.node_values(door_rng(seed, 97))
@@ -205,8 +207,6 @@ class TreeDoor(ABC):
             if key == "sensitivity":  # the bound's sensitivity under the release's neighbour relation
                 value = value.for_neighbours(neighbours)
             kwargs.setdefault(key, value)
-        if self.cells:
-            plan = _plan_with_cells(plan, self.cells)
         if postprocess is not PLAN_DEFAULT:
             kwargs["postprocess"] = postprocess
         result = release_path(self.tree, values, epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed,

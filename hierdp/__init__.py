@@ -4,7 +4,13 @@ The public names (see ``docs/architecture.md``): :class:`Tree`, :func:`release`,
 :func:`postprocess`, :func:`metric`, :func:`evaluate`, :func:`run_spec`, :class:`Session`,
 :class:`Sensitivity`, :class:`DPTree`, :class:`ReleaseResult`, :class:`Ledger`,
 :class:`Estimate`, :class:`Measurements`, the ``registry`` of plugins and the errors.
-Importing hierdp registers the ``.dptree`` accessor on pandas objects.
+The front door: :func:`dptree` (any supported input; the ``.dptree`` accessors on pandas,
+xarray and Dask objects are the idiomatic form), the doors without a public tree
+(:func:`release_points`, :func:`release_sequences`, :func:`release_taxonomy`,
+:func:`release_mixed`) and their results (:class:`PointsResult`, :class:`SequenceResult`,
+:class:`RegionsResult`, all :class:`ReleaseResult`). Importing hierdp registers the
+``.dptree`` accessor on pandas and xarray objects (and on Dask DataFrames once
+``dask.dataframe`` is imported).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from hierdp.errors import (
     PluginError,
     PrivacyError,
     SpecError,
+    UnknownKeywordError,
 )
 
 if TYPE_CHECKING:  # the names _load() binds (mypy and readers see them here)
@@ -31,7 +38,11 @@ if TYPE_CHECKING:  # the names _load() binds (mypy and readers see them here)
     from hierdp._engine.threads import get_threads, set_threads
     from hierdp.accounting import PrivacyLoss
     from hierdp.evaluation import evaluate
+    from hierdp.frontends.base import dptree
     from hierdp.frontends.pandas import DPTree
+    from hierdp.frontends.points import PointsResult, release_points
+    from hierdp.frontends.sequences import SequenceResult, release_sequences
+    from hierdp.frontends.taxonomy import RegionsResult, release_mixed, release_taxonomy
     from hierdp.ledger import Ledger
     from hierdp.measurements import Estimate, Measurements
     from hierdp.mechanisms.base import Sensitivity
@@ -43,12 +54,16 @@ if TYPE_CHECKING:  # the names _load() binds (mypy and readers see them here)
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
            "DPTree", "ReleaseResult", "Ledger", "Estimate", "Measurements", "PrivacyLoss", "registry", "plot",
            "HierDPError", "SpecError", "HierarchyError", "BudgetError", "PluginError", "PrivacyError",
-           "DataError", "NonPrivateWarning", "NotForPublicationWarning", "set_threads", "get_threads"]
+           "DataError", "NonPrivateWarning", "NotForPublicationWarning", "set_threads", "get_threads",
+           "dptree", "release_points", "release_sequences", "release_taxonomy", "release_mixed", "PointsResult",
+           "SequenceResult", "RegionsResult", "UnknownKeywordError"]
 
 #: the names :func:`_load` binds
 _LOADED_NAMES = frozenset({"Tree", "release", "postprocess", "evaluate", "Session", "Sensitivity", "DPTree",
                            "ReleaseResult", "Ledger", "Estimate", "Measurements", "PrivacyLoss", "registry",
-                           "plot", "set_threads", "get_threads"})
+                           "plot", "set_threads", "get_threads",
+                           "dptree", "release_points", "release_sequences", "release_taxonomy", "release_mixed",
+                           "PointsResult", "SequenceResult", "RegionsResult"})
 _state = {"loaded": False, "loading": False}
 
 
@@ -66,7 +81,11 @@ def _load() -> None:
         from hierdp.accounting import PrivacyLoss
         from hierdp.evaluation import evaluate
         from hierdp.frontends._dask_hook import install as install_dask_frontend
+        from hierdp.frontends.base import dptree
         from hierdp.frontends.pandas import DPTree
+        from hierdp.frontends.points import PointsResult, release_points
+        from hierdp.frontends.sequences import SequenceResult, release_sequences
+        from hierdp.frontends.taxonomy import RegionsResult, release_mixed, release_taxonomy
         from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
         from hierdp.ledger import Ledger
         from hierdp.measurements import Estimate, Measurements
@@ -80,7 +99,10 @@ def _load() -> None:
         globals().update(get_threads=get_threads, set_threads=set_threads, evaluate=evaluate, DPTree=DPTree,
                          Ledger=Ledger, Sensitivity=Sensitivity, postprocess=postprocess, release=release,
                          Estimate=Estimate, Measurements=Measurements, ReleaseResult=ReleaseResult,
-                         Session=Session, Tree=Tree, PrivacyLoss=PrivacyLoss)
+                         Session=Session, Tree=Tree, PrivacyLoss=PrivacyLoss, dptree=dptree,
+                         release_points=release_points, release_sequences=release_sequences,
+                         release_taxonomy=release_taxonomy, release_mixed=release_mixed,
+                         PointsResult=PointsResult, SequenceResult=SequenceResult, RegionsResult=RegionsResult)
         _state["loaded"] = True
     finally:
         _state["loading"] = False

@@ -21,6 +21,7 @@ __all__ = [
     "PrivacyError",
     "DataError",
     "MissingDependencyError",
+    "UnknownKeywordError",
     "NotForPublicationWarning",
     "NonPrivateWarning",
     "UntrustedJournalWarning",
@@ -64,6 +65,11 @@ class SpecError(HierDPError, ValueError):
 
     def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:  # keep `errors` when pickled
         return (type(self), (self.args[0], self.errors))
+
+
+class UnknownKeywordError(HierDPError, TypeError):
+    """A door or function was given a keyword it does not take; the message names it and
+    the closest keyword it does take."""
 
 
 class MissingDependencyError(HierDPError, ImportError):

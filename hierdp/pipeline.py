@@ -40,6 +40,7 @@ from hierdp.postprocessors.base import PostProcessor, node_values, node_variance
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
 from hierdp.result import ReleaseResult
 from hierdp.rng import make_rng
+from hierdp.session import Reservation
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
@@ -363,14 +364,28 @@ def resolve(
                     max_contributions=max_contributions, notes=tuple(notes), private_notes=dict(private_notes or {}))
 
 
-def check(resolved: Resolved, session: Session | None = None) -> None:
+def _reserve(session: Session | Reservation | None, r: Resolved) -> tuple[int | None, Session | None]:
+    """The session's charge for this release, taken before the plan draws noise: a new
+    reservation, or the :class:`~hierdp.session.Reservation` a door made before drawing
+    noise of its own (claimed: it serves one release)."""
+    if session is None:
+        return None, None
+    if isinstance(session, Reservation):
+        session.session.claim(session.ticket)
+        return session.ticket, session.session
+    return session.reserve(r.guarantee), session
+
+
+def check(resolved: Resolved, session: Session | Reservation | None = None) -> None:
     """Step 2: refuse what resolving alone cannot, before any randomness is used.
 
     A ``session`` refuses a release that would overspend it (:meth:`hierdp.Session.check`);
     a plan whose measurements are already an estimate (:attr:`Plan.returns_estimate`)
     refuses linear steps that need variances (they would misstate them).
     """
-    if session is not None:
+    if isinstance(session, Reservation):
+        pass  # paid already: the door reserved the whole release before drawing noise of its own
+    elif session is not None:
         session.check(resolved.guarantee)
     the_plan = resolved.plan
     if the_plan.returns_estimate:
@@ -474,7 +489,7 @@ def release(
     sensitivity: Sensitivity | None = None,
     privacy_unit: str = "one row = one individual",
     max_contributions: int | None = None,
-    session: Session | None = None,
+    session: Session | Reservation | None = None,
     notes: Sequence[str] = (),
     private_notes: Mapping[str, Any] | None = None,
     structure: Structure | None = None,
@@ -542,7 +557,7 @@ def release(
     vals_internal = tree.to_internal(vals)
     acc, decomposition = open_account(r, tree, structure)  # a private structure is paid first
     # charged from here on, whatever happens: a release refused after drawing noise is not free to retry
-    ticket = session.reserve(r.guarantee) if session is not None else None
+    ticket, session = _reserve(session, r)
     meas = measure(r, tree, vals_internal, total=r.total - acc.total, rng=rng)
     guarantee = account(r, acc, meas)
     est = post_process(r, tree, meas, vals_internal[r.invariants] if r.invariant_names else None)

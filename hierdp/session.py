@@ -26,6 +26,7 @@ __all__ = ["Session"]
 _RTOL = 1e-12
 _DREW_NOISE = "drew noise, not released"
 _RELEASED = "released"
+_CLAIMED = "claimed by a release, not released yet"
 
 
 class Session:
@@ -192,6 +193,21 @@ class Session:
             self._records.append({"guarantee": dict(guarantee), "cost": cost, "outcome": _DREW_NOISE})
             return len(self._records) - 1
 
+    def reserve_for(self, guarantee: Mapping[str, Any]) -> Reservation:
+        """:meth:`reserve`, as a :class:`Reservation` a door hands to
+        :func:`hierdp.release` as ``session=``: a door that draws noise of its own before
+        the release (a private structure) reserves the whole release's cost first, so the
+        charge stands even if the release then fails."""
+        return Reservation(self, self.reserve(guarantee))
+
+    def claim(self, ticket: int) -> None:
+        """Take reservation ``ticket`` for one release, before it draws noise; a reservation
+        serves one release only (a second claim is refused: it would be a free release)."""
+        with self._lock:
+            if not 0 <= ticket < len(self._records) or self._records[ticket]["outcome"] != _DREW_NOISE:
+                raise BudgetError("this session reservation was already used by a release; reserve again")
+            self._records[ticket]["outcome"] = _CLAIMED
+
     def settle(self, ticket: int, ledger: Any) -> None:
         """Mark reservation ``ticket`` released with ``ledger``'s guarantee, and note the
         session's totals in the ledger. A ledger costing more than was reserved (e.g. a δ
@@ -225,3 +241,21 @@ class Session:
     def __repr__(self) -> str:
         total = ", ".join(f"{k}={v:g}" for k, v in self._totals().items())
         return f"<Session {total}: {len(self._records)} releases, remaining {self.remaining}>"
+
+
+class Reservation:
+    """A session's charge made before a release draws noise (:meth:`Session.reserve_for`),
+    passed to :func:`hierdp.release` as ``session=``: the release claims it instead of
+    reserving again, and settles it with its ledger. It serves one release."""
+
+    __slots__ = ("session", "ticket")
+
+    def __init__(self, session: Session, ticket: int) -> None:
+        object.__setattr__(self, "session", session)
+        object.__setattr__(self, "ticket", ticket)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Reservation is read-only")
+
+    def __repr__(self) -> str:
+        return f"Reservation(ticket={self.ticket})"

@@ -147,12 +147,13 @@ def domain_error(problems: Sequence[str], accessor: str = "df") -> DataError:
 
 
 def cells_notes(cells: Mapping[str, pd.Index], *, unit: str | None, max_contributions: int | None,
-                count: str | None) -> list[str]:
-    """Ledger notes stating the sensitivity of a release with histogram cells."""
+                count: str | None, who: str | None = None) -> list[str]:
+    """Ledger notes stating the sensitivity of a release with histogram cells; ``who``
+    names the counts as the user has them (default ``column '<count>'``)."""
     sizes = cell_sizes(cells)
     k = int(np.prod(sizes)) if sizes else 1
     dims = " x ".join(f"{name} ({len(idx)})" for name, idx in cells.items())
-    who = f"individual counted in column {count!r}" if count is not None else "row"
+    who = f"individual counted in {who or f'column {count!r}'}" if count is not None else "row"
     notes = [f"histogram cells per node: {dims} = {k} cells, row-major over the cell dimensions in that order; "
              f"every {who} falls in exactly one cell of one node per level, so a level's sensitivity over all its "
              "cells is L1 = L2 = 1 per individual"]

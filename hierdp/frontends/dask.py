@@ -33,8 +33,9 @@ from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, check_cell_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
+from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
-from hierdp.frontends.pandas import DPTree, _spent_for
+from hierdp.frontends.tree_door import TreeDoor
 from hierdp.rng import make_rng
 
 try:  # an optional dependency: pip install "hierdp[dask]"
@@ -124,12 +125,14 @@ def _wrap(obj: Any) -> Any:
     return dask.delayed(obj, name=f"hierdp-{type(obj).__name__}-{uuid.uuid4().hex}")
 
 
-class DaskDPTree(DPTree):
+class DaskDPTree(TreeDoor):
     """Records in a Dask DataFrame placed on a public tree; what ``ddf.dptree(...)`` returns.
 
     Same interface as :class:`~hierdp.frontends.pandas.DPTree`; counting runs on the Dask
     scheduler (see the module docstring), the release in memory.
     """
+
+    _accessor = "ddf"
 
     def __init__(self, ddf: Any, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
@@ -163,7 +166,7 @@ class DaskDPTree(DPTree):
             return domains == "observed"
         return isinstance(domains, Mapping) and any(isinstance(v, str) and v == "observed" for v in domains.values())
 
-    def _node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
         """True node counts (external order) and private notes; the counting runs on Dask."""
         seed_base = None
         if self.unit is not None and rng is not None and not rng.secure:
@@ -205,7 +208,7 @@ class DPTreeDaskAccessor:
 
     def __init__(self, obj: Any) -> None:
         self._obj = obj
-        self._spent = _spent_for(obj)
+        self._spent = releases_of(obj)
 
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
@@ -216,3 +219,12 @@ class DPTreeDaskAccessor:
 
 if register_dataframe_accessor is not None:
     register_dataframe_accessor("dptree")(DPTreeDaskAccessor)
+    register_door("dask.DataFrame", lambda data: isinstance(data, dd.DataFrame),
+                  lambda data, **kw: _dask_door(data, **kw))
+
+
+def _dask_door(data: Any, **keywords: Any) -> DaskDPTree:
+    levels = keywords.pop("levels", None)
+    if levels is None:
+        raise DataError("hierdp.dptree(Dask DataFrame, ...) needs levels=[...] (the hierarchy columns, top-down)")
+    return DPTreeDaskAccessor(data)(levels, **keywords)

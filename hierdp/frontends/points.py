@@ -24,10 +24,17 @@ from hierdp._engine.jit import numba as nb
 from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.privtree import PrivTree, SimpleTree, SpatialStructure, UniformGrid, as_points
 from hierdp.errors import BudgetError, DataError, expected_one_of
-from hierdp.pipeline import release
+from hierdp.frontends.base import (
+    PLAN_DEFAULT,
+    admit_private_structure,
+    canonical_keywords,
+    door_rng,
+    release_path,
+    take,
+)
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
-from hierdp.rng import make_rng
+from hierdp.session import Session
 
 __all__ = ["PointsResult", "release_points", "range_counts", "query_structure"]
 
@@ -206,49 +213,74 @@ class PointsResult(ReleaseResult):
         return base.replace("<ReleaseResult:", f"<PointsResult ({self.structure.method}):", 1)
 
 
-def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any = None, *,
-                   epsilon: float | None = None, method: str = "privtree", structure_share: float | None = None,
-                   seed: int | None = None, mechanism: Any = "discrete_laplace", postprocess: Any = ("blue",),
-                   notes: Sequence[str] = (), **params: Any) -> PointsResult:
+#: the keywords of each method's decomposition (beside the shared release keywords)
+METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {"privtree": ("theta", "split", "max_depth"),
+                                                 "simpletree": ("height", "theta", "split"),
+                                                 "grid": ("n", "epsilon_counts", "m", "max_cells")}
+
+
+def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any = None, epsilon: float | None = None,
+                   *, delta: float | None = None, rho: float | None = None, session: Session | None = None,
+                   seed: int | None = None, neighbours: str = "add_remove", invariants: Any = None,
+                   postprocess: Any = PLAN_DEFAULT, epsilon_share: float | None = None,
+                   max_contributions: int | None = None, method: str = "privtree",
+                   mechanism: Any = "discrete_laplace", notes: Sequence[str] = (), _door: str = "release_points()",
+                   **params: Any) -> PointsResult:
     """Privately decompose points in a public box and release the region counts.
 
     ``method``: ``"privtree"`` (Alg. 2; keywords ``theta``, ``split``, ``max_depth``,
-    ``contributions``), ``"simpletree"`` (Alg. 1; ``height`` required) or ``"grid"`` (the
-    uniform grid; ``n`` public or estimated with the structure share, ``m``).
-    ``structure_share`` of ``epsilon`` pays for the structure (default half, as in §3.4;
-    1% for the grid, which only needs a noisy n), the rest
-    for the leaf counts (``mechanism``, discrete Laplace by default). ``contributions`` = x
-    (PrivTree, §3.5): a tuple may fall in x leaves, so λ and the leaf sensitivity are
-    multiplied by x. The bound is the user's assertion (as ``max_contributions``): rows are
-    not grouped by unit here, so bound them first if a unit may have more than x rows.
+    ``max_contributions``), ``"simpletree"`` (Alg. 1; ``height`` required) or ``"grid"``
+    (the uniform grid; ``n`` public or estimated with the structure share, ``m``).
+    ``epsilon_share`` of ``epsilon`` pays for the structure (default half, as in §3.4;
+    1% for the grid, which only needs a noisy n), the rest for the leaf counts
+    (``mechanism``, discrete Laplace by default). ``max_contributions`` = x (PrivTree,
+    §3.5): a tuple may fall in x leaves, so λ and the leaf sensitivity are multiplied by x.
+    The bound is the user's assertion: rows are not grouped by unit here, so bound them
+    first if a unit may have more than x rows. ``session``: checked against the whole spend
+    before the structure's noise is drawn. ``neighbours``/``invariants``: refused (the
+    structure is private). Older spellings: ``structure_share``, ``contributions``.
     """
     if method not in METHODS:
         raise DataError(expected_one_of("method", method, METHODS))
+    bounded = ("max_contributions",) if method == "privtree" else ()  # §3.5: PrivTree's λ scales with x
+    given = canonical_keywords(_door, params, (*METHOD_PARAMETERS[method], "epsilon_share", *bounded),
+                               release_points)
+    epsilon_share = take(_door, given, "epsilon_share", epsilon_share)
+    max_contributions = take(_door, given, "max_contributions", max_contributions)
+    params = given
+    if max_contributions is not None and not bounded:
+        raise DataError(f"method {method!r} does not take max_contributions (its noise assumes one leaf per "
+                        "tuple); use method='privtree' or leave max_contributions out")
     eps = pure_epsilon(epsilon)
+    structure_share = epsilon_share
     if structure_share is None:
         structure_share = 0.01 if method == "grid" else 0.5
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
+    paid = admit_private_structure(_door, method, epsilon=eps, delta=delta, rho=rho, session=session, seed=seed,
+                                   neighbours=neighbours, invariants=invariants, mechanism=mechanism)
     pts, b, cols = as_points(data, columns, bounds)
     eps_tree = eps * float(structure_share)
     eps_leaves = eps - eps_tree
+    x = 1 if max_contributions is None else max_contributions
     if method == "privtree":
-        decomp = PrivTree(cols, b, **params)
+        decomp: PrivTree | SimpleTree | UniformGrid = PrivTree(cols, b, contributions=x, **params)
     elif method == "simpletree":
         decomp = SimpleTree(cols, b, **params)
     else:
         params.setdefault("epsilon_counts", eps_leaves)
         decomp = UniformGrid(cols, b, **params)
-    rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 12345) % (1 << 63))
+    rng = door_rng(seed, 12345)
     structure = decomp.decompose(pts, budget=eps_tree, rng=rng)
     tree = structure.tree
     values = tree.aggregate(structure.leaf_counts(pts))
-    x = int(params.get("contributions", 1))  # x leaves per tuple: the leaf vector's sensitivity is x
+    x = int(x)  # x leaves per tuple: the leaf vector's sensitivity is x
     # the structure's spends are paid first; the leaves get the rest (all of ε if the structure is public)
-    result = release(tree, values, epsilon=eps, plan=Leaves(mechanism), postprocess=postprocess, seed=seed,
-                     notes=list(notes) + [
-                         f"{method}: the structure (cell boundaries) is a private output paid from the budget"
-                         if structure.private_structure else f"{method}: the structure is public"],
-                     structure=structure, max_contributions=x if x > 1 else None)
+    pp = {} if postprocess is PLAN_DEFAULT else {"postprocess": postprocess}
+    result = release_path(tree, values, epsilon=eps, delta=delta, rho=rho, session=paid,
+                          plan=Leaves(mechanism), seed=seed, notes=list(notes) + [
+                              f"{method}: the structure (cell boundaries) is a private output paid from the budget"
+                              if structure.private_structure else f"{method}: the structure is public"],
+                          structure=structure, max_contributions=x if x > 1 else None, **pp)
     return PointsResult(tree=result.tree, estimate=result.estimate, measurements=result.measurements,
                         ledger=result.ledger, meta=dict(result.meta), structure=structure)

@@ -29,10 +29,17 @@ import pandas as pd
 from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.suffix_tree import Corpus, SuffixStructure, SuffixTree
 from hierdp.errors import BudgetError, DataError, expected_one_of
-from hierdp.pipeline import release
+from hierdp.frontends.base import (
+    PLAN_DEFAULT,
+    admit_private_structure,
+    canonical_keywords,
+    door_rng,
+    release_path,
+    take,
+)
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
-from hierdp.rng import make_rng
+from hierdp.session import Session
 
 __all__ = ["SequenceResult", "release_sequences"]
 
@@ -267,11 +274,13 @@ class SequenceResult(ReleaseResult):
         return base.replace("<ReleaseResult:", f"<SequenceResult (PST, {self.histograms}):", 1)
 
 
-def release_sequences(data: Any, column: str | None = None, *, epsilon: float | None = None,
-                      max_length: int | None = None, alphabet: Any = None, structure_share: float | None = None,
-                      theta: float = 0.0, max_depth: int | None = None, histograms: str = "nonneg",
-                      mechanism: Any = "discrete_laplace", seed: int | None = None,
-                      notes: Sequence[str] = ()) -> SequenceResult:
+def release_sequences(data: Any, column: str | None = None, epsilon: float | None = None, *,
+                      max_length: int | None = None, alphabet: Any = None, delta: float | None = None,
+                      rho: float | None = None, session: Session | None = None, seed: int | None = None,
+                      neighbours: str = "add_remove", invariants: Any = None, postprocess: Any = PLAN_DEFAULT,
+                      epsilon_share: float | None = None, theta: float = 0.0, max_depth: int | None = None,
+                      histograms: str = "nonneg", mechanism: Any = "discrete_laplace", notes: Sequence[str] = (),
+                      _door: str = "release_sequences()", **older: Any) -> SequenceResult:
     """Privately build a prediction suffix tree over sequences and release its histograms.
 
     ``data``: a DataFrame (with ``column``), a Series or a list of sequences — strings
@@ -280,13 +289,22 @@ def release_sequences(data: Any, column: str | None = None, *, epsilon: float | 
     ``"observed"`` (your assertion that the symbols seen in the data are public).
     ``max_length``: l⊤ (§4.2), public: a sequence makes at most l⊤ predictions (its
     symbols and the end marker), so one of up to l⊤ − 1 symbols is kept whole and a longer
-    one keeps its first l⊤ symbols without its end. ``structure_share`` of ``epsilon`` pays
-    for the PST (default 1/β, §4.2), the rest for the leaf histograms (``mechanism``,
-    discrete Laplace, sensitivity l⊤: Thm. 4.2). ``histograms``: ``"nonneg"`` (consistent,
-    non-negative: the leaves clipped at 0 and summed) or ``"clamp"`` (the paper: sums of the
-    noisy leaves, negative counts reset to 0 node by node; not consistent). ``theta``,
-    ``max_depth``: see :class:`~hierdp.decompositions.suffix_tree.SuffixTree`.
+    one keeps its first l⊤ symbols without its end; the ledger's ``max_contributions``.
+    ``epsilon_share`` of ``epsilon`` pays for the PST (default 1/β, §4.2), the rest for the
+    leaf histograms (``mechanism``, discrete Laplace, sensitivity l⊤: Thm. 4.2).
+    ``histograms`` is the post-processing: ``"nonneg"`` (consistent, non-negative: the
+    leaves clipped at 0 and summed) or ``"clamp"`` (the paper: sums of the noisy leaves,
+    negative counts reset to 0 node by node; not consistent); ``postprocess`` takes no other
+    value. ``theta``, ``max_depth``: see :class:`~hierdp.decompositions.suffix_tree.SuffixTree`.
+    ``session``: checked against the whole spend before the structure's noise is drawn.
+    ``neighbours``/``invariants``: refused (the structure is private). Older spelling:
+    ``structure_share``.
     """
+    given = canonical_keywords(_door, older, ("epsilon_share",), release_sequences)
+    structure_share = take(_door, given, "epsilon_share", epsilon_share)
+    if postprocess is not PLAN_DEFAULT:
+        raise DataError(f"{_door}: the suffix tree's post-processing is histograms='nonneg' (default) or 'clamp'; "
+                        "leave postprocess out")
     eps = pure_epsilon(epsilon)
     if histograms not in HISTOGRAMS:
         raise DataError(expected_one_of("histograms", histograms, HISTOGRAMS))
@@ -296,19 +314,21 @@ def release_sequences(data: Any, column: str | None = None, *, epsilon: float | 
     share = 1.0 / beta if structure_share is None else structure_share
     if isinstance(share, bool) or not (0 < float(share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
-    rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 54321) % (1 << 63))
+    paid = admit_private_structure(_door, "suffix_tree", epsilon=eps, delta=delta, rho=rho, session=session, seed=seed,
+                                   neighbours=neighbours, invariants=invariants, mechanism=mechanism)
+    rng = door_rng(seed, 54321)
     structure = decomp.decompose(corpus, budget=eps * float(share), rng=rng)
     tree = structure.tree
     values = structure.node_histograms(corpus)
     strings = _all_strings(data, column)
-    result = release(tree, values, epsilon=eps, plan=Leaves(mechanism),
-                     postprocess=("nonneg",) if histograms == "nonneg" else (), seed=seed,
-                     privacy_unit="one sequence", max_contributions=corpus.l_top, structure=structure,
-                     notes=list(notes) + [
-                         f"suffix_tree: the PST (which contexts are split) is a private output paid from the budget; "
-                         f"sequences are truncated to l⊤ = {corpus.l_top} predictions (public)",
-                         f"alphabet ({corpus.m} symbols): {corpus.provenance}",
-                         f"histograms: {histograms}"])
+    result = release_path(tree, values, epsilon=eps, delta=delta, rho=rho, session=paid, plan=Leaves(mechanism),
+                          postprocess=("nonneg",) if histograms == "nonneg" else (), seed=seed,
+                          privacy_unit="one sequence", max_contributions=corpus.l_top, structure=structure,
+                          notes=list(notes) + [
+                              f"suffix_tree: the PST (which contexts are split) is a private output paid from the "
+                              f"budget; sequences are truncated to l⊤ = {corpus.l_top} predictions (public)",
+                              f"alphabet ({corpus.m} symbols): {corpus.provenance}",
+                              f"histograms: {histograms}"])
     if histograms == "nonneg":
         hist = np.asarray(result.estimate.values, dtype=np.float64)
     else:  # the paper: internal = sum of the noisy leaves, then negative counts reset to 0

@@ -26,44 +26,72 @@ from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.mixed import MixedPrivTree, MixedStructure
 from hierdp.decompositions.taxonomy import TaxonomyPrivTree
 from hierdp.errors import BudgetError, DataError
-from hierdp.pipeline import release
+from hierdp.frontends.base import (
+    PLAN_DEFAULT,
+    admit_private_structure,
+    canonical_keywords,
+    door_rng,
+    release_path,
+    take,
+)
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
-from hierdp.rng import make_rng
+from hierdp.session import Session
 from hierdp.tree import Tree
 
-__all__ = ["release_taxonomy", "release_mixed", "RegionsResult"]
+__all__ = ["release_taxonomy", "release_mixed", "RegionsResult", "TAXONOMY_PARAMETERS", "MIXED_PARAMETERS"]
 
 
-def release_taxonomy(taxonomy: Tree, leaf_counts: Any, *, epsilon: float | None = None,
-                     structure_share: float = 0.5, score: str | Callable[[np.ndarray], np.ndarray] = "count",
-                     sensitivity: int | None = None, seed: int | None = None,
-                     mechanism: Any = "discrete_laplace", postprocess: Any = ("blue",),
-                     notes: Sequence[str] = (), privacy_unit: str | None = None, **params: Any) -> ReleaseResult:
+#: The keywords of the taxonomy PrivTree (beside the shared release keywords).
+TAXONOMY_PARAMETERS: tuple[str, ...] = ("score", "sensitivity", "theta", "beta", "max_depth")
+#: The keywords of the mixed PrivTree (beside the shared release keywords).
+MIXED_PARAMETERS: tuple[str, ...] = ("theta", "beta", "max_depth", "max_halvings")
+
+
+def release_taxonomy(taxonomy: Tree, leaf_counts: Any, epsilon: float | None = None, *, delta: float | None = None,
+                     rho: float | None = None, session: Session | None = None, seed: int | None = None,
+                     neighbours: str = "add_remove", invariants: Any = None, postprocess: Any = PLAN_DEFAULT,
+                     epsilon_share: float | None = None, max_contributions: int | None = None,
+                     score: str | Callable[[np.ndarray], np.ndarray] = "count", sensitivity: int | None = None,
+                     mechanism: Any = "discrete_laplace", notes: Sequence[str] = (), privacy_unit: str | None = None,
+                     _door: str = "release_taxonomy()", **params: Any) -> ReleaseResult:
     """PrivTree on ``taxonomy`` (Zhang et al. 2016, §3.5), then the leaf counts.
 
     ``leaf_counts``: private counts of the taxonomy's leaves (``taxonomy.leaves`` order),
     ``(n_leaves,)`` or per-bin ``(n_leaves, k)`` for histogram scores (the release counts
-    the bins' sum). ``score``/``sensitivity``/``theta``/``beta``/``max_depth``/
-    ``contributions``: see :class:`TaxonomyPrivTree`. ``structure_share`` of ``epsilon``
-    (default half, §3.4) pays for the structure, the rest for the leaves. ``privacy_unit``:
-    the ledger's description of one tuple (default one row).
+    the bins' sum). ``score``/``sensitivity``/``theta``/``beta``/``max_depth``: see
+    :class:`TaxonomyPrivTree`; ``max_contributions`` = x leaves one tuple may reach (λ and
+    the leaf noise scaled by x). ``epsilon_share`` of ``epsilon`` (default half, §3.4) pays
+    for the structure, the rest for the leaves. ``privacy_unit``: the ledger's description
+    of one tuple (default one row). ``session``: checked against the whole spend before the
+    structure's noise is drawn. ``neighbours``/``invariants``: refused (the structure is
+    private). Older spellings: ``structure_share``, ``contributions``.
     """
+    given = canonical_keywords(_door, params, (*TAXONOMY_PARAMETERS[2:], "epsilon_share", "max_contributions"),
+                               release_taxonomy)
+    structure_share = take(_door, given, "epsilon_share", epsilon_share)
+    structure_share = 0.5 if structure_share is None else structure_share
+    max_contributions = take(_door, given, "max_contributions", max_contributions)
     eps = pure_epsilon(epsilon)
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
-    decomp = TaxonomyPrivTree(taxonomy, score=score, sensitivity=sensitivity, **params)
-    rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 54321) % (1 << 63))
+    contributions = {} if max_contributions is None else {"contributions": max_contributions}
+    decomp = TaxonomyPrivTree(taxonomy, score=score, sensitivity=sensitivity, **contributions, **given)
+    paid = admit_private_structure(_door, "privtree_taxonomy", epsilon=eps, delta=delta, rho=rho, session=session,
+                                   seed=seed, neighbours=neighbours, invariants=invariants, mechanism=mechanism)
+    rng = door_rng(seed, 54321)
     structure = decomp.decompose(leaf_counts, budget=eps * float(structure_share), rng=rng)
     counts = np.asarray(leaf_counts)
     counts = counts.sum(axis=1) if counts.ndim == 2 else counts
     values = structure.tree.aggregate(structure.leaf_counts(counts.astype(np.int64)))
     x = decomp.contributions
     unit: dict[str, Any] = {"privacy_unit": privacy_unit} if privacy_unit is not None else {}
-    return release(structure.tree, values, epsilon=eps, plan=Leaves(mechanism), postprocess=postprocess, seed=seed,
-                   notes=list(notes) + ["privtree_taxonomy: which categories are expanded is a private output "
-                                        "paid from the budget"],
-                   structure=structure, max_contributions=x if x > 1 else None, **unit)
+    pp = {} if postprocess is PLAN_DEFAULT else {"postprocess": postprocess}
+    return release_path(structure.tree, values, epsilon=eps, delta=delta, rho=rho, session=paid,
+                        plan=Leaves(mechanism), seed=seed,
+                        notes=list(notes) + ["privtree_taxonomy: which categories are expanded is a private output "
+                                             "paid from the budget"],
+                        structure=structure, max_contributions=x if x > 1 else None, **unit, **pp)
 
 
 @dataclass(repr=False)
@@ -85,26 +113,42 @@ class RegionsResult(ReleaseResult):
 
 
 def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
-                  categorical: Mapping[str, Tree] | None = None, *, epsilon: float | None = None,
-                  structure_share: float = 0.5, seed: int | None = None, mechanism: Any = "discrete_laplace",
-                  postprocess: Any = ("blue",), notes: Sequence[str] = (), **params: Any) -> RegionsResult:
+                  categorical: Mapping[str, Tree] | None = None, epsilon: float | None = None, *,
+                  delta: float | None = None, rho: float | None = None, session: Session | None = None,
+                  seed: int | None = None, neighbours: str = "add_remove", invariants: Any = None,
+                  postprocess: Any = PLAN_DEFAULT, epsilon_share: float | None = None,
+                  max_contributions: int | None = None, mechanism: Any = "discrete_laplace",
+                  notes: Sequence[str] = (), _door: str = "release_mixed()", **params: Any) -> RegionsResult:
     """PrivTree on numeric × categorical columns of ``data`` (§3.5), then the region counts.
 
     ``numeric``: ``{column: (low, high)}`` public bounds; ``categorical``: ``{column:
     Tree}`` public taxonomies (the column holds leaf labels). ``theta``, ``beta``,
-    ``max_depth``, ``max_halvings``, ``contributions``: see :class:`MixedPrivTree`.
-    ``structure_share`` of ``epsilon`` (default half) pays for the structure.
+    ``max_depth``, ``max_halvings``: see :class:`MixedPrivTree`; ``max_contributions`` = x
+    leaves per tuple. ``epsilon_share`` of ``epsilon`` (default half) pays for the
+    structure. ``session``: checked against the whole spend before the structure's noise
+    is drawn. ``neighbours``/``invariants``: refused (the structure is private). Older
+    spellings: ``structure_share``, ``contributions``.
     """
+    given = canonical_keywords(_door, params, (*MIXED_PARAMETERS, "epsilon_share", "max_contributions"),
+                               release_mixed)
+    structure_share = take(_door, given, "epsilon_share", epsilon_share)
+    structure_share = 0.5 if structure_share is None else structure_share
+    max_contributions = take(_door, given, "max_contributions", max_contributions)
     eps = pure_epsilon(epsilon)
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
-    decomp = MixedPrivTree(numeric, categorical, **params)
-    rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 777) % (1 << 63))
+    contributions = {} if max_contributions is None else {"contributions": max_contributions}
+    decomp = MixedPrivTree(numeric, categorical, **contributions, **given)
+    paid = admit_private_structure(_door, "privtree_mixed", epsilon=eps, delta=delta, rho=rho, session=session,
+                                   seed=seed, neighbours=neighbours, invariants=invariants, mechanism=mechanism)
+    rng = door_rng(seed, 777)
     structure = decomp.decompose(data, budget=eps * float(structure_share), rng=rng)
     values = structure.tree.aggregate(structure.leaf_counts(data))
     x = decomp.contributions
-    r = release(structure.tree, values, epsilon=eps, plan=Leaves(mechanism), postprocess=postprocess, seed=seed,
-                notes=list(notes) + ["privtree_mixed: the regions are a private output paid from the budget"],
-                structure=structure, max_contributions=x if x > 1 else None)
+    pp = {} if postprocess is PLAN_DEFAULT else {"postprocess": postprocess}
+    r = release_path(structure.tree, values, epsilon=eps, delta=delta, rho=rho, session=paid,
+                     plan=Leaves(mechanism), seed=seed,
+                     notes=list(notes) + ["privtree_mixed: the regions are a private output paid from the budget"],
+                     structure=structure, max_contributions=x if x > 1 else None, **pp)
     return RegionsResult(tree=r.tree, estimate=r.estimate, measurements=r.measurements, ledger=r.ledger,
                          meta=dict(r.meta), structure=structure)

@@ -27,7 +27,7 @@ domains), a few scalar checks and the in-domain counts are computed, in one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -37,8 +37,9 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, domain_error, resolve_cells
+from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import leaf_counts_to_nodes
-from hierdp.frontends.pandas import DPTree, _spent_for
+from hierdp.frontends.tree_door import TreeDoor
 
 __all__ = ["ArrayDPTree", "DPTreeDataArrayAccessor", "DPTreeDatasetAccessor"]
 
@@ -73,13 +74,15 @@ def _dim_index(da: xr.DataArray, dim: str, what: str) -> pd.Index:
     return idx
 
 
-class ArrayDPTree(DPTree):
+class ArrayDPTree(TreeDoor):
     """Counts in an ``xarray.DataArray`` placed on a public tree; what ``da.dptree(...)`` returns.
 
     Same interface as :class:`~hierdp.frontends.pandas.DPTree` (``release``,
     ``true_counts``, ``out_of_domain``, ``tree``, ``cells``); the counts are pre-aggregated
     (one individual per unit of count, in one cell of one leaf).
     """
+
+    _accessor = "da"
 
     def __init__(self, da: xr.DataArray, domains: Any = None, *, levels: Sequence[str] | None = None,
                  cells: Mapping[str, Any] | None = None, unknown: str = "raise", root: str = "total",
@@ -227,7 +230,7 @@ class ArrayDPTree(DPTree):
                     problems.append(f"{d!r} values outside the declared cell domain")
         return problems
 
-    def _node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
         """True node counts (n,) or (n, k), external order, and private notes. Reads private data."""
         r = self._reduce()
         name = self.count
@@ -299,7 +302,7 @@ class DPTreeDataArrayAccessor:
 
     def __init__(self, obj: xr.DataArray) -> None:
         self._obj = obj
-        self._spent = _spent_for(obj)
+        self._spent = releases_of(obj)
 
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None,
                  cells: Mapping[str, Any] | None = None, unknown: str = "raise", root: str = "total") -> ArrayDPTree:
@@ -314,7 +317,7 @@ class DPTreeDatasetAccessor:
 
     def __init__(self, obj: xr.Dataset) -> None:
         self._obj = obj
-        self._spent = _spent_for(obj)
+        self._spent = releases_of(obj)
 
     def __call__(self, domains: Any = None, *, count: str | None = None, levels: Sequence[str] | None = None,
                  cells: Mapping[str, Any] | None = None, unknown: str = "raise", root: str = "total") -> ArrayDPTree:
@@ -330,3 +333,11 @@ class DPTreeDatasetAccessor:
                 "unknown count variable", "missing count variable"))
         return ArrayDPTree(ds[count], domains, levels=levels, cells=cells, unknown=unknown, root=root,
                            spent=self._spent)
+
+
+def _dataarray_door(data: Any, **keywords: Any) -> ArrayDPTree:
+    return cast(ArrayDPTree, data.dptree(**keywords))
+
+
+register_door("xarray.DataArray", lambda data: isinstance(data, xr.DataArray), _dataarray_door)
+register_door("xarray.Dataset", lambda data: isinstance(data, xr.Dataset), _dataarray_door)

@@ -152,3 +152,40 @@ def test_a_sensitivity_below_the_floor_is_refused_by_the_numbers():
         warnings.simplefilter("ignore")
         r = hierdp.release(T, X, epsilon=1.0, sensitivity=Sensitivity(l1=3.0, l2=3.0), seed=1)
     assert r.ledger.levels[0].sensitivity_l1 == 3.0
+
+
+def test_a_private_structure_door_is_charged_even_when_the_release_fails_after_the_structure(monkeypatch):
+    """An attacker whose PrivTree release fails after its structure's noise was drawn (here:
+    the release step after the decomposition raises) must not get that noise for free: the
+    door reserves the whole release's cost before drawing the structure."""
+    import pandas as pd
+
+    from hierdp.frontends import points as P
+
+    rng = np.random.default_rng(3)
+    pts = pd.DataFrame({"x": rng.random(200), "y": rng.random(200)})
+    s = hierdp.Session(epsilon=1.5)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("the release failed after the structure was drawn")
+
+    monkeypatch.setattr(P, "release_path", boom)
+    with pytest.raises(RuntimeError):
+        pts.dptree.privtree(columns=["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, session=s, seed=1)
+    assert s.spent["epsilon"] == pytest.approx(1.0)
+    with pytest.raises(hierdp.BudgetError):  # 0.5 left: a retry of the same release is refused
+        pts.dptree.privtree(columns=["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, session=s, seed=1)
+
+
+def test_a_reservation_serves_one_release_only():
+    from hierdp.errors import BudgetError
+
+    s = hierdp.Session(epsilon=2.0)
+    paid = s.reserve_for({"guarantee": "pure", "epsilon": 1.0})
+    tree = hierdp.Tree.complete(fanout=2, height=2)
+    hierdp.release(tree, np.array([5, 2, 3]), epsilon=1.0, session=paid, seed=1)
+    assert s.spent["epsilon"] == pytest.approx(1.0)  # the release settled its reservation, no second charge
+    with pytest.raises(BudgetError, match="already used"):
+        hierdp.release(tree, np.array([5, 2, 3]), epsilon=1.0, session=paid, seed=1)
+    with pytest.raises(AttributeError):
+        paid.ticket = 0

@@ -142,7 +142,7 @@ def take(where: str, extra: dict[str, Any], name: str, value: Any, default: Any 
 
 
 def admit(where: str, *, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
-          session: Session | None = None, seed: int | None = None, neighbours: str = "add_remove",
+          session: Session | Reservation | None = None, seed: int | None = None, neighbours: str = "add_remove",
           plan: Any = "per_level", mechanism: Any = None, budget: Any = None,
           reserve: bool = False) -> Reservation | None:
     """Validate the shared release keywords once, before any data are read or noise drawn:
@@ -153,6 +153,8 @@ def admit(where: str, *, epsilon: float | None = None, delta: float | None = Non
     fails; the :class:`~hierdp.session.Reservation` goes to the release as ``session=``."""
     rules.enforce(rules.seed_problem(seed), DataError)
     rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)
+    if isinstance(session, Reservation):  # the caller reserved this release already
+        return session if reserve else None
     if session is not None:
         if not isinstance(session, Session):
             raise DataError(f"{where}: session must be a hierdp.Session, got {type(session).__name__}")
@@ -171,8 +173,8 @@ def release_path(tree: Tree, values: np.ndarray, **keywords: Any) -> ReleaseResu
 
 
 def admit_private_structure(where: str, door: str, *, epsilon: float | None, delta: float | None = None,
-                            rho: float | None = None, session: Session | None = None, seed: int | None = None,
-                            neighbours: str = "add_remove", invariants: Any = None,
+                            rho: float | None = None, session: Session | Reservation | None = None,
+                            seed: int | None = None, neighbours: str = "add_remove", invariants: Any = None,
                             mechanism: Any = "discrete_laplace") -> Reservation | None:
     """:func:`admit` for a door whose structure is chosen privately from the data (points,
     sequences, taxonomy, mixed): it cannot honour ``neighbours="substitute"`` or

@@ -36,7 +36,7 @@ from hierdp.frontends.base import (
 )
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
-from hierdp.session import Session
+from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
 __all__ = ["release_taxonomy", "release_mixed", "RegionsResult", "TAXONOMY_PARAMETERS", "MIXED_PARAMETERS"]
@@ -49,7 +49,7 @@ MIXED_PARAMETERS: tuple[str, ...] = ("theta", "beta", "max_depth", "max_halvings
 
 
 def release_taxonomy(taxonomy: Tree, leaf_counts: Any, epsilon: float | None = None, *, delta: float | None = None,
-                     rho: float | None = None, session: Session | None = None, seed: int | None = None,
+                     rho: float | None = None, session: Session | Reservation | None = None, seed: int | None = None,
                      neighbours: str = "add_remove", invariants: Any = None, postprocess: Any = PLAN_DEFAULT,
                      epsilon_share: float | None = None, max_contributions: int | None = None,
                      score: str | Callable[[np.ndarray], np.ndarray] = "count", sensitivity: int | None = None,

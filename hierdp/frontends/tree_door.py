@@ -35,7 +35,7 @@ from hierdp.frontends.base import (
 from hierdp.frontends.taxonomy import TAXONOMY_PARAMETERS, release_taxonomy
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.result import ReleaseResult
-from hierdp.session import Session
+from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
 __all__ = ["TreeDoor"]
@@ -254,13 +254,15 @@ class TreeDoor(ABC):
                                    f"may reach that many leaves; leave {given_name} out")
             max_contributions = c
         extra.setdefault("privacy_unit", self.release_defaults().get("privacy_unit"))
+        paid: Session | Reservation | None = session
         if epsilon is not None:  # the taxonomy door refuses a missing budget itself
-            admit_private_structure(where, "privtree_taxonomy", epsilon=epsilon, delta=delta, rho=rho,
-                                    session=session, seed=seed, neighbours=neighbours, invariants=invariants,
-                                    mechanism=mechanism)
+            # charged from here on: bounding contributions and the structure draw randomness before the release
+            paid = admit_private_structure(where, "privtree_taxonomy", epsilon=epsilon, delta=delta, rho=rho,
+                                           session=session, seed=seed, neighbours=neighbours, invariants=invariants,
+                                           mechanism=mechanism)
         values, _ = self.node_values(door_rng(seed, 97))
         result = release_taxonomy(self.tree, values[np.asarray(self.tree.leaves)], epsilon=epsilon, delta=delta,
-                                  rho=rho, session=session, seed=seed, neighbours=neighbours, invariants=invariants,
+                                  rho=rho, session=paid, seed=seed, neighbours=neighbours, invariants=invariants,
                                   postprocess=postprocess, epsilon_share=epsilon_share,
                                   max_contributions=max_contributions, mechanism=mechanism, notes=notes, **extra)
         record_release(self._spent, result.ledger)

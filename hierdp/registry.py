@@ -22,7 +22,7 @@ from hierdp.errors import PluginError, expected_one_of
 from hierdp.plugins import params as _params
 from hierdp.plugins.manager import get_plugin_manager
 
-__all__ = ["KINDS", "Registry", "names", "get", "create", "problems", "provider", "register", "unregister",
+__all__ = ["KINDS", "Registry", "names", "get", "create", "problems", "trial", "provider", "register", "unregister",
            "get_registry", "use_plugin_manager", "reset"]
 
 #: kind -> hook that provides it
@@ -107,6 +107,11 @@ class Registry:
         """What :meth:`create` would refuse in ``params``, found without building the plugin."""
         return _params.problems(_kind(kind), name, self.get(kind, name), params, extra=extra)
 
+    def trial(self, kind: str, name: str, params: dict[str, Any],
+              extra: tuple[str, ...] = ()) -> tuple[Any, list[_params.Problem]]:
+        """:meth:`create`'s checks and construction as problems (:func:`hierdp.plugins.params.trial`)."""
+        return _params.trial(_kind(kind), name, self.get(kind, name), params, extra=extra)
+
     def provider(self, kind: str, name: str) -> str:
         self.get(kind, name)
         return self._providers[_kind(kind)][name]
@@ -169,6 +174,13 @@ def problems(kind: str, name: str, params: dict[str, Any], extra: tuple[str, ...
     when :func:`create` would accept them); ``extra`` names the caller accepts besides
     the plugin's own."""
     return get_registry().problems(kind, name, params, extra)
+
+
+def trial(kind: str, name: str, params: dict[str, Any], extra: tuple[str, ...] = ()) -> tuple[Any, list[Any]]:
+    """The instance :func:`create` would build from ``params`` (``None`` if it cannot) and
+    the :class:`~hierdp.plugins.params.Problem` list that says why, without raising:
+    validation reports the problems at their place in a spec."""
+    return get_registry().trial(kind, name, params, extra)
 
 
 def provider(kind: str, name: str) -> str:

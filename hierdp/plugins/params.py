@@ -35,7 +35,7 @@ from typing import Any
 from hierdp.errors import PluginError, did_you_mean
 
 __all__ = ["Param", "Declaration", "Problem", "declaration", "problems", "type_problems", "check", "build",
-           "CLOSED_BASES"]
+           "trial", "CLOSED_BASES"]
 
 #: The base classes of the plugin kinds whose ``__init__(**params)`` refuses every parameter
 #: (module-qualified names, so that this module imports none of them: the kinds' modules
@@ -125,8 +125,8 @@ def declaration(cls: type) -> Declaration:
     if isinstance(schema, dict):
         props = schema.get("properties") or {}
         required = set(schema.get("required") or ())
-        params = {str(k): Param(str(k), _EMPTY if k in required else None) for k in props}
-        return Declaration(params, open=schema.get("additionalProperties", True) is not False, schema=schema)
+        named = {str(k): Param(str(k), _EMPTY if k in required else None) for k in props}
+        return Declaration(named, open=schema.get("additionalProperties", True) is not False, schema=schema)
     params: dict[str, Param] = {}
     passed_on = False  # the last constructor read passes unnamed keywords (``**params``) on
     for klass in cls.__mro__:
@@ -291,6 +291,13 @@ def check(kind: str, name: str, cls: type, params: dict[str, Any], *, extra: tup
         _raise(kind, name, found)
 
 
+def _construct(kind: str, name: str, cls: type, params: dict[str, Any]) -> Any:
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise PluginError(f"bad parameters for {kind} {name!r}: {exc}") from None
+
+
 def build(kind: str, name: str, cls: type, params: dict[str, Any]) -> Any:
     """``cls(**params)``, checked against the class's declaration.
 
@@ -302,11 +309,29 @@ def build(kind: str, name: str, cls: type, params: dict[str, Any]) -> Any:
     the plugin's own errors (``BudgetError``, ``DataError``, ...) pass unchanged.
     """
     check(kind, name, cls, params, types=False)
-    try:
-        obj = cls(**params)
-    except TypeError as exc:
-        raise PluginError(f"bad parameters for {kind} {name!r}: {exc}") from None
+    obj = _construct(kind, name, cls, params)
     found = type_problems(kind, name, cls, params)
     if found:
         _raise(kind, name, found)
     return obj
+
+
+def trial(kind: str, name: str, cls: type, params: dict[str, Any], *,
+          extra: tuple[str, ...] = ()) -> tuple[Any, list[Problem]]:
+    """The steps of :func:`build` as problems instead of exceptions, for validation: the
+    instance (``None`` when it could not be built) and what is wrong. The constructor
+    gets ``params`` without the ``extra`` names; its own error becomes one problem,
+    ``bad parameters for <kind> '<name>': <its first line>``."""
+    found = problems(kind, name, cls, params, extra=extra, types=False)
+    if found:
+        return None, found
+    own = {k: v for k, v in params.items() if k not in extra}
+    try:
+        obj = _construct(kind, name, cls, own)
+    except PluginError as exc:
+        return None, [Problem((), str(exc))]
+    except Exception as exc:  # noqa: BLE001 - a plugin's own check (HierDPError, ValueError, ...)
+        text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else (str(exc) or repr(exc))
+        first = text.splitlines()[0] if text else repr(exc)
+        return None, [Problem((), f"bad parameters for {kind} {name!r}: {first}")]
+    return obj, type_problems(kind, name, cls, own)

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp import registry
 from hierdp._engine.jit import numba as nb
 from hierdp.accounting import check_epsilon
-from hierdp.decompositions.privtree import PrivTree, SimpleTree, SpatialStructure, UniformGrid, as_points
+from hierdp.decompositions.privtree import SpatialStructure, as_points
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.pipeline import release
 from hierdp.plans.leaves import Leaves
@@ -234,13 +235,10 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     pts, b, cols = as_points(data, columns, bounds)
     eps_tree = eps * float(structure_share)
     eps_leaves = eps - eps_tree
-    if method == "privtree":
-        decomp = PrivTree(cols, b, **params)
-    elif method == "simpletree":
-        decomp = SimpleTree(cols, b, **params)
-    else:
+    if method == "grid":
         params.setdefault("epsilon_counts", eps_leaves)
-        decomp = UniformGrid(cols, b, **params)
+    # through the registry: the decomposition's parameters are checked as in a spec
+    decomp = registry.create("decomposition", method, columns=cols, bounds=b, **params)
     rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 12345) % (1 << 63))
     structure = decomp.decompose(pts, budget=eps_tree, rng=rng)
     tree = structure.tree

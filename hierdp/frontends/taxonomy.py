@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp import registry
 from hierdp.accounting import check_epsilon
 from hierdp.decompositions.mixed import MixedPrivTree, MixedStructure
 from hierdp.decompositions.taxonomy import TaxonomyPrivTree
@@ -54,7 +55,8 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, *, epsilon: float | None 
     eps = check_epsilon(epsilon)
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
-    decomp = TaxonomyPrivTree(taxonomy, score=score, sensitivity=sensitivity, **params)
+    decomp = registry.create("decomposition", TaxonomyPrivTree.name, taxonomy=taxonomy, score=score,
+                             sensitivity=sensitivity, **params)  # parameters checked as in a spec
     rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 54321) % (1 << 63))
     structure = decomp.decompose(leaf_counts, budget=eps * float(structure_share), rng=rng)
     counts = np.asarray(leaf_counts)
@@ -102,7 +104,8 @@ def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
     eps = check_epsilon(epsilon)
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
-    decomp = MixedPrivTree(numeric, categorical, **params)
+    decomp = registry.create("decomposition", MixedPrivTree.name, numeric=numeric, categorical=categorical,
+                             **params)  # parameters checked as in a spec
     rng = make_rng(None if seed is None else (int(seed) * 2654435761 + 777) % (1 << 63))
     structure = decomp.decompose(data, budget=eps * float(structure_share), rng=rng)
     values = structure.tree.aggregate(structure.leaf_counts(data))

@@ -223,7 +223,8 @@ def problems(kind: str, name: str, cls: type, params: dict[str, Any], *,
     extra
         Names the caller accepts besides the plugin's own (e.g. a spec's
         ``epsilon_share`` beside a decomposition's parameters): not reported, and offered
-        in "did you mean" and in the list of parameters.
+        in "did you mean" (the list of parameters in a message is the plugin's own, so
+        the text is the same wherever the plugin is built).
     types
         Also check the values against the annotated types (else only the names: unknown
         and missing parameters).
@@ -243,15 +244,16 @@ def problems(kind: str, name: str, cls: type, params: dict[str, Any], *,
         return [Problem(tuple(i.path), f"{label}: {i.message}")
                 for i in check_against_schema(own, decl.schema, Marks())]
     out: list[Problem] = []
-    names = decl.names + [e for e in extra if e not in decl.params]
+    near = decl.names + [e for e in extra if e not in decl.params]  # what a typo may have meant
     for k in params:
         if k in decl.params or k in extra or decl.open:
             continue
-        if not names:
-            out.append(Problem((k,), f"{label} takes no parameters; remove `{k}`", at_key=True))
-        else:
-            out.append(Problem((k,), f"{label} has no parameter {k!r}{did_you_mean(str(k), names)}; "
-                                     f"its parameters: {', '.join(names)}", at_key=True))
+        if not decl.names:
+            out.append(Problem((k,), f"{label} takes no parameters{did_you_mean(str(k), near)}; remove `{k}`",
+                               at_key=True))
+        else:  # the plugin's own parameters only: the text is the same wherever the plugin is built
+            out.append(Problem((k,), f"{label} has no parameter {k!r}{did_you_mean(str(k), near)}; "
+                                     f"its parameters: {', '.join(decl.names)}", at_key=True))
     for p in decl.params.values():
         if p.required and p.name not in params:
             out.append(Problem((), f"{label} needs the parameter {p.name!r}; add it"))

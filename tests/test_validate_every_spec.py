@@ -55,7 +55,7 @@ def test_a_suffix_tree_example_is_bundled_and_released(capsys, tmp_path):
     """The bundled sequences example: validate names its column, release writes the PST."""
     code, out, err = _cli(capsys, "validate", "sequences")
     assert code == 0, err
-    assert "suffix_tree on trip" in out
+    assert "suffix_tree on trip" in out and "post-processing nonneg" in out  # histograms: nonneg, not blue
     code, out, err = _cli(capsys, "release", "sequences", "--seed", "1", "-q", "-o", str(tmp_path / "o.csv"))
     assert code == 0, err
     head = (tmp_path / "o.csv").read_text().splitlines()[0]

@@ -33,7 +33,7 @@ from hierdp.spec.schema import check_against_schema, load_schema
 from hierdp.spec.validate.budget import BudgetChecks
 from hierdp.spec.validate.cells import CellChecks
 from hierdp.spec.validate.context import KNOWN_EXTENSIONS, get, kind_of
-from hierdp.spec.validate.decomposition import DecompositionChecks
+from hierdp.spec.validate.decomposition import RELEASE_CHAINS, DecompositionChecks
 from hierdp.spec.validate.hierarchy import HierarchyChecks
 from hierdp.spec.validate.labels import labels_as_text
 from hierdp.spec.validate.model import CellSpec, LevelSpec, ReleaseSpec
@@ -131,6 +131,8 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
             for i, item in enumerate(pps_raw):
                 pps.append(self.plugin(("postprocess", i), item, "postprocessor"))
             self.check_postprocess_order(pps)
+        if decomposition is not None and decomposition[0] in RELEASE_CHAINS:  # the release chooses its own
+            pps = list(RELEASE_CHAINS[decomposition[0]](decomposition[1]))
         budget = self.budget(levels, root, priv, mech) if per_level else None
         output = self.output()
         evaluate = self.evaluate(priv)

@@ -20,13 +20,23 @@ from hierdp.errors import HierDPError
 from hierdp.spec.schema import load_schema
 from hierdp.spec.validate.context import Context, num
 
-__all__ = ["DecompositionChecks", "RELEASE_PARAMS", "releasable"]
+__all__ = ["DecompositionChecks", "RELEASE_PARAMS", "RELEASE_CHAINS", "releasable"]
 
 #: keywords a spec's ``decomposition.params`` gives the release rather than the
 #: decomposition (the runner takes them out before building it), by decomposition name;
 #: every decomposition takes ``epsilon_share``, its share of ε
 RELEASE_PARAMS: dict[str, tuple[str, ...]] = {"suffix_tree": ("epsilon_share", "separator", "histograms")}
 _DEFAULT_RELEASE_PARAMS = ("epsilon_share",)
+
+
+def _sequence_chain(params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [("nonneg", {})] if params.get("histograms", "nonneg") == "nonneg" else []
+
+
+#: the post-processing a decomposition's release chooses itself (``postprocess`` does not
+#: apply), from the spec's parameters: what the validated spec reports
+RELEASE_CHAINS: dict[str, Callable[[dict[str, Any]], list[tuple[str, dict[str, Any]]]]] = {
+    "suffix_tree": _sequence_chain}
 
 
 def releasable() -> list[str]:

@@ -104,6 +104,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
     :meth:`run` builds the normalised spec."""
 
     def run(self, fname: str | None) -> ReleaseSpec | None:
+        """Every section in order; the normalised spec, or ``None`` when a problem was found."""
         d = self.data
         src = self.source()
         levels, root, paths, unknown = self.hierarchy()

@@ -18,6 +18,7 @@ class BudgetChecks(PluginChecks):
     """Checks of ``budget`` (the per_level plan's split of the total)."""
 
     def budget(self, levels: list[LevelSpec], root: str, priv: dict, mech: tuple | None = None) -> Any:
+        """A strategy name, ``{strategy, params}`` (and its prior table) or ``{per_level}`` summing to the total."""
         b = self.data.get("budget", "equal")
         names = [root] + [lv.name for lv in levels]
         total = priv.get("rho") if priv.get("rho") is not None else priv.get("epsilon")
@@ -98,6 +99,7 @@ class BudgetChecks(PluginChecks):
                                                    f"it needs the level columns and the value column")
 
     def warn_oracle(self, name: str) -> None:
+        """Warn that a strategy reading the true counts makes the release non-private."""
 
         try:
             cls = registry.get("budget", name)

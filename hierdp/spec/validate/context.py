@@ -67,18 +67,22 @@ class Context:
         self.header: list[str] | None = None  # source columns, when known
 
     def err(self, path: tuple, msg: str, prefer_key: bool = False) -> None:
+        """Record a problem at the dotted ``path`` (its line and column from the marks)."""
         self.issues.append(self.marks.issue(path, msg, prefer_key=prefer_key))
 
     def missing_col(self, c: str) -> str:
+        """The message for a column the source lacks, with the closest names and its columns."""
         avail = self.header or []
         shown = ", ".join(repr(a) for a in avail[:12]) + (" ..." if len(avail) > 12 else "")
         return f"column {c!r} is not in the source{did_you_mean(c, avail)} (its columns: {shown})"
 
     def resolve(self, p: str) -> Path:
+        """An input path as written, relative to the spec's folder."""
         q = Path(p).expanduser()
         return q if q.is_absolute() else self.base_dir / q
 
     def resolve_glob(self, p: str, path: tuple) -> list[Path]:
+        """The files an input path or glob names (reported at ``path`` when there are none)."""
         full = self.resolve(p)
         if any(ch in p for ch in "*?["):
             files = sorted(Path(f) for f in glob.glob(str(full)) if Path(f).is_file())

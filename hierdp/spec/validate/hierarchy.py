@@ -16,6 +16,7 @@ class HierarchyChecks(Context):
     """Checks of ``hierarchy`` (levels, domains, a paths file)."""
 
     def hierarchy(self) -> tuple[list[LevelSpec], str, tuple | None, str]:
+        """The levels (names, columns, domains), the root name, a paths table and ``unknown``."""
         h = self.data.get("hierarchy")
         root = get(h, "root", str, "total")
         unknown = get(h, "unknown", str, "raise")
@@ -85,6 +86,7 @@ class HierarchyChecks(Context):
         return levels, root, paths, unknown
 
     def domain(self, lv: dict, i: int, previous: list[LevelSpec], paths: tuple | None, col: str) -> Any:
+        """Level ``i``'s public domain, normalised (a list, ``observed``, a file, per parent, or paths)."""
         here = ("hierarchy", "levels", i)
         if "domain" not in lv:
             if paths is not None or get(self.data.get("hierarchy"), "paths", dict) is not None:

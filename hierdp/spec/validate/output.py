@@ -37,6 +37,7 @@ class OutputChecks(PluginChecks):
                                 "input; choose another output path")
 
     def output(self) -> dict[str, Any] | None:
+        """The output table: path and format, columns, interval level, ledger path."""
         o = self.data.get("output")
         if not isinstance(o, dict):
             return None
@@ -65,6 +66,7 @@ class OutputChecks(PluginChecks):
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(self, priv: dict) -> dict[str, Any] | None:
+        """The NON-PRIVATE evaluation: metrics (plugins), repetitions, ε grid, output."""
         e = self.data.get("evaluate")
         if not isinstance(e, dict):
             return None

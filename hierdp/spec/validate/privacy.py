@@ -15,6 +15,7 @@ class PrivacyChecks(Context):
     """Checks of ``privacy`` (every rule from :mod:`hierdp.rules`)."""
 
     def privacy(self) -> dict[str, Any]:
+        """The privacy loss (ε, (ε, δ) or ρ), the unit and its bound, neighbours and invariants."""
         p = self.data.get("privacy")
         out: dict[str, Any] = {}
         if not isinstance(p, dict):

@@ -15,6 +15,7 @@ class SourceChecks(Context):
     """Checks of ``source``; sets ``self.header`` (the source's column names) when known."""
 
     def source(self) -> dict[str, Any]:
+        """The source files (or demo), their format, the selected columns, count and filters."""
         s = self.data.get("source")
         out: dict[str, Any] = {"files": [], "demo": None, "format": "csv", "columns": None, "count": None,
                                "filter": [], "engine": "pandas"}

@@ -218,3 +218,22 @@ def test_extra_names_only_feed_the_did_you_mean():
         "decomposition 'privtree' has no parameter 'epsilon_shar'; did you mean 'epsilon_share'?; its parameters: "
         "columns, bounds, theta, split, max_depth, contributions"]
     assert problems("decomposition", "privtree", PrivTree, {"epsilon_share": 0.5}, extra=("epsilon_share",)) == []
+
+
+def test_the_docs_example_is_what_python_and_validation_print():
+    """docs/plugins.md shows one mistake from Python and from `hierdp validate`."""
+    import re
+    from pathlib import Path
+
+    from hierdp.spec import load_text
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text(encoding="utf-8")
+    shown_spec = re.search(r"^error: (release\.yaml:.*)$", doc, flags=re.M).group(1)
+    shown_python = re.search(r"^hierdp\.errors\.PluginError: (.*)$", doc, flags=re.M).group(1)
+    text = HEAD.replace("hierarchy: {levels: [{name: state, domain: observed}]}\n",
+                        "hierarchy:\n  levels:\n    - {name: state, domain: observed}\n") + \
+        "privacy: {epsilon: 1}\npostprocess:\n  - blue\n  - {name: gmc, params: {fromula: 36}}\n"
+    with pytest.raises(SpecError) as info:
+        validate(load_text(text, "release.yaml"))
+    assert info.value.errors == [shown_spec]
+    assert _python_error(lambda: registry.create("postprocessor", "gmc", fromula=36)) == shown_python

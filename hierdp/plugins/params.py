@@ -29,6 +29,7 @@ import inspect
 import numbers
 import types
 import typing
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,8 +120,25 @@ def _hints(func: Any) -> dict[str, Any]:
     return out
 
 
+_DECLARATIONS: weakref.WeakKeyDictionary[type, Declaration] = weakref.WeakKeyDictionary()
+
+
 def declaration(cls: type) -> Declaration:
-    """The parameters ``cls`` declares (its ``params_schema``, else its constructor chain)."""
+    """The parameters ``cls`` declares (its ``params_schema``, else its constructor chain);
+    read once per class (a release builds its plugins on every call)."""
+    try:
+        return _DECLARATIONS[cls]
+    except (KeyError, TypeError):
+        pass
+    decl = _read_declaration(cls)
+    try:
+        _DECLARATIONS[cls] = decl
+    except TypeError:  # not weak-referenceable: read it every time
+        pass
+    return decl
+
+
+def _read_declaration(cls: type) -> Declaration:
     schema = getattr(cls, "params_schema", None)
     if isinstance(schema, dict):
         props = schema.get("properties") or {}

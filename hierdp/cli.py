@@ -322,7 +322,7 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         unit = "ρ" if spec.rho is not None else "ε"
         levels = " > ".join(spec.level_names)
         if spec.decomposition is not None:  # points on a private decomposition
-            levels = f"{spec.decomposition[0]} on {', '.join(spec.decomposition[1]['columns'])}"
+            levels = f"{spec.decomposition[0]} on {', '.join(spec.decomposition_columns)}"
         how = f"plan {spec.plan[0]}" if spec.plan is not None else f"mechanism {spec.mechanism[0]}"
         if spec.delta is not None and spec.rho is None:
             unit = "(ε, δ)"

@@ -19,9 +19,10 @@ from typing import Any
 import pluggy
 
 from hierdp.errors import PluginError, expected_one_of
+from hierdp.plugins import params as _params
 from hierdp.plugins.manager import get_plugin_manager
 
-__all__ = ["KINDS", "Registry", "names", "get", "create", "provider", "register", "unregister",
+__all__ = ["KINDS", "Registry", "names", "get", "create", "problems", "trial", "provider", "register", "unregister",
            "get_registry", "use_plugin_manager", "reset"]
 
 #: kind -> hook that provides it
@@ -97,11 +98,19 @@ class Registry:
         return table[name]
 
     def create(self, kind: str, name: str, **params: Any) -> Any:
-        cls = self.get(kind, name)
-        try:
-            return cls(**params)
-        except TypeError as exc:
-            raise PluginError(f"bad parameters for {_kind(kind)} {name!r}: {exc}") from None
+        """An instance of ``name`` built with ``params``, checked first against the
+        parameters the class declares (:mod:`hierdp.plugins.params`)."""
+        return _params.build(_kind(kind), name, self.get(kind, name), params)
+
+    def problems(self, kind: str, name: str, params: dict[str, Any],
+                 extra: tuple[str, ...] = ()) -> list[_params.Problem]:
+        """What :meth:`create` would refuse in ``params``, found without building the plugin."""
+        return _params.problems(_kind(kind), name, self.get(kind, name), params, extra=extra)
+
+    def trial(self, kind: str, name: str, params: dict[str, Any],
+              extra: tuple[str, ...] = ()) -> tuple[Any, list[_params.Problem]]:
+        """:meth:`create`'s checks and construction as problems (:func:`hierdp.plugins.params.trial`)."""
+        return _params.trial(_kind(kind), name, self.get(kind, name), params, extra=extra)
 
     def provider(self, kind: str, name: str) -> str:
         self.get(kind, name)
@@ -151,8 +160,27 @@ def get(kind: str, name: str) -> type:
 
 
 def create(kind: str, name: str, **params: Any) -> Any:
-    """An instance of the class registered as ``name``, built with ``params``."""
+    """An instance of the class registered as ``name``, built with ``params``.
+
+    The parameters are checked against the class's declaration first (its constructor's
+    typed signature, or its ``params_schema``): an unknown, missing or mistyped one is a
+    :class:`~hierdp.errors.PluginError` whose text is the one spec validation reports.
+    """
     return get_registry().create(kind, name, **params)
+
+
+def problems(kind: str, name: str, params: dict[str, Any], extra: tuple[str, ...] = ()) -> list[_params.Problem]:
+    """The :class:`~hierdp.plugins.params.Problem` list of ``params`` for ``name`` (empty
+    when :func:`create` would accept them); ``extra`` names the caller accepts besides
+    the plugin's own."""
+    return get_registry().problems(kind, name, params, extra)
+
+
+def trial(kind: str, name: str, params: dict[str, Any], extra: tuple[str, ...] = ()) -> tuple[Any, list[Any]]:
+    """The instance :func:`create` would build from ``params`` (``None`` if it cannot) and
+    the :class:`~hierdp.plugins.params.Problem` list that says why, without raising:
+    validation reports the problems at their place in a spec."""
+    return get_registry().trial(kind, name, params, extra)
 
 
 def provider(kind: str, name: str) -> str:

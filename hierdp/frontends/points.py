@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp import registry
 from hierdp._engine.jit import numba as nb
 from hierdp.accounting import pure_epsilon
-from hierdp.decompositions.privtree import PrivTree, SimpleTree, SpatialStructure, UniformGrid, as_points
+from hierdp.decompositions.privtree import SpatialStructure, as_points
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.frontends.base import (
     PLAN_DEFAULT,
@@ -263,13 +264,11 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     eps_tree = eps * float(structure_share)
     eps_leaves = eps - eps_tree
     x = 1 if max_contributions is None else max_contributions
-    if method == "privtree":
-        decomp: PrivTree | SimpleTree | UniformGrid = PrivTree(cols, b, contributions=x, **params)
-    elif method == "simpletree":
-        decomp = SimpleTree(cols, b, **params)
-    else:
+    if method == "grid":
         params.setdefault("epsilon_counts", eps_leaves)
-        decomp = UniformGrid(cols, b, **params)
+    extra = {"contributions": x} if method == "privtree" else {}
+    # through the registry: the decomposition's parameters are checked as in a spec
+    decomp = registry.create("decomposition", method, columns=cols, bounds=b, **extra, **params)
     rng = door_rng(seed, 12345)
     structure = decomp.decompose(pts, budget=eps_tree, rng=rng)
     tree = structure.tree

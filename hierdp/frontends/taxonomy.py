@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp import registry
 from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.mixed import MixedPrivTree, MixedStructure
 from hierdp.decompositions.taxonomy import TaxonomyPrivTree
@@ -76,7 +77,9 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, epsilon: float | None = N
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
     contributions = {} if max_contributions is None else {"contributions": max_contributions}
-    decomp = TaxonomyPrivTree(taxonomy, score=score, sensitivity=sensitivity, **contributions, **given)
+    # through the registry: the decomposition's parameters are checked as in a spec
+    decomp = registry.create("decomposition", TaxonomyPrivTree.name, taxonomy=taxonomy, score=score,
+                             sensitivity=sensitivity, **contributions, **given)
     paid = admit_private_structure(_door, "privtree_taxonomy", epsilon=eps, delta=delta, rho=rho, session=session,
                                    seed=seed, neighbours=neighbours, invariants=invariants, mechanism=mechanism)
     rng = door_rng(seed, 54321)
@@ -138,7 +141,9 @@ def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
     contributions = {} if max_contributions is None else {"contributions": max_contributions}
-    decomp = MixedPrivTree(numeric, categorical, **contributions, **given)
+    # through the registry: the decomposition's parameters are checked as in a spec
+    decomp = registry.create("decomposition", MixedPrivTree.name, numeric=numeric, categorical=categorical,
+                             **contributions, **given)
     paid = admit_private_structure(_door, "privtree_mixed", epsilon=eps, delta=delta, rho=rho, session=session,
                                    seed=seed, neighbours=neighbours, invariants=invariants, mechanism=mechanism)
     rng = door_rng(seed, 777)

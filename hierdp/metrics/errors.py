@@ -13,6 +13,7 @@ metrics with a closed form under unbiased noise also have ``from_variance``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 import numpy as np
@@ -114,6 +115,15 @@ class _Metric(Metric):
     higher_is_better: ClassVar[bool] = False
     has_levels: ClassVar[bool] = True
     defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # declare the parameters (``defaults``) as the constructor's signature, which
+        # hierdp.plugins.params reads to check them where the metric is built
+        super().__init_subclass__(**kwargs)
+        cls.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+            inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v,
+                              annotation=type(v) if type(v) in (int, float) else inspect.Parameter.empty)
+            for k, v in cls.defaults.items()])
 
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         out = dict(self.defaults)

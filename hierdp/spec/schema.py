@@ -4,9 +4,9 @@ The schema ships as ``hierdp/spec/schema.json`` (printed by ``hierdp schema``). 
 one hierdp extension keyword, ``finite: true`` (the number is not ``.inf``/``.nan``),
 which other validators ignore.
 
-Plugin parameters: a mechanism, post-processor, metric or budget-strategy class may set
-``params_schema`` (a JSON-schema dict describing the ``params`` mapping of its spec entry);
-validation checks the spec's ``params`` against it with the same messages.
+Plugin parameters: a plugin class may set ``params_schema`` (a JSON-schema dict describing
+the ``params`` mapping of its spec entry); :mod:`hierdp.plugins.params` checks parameters
+against it, from Python and from specs alike, with the messages of :func:`check_against_schema`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,163 @@
+"""Validation of release specs: every problem at once, each with its path, line and fix.
+
+:func:`validate` runs three passes and raises one :class:`~hierdp.errors.SpecError`
+listing every problem found (``SpecError.errors`` holds the rendered lines, and
+``SpecError.issues`` the :class:`~hierdp.spec.loader.Issue` objects):
+
+1. YAML syntax (with the loader's positions; tabs, duplicate keys, an empty file);
+2. the JSON Schema shipped in ``hierdp/spec/schema.json`` (unknown keys with the
+   closest valid key, types, ranges, finiteness);
+3. meaning, one module per section of the spec: :mod:`~hierdp.spec.validate.source`,
+   :mod:`~hierdp.spec.validate.hierarchy` (levels and domains),
+   :mod:`~hierdp.spec.validate.cells`, :mod:`~hierdp.spec.validate.privacy`,
+   :mod:`~hierdp.spec.validate.plugins` (plan, mechanism, post-processing: names
+   resolved through :mod:`hierdp.registry`, parameters checked by the check
+   :func:`hierdp.registry.create` runs), :mod:`~hierdp.spec.validate.budget`,
+   :mod:`~hierdp.spec.validate.decomposition` and :mod:`~hierdp.spec.validate.output`
+   (output and evaluate). Only the *header* of a CSV source and the *schema* of a
+   Parquet source are read — never a private value.
+
+Unusual but valid settings (e.g. ε > 10, ``observed`` domains) produce warnings in
+``ReleaseSpec.warnings`` rather than errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hierdp import registry
+from hierdp.errors import SpecError
+from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
+from hierdp.spec.schema import check_against_schema, load_schema
+from hierdp.spec.validate.budget import BudgetChecks
+from hierdp.spec.validate.cells import CellChecks
+from hierdp.spec.validate.context import KNOWN_EXTENSIONS, get, kind_of
+from hierdp.spec.validate.decomposition import RELEASE_CHAINS, DecompositionChecks
+from hierdp.spec.validate.hierarchy import HierarchyChecks
+from hierdp.spec.validate.labels import labels_as_text
+from hierdp.spec.validate.model import CellSpec, LevelSpec, ReleaseSpec
+from hierdp.spec.validate.output import OutputChecks
+from hierdp.spec.validate.privacy import PrivacyChecks
+from hierdp.spec.validate.source import SourceChecks
+
+__all__ = ["ReleaseSpec", "LevelSpec", "CellSpec", "validate", "raise_issues", "KNOWN_EXTENSIONS"]
+
+_LARGE_EPSILON = 10.0
+
+
+def raise_issues(issues: list[Issue], filename: str | None) -> None:
+    """Raise one :class:`SpecError` listing ``issues`` (no-op when empty)."""
+    if not issues:
+        return
+    lines = [i.render(filename) for i in issues]
+    head = lines[0] if len(lines) == 1 else f"{len(lines)} problems in the spec:\n  " + "\n  ".join(lines)
+    err = SpecError(head, lines)
+    err.issues = list(issues)  # type: ignore[attr-defined]
+    raise err
+
+
+def _load(source: Any) -> LoadedSpec:
+    if isinstance(source, LoadedSpec):
+        return source
+    if isinstance(source, dict):
+        return LoadedSpec(source, Marks(), None, Path.cwd())
+    if isinstance(source, (str, Path)):
+        s = str(source)
+        if "\n" in s or (isinstance(source, str) and s.lstrip().startswith(("hierdp:", "{"))):
+            return load_text(s, filename=None, base_dir=Path.cwd())
+        return load_file(source)
+    raise SpecError(f"cannot read a spec from {type(source).__name__}; give a path, YAML text or a dict")
+
+
+def validate(source: Any, *, check_files: bool = True) -> ReleaseSpec:
+    """Validate a spec (a path, YAML text, a :class:`LoadedSpec` or a dict).
+
+    Returns the normalised :class:`ReleaseSpec`; raises :class:`SpecError` listing every
+    problem. With ``check_files`` the source header, domain files and output format are
+    checked too (nothing but column names is read from the private source).
+    """
+    loaded = _load(source)
+    fname = loaded.filename
+    raise_issues(loaded.issues, fname)
+    data, marks = loaded.data, loaded.marks
+    if not isinstance(data, dict):
+        raise_issues([Issue((), f"the spec must be a mapping of sections (hierdp, source, hierarchy, privacy, ...), "
+                               f"got {kind_of(data)}; start the file with `hierdp: 1`", 1, 1)], fname)
+    if "hierdp" in data and data["hierdp"] != 1:
+        raise_issues([marks.issue(("hierdp",), f"unsupported spec version {data['hierdp']!r}; "
+                                               "this hierdp reads `hierdp: 1`")], fname)
+    issues: list[Issue] = []
+    data = labels_as_text(data, marks, issues)
+    issues += check_against_schema(data, load_schema(), marks)
+    ctx = _Checker(data, marks, loaded.base_dir or Path.cwd(), issues, check_files)
+    spec = ctx.run(fname)
+    issues.sort(key=lambda i: (i.line if i.line is not None else 0, i.column or 0))
+    raise_issues(issues, fname)
+    assert spec is not None
+    return spec
+
+
+class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, DecompositionChecks, BudgetChecks,
+               OutputChecks):
+    """The semantic pass: each section's checks (one module each) append to ``issues``;
+    :meth:`run` builds the normalised spec."""
+
+    def run(self, fname: str | None) -> ReleaseSpec | None:
+        """Every section in order; the normalised spec, or ``None`` when a problem was found."""
+        d = self.data
+        src = self.source()
+        levels, root, paths, unknown = self.hierarchy()
+        cells = self.cells(levels, root)
+        priv = self.privacy()
+        if isinstance(root, str) and isinstance(levels, list):
+            self.check_invariants(priv, [root] + [lv.name for lv in levels if lv is not None])
+        decomposition = self.decomposition()
+        plan = self.plugin(("plan",), d.get("plan", "per_level"), "plan")
+        per_level = (plan is None or plan[0] == "per_level") and "decomposition" not in d
+        if per_level:
+            mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
+            self.check_mechanism_unit(mech, priv)
+        elif "decomposition" in d:  # the leaves plan, with the spec's mechanism
+            mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
+            self.check_mechanism_unit(mech, priv)
+        else:
+            mech = None
+            self.check_plan(plan, priv)
+        default_chain = list(getattr(registry.get("plan", plan[0]), "default_postprocess", ("blue",))) \
+            if plan is not None else ["blue"]
+        pps_raw = d.get("postprocess", default_chain)
+        pps = []
+        if isinstance(pps_raw, list):
+            for i, item in enumerate(pps_raw):
+                pps.append(self.plugin(("postprocess", i), item, "postprocessor"))
+            self.check_postprocess_order(pps)
+        if decomposition is not None and decomposition[0] in RELEASE_CHAINS:  # the release chooses its own
+            pps = list(RELEASE_CHAINS[decomposition[0]](decomposition[1]))
+        budget = self.budget(levels, root, priv, mech) if per_level else None
+        output = self.output()
+        evaluate = self.evaluate(priv)
+        eps = priv.get("epsilon")
+        if eps is not None and eps > _LARGE_EPSILON:
+            self.warnings.append(f"privacy.epsilon = {eps:g} is unusually large (> {_LARGE_EPSILON:g}): "
+                                 "the release protects individuals only weakly")
+        if self.issues:
+            return None
+        spec = ReleaseSpec(
+            data=d, filename=fname, base_dir=self.base_dir, source_files=src["files"], source_demo=src["demo"],
+            source_format=src["format"], source_columns=src["columns"], count=src["count"],
+            filters=src["filter"], root=root, levels=levels, paths=paths, unknown=unknown,
+            unit=priv.get("unit"), max_contributions=priv.get("max_contributions"),
+            epsilon=priv.get("epsilon"), delta=priv.get("delta"), rho=priv.get("rho"), budget=budget,
+            mechanism=mech or ("discrete_laplace", {}), postprocess=[p for p in pps if p is not None],
+            plan=plan if plan is not None and not per_level and "decomposition" not in d else None,
+            decomposition=decomposition,
+            output=output, evaluate=evaluate, seed=get(d, "seed", int),
+            description=get(d, "description", str, ""), warnings=self.warnings,
+            cells=cells, engine=src["engine"],
+            neighbours=priv.get("neighbours", "add_remove"), invariants=list(priv.get("invariants", [])),
+            allow_invariants_with_add_remove=bool(priv.get("allow_invariants_with_add_remove", False)),
+        )
+        self.check_outputs_spare_inputs(spec)
+        return None if self.issues else spec
+

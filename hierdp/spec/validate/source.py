@@ -1,0 +1,114 @@
+"""The ``source`` section: the private data's files (their header only) or a bundled demo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hierdp.errors import did_you_mean
+from hierdp.readers import csv_header
+from hierdp.spec.validate.context import Context, format_of, get, kind_of
+
+__all__ = ["SourceChecks"]
+
+
+class SourceChecks(Context):
+    """Checks of ``source``; sets ``self.header`` (the source's column names) when known."""
+
+    def source(self) -> dict[str, Any]:
+        """The source files (or demo), their format, the selected columns, count and filters."""
+        s = self.data.get("source")
+        out: dict[str, Any] = {"files": [], "demo": None, "format": "csv", "columns": None, "count": None,
+                               "filter": [], "engine": "pandas"}
+        if not isinstance(s, dict):
+            return out
+        out["engine"] = get(s, "engine", str, "pandas")
+        if out["engine"] == "dask":
+            if "demo" in s:
+                self.err(("source", "engine"), "engine: dask reads source files (source.path); a bundled demo is "
+                                               "read in memory: remove `engine: dask`", prefer_key=True)
+            problem = _dask_problem()
+            if problem is not None:
+                self.err(("source", "engine"), problem)
+        path, demo = get(s, "path", str), get(s, "demo", str)
+        out["columns"] = get(s, "columns", list)
+        out["count"] = get(s, "count", str)
+        out["filter"] = [f for f in get(s, "filter", list, []) if isinstance(f, dict)
+                         and isinstance(f.get("column"), str) and "op" in f and "value" in f]
+        if "path" in s and "demo" in s:
+            self.err(("source", "demo"), "give either source.path or source.demo, not both", prefer_key=True)
+            return out
+        if "path" not in s and "demo" not in s:
+            self.err(("source",), "the source needs `path:` (a CSV/Parquet file or glob) or `demo:` "
+                                  "(a bundled dataset, e.g. census)")
+            return out
+        for i, f in enumerate(get(s, "filter", list, [])):
+            if isinstance(f, dict) and f.get("op") in ("in", "not_in") and "value" in f \
+                    and not isinstance(f["value"], list):
+                self.err(("source", "filter", i, "value"), f"operator {f['op']!r} needs a list of values, "
+                                                           f"got {kind_of(f['value'])}; write value: [a, b]")
+            elif isinstance(f, dict) and f.get("op") not in ("in", "not_in") and isinstance(f.get("value"),
+                                                                                              (list, dict)):
+                self.err(("source", "filter", i, "value"), f"operator {f.get('op')!r} compares with one value, "
+                                                           f"got {kind_of(f['value'])}; use op: in for a list")
+        if demo is not None:
+            from hierdp.data import DEMOS
+
+            out["demo"] = demo
+            if demo not in DEMOS:
+                self.err(("source", "demo"), f"unknown demo dataset {demo!r}{did_you_mean(demo, DEMOS)}; "
+                                             f"bundled: {', '.join(sorted(DEMOS))}")
+                return out
+            if self.check_files:
+                self.header = _demo_columns(demo)
+        elif path is not None:
+            files = self.resolve_glob(path, ("source", "path"))
+            out["files"] = files
+            fmt = get(s, "format", str)
+            if fmt is None and files:
+                fmts = {format_of(f) for f in files}
+                if None in fmts:
+                    bad = next(f for f in files if format_of(f) is None)
+                    self.err(("source", "path"), f"cannot tell the format of {bad.name!r} from its extension; "
+                                                 "add `format: csv` or `format: parquet`")
+                    return out
+                if len(fmts) > 1:
+                    self.err(("source", "path"), "the glob matches both CSV and Parquet files; "
+                                                 "narrow the pattern to one format")
+                    return out
+                fmt = fmts.pop()
+            out["format"] = fmt or "csv"
+            if self.check_files and files:
+                self.header = self.read_header(files, out["format"], ("source", "path"))
+        if self.header is not None:
+            cols = set(self.header)
+            for i, c in enumerate(out["columns"] or []):
+                if isinstance(c, str) and c not in cols:
+                    self.err(("source", "columns", i), self.missing_col(c))
+            if out["count"] is not None and out["count"] not in cols:
+                self.err(("source", "count"), self.missing_col(out["count"]))
+            for i, f in enumerate(get(s, "filter", list, [])):
+                if isinstance(f, dict) and isinstance(f.get("column"), str) and f["column"] not in cols:
+                    self.err(("source", "filter", i, "column"), self.missing_col(f["column"]))
+        return out
+
+
+def _dask_problem() -> str | None:
+    """Why ``engine: dask`` cannot run here (dask.dataframe missing), else None."""
+    try:
+        import dask.dataframe  # noqa: F401
+    except ImportError:
+        return ("engine: dask needs the optional package dask (dask.dataframe); install it with: "
+                "pip install 'hierdp[dask]' (or remove `engine: dask` to read the source with pandas)")
+    return None
+
+
+def _demo_columns(name: str) -> list[str]:
+    """Column names of a bundled demo dataset (its header row only)."""
+
+    from importlib import resources
+
+    from hierdp.data import demo_path
+
+    with resources.as_file(demo_path(name)) as path:
+        return csv_header(path)
+

@@ -94,7 +94,14 @@ def test_the_same_mistake_reads_the_same_from_python_and_from_a_spec(tmp_path, k
     assert hint in spec_message
     # from Python (through the release door, which builds the plugin with registry.create):
     # the same sentence, after the name of what could not be built
-    assert _python_error(python) == f"bad parameters for {kind} {name!r}: {spec_message}"
+    if kind == "decomposition":
+        # a door that takes the decomposition's parameters as its own keywords refuses an
+        # unknown one itself, before building anything, with the same suggestion
+        with pytest.raises(hierdp.UnknownKeywordError) as info:
+            python()
+        assert f"unknown keyword {key!r}" in str(info.value) and hint in str(info.value)
+    else:
+        assert _python_error(python) == f"bad parameters for {kind} {name!r}: {spec_message}"
     # and from the registry itself
     params = {"columns": ["x", "y"], "bounds": [[0, 1], [0, 1]]} if kind == "decomposition" else {}
     assert _python_error(lambda: registry.create(kind, name, **params, **{key: 1})) == \

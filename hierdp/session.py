@@ -249,6 +249,8 @@ class Reservation:
     reserving again, and settles it with its ledger. It serves one release."""
 
     __slots__ = ("session", "ticket")
+    session: Session
+    ticket: int
 
     def __init__(self, session: Session, ticket: int) -> None:
         object.__setattr__(self, "session", session)

@@ -38,12 +38,11 @@ import tempfile
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hierdp.errors import DataError, MissingDependencyError, UntrustedJournalWarning, expected_one_of
+from hierdp.errors import DataError, MissingDependencyError, UntrustedJournalWarning, expected_one_of, warn
 
 if TYPE_CHECKING:  # numpy and pandas load when a table is written: `hierdp --version` stays fast
     import pandas as pd
@@ -791,9 +790,9 @@ def recover(folder: str | Path) -> list[Path]:
                 continue
             plan = _journal_plan(folder, j, jst, folder_id, int(m.group(1)))
         except _Untrusted as why:
-            warnings.warn(f"left alone {str(j)!r}: it is named like a hierdp commit journal but hierdp did not "
-                          f"write it ({why}); a journal is followed only when hierdp wrote it. Remove the file "
-                          "once you know where it came from", UntrustedJournalWarning, stacklevel=2)
+            warn(f"left alone {str(j)!r}: it is named like a hierdp commit journal but hierdp did not "
+                 f"write it ({why}); a journal is followed only when hierdp wrote it. Remove the file "
+                 "once you know where it came from", UntrustedJournalWarning)
             continue
         except OSError:
             continue

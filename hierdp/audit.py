@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta
 
+from hierdp.accounting import zcdp_to_approx_dp
 from hierdp.errors import BudgetError
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.rng import RandomSource, make_rng
@@ -151,7 +152,6 @@ def claimed_epsilon(mechanism: Mechanism, budget: float, delta: float = 0.0) -> 
     """The ε a mechanism claims at ``budget``: ε itself, or for ρ-zCDP the CKS20 conversion at δ."""
     if mechanism.budget_unit == "epsilon":
         return float(budget)
-    from hierdp.accounting import zcdp_to_approx_dp
 
     if not delta > 0:
         raise BudgetError("auditing a zCDP mechanism needs delta > 0 (its (ε, δ) claim)")

@@ -31,7 +31,15 @@ import numpy as np
 from hierdp import registry, rules
 from hierdp.accounting import Accountant, PrivacyLoss
 from hierdp.decompositions.base import Structure
-from hierdp.errors import BudgetError, DataError, NotForPublicationWarning, PluginError, PrivacyError, warn
+from hierdp.errors import (
+    BudgetError,
+    DataError,
+    NotForPublicationWarning,
+    PluginError,
+    PrivacyError,
+    expected_one_of,
+    warn,
+)
 from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
@@ -163,7 +171,6 @@ def resolve_invariants(tree: Tree, invariants: Any) -> tuple[np.ndarray, list[st
             elif item == "total":
                 d = 0
             else:
-                from hierdp.errors import expected_one_of
 
                 raise DataError(expected_one_of("invariant level", item, levels) +
                                 " (or give node ids / label paths)")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.errors import DataError, MissingDependencyError
+from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 
 __all__ = ["error_vs_epsilon", "error_by_level", "decomposition"]
 
@@ -49,7 +49,6 @@ def _pick_metric(results: pd.DataFrame, metric: str | None) -> str:
             raise DataError(f"the results hold several metrics {metrics}; choose one with metric=...")
         return metrics[0]
     if metric not in metrics:
-        from hierdp.errors import expected_one_of
 
         raise DataError(expected_one_of("metric", metric, metrics))
     return metric
@@ -57,7 +56,6 @@ def _pick_metric(results: pd.DataFrame, metric: str | None) -> str:
 
 def _ycol(y: str) -> str:
     if y not in ("mean", "value", "analytic"):
-        from hierdp.errors import expected_one_of
 
         raise DataError(expected_one_of("y column", y, ["mean", "value", "analytic"]))
     return y

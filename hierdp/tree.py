@@ -22,7 +22,10 @@ import numpy as np
 import pandas as pd
 
 from hierdp._engine import tree_kernels as K
-from hierdp.errors import HierarchyError
+from hierdp._engine.memory import large_empty, narrow_index
+from hierdp._engine.threads import get_threads, prefault, run_pieces, spans
+from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, block_groups, tree_pieces
+from hierdp.errors import DataError, HierarchyError, did_you_mean, expected_one_of
 
 __all__ = ["Tree", "InternalArrays"]
 
@@ -356,7 +359,6 @@ class Tree:
         try:
             return self._level_names.index(str(level))
         except ValueError:
-            from hierdp.errors import expected_one_of
 
             raise HierarchyError(expected_one_of("level", level, self._level_names)) from None
 
@@ -380,7 +382,6 @@ class Tree:
 
     def _check_len(self, values: np.ndarray) -> None:
         if values.ndim == 0 or values.shape[0] != self.n_nodes:
-            from hierdp.errors import DataError
 
             raise DataError(
                 f"expected an array with one row per node ({self.n_nodes}), got shape {values.shape}"
@@ -506,7 +507,6 @@ class Tree:
                 code = idx.get_indexer(cast(Any, [lab]))[0]  # a list, as pandas takes it (the stubs want an Index)
                 match = kids[self._codes[kids] == code] if code >= 0 else kids[:0]
             if match.size != 1:
-                from hierdp.errors import did_you_mean
 
                 names = (list(self._labels[d][self._codes[kids]]) if self._codes is not None
                          else list(self._ext(kids)))
@@ -564,12 +564,9 @@ class Tree:
         caller hands ``values`` over: a large C-contiguous, writeable array is summed in
         place and returned, with no new output (whose fresh pages the OS would zero) and
         no copy, so the leaves are only read."""
-        from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, block_groups, tree_pieces
 
         if self.n_nodes < PARALLEL_MIN:
             return K.subtree_sums(self._parent, self._depth, values)
-        from hierdp._engine.memory import large_empty
-        from hierdp._engine.threads import get_threads, prefault, run_pieces, spans
 
         pieces = tree_pieces(self)
         values = np.ascontiguousarray(values)
@@ -603,7 +600,6 @@ class Tree:
         shared by aggregation, BLUE and GMC."""
         parent = self._cache.get(_PARENT32_KEY)
         if parent is None:
-            from hierdp._engine.memory import narrow_index
 
             parent = self._cache[_PARENT32_KEY] = narrow_index(self._parent, 37)
         return parent

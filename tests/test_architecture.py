@@ -193,3 +193,99 @@ def test_no_module_is_named_like_a_public_function():
     assert {"release", "postprocess", "evaluate", "metric", "run_spec"} <= functions
     clashes = sorted(f for f in functions if f"hierdp.{f}" in _modules())
     assert not clashes, f"modules named like public functions: {clashes}"
+
+
+# ---------------------------------------------------------------- imports inside functions
+#: (importing module, imported module) -> why the import stays inside a function although
+#: a top-level import would make no import-time cycle. "*" stands for every imported module.
+LAZY_IMPORTS = {
+    ("hierdp", "*"): "the package defers its imports when the process is the hierdp command (_load)",
+    ("hierdp.cli", "*"): "the command line loads the library after parsing (a fast --version and usage error)",
+    ("hierdp.tree", "hierdp.registry"): "the registry loads every plugin, hence every layer above the tree",
+    ("hierdp.tree", "hierdp.generation_matrix"): "scipy.sparse loads on first use of the matrix form",
+    ("hierdp._engine.threads", "hierdp._engine.kernel_common"): "compiled kernels load on first use",
+    ("hierdp._engine.kernel_common", "hierdp._engine.memory"): "compiled kernels load on first use",
+    ("hierdp.io", "hierdp.readers"): "pandas loads when a table is read, not for the CLI's --version",
+    ("hierdp.spec.runner", "hierdp.frontends.dask"): "an optional dependency (dask)",
+    ("hierdp.spec.runner", "hierdp.plot"): "an optional dependency (matplotlib)",
+    ("hierdp.plugins.params", "hierdp.spec.loader"): "the spec machinery loads only for a params_schema",
+    ("hierdp.plugins.params", "hierdp.spec.schema"): "the spec machinery loads only for a params_schema",
+    ("hierdp.examples.data.make_attribution_data", "hierdp"): "a data script, run on its own",
+}
+
+
+def _import_targets(mods: dict[str, Path], mod: str, path: Path, node: ast.AST) -> list[str]:
+    is_pkg = path.name == "__init__.py"
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            pkg = mod if is_pkg else mod.rpartition(".")[0]
+            for _ in range(node.level - 1):
+                pkg = pkg.rpartition(".")[0]
+            base = f"{pkg}.{base}" if base else pkg
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+    out = []
+    for t in names:
+        while t and t not in mods:
+            t = t.rpartition(".")[0]
+        if t and t.startswith("hierdp") and t != mod:
+            out.append(t)
+    return out
+
+
+def function_imports() -> tuple[dict[str, set[str]], list[tuple[str, str, int]]]:
+    """The import-time graph (top-level imports only) and every import inside a function
+    (importing module, imported module, line)."""
+    mods = _modules()
+    top: dict[str, set[str]] = {m: set() for m in mods}
+    inner: list[tuple[str, str, int]] = []
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_lines(tree)
+        in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in skip:
+                for t in _import_targets(mods, mod, path, node):
+                    if id(node) in in_function:
+                        inner.append((mod, t, node.lineno))
+                    else:
+                        top[mod].add(t)
+    return top, inner
+
+
+def _reaches(graph: dict[str, set[str]], a: str, b: str) -> bool:
+    seen: set[str] = set()
+    stack = [a]
+    while stack:
+        x = stack.pop()
+        if x == b:
+            return True
+        if x not in seen:
+            seen.add(x)
+            stack.extend(graph.get(x, ()))
+    return False
+
+
+def _needless(top: dict[str, set[str]], inner: list[tuple[str, str, int]]) -> list[str]:
+    return sorted(f"{m}:{line} imports {t} inside a function" for m, t, line in inner
+                  if not _reaches(top, t, m) and (m, t) not in LAZY_IMPORTS and (m, "*") not in LAZY_IMPORTS)
+
+
+def test_the_function_import_check_finds_a_needless_one():
+    top = {"a": set(), "b": {"c"}, "c": {"a"}}
+    assert _needless(top, [("a", "b", 3)]) == []                       # b -> c -> a: a cycle at import time
+    assert _needless(top, [("b", "a", 9)]) == ["b:9 imports a inside a function"]  # a imports nothing
+
+
+def test_imports_inside_functions_only_where_a_top_level_import_would_cycle_or_a_reason_is_given():
+    top, inner = function_imports()
+    assert inner, "the check sees imports inside functions"
+    needless = _needless(top, inner)
+    assert not needless, ("move these imports to the top of their module (no import-time cycle needs them "
+                          "inside), or add a reason to LAZY_IMPORTS:\n" + "\n".join(needless))
+    stale = sorted(k for k in LAZY_IMPORTS if k[1] != "*" and not any((m, t) == k for m, t, _ in inner))
+    assert not stale, f"LAZY_IMPORTS names imports that are no longer inside a function: {stale}"

@@ -30,6 +30,7 @@ import numpy as np
 
 from hierdp._engine.jit import numba as nb
 from hierdp._engine.kernel_common import blue_combine
+from hierdp.errors import BudgetError
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -335,7 +336,6 @@ def blue_variance(tree: Tree, level_variance: np.ndarray) -> np.ndarray:
     """
     lv = np.asarray(level_variance, dtype=np.float64)
     if lv.shape != (tree.n_levels,):
-        from hierdp.errors import BudgetError
 
         raise BudgetError(f"need one variance per level ({tree.n_levels}), got shape {lv.shape}")
     ct = class_tree(tree)

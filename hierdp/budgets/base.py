@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from hierdp.errors import BudgetError
+
 if TYPE_CHECKING:
     from hierdp.mechanisms.base import Mechanism, Sensitivity
     from hierdp.tree import Tree
@@ -65,7 +67,6 @@ class Leaves(BudgetStrategy):
 
     def allocate(self, tree: Tree, total: float, *, mechanism: Mechanism, sensitivity: Sensitivity,
                  true_values: np.ndarray | None = None) -> dict[str, float]:
-        from hierdp.errors import BudgetError
 
         leaf_depths = np.unique(tree.internal.depth[tree.internal.n_children == 0])
         if leaf_depths.size != 1:

@@ -30,7 +30,7 @@ import pandas as pd
 
 from hierdp import rules
 from hierdp.decompositions.declared import Declared
-from hierdp.errors import DataError, expected_one_of
+from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, check_cell_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.base import register_door, releases_of
@@ -139,7 +139,6 @@ class DaskDPTree(TreeDoor):
                  root: str = "total", cells: Mapping[str, Any] | None = None,
                  spent: list[dict[str, Any]] | None = None) -> None:
         if dd is None:  # pragma: no cover
-            from hierdp.errors import MissingDependencyError
 
             raise MissingDependencyError("dask", "dask")
         if not isinstance(ddf, dd.DataFrame):

@@ -56,6 +56,7 @@ import numpy as np
 from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp._engine.memory import large_empty
+from hierdp._engine.threads import run_pieces
 from hierdp.errors import BudgetError
 from hierdp.rng import RandomSource, reserve_words
 
@@ -808,7 +809,6 @@ def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int
             d.i, status = step(d)
             if settle(d, status):
                 return out
-    from hierdp._engine.threads import run_pieces
 
     # the first words of each chunk go to a slot of one buffer, re-used group after group
     # (fresh memory costs a page fault per 4 KiB, about as much as computing the words)

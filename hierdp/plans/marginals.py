@@ -56,7 +56,7 @@ import numpy as np
 
 from hierdp import rules
 from hierdp.accounting import PrivacyLoss, Spend, loss_total
-from hierdp.errors import BudgetError, DataError, PluginError
+from hierdp.errors import BudgetError, DataError, PluginError, expected_one_of
 from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Sensitivity
@@ -69,6 +69,9 @@ from hierdp.plans.per_level import (
     resolve_mechanism,
 )
 from hierdp.postprocessors.blue import blue
+from hierdp.postprocessors.nonneg import nonneg
+from hierdp.postprocessors.rounding import controlled_round
+from hierdp.tree import Tree as _Tree
 
 if TYPE_CHECKING:
     from hierdp.rng import RandomSource
@@ -286,7 +289,6 @@ class Marginals(Plan):
         levels = tree.level_names
         unknown = [lv for lv in self.strategy if lv is not None and lv not in levels]
         if unknown:
-            from hierdp.errors import expected_one_of
 
             raise PluginError("plan 'marginals': " + expected_one_of("level in strategy", unknown[0], levels))
         out = {}
@@ -295,7 +297,6 @@ class Marginals(Plan):
             for dims in spec:
                 bad = [d for d in dims if d not in names]
                 if bad:
-                    from hierdp.errors import expected_one_of
 
                     raise PluginError(f"plan 'marginals', level {lv!r}: " +
                                       expected_one_of("cell dimension", bad[0], names))
@@ -432,9 +433,6 @@ def integer_with_totals(tree: Tree, x: np.ndarray, var: np.ndarray, inv: np.ndar
     nodes above the frontier are the sums of the frontier's cells (they are left out of the
     weighted objective: a further approximation besides the diagonal GLS weights).
     """
-    from hierdp.postprocessors.nonneg import nonneg
-    from hierdp.postprocessors.rounding import controlled_round
-    from hierdp.tree import Tree as _Tree
 
     n, k = x.shape
     if inv is None or totals is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from hierdp.errors import DataError
 from hierdp.measurements import Estimate, Measurements
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ __all__ = ["Estimate", "Measurements", "PostProcessor", "node_values", "node_var
 
 def _floats(a: Any, what: str) -> np.ndarray:
     """``a`` as a float64 array, or a one-line DataError for text, objects or complex numbers."""
-    from hierdp.errors import DataError
 
     if np.iscomplexobj(a):
         raise DataError(f"{what} must be real numbers, got complex values")
@@ -39,7 +39,6 @@ def _floats(a: Any, what: str) -> np.ndarray:
 
 def node_values(tree: Tree, values: Any) -> np.ndarray:
     """Node values as float64 of shape ``(n,)`` or ``(n, k)``; clear errors otherwise."""
-    from hierdp.errors import DataError
 
     y = _floats(values, "values")
     if y.ndim not in (1, 2) or y.shape[0] != tree.n_nodes:
@@ -50,7 +49,6 @@ def node_values(tree: Tree, values: Any) -> np.ndarray:
 def node_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.ndarray:
     """Variances as float64 of shape ``(n,)`` or ``shape`` (a scalar is broadcast to every
     node); shape errors only, the values are checked by the caller."""
-    from hierdp.errors import DataError
 
     v = _floats(variance, "variance")
     if v.ndim == 0:
@@ -63,7 +61,6 @@ def node_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.ndarr
 
 def finite_values(tree: Tree, values: Any) -> np.ndarray:
     """:func:`node_values`, and a one-line DataError if any value is NaN or infinite."""
-    from hierdp.errors import DataError
 
     y = node_values(tree, values)
     # min and max: two reductions without an n-sized temporary (NaN propagates into both)
@@ -75,7 +72,6 @@ def finite_values(tree: Tree, values: Any) -> np.ndarray:
 def checked_variance(tree: Tree, variance: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     """:func:`node_variance` (``None`` passes through), and a one-line DataError if any
     variance is NaN or negative (``inf`` marks an unmeasured node, 0 an exact one)."""
-    from hierdp.errors import DataError
 
     if variance is None:
         return None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hierdp.errors import DataError, warn
+from hierdp.generation_matrix import ancestor_matrix
 from hierdp.postprocessors import _baseline_kernels as BLK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values
 
@@ -200,7 +201,6 @@ def dense_ls(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None)
         var = np.ones(n)
     if np.any(var == 0):
         raise DataError("the dense solver needs positive variances (0 = exactly known is not supported); use 'blue'")
-    from hierdp.generation_matrix import ancestor_matrix
 
     leaves = np.flatnonzero(tree.internal.n_children == 0)
     A = ancestor_matrix(tree).T.toarray()[:, leaves]  # A[i, l] = 1 iff leaf l is in i's subtree

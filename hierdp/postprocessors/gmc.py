@@ -42,6 +42,7 @@ from hierdp.postprocessors.base import (
     node_values,
     node_variance,
 )
+from hierdp.postprocessors.blue import blue
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -391,7 +392,6 @@ class GMC(PostProcessor):
         # unmeasured (inf) or exactly known (0) nodes: the weighted GMC's factorisation
         # needs finite positive variances; the same estimator (weighted least squares =
         # BLUE) is computed by the two-pass BLUE, which handles both cases.
-        from hierdp.postprocessors.blue import blue
 
         est = blue(tree, y, var)
         info["method"] = "blue"

@@ -53,6 +53,7 @@ from hierdp.postprocessors.base import (
     node_values,
     node_variance,
 )
+from hierdp.postprocessors.blue import blue
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -66,7 +67,6 @@ class NonnegConvergenceWarning(UserWarning):
 
 def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
     if y2.shape[1] == 1 and tree.n_nodes >= PARALLEL_MIN:  # BLUE in pieces, on every thread
-        from hierdp.postprocessors.blue import blue
 
         return blue(tree, y2[:, 0], d2[:, 0]).values.reshape(y2.shape)
     x = np.empty_like(y2)
@@ -305,7 +305,6 @@ def _is_consistent(tree: Tree, values: Any) -> bool:
 
 
 def _blue_full(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
-    from hierdp.postprocessors.blue import blue
 
     return np.asarray(blue(tree, y2, d2).values).reshape(y2.shape)
 
@@ -459,7 +458,6 @@ class NonNegative(PostProcessor):
         if var is not None and not (estimate.linear and (estimate.consistent or _is_consistent(tree, estimate.values))):
             # the incoming variances are the measurements': report those of the linear
             # estimate with the same weights (BLUE), as after ["blue", "nonneg"]
-            from hierdp.postprocessors.blue import blue
 
             var = blue(tree, np.zeros(np.shape(estimate.values)), var).variance
         if var is not None:

@@ -17,8 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
-from hierdp.readers import read_table, read_text_lines
+from hierdp.evaluation import evaluate
+from hierdp.frontends.points import release_points
+from hierdp.frontends.sequences import release_sequences
+from hierdp.io import _writer, atomic_write_all, ledger_path_for, write_release
+from hierdp.readers import csv_header, read_table, read_text_lines
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
 
@@ -52,7 +57,6 @@ def load_spec(spec: Any, **overrides: Any) -> ReleaseSpec:
     elif isinstance(spec, (str, Path)) and ("\n" in str(spec) or str(spec).lstrip().startswith("hierdp:")):
         loaded = load_text(str(spec), None, Path.cwd())
     elif isinstance(spec, (str, Path)):
-        from hierdp.data import resolve_spec  # a bundled example by name ("demo") when no such file exists
 
         loaded = load_file(resolve_spec(spec) if isinstance(spec, str) else spec)
     else:
@@ -103,7 +107,6 @@ def _to_str_list(values: Any) -> list[str]:
 
 def _public_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A public CSV (domain or paths file), every column a label (hierdp.readers rules)."""
-    from hierdp.readers import csv_header
 
     return read_table(path, "csv", columns=columns, label_columns=csv_header(path) if columns is None else columns)
 
@@ -113,7 +116,6 @@ def _paths_frame(spec: ReleaseSpec) -> pd.DataFrame | None:
         return None
     kind, ref = spec.paths
     if kind == "demo":
-        from hierdp.data import demo_geography
 
         frame = demo_geography(ref)
     else:
@@ -299,7 +301,6 @@ def read_source(spec: ReleaseSpec) -> Any:
     cols = spec.needed_columns()
     str_cols = spec.label_columns
     if spec.source_demo is not None:
-        from hierdp.data import load_demo
 
         df = load_demo(spec.source_demo)
         missing = [c for c in cols if c not in df.columns]
@@ -413,7 +414,6 @@ def release_points_spec(spec: ReleaseSpec, df: pd.DataFrame, seed: int | None) -
     """Release a spec's ``decomposition`` (PrivTree, SimpleTree or the grid) on the source
     rows through the points front-end; returns the :class:`~hierdp.frontends.points.PointsResult`
     (``suffix_tree``: :func:`release_sequences_spec`)."""
-    from hierdp.frontends.points import release_points
 
     name, params = spec.decomposition
     if name == "suffix_tree":
@@ -433,7 +433,6 @@ def release_sequences_spec(spec: ReleaseSpec, df: pd.DataFrame, seed: int | None
     suffix tree over the sequences in ``params.column`` (one row = one sequence; split into
     symbols at ``params.separator``, else one character per symbol; an empty cell is an
     empty sequence) through :func:`~hierdp.frontends.sequences.release_sequences`."""
-    from hierdp.frontends.sequences import release_sequences
 
     if spec.decomposition is None:
         raise SpecError("this spec has no `decomposition:`; release it with run_spec")
@@ -499,7 +498,6 @@ def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:
 
 def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None) -> tuple[Path, Path]:
     """Write the table and the ledger (atomically); returns their paths."""
-    from hierdp.io import write_release
 
     out = spec.output or {}
     dest = path if path is not None else out.get("path")
@@ -507,7 +505,6 @@ def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None
         raise SpecError("no output path: set output.path in the spec or pass -o/--output")
     fmt = out.get("format") if path is None else None
     ledger = out.get("ledger") if path is None else None
-    from hierdp.io import ledger_path_for
 
     check_output_paths(spec, [Path(dest), Path(ledger) if ledger else ledger_path_for(dest)])
     return write_release(release_frame(spec, result), result.ledger.to_json(), dest, fmt=fmt, ledger_path=ledger)
@@ -589,7 +586,6 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
     columns are those of :data:`hierdp.evaluation.COLUMNS`. When written, the table goes to
     CSV and a plot of error against ε to a PNG beside it.
     """
-    from hierdp.evaluation import evaluate
 
     rs = load_spec(spec, **overrides)
     if rs.evaluate is None:
@@ -617,7 +613,6 @@ def evaluate_spec(spec: Any, *, repetitions: int | None = None, seed: int | None
                      by_level=True, seed=base_seed, progress=progress)
     dest = output if output is not None else ev.get("output")
     if write and dest is not None:
-        from hierdp.io import _writer, atomic_write_all
 
         plot_path = Path(dest).with_suffix(".png")
         _refuse_overwriting_inputs(rs, [Path(dest), plot_path])

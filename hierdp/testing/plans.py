@@ -44,6 +44,7 @@ from hierdp.accounting import Accountant, PrivacyLoss, Spend
 from hierdp.errors import HierDPError, NotForPublicationWarning
 from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Sensitivity
+from hierdp.pipeline import release
 from hierdp.plans.base import Plan
 from hierdp.rng import make_rng
 from hierdp.testing.postprocessors import contract_trees
@@ -164,7 +165,6 @@ class BasePlanTests:
         assert total > 0 and g["guarantee"] in ("pure", "zcdp", "approx")
 
     def test_release_through_the_pipeline(self, plan: Plan) -> None:
-        from hierdp.pipeline import release
 
         tree = Tree.complete(2, 4)
         x = tree.to_external(_counts(tree, 5))

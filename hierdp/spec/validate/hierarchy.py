@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hierdp.data import DEMOS
 from hierdp.decompositions.declared import RESERVED_COLUMNS
 from hierdp.errors import did_you_mean
 from hierdp.spec.validate.context import Context, get, valid_list
@@ -30,7 +31,6 @@ class HierarchyChecks(Context):
                 files = self.resolve_glob(p["file"], ("hierarchy", "paths", "file"))
                 paths = ("file", files[0]) if files else None
             elif isinstance(p.get("demo"), str):
-                from hierdp.data import DEMOS
 
                 if p["demo"] not in DEMOS:
                     self.err(("hierarchy", "paths", "demo"), f"unknown demo geography {p['demo']!r}"

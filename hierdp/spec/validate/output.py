@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hierdp.io import ledger_path_for
 from hierdp.spec.validate.context import format_of, get
 from hierdp.spec.validate.model import ReleaseSpec
 from hierdp.spec.validate.plugins import PluginChecks
@@ -17,7 +18,6 @@ class OutputChecks(PluginChecks):
 
     def check_outputs_spare_inputs(self, spec: ReleaseSpec) -> None:
         """No output file (table, ledger, evaluation table and plot) may be an input file."""
-        from hierdp.io import ledger_path_for
 
         inputs = set(spec.input_files())
         outs: list[tuple[tuple, Path]] = []

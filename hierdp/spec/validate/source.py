@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hierdp.data import DEMOS, demo_path
 from hierdp.errors import did_you_mean
 from hierdp.readers import csv_header
 from hierdp.spec.validate.context import Context, format_of, get, kind_of
@@ -51,7 +52,6 @@ class SourceChecks(Context):
                 self.err(("source", "filter", i, "value"), f"operator {f.get('op')!r} compares with one value, "
                                                            f"got {kind_of(f['value'])}; use op: in for a list")
         if demo is not None:
-            from hierdp.data import DEMOS
 
             out["demo"] = demo
             if demo not in DEMOS:
@@ -107,7 +107,6 @@ def _demo_columns(name: str) -> list[str]:
 
     from importlib import resources
 
-    from hierdp.data import demo_path
 
     with resources.as_file(demo_path(name)) as path:
         return csv_header(path)

@@ -55,28 +55,9 @@ def import_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         skip = set() if type_checking else _type_checking_lines(tree)
-        is_pkg = path.name == "__init__.py"
         for node in ast.walk(tree):
-            if getattr(node, "lineno", None) in skip:
-                continue
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    pkg = mod if is_pkg else mod.rpartition(".")[0]
-                    for _ in range(node.level - 1):
-                        pkg = pkg.rpartition(".")[0]
-                    base = f"{pkg}.{base}" if base else pkg
-                for a in node.names:
-                    sub = f"{base}.{a.name}"
-                    targets.append(sub if sub in mods else base)
-            for t in targets:
-                while t and t not in mods:
-                    t = t.rpartition(".")[0]
-                if t and t.startswith("hierdp") and t != mod:
-                    graph[mod].add(t)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in skip:
+                graph[mod].update(_import_targets(mods, mod, path, node))
     return graph
 
 

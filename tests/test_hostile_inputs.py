@@ -572,3 +572,16 @@ def test_max_nodes_in_a_spec_validates_and_releases(tmp_path, capsys):
     spec.write_text(spec.read_text().replace("max_nodes: 100", "max_nodes: lots"))
     assert main(["validate", str(spec)]) == 2
     assert "max_nodes" in capsys.readouterr().err
+
+
+def test_an_explicit_grid_size_past_max_cells_is_refused_not_lowered():
+    """Before: grid m=10000 in 2 dimensions was silently lowered to 4096 per dimension
+    (the max_cells clamp), a structure other than the one asked for."""
+    _raises(DataError, r"grid: m=10000 cells per dimension in 2 dimensions make more than max_cells=16,777,216",
+            _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="grid", m=10000,
+                                                 seed=1)))
+    _raises(DataError, r"m \(cells per dimension\) must be a positive integer",
+            _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="grid", m=0, seed=1)))
+    r = _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="grid", m=8,
+                                             max_cells=64, seed=1))()
+    assert r.tree.n_nodes == 65

@@ -563,6 +563,9 @@ class UniformGrid(_Spatial):
     on a discrete Laplace estimate of n. ``epsilon_counts`` is the ε the cell counts will
     be measured with (the ε in the formula; default: the structure budget's complement in
     a release, given by the front-end). ``m`` fixes the cells per dimension outright.
+    ``max_cells`` (public, default 2^24) caps the m^d cells: the formula's m is lowered to
+    fit it, an explicit ``m`` whose m^d passes it is refused (one error naming ``m`` and
+    ``max_cells``, before anything is allocated) rather than silently lowered.
     """
 
     name = "grid"
@@ -570,7 +573,10 @@ class UniformGrid(_Spatial):
     def __init__(self, columns: Sequence[str] | None = None, bounds: Any = None, *, n: int | None = None,
                  epsilon_counts: float | None = None, m: int | None = None, max_cells: int = 1 << 24) -> None:
         super().__init__(columns, bounds)
-        self.n, self.epsilon_counts, self.m, self.max_cells = n, epsilon_counts, m, int(max_cells)
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1):
+            raise DataError(f"m (cells per dimension) must be a positive integer, got {m!r:.40}")
+        self.n, self.epsilon_counts, self.m = n, epsilon_counts, m
+        self.max_cells = check_max_nodes(max_cells, "max_cells")
         # with a public n (or m) the grid reads nothing private: a public structure
         self.data_dependent = n is None and m is None
 
@@ -582,6 +588,10 @@ class UniformGrid(_Spatial):
         rng = rng if rng is not None else make_rng(None)
         if self.m is not None:
             m = int(self.m)
+            if m ** d > self.max_cells:  # exact (Python integers): public parameters only
+                raise DataError(f"grid: m={m} cells per dimension in {d} dimensions make more than "
+                                f"max_cells={self.max_cells:,} cells; lower m, or pass a larger max_cells=... if you "
+                                "mean it")
         else:
             if self.n is not None:
                 n_hat = float(self.n)

@@ -117,10 +117,11 @@ def _check_values(tree: Tree, values: np.ndarray) -> np.ndarray:
 
 
 def _count_problem(tree: Tree, vals: np.ndarray, check: Any) -> str | None:
-    """Node values that cannot be counts (``check_counts``): ``True`` refuses a negative
-    one; ``"strict"`` also a node that is not the sum of its leaves (one bottom-up pass,
-    exact for integers, 1e-9 relative for floats); ``False`` checks nothing. Says what,
-    never which value (they are private)."""
+    """Node values that cannot be counts (``check_counts``): ``True`` (default; ``"strict"``
+    is the same, its older spelling) refuses a negative one and a node that is not the sum
+    of its leaves, cell by cell for ``(n, k)`` values (one vectorised bottom-up pass: exact
+    for integers, 1e-9 relative for floats, whose sums depend on the order of addition);
+    ``False`` checks nothing. Says what, never which node or value (they are private)."""
     if check is False:
         return None
     if check is not True and check != "strict":
@@ -130,13 +131,17 @@ def _count_problem(tree: Tree, vals: np.ndarray, check: Any) -> str | None:
     if vals.min() < 0:
         return ("node counts must be non-negative; some are negative (values not shown: they are private). Pass "
                 "check_counts=False to release such values as given (the ledger says so)")
-    if check == "strict":
-        agg = tree.aggregate(vals[tree.leaves])
-        off = agg != vals if np.issubdtype(vals.dtype, np.integer) else ~np.isclose(agg, vals, rtol=1e-9, atol=1e-9)
-        if off.any():
-            return ("some internal nodes are not the sum of their leaves (values not shown: they are private); node "
-                    "counts of a hierarchy add up: pass the leaf counts through tree.aggregate(...), or "
-                    "check_counts=False to release the values as given (the ledger says so)")
+    if tree.n_leaves == tree.n_nodes:  # a lone root: nothing to add up
+        return None
+    agg = tree.aggregate(vals[tree.leaves])
+    if np.issubdtype(vals.dtype, np.integer):
+        off = bool(np.any(agg != vals))
+    else:  # non-negative leaves: a sum's rounding error is relative to the sum itself
+        off = not np.allclose(agg, vals, rtol=1e-9, atol=1e-12 * float(agg.max(initial=0.0)))
+    if off:
+        return ("some internal nodes are not the sum of their leaves (values not shown: they are private); node "
+                "counts of a hierarchy add up: pass the leaf counts through tree.aggregate(...), or "
+                "check_counts=False to release the values as given (the ledger says so)")
     return None
 
 
@@ -531,9 +536,10 @@ def release(
     each invariant node's total over its cells (census practice: state populations; plan
     ``marginals``), ``"cells"`` every cell of it.
 
-    ``check_counts``: ``True`` (default) refuses negative node values (counts cannot be);
-    ``"strict"`` also refuses nodes that are not the sum of their leaves; ``False``
-    releases the values as given and the ledger says so.
+    ``check_counts``: ``True`` (default) refuses negative node values (counts cannot be)
+    and internal nodes that are not the sum of their leaves (cell by cell for ``(n, k)``
+    values; floats to 1e-9 relative): pass ``tree.aggregate(leaf_counts)``. ``"strict"``
+    is accepted as the same. ``False`` releases the values as given and the ledger says so.
 
     With ``seed`` the randomness is reproducible: a
     :class:`~hierdp.errors.NotForPublicationWarning` is raised and the ledger and written
@@ -571,7 +577,7 @@ def release(
     ledger = build_ledger(r, tree, meas, guarantee, structure=structure, decomposition=decomposition, rng=rng)
     if check_counts is False:
         ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
-                            "non-negative counts")
+                            "non-negative counts that add up from the leaves")
     if session is not None:
         session.settle(cast(int, ticket), ledger)
     if seed is not None:

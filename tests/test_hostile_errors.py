@@ -135,8 +135,24 @@ def test_negative_counts_are_refused():
         hierdp.release(T3, np.array([[1.0, -0.5], [1.0, 0.0], [0.0, -0.5]]), epsilon=1.0, mechanism="laplace")
 
 
-def test_inconsistent_counts_are_refused_when_strict():
-    """Before: [100, 1, 1] gave [69, 33, 36]: a root that is not the sum of its leaves."""
+def test_inconsistent_counts_are_refused_by_default():
+    """Before: release(T3, [100, 1, 1]) gave [69, 33, 36] without a word (a root that is not
+    the sum of its leaves; only check_counts="strict" refused it). Now the default refuses
+    it in one line that names neither the node nor a value; "strict" is the same check."""
+    with pytest.raises(DataError, match="not the sum of their leaves") as info:
+        hierdp.release(T3, np.array([100, 1, 1]), epsilon=1.0)
+    assert "100" not in str(info.value) and "\n" not in str(info.value) and "tree.aggregate" in str(info.value)
+    with pytest.raises(DataError, match="not the sum"):  # histogram cells: each cell adds up on its own
+        hierdp.release(T3, np.array([[2, 1], [1, 1], [1, 1]]), epsilon=1.0)
+    with pytest.raises(DataError, match="not the sum"):  # floats: a real difference, not rounding
+        hierdp.release(T3, np.array([1.0, 0.5, 0.4999]), epsilon=1.0, mechanism="laplace")
+    big = hierdp.Tree.complete(fanout=3, height=6)
+    leaves = np.random.default_rng(2).random((big.n_leaves, 2)) * 1e6
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = hierdp.release(big, big.aggregate(leaves) * (1 + 1e-12), epsilon=1.0, mechanism="laplace", seed=1)
+        hierdp.release(T3, np.array([[2, 1], [1, 1], [1, 0]]), epsilon=1.0, seed=1)
+    assert r.tree is big  # floats off by rounding (summed in another order) pass
     with pytest.raises(DataError, match="not the sum of their leaves"):
         hierdp.release(T3, np.array([100, 1, 1]), epsilon=1.0, check_counts="strict")
     with pytest.raises(DataError, match="not the sum"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import gzip
 import importlib
 import time
+import tracemalloc
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -466,3 +468,120 @@ def test_real_looking_labels_round_trip(tmp_path):
     states = f[f["level"] == "country"]
     assert sorted(states["country"]) == sorted({"NA", "null", "NO", "01"})
     assert abs(f.loc[f["level"] == "total", "estimate"].iloc[0] - sum(rows.values())) < 1.0
+
+
+# --------------------------------------------------------------- size caps (issue 35 item 6)
+# Public parameters that make a data-dependent structure explode: before the caps, 30
+# coordinates with split="all" tried to allocate 2^30 children at the first split, and
+# theta=-1e9 split every cell down to the depth cap (β^depth nodes). Now: one DataError
+# naming the cap (max_nodes, or max_cells for the suffix tree) and how to raise it; the
+# fan-out is refused from public parameters before any allocation, the node count as the
+# structure grows; no count, depth or value in the message.
+PTS2 = np.random.default_rng(3).random((200, 2))
+
+
+def _quiet(fn):
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+    return run
+
+
+def _no_counts(err):
+    text = str(err)
+    assert "200" not in text and "depth" not in text.replace("max_depth", "")  # nothing about the data or the tree
+
+
+def test_thirty_coordinates_split_all_is_refused_before_allocating():
+    pts = np.random.default_rng(1).random((50, 30))
+    tracemalloc.start()
+    try:
+        err = _raises(DataError, r"max_nodes=4,194,304.*split='cycle'.*larger max_nodes",
+                      _quiet(lambda: hierdp.release_points(pts, bounds=[(0, 1)] * 30, epsilon=1.0, seed=1)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50e6  # what a user sees: the error at once, not an 8 GiB allocation
+    assert "1,073,741,824 children" in str(err)  # β = 2^30: public
+    s = hierdp.Session(epsilon=2.0)  # refused from public parameters: before the door pays or draws
+    with pytest.raises(DataError, match="max_nodes"):
+        _quiet(lambda: hierdp.release_points(pts, bounds=[(0, 1)] * 30, epsilon=1.0, session=s))()
+    assert s.spent.get("epsilon", 0) == 0 and not s.releases
+    _raises(DataError, r"simpletree: one split makes 1,073,741,824 children",
+            _quiet(lambda: hierdp.release_points(pts, bounds=[(0, 1)] * 30, epsilon=1.0, method="simpletree",
+                                                 height=2, session=s)))
+    assert s.spent.get("epsilon", 0) == 0 and not s.releases
+    ok = _quiet(lambda: hierdp.release_points(pts, bounds=[(0, 1)] * 30, epsilon=1.0, seed=1, split="cycle"))()
+    assert ok.tree.n_nodes >= 1
+
+
+def test_theta_far_below_the_counts_stops_at_max_nodes_and_is_charged():
+    s = hierdp.Session(epsilon=3.0)
+    err = _raises(DataError, r"privtree: the private structure grew past max_nodes=5,000 .*raise theta.*larger "
+                             r"max_nodes", _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0,
+                                                                                theta=-1e9, max_nodes=5000, session=s)))
+    _no_counts(err)
+    assert s.spent["epsilon"] == pytest.approx(1.0)  # the structure's noise was drawn: not free to retry
+    _raises(DataError, r"simpletree: the private structure grew past max_nodes=5,000",
+            _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="simpletree",
+                                                 height=20, theta=-1e9, max_nodes=5000, seed=1)))
+    r = _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, theta=-1e9, max_depth=4,
+                                             max_nodes=341, seed=1))()
+    assert r.tree.n_nodes == 341  # exactly at the cap is fine: 1 + 4 + ... + 4^4
+
+
+def test_mixed_privtree_stops_at_max_nodes():
+    paths = pd.DataFrame([("a", "x"), ("a", "y"), ("b", "z")], columns=["g", "c"])
+    tax = Tree.from_frame(paths, ["g", "c"], domains={"g": "observed", "c": paths})
+    frame = pd.DataFrame({"v": PTS2[:, 0], "c": ["x", "y", "z", "x"] * 50})
+    err = _raises(DataError, r"privtree_mixed: the private structure grew past max_nodes=2,000",
+                  _quiet(lambda: hierdp.release_mixed(frame, numeric={"v": (0, 1)}, categorical={"c": tax},
+                                                      epsilon=1.0, theta=-1e9, max_nodes=2000, seed=1)))
+    _no_counts(err)
+
+
+def test_suffix_tree_stops_at_max_cells_and_refuses_a_huge_alphabet_first():
+    seqs = ["abcab", "ba", "ccc", "abc"] * 10
+    err = _raises(DataError, r"suffix_tree: the private structure grew past max_cells=1,000 .*raise theta",
+                  _quiet(lambda: hierdp.release_sequences(seqs, epsilon=1.0, alphabet="abc", max_length=10,
+                                                          theta=-1e9, max_cells=1000, seed=1)))
+    _no_counts(err)
+    assert "abc" not in str(err)
+    big = [str(i) for i in range(5000)]  # β = 5001: one split is 5001 nodes of 5001 cells, past 2^24
+    _raises(DataError, r"one split makes 5,001 children.*max_cells=16,777,216.*larger max_cells",
+            _quiet(lambda: hierdp.release_sequences([["1", "2"]], epsilon=1.0, alphabet=big, max_length=3, seed=1)))
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "many"])
+def test_max_nodes_must_be_a_positive_integer(bad):
+    _raises(DataError, "max_nodes must be a positive integer",
+            _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, max_nodes=bad, seed=1)))
+
+
+def test_max_nodes_in_a_spec_validates_and_releases(tmp_path, capsys):
+    pd.DataFrame({"x": PTS2[:, 0], "y": PTS2[:, 1]}).to_csv(tmp_path / "pts.csv", index=False)
+    spec = tmp_path / "s.yaml"
+    spec.write_text("hierdp: 1\nsource: {path: pts.csv}\ndecomposition:\n  name: privtree\n  params: {columns: [x, y], "
+                    "bounds: [[0, 1], [0, 1]], theta: -1000000000, max_nodes: 100}\nprivacy: {epsilon: 1.0}\n")
+    assert main(["validate", str(spec)]) == 0
+    capsys.readouterr()
+    assert main(["release", str(spec), "--seed", "1", "-o", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "max_nodes=100" in err and "Traceback" not in err
+    spec.write_text(spec.read_text().replace("max_nodes: 100", "max_nodes: lots"))
+    assert main(["validate", str(spec)]) == 2
+    assert "max_nodes" in capsys.readouterr().err
+
+
+def test_an_explicit_grid_size_past_max_cells_is_refused_not_lowered():
+    """Before: grid m=10000 in 2 dimensions was silently lowered to 4096 per dimension
+    (the max_cells clamp), a structure other than the one asked for."""
+    _raises(DataError, r"grid: m=10000 cells per dimension in 2 dimensions make more than max_cells=16,777,216",
+            _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="grid", m=10000,
+                                                 seed=1)))
+    _raises(DataError, r"m \(cells per dimension\) must be a positive integer",
+            _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="grid", m=0, seed=1)))
+    r = _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="grid", m=8,
+                                             max_cells=64, seed=1))()
+    assert r.tree.n_nodes == 65

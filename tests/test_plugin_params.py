@@ -223,7 +223,7 @@ def test_extra_names_only_feed_the_did_you_mean():
                                                              "epsilon_shar": 0.5}, extra=("epsilon_share",))
     assert [p.message for p in found] == [
         "decomposition 'privtree' has no parameter 'epsilon_shar'; did you mean 'epsilon_share'?; its parameters: "
-        "columns, bounds, theta, split, max_depth, contributions"]
+        "columns, bounds, theta, split, max_depth, contributions, max_nodes"]
     assert problems("decomposition", "privtree", PrivTree, {"epsilon_share": 0.5}, extra=("epsilon_share",)) == []
 
 

@@ -34,7 +34,14 @@ import pandas as pd
 
 from hierdp.accounting import Spend, check_epsilon
 from hierdp.decompositions.base import Decomposition, Structure
-from hierdp.decompositions.privtree import PrivTree, privtree_parameters
+from hierdp.decompositions.privtree import (
+    MAX_NODES,
+    NodeCap,
+    PrivTree,
+    check_fanout,
+    check_max_nodes,
+    privtree_parameters,
+)
 from hierdp.decompositions.taxonomy import _own_labels
 from hierdp.errors import BudgetError, DataError
 from hierdp.rng import RandomSource, make_rng
@@ -148,7 +155,14 @@ class MixedPrivTree(Decomposition):
     theta : θ (default 0). ``beta``: β of λ and δ (default: the largest fan-out, 2 or a
         taxonomy's). ``max_depth``: public depth cap (default: every attribute exhausted,
         at most 200). ``max_halvings``: public resolution of each numeric interval
-        (default 32). ``contributions``: x leaves per tuple (λ × x).
+        (default 32). ``contributions``: x leaves per tuple (λ × x). ``max_nodes``: public
+        cap on the decomposition's size (default 4,194,304; see :class:`PrivTree`): a
+        fan-out whose first split alone passes it is refused before anything is
+        allocated, and the node count (which depends on noisy decisions: θ far below the
+        counts splits every numeric interval down to ``max_halvings``) is enforced as the
+        tree grows, before each depth is allocated. The refusal is a function of the ε-DP
+        structure only (it has more than ``max_nodes`` nodes; no count, depth or value is
+        shown) and comes after the structure's noise is drawn (its budget is spent).
 
     ``decompose(frame)`` takes a DataFrame with those columns (one row per record).
     """
@@ -158,7 +172,7 @@ class MixedPrivTree(Decomposition):
 
     def __init__(self, numeric: Mapping[str, Any] | None = None, categorical: Mapping[str, Tree] | None = None, *,
                  theta: float = 0.0, beta: int | None = None, max_depth: int | None = None,
-                 max_halvings: int = 32, contributions: int = 1) -> None:
+                 max_halvings: int = 32, contributions: int = 1, max_nodes: int = MAX_NODES) -> None:
         numeric = dict(numeric or {})
         categorical = dict(categorical or {})
         if not numeric and not categorical:
@@ -186,6 +200,10 @@ class MixedPrivTree(Decomposition):
         self.categorical, self.taxonomies = list(categorical), categorical
         self.theta, self.beta, self.max_depth = float(theta), int(beta), int(cap)
         self.max_halvings, self.contributions = int(max_halvings), int(contributions)
+        self.max_nodes = check_max_nodes(max_nodes)
+        if self.max_depth > 0:  # public: refused before any data is read or budget paid
+            check_fanout(self.name, int(fan), self.max_nodes, "a categorical column's taxonomy has that many "
+                         "children under one node; give it intermediate levels")
 
     def parameters(self, epsilon: float):
         """λ = x·(2β−1)/((β−1)ε), δ = λ·ln β (Cor. 1), rounded up for the exact grid."""
@@ -223,6 +241,7 @@ class MixedPrivTree(Decomposition):
             raise BudgetError("privtree_mixed reads the data: give it budget=<epsilon> for the structure")
         eps = check_epsilon(budget, "structure epsilon")
         rng = rng if rng is not None else make_rng(None)
+        cap = NodeCap(self.name, self.max_nodes, "raise theta, lower max_depth or max_halvings")
         p = self.parameters(eps)
         decide = PrivTree.decider(p, rng)
         n_rec = len(data)
@@ -258,6 +277,7 @@ class MixedPrivTree(Decomposition):
         rec = np.zeros(n_rec, np.int64)  # frontier index of each record, -1 once in a final leaf
         parents, levels_all, cells_all, cats_all, split_all = [np.array([-1], np.int64)], [], [], [], []
         offset = 0
+        cap.add(1)
         for k in range(self.max_depth + 1):
             nf = f_level.shape[0]
             can = np.zeros((nf, D), bool)
@@ -288,6 +308,7 @@ class MixedPrivTree(Decomposition):
                 nchild[sel] = self.taxonomies[self.categorical[j]].n_children[f_cat[sp[sel], j]]
             child_start = np.cumsum(nchild) - nchild  # first child's index in the next frontier
             total = int(nchild.sum())
+            cap.add(total)  # before the next depth's arrays are allocated
             owner = np.repeat(np.arange(sp.size), nchild)  # position in sp of each child's parent
             within = np.arange(total) - child_start[owner]
             c_level = f_level[sp[owner]].copy()
@@ -355,6 +376,7 @@ class MixedPrivTree(Decomposition):
                             split_on=names_dim[np.where(split_dim >= 0, split_dim, D)],
                             params={"epsilon": eps, "beta": p.beta, "lambda": p.lam, "delta": p.delta,
                                     "theta": p.theta, "max_depth": self.max_depth,
-                                    "max_halvings": self.max_halvings, "contributions": self.contributions},
+                                    "max_halvings": self.max_halvings, "contributions": self.contributions,
+                                    "max_nodes": self.max_nodes},
                             description=desc, _router=router)
         return st

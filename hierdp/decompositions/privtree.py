@@ -52,12 +52,63 @@ from hierdp.rng import RandomSource, make_rng
 from hierdp.tree import Tree
 
 __all__ = ["PrivTree", "SimpleTree", "UniformGrid", "SpatialStructure", "PrivTreeParameters",
-           "privtree_parameters", "as_points", "schedule", "GRID"]
+           "privtree_parameters", "as_points", "schedule", "GRID", "MAX_NODES", "check_max_nodes", "check_fanout",
+           "NodeCap"]
 
 #: Resolution of the integer grid on which PrivTree's scores and threshold live.
 GRID = 1 << 20
 _CODE_BITS = 62  # cell codes and the end of the last range fit in int64
 _FLOAT_BITS = 52  # finer cells than this are below float64 resolution of the box
+
+#: Default public cap on the nodes a data-dependent decomposition grows (``max_nodes``):
+#: growing costs roughly 100-200 bytes per node (a few hundred MB at the cap), and the
+#: release then measures every node.
+MAX_NODES = 1 << 22
+
+
+# ----------------------------------------------------------------------------- size caps
+def check_max_nodes(max_nodes: Any, what: str = "max_nodes") -> int:
+    """``max_nodes`` as an int: a public integer >= 1 (the cap on a decomposition's size)."""
+    ok = isinstance(max_nodes, (int, np.integer)) and not isinstance(max_nodes, (bool, np.bool_))
+    if not ok or max_nodes < 1:
+        shown = repr(max_nodes) if len(repr(max_nodes)) <= 40 else f"a {type(max_nodes).__name__}"
+        raise DataError(f"{what} must be a positive integer (a public cap on the decomposition's size), got {shown}")
+    return int(max_nodes)
+
+
+def check_fanout(name: str, beta: int, max_nodes: int, fix: str, what: str = "max_nodes", per_node: int = 1) -> None:
+    """Refuse, from public parameters only and before anything is allocated, a fan-out
+    whose first split alone exceeds the cap (the root and its ``beta`` children, each
+    counting ``per_node``)."""
+    if (1 + beta) * per_node > max_nodes:
+        raise DataError(f"{name}: one split makes {beta:,} children (fan-out β), more than {what}={max_nodes:,} "
+                        f"allows; {fix}, or pass a larger {what}=... if you mean it")
+
+
+class NodeCap:
+    """The public cap enforced as a data-dependent tree grows, before each depth's nodes
+    are allocated.
+
+    The node count of PrivTree-like structures depends on noisy split decisions, so no
+    public bound short of the worst case exists. :meth:`add` is called with the size of
+    the next depth once its split decisions are drawn and before its arrays exist; it
+    raises once the tree would exceed the cap. The node counts along the way are those of
+    the (ε-DP) structure itself, so the refusal reveals one bit of post-processing of the
+    private output, "the structure has more than ``max_nodes`` nodes", and the message
+    states no count, depth or value. The structure's noise is drawn by then, so the doors
+    charge its budget (they reserve it before drawing)."""
+
+    def __init__(self, name: str, max_nodes: int, fix: str, what: str = "max_nodes", per_node: int = 1) -> None:
+        self.name, self.max_nodes, self.fix, self.what, self.per_node = name, max_nodes, fix, what, per_node
+        self.total = 0
+
+    def add(self, n: int) -> None:
+        """Count ``n`` more nodes; raise when the total passes the cap (before allocating them)."""
+        self.total += int(n)
+        if self.total * self.per_node > self.max_nodes:
+            raise DataError(f"{self.name}: the private structure grew past {self.what}={self.max_nodes:,} (a public "
+                            f"cap on memory, checked as the tree grows); {self.fix}, or pass a larger "
+                            f"{self.what}=... if you mean it")
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -258,13 +309,16 @@ class _Codes:
 
 
 def _grow(pts: np.ndarray, bounds: np.ndarray, levels: list[list[int]], max_depth: int,
-          decide: Callable[[int, np.ndarray], np.ndarray]) -> dict[str, Any]:
+          decide: Callable[[int, np.ndarray], np.ndarray], cap: NodeCap | None = None) -> dict[str, Any]:
     """Grow a decomposition top-down, one vectorised pass per depth.
 
     ``decide(depth, counts)`` returns the split mask of the nodes of a depth given their
     true counts (the only place counts meet randomness). Nodes at ``max_depth`` are not
-    offered to ``decide`` (never split).
+    offered to ``decide`` (never split). ``cap`` counts each depth's children before they
+    are allocated.
     """
+    if cap is not None:
+        cap.add(1)
     coder = _Codes(bounds, levels)
     sorted_codes = np.sort(coder.codes(pts)) if pts.shape[0] else np.zeros(0, np.int64)
     d = bounds.shape[0]
@@ -289,6 +343,8 @@ def _grow(pts: np.ndarray, bounds: np.ndarray, levels: list[list[int]], max_dept
         s = levels[k]
         nb = 1 << len(s)
         par = np.flatnonzero(split)
+        if cap is not None:
+            cap.add(par.size * nb)
         child_prefix = ((prefix[par] << len(s))[:, None] | np.arange(nb)[None, :]).reshape(-1)
         child_cell = np.repeat(cell[par], nb, axis=0)
         c = np.tile(np.arange(nb), par.size)
@@ -354,6 +410,20 @@ class _Spatial(Decomposition):
         self.columns = None if columns is None else list(columns)
         self.bounds = bounds
 
+    def _check_fanout(self, split: str, max_depth: int | None, max_nodes: int) -> None:
+        """Refuse a fan-out past ``max_nodes`` from the public bounds and split rule alone, before
+        any data is read or budget paid (bounds that do not parse are left to :func:`as_points`)."""
+        try:
+            shape = np.asarray(self.bounds, dtype=np.float64).shape
+        except (TypeError, ValueError):
+            return
+        if len(shape) != 2 or shape[0] < 1:
+            return
+        levels, cap = schedule(shape[0], split, max_depth)
+        if cap > 0:
+            check_fanout(self.name, 1 << len(levels[0]), max_nodes,
+                         f"{shape[0]} coordinates with split='all' halve all at once; use split='cycle' (β = 2)")
+
     def _setup(self, data: Any, budget: float | None, rng: RandomSource | None):
         pts, b, cols = as_points(data, self.columns, self.bounds)
         if budget is None:
@@ -369,19 +439,36 @@ class PrivTree(_Spatial):
     (public ``(low, high)`` per dimension), ``theta`` (threshold θ, default 0 as in §3.4),
     ``split`` (``"all"``: β = 2^d, default; ``"cycle"``: β = 2), ``max_depth`` (public depth
     cap, default the float64 resolution of the box), ``contributions`` (x leaves a tuple
-    may reach, §3.5: λ multiplied by x). The structure costs ``budget`` (ε) and is a private
-    output; node counts are not part of it.
+    may reach, §3.5: λ multiplied by x), ``max_nodes`` (public cap on the tree's size,
+    default :data:`MAX_NODES` = 4,194,304). The structure costs ``budget`` (ε) and is a
+    private output; node counts are not part of it.
+
+    Size. With ``split="all"`` one split makes 2^d children: a fan-out above
+    ``max_nodes − 1`` is refused from the public parameters before anything is read or
+    allocated (30 coordinates would make 2^30 children; use ``split="cycle"``). How many
+    nodes the tree grows depends on noisy decisions (θ far below the counts splits every
+    cell down to the depth cap), so the cap is enforced as the tree grows, before each
+    depth's nodes are allocated: a tree that would pass ``max_nodes`` raises one
+    :class:`~hierdp.errors.DataError` naming ``max_nodes``. That refusal is a function of
+    the ε-DP structure alone ("it has more than ``max_nodes`` nodes": post-processing, no
+    count, depth or value in the message) and comes after the structure's noise was
+    drawn, so its budget is spent. Raise ``max_nodes`` if you mean a larger tree.
     """
 
     name = "privtree"
 
     def __init__(self, columns: Sequence[str] | None = None, bounds: Any = None, *, theta: float = 0.0,
-                 split: str = "all", max_depth: int | None = None, contributions: int = 1) -> None:
+                 split: str = "all", max_depth: int | None = None, contributions: int = 1,
+                 max_nodes: int = MAX_NODES) -> None:
         super().__init__(columns, bounds)
         self.theta = theta
         self.split = split
         self.max_depth = max_depth
         self.contributions = contributions
+        self.max_nodes = check_max_nodes(max_nodes)
+        self._check_fanout(split, max_depth, self.max_nodes)
+
+    _FIX = "raise theta, lower max_depth or use split='cycle' (β = 2)"
 
     def parameters(self, epsilon: float, d: int) -> PrivTreeParameters:
         beta = 2 ** d if self.split == "all" else 2
@@ -414,11 +501,13 @@ class PrivTree(_Spatial):
     def decompose(self, data: Any = None, *, budget: float | None = None,
                   rng: RandomSource | None = None) -> SpatialStructure:
         pts, b, cols, eps, rng = self._setup(data, budget, rng)
+        self._check_fanout(self.split, self.max_depth, self.max_nodes)
         levels, cap = schedule(b.shape[0], self.split, self.max_depth)
         p = self.parameters(eps, b.shape[0])
-        grown = _grow(pts, b, levels, cap, self.decider(p, rng))
+        grown = _grow(pts, b, levels, cap, self.decider(p, rng), NodeCap(self.name, self.max_nodes, self._FIX))
         params = {"epsilon": eps, "beta": p.beta, "lambda": p.lam, "delta": p.delta, "theta": p.theta,
-                  "split": self.split, "max_depth": cap, "contributions": self.contributions}
+                  "split": self.split, "max_depth": cap, "contributions": self.contributions,
+                  "max_nodes": self.max_nodes}
         return _structure(grown, cols, b, [Spend(eps, "epsilon", label="privtree structure")], params, self.name,
                           f"PrivTree (Zhang et al. 2016, Alg. 2), ε={eps:g}, β={p.beta}, λ={p.lam:.6g}, "
                           f"δ={p.delta:.6g}, θ={p.theta:g}")
@@ -429,23 +518,28 @@ class SimpleTree(_Spatial):
     depth(v) < h − 1, with λ = h/ε (ε-DP: a point changes h counts by one). Baseline.
 
     Parameters as :class:`PrivTree` plus ``height`` (h levels, required). The noisy counts
-    decide the shape only; the release measures the leaves afresh.
+    decide the shape only; the release measures the leaves afresh. ``max_nodes`` caps the
+    size as for :class:`PrivTree` (fan-out refused before anything is allocated, the node
+    count enforced as the tree grows, the refusal a function of the private structure only).
     """
 
     name = "simpletree"
 
     def __init__(self, columns: Sequence[str] | None = None, bounds: Any = None, *, height: int = 0,
-                 theta: float = 0.0, split: str = "all") -> None:
+                 theta: float = 0.0, split: str = "all", max_nodes: int = MAX_NODES) -> None:
         super().__init__(columns, bounds)
         if isinstance(height, bool) or int(height) != height or height < 1:
             raise DataError(f"SimpleTree needs height=h >= 1 (the number of levels), got {height!r}")
         self.height = int(height)
         self.theta = float(theta)
         self.split = split
+        self.max_nodes = check_max_nodes(max_nodes)
+        self._check_fanout(split, self.height - 1, self.max_nodes)
 
     def decompose(self, data: Any = None, *, budget: float | None = None,
                   rng: RandomSource | None = None) -> SpatialStructure:
         pts, b, cols, eps, rng = self._setup(data, budget, rng)
+        self._check_fanout(self.split, self.height - 1, self.max_nodes)
         levels, cap = schedule(b.shape[0], self.split, self.height - 1)
         noise = dlap_params(Fraction(self.height) / Fraction(eps))  # scale rounded up: λ >= h/ε
         thr = math.floor(self.theta)  # integer counts: c + Z > θ  <=>  c + Z > floor(θ)
@@ -453,9 +547,10 @@ class SimpleTree(_Spatial):
         def decide(k: int, counts: np.ndarray) -> np.ndarray:
             return counts + sample_discrete_laplace(noise, counts.size, rng) > thr
 
-        grown = _grow(pts, b, levels, cap, decide)
+        grown = _grow(pts, b, levels, cap, decide,
+                      NodeCap(self.name, self.max_nodes, "raise theta, lower height or use split='cycle' (β = 2)"))
         params = {"epsilon": eps, "height": self.height, "lambda": float(noise.scale), "theta": self.theta,
-                  "split": self.split}
+                  "split": self.split, "max_nodes": self.max_nodes}
         return _structure(grown, cols, b, [Spend(eps, "epsilon", label="simpletree structure")], params, self.name,
                           f"SimpleTree (Zhang et al. 2016, Alg. 1), ε={eps:g}, h={self.height}")
 
@@ -468,6 +563,9 @@ class UniformGrid(_Spatial):
     on a discrete Laplace estimate of n. ``epsilon_counts`` is the ε the cell counts will
     be measured with (the ε in the formula; default: the structure budget's complement in
     a release, given by the front-end). ``m`` fixes the cells per dimension outright.
+    ``max_cells`` (public, default 2^24) caps the m^d cells: the formula's m is lowered to
+    fit it, an explicit ``m`` whose m^d passes it is refused (one error naming ``m`` and
+    ``max_cells``, before anything is allocated) rather than silently lowered.
     """
 
     name = "grid"
@@ -475,7 +573,10 @@ class UniformGrid(_Spatial):
     def __init__(self, columns: Sequence[str] | None = None, bounds: Any = None, *, n: int | None = None,
                  epsilon_counts: float | None = None, m: int | None = None, max_cells: int = 1 << 24) -> None:
         super().__init__(columns, bounds)
-        self.n, self.epsilon_counts, self.m, self.max_cells = n, epsilon_counts, m, int(max_cells)
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1):
+            raise DataError(f"m (cells per dimension) must be a positive integer, got {m!r:.40}")
+        self.n, self.epsilon_counts, self.m = n, epsilon_counts, m
+        self.max_cells = check_max_nodes(max_cells, "max_cells")
         # with a public n (or m) the grid reads nothing private: a public structure
         self.data_dependent = n is None and m is None
 
@@ -487,6 +588,10 @@ class UniformGrid(_Spatial):
         rng = rng if rng is not None else make_rng(None)
         if self.m is not None:
             m = int(self.m)
+            if m ** d > self.max_cells:  # exact (Python integers): public parameters only
+                raise DataError(f"grid: m={m} cells per dimension in {d} dimensions make more than "
+                                f"max_cells={self.max_cells:,} cells; lower m, or pass a larger max_cells=... if you "
+                                "mean it")
         else:
             if self.n is not None:
                 n_hat = float(self.n)

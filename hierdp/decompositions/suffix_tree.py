@@ -43,14 +43,25 @@ import pandas as pd
 
 from hierdp.accounting import Spend, check_epsilon
 from hierdp.decompositions.base import Decomposition, Structure
-from hierdp.decompositions.privtree import PrivTree, PrivTreeParameters, privtree_parameters
+from hierdp.decompositions.privtree import (
+    NodeCap,
+    PrivTree,
+    PrivTreeParameters,
+    check_fanout,
+    check_max_nodes,
+    privtree_parameters,
+)
 from hierdp.errors import BudgetError, DataError
 from hierdp.rng import RandomSource, make_rng
 from hierdp.tree import Tree
 
-__all__ = ["SuffixTree", "SuffixStructure", "Corpus", "as_corpus", "suffix_tree_parameters"]
+__all__ = ["SuffixTree", "SuffixStructure", "Corpus", "as_corpus", "suffix_tree_parameters", "MAX_CELLS"]
 
 OBSERVED_PROVENANCE = "observed in the data (asserted public by the user)"
+
+#: Default public cap on the histogram cells of a suffix tree (``max_cells``): nodes × (|I| + 1),
+#: what growing it and releasing its histograms hold in memory (128 MB of int64 at the cap).
+MAX_CELLS = 1 << 24
 
 
 # ----------------------------------------------------------------------------- the corpus
@@ -265,7 +276,8 @@ def _descend(corpus: Corpus, first_child: np.ndarray, events: np.ndarray, node: 
     return ev, fc[mv] + corpus.flat[corpus.ctx_end[ev] - depth]
 
 
-def _grow(corpus: Corpus, decide, max_depth: int, roots: int = 1, replica: np.ndarray | None = None) -> dict:
+def _grow(corpus: Corpus, decide, max_depth: int, roots: int = 1, replica: np.ndarray | None = None,
+          cap: NodeCap | None = None) -> dict:
     """Grow PSTs top-down, one vectorised pass per depth.
 
     ``decide(depth, scores)`` returns the split mask of a depth's nodes from their Eq. (13)
@@ -273,8 +285,11 @@ def _grow(corpus: Corpus, decide, max_depth: int, roots: int = 1, replica: np.nd
     ``replica`` gives each prediction's root (default: all in root 0). Nodes beginning with
     ``$`` and nodes at ``max_depth`` are never offered to ``decide``. Returns per node (BFS
     order, children contiguous in code order) ``parent``, ``symbol``, ``first_child``,
-    ``replica`` (its root) and ``depth``.
+    ``replica`` (its root) and ``depth``. ``cap`` counts each depth's children before
+    they (and their histograms) are allocated.
     """
+    if cap is not None:
+        cap.add(roots)
     m = corpus.m
     k = beta = m + 1
     n_ev = corpus.target.size
@@ -298,6 +313,8 @@ def _grow(corpus: Corpus, decide, max_depth: int, roots: int = 1, replica: np.nd
         else:
             split = np.zeros(n_d, bool)
         par = np.flatnonzero(split)
+        if cap is not None:
+            cap.add(par.size * beta)
         fc_local = np.full(n_d, -1, np.int64)
         fc_local[par] = np.arange(par.size) * beta
         nxt = offset + n_d
@@ -392,15 +409,26 @@ class SuffixTree(Decomposition):
     the symbols seen are public), ``max_length`` (l⊤, public: the most predictions — symbols
     plus the end marker — one sequence makes; longer sequences are truncated), ``theta``
     (θ, default 0 as in §4.2), ``max_depth`` (a public depth cap, default l⊤), ``column``
-    (when the data is a DataFrame). The structure costs ``budget`` (ε_tree; the paper
-    gives it ε/β of the release) and is a private output.
+    (when the data is a DataFrame), ``max_cells`` (public cap on the tree's histogram
+    cells, nodes × (|I| + 1), default :data:`MAX_CELLS` = 16,777,216). The structure
+    costs ``budget`` (ε_tree; the paper gives it ε/β of the release) and is a private output.
+
+    Size. Every split makes β = |I| + 1 children, each with a histogram of |I| + 1 cells: an
+    alphabet whose first split alone passes ``max_cells`` is refused before the tree is
+    grown. How many nodes grow depends on noisy decisions (θ far below the scores splits
+    every node down to ``max_depth``: β^depth nodes), so the cap is enforced as the tree
+    grows, before each depth's nodes and histograms are allocated; a tree that would pass
+    it raises one :class:`~hierdp.errors.DataError` naming ``max_cells``. The refusal is a
+    function of the ε-DP structure alone ("it has more than max_cells / (|I| + 1) nodes":
+    post-processing; no count, depth or symbol in the message) and comes after the
+    structure's noise was drawn, so its budget is spent. Raise ``max_cells`` if you mean it.
     """
 
     name = "suffix_tree"
     data_dependent = True
 
     def __init__(self, alphabet: Any = None, max_length: int | None = None, *, theta: float = 0.0,
-                 max_depth: int | None = None, column: str | None = None) -> None:
+                 max_depth: int | None = None, column: str | None = None, max_cells: int = MAX_CELLS) -> None:
         if max_length is None:
             raise DataError("suffix_tree needs max_length=l⊤ (public): the most predictions one sequence makes")
         self.alphabet = alphabet
@@ -410,6 +438,18 @@ class SuffixTree(Decomposition):
             raise DataError(f"max_depth must be a non-negative integer, got {max_depth!r}")
         self.max_depth = self.max_length if max_depth is None else min(int(max_depth), self.max_length)
         self.column = column
+        self.max_cells = check_max_nodes(max_cells, "max_cells")
+
+    def size_cap(self, beta: int, replicas: int = 1) -> NodeCap:
+        """The size cap for an alphabet of ``beta − 1`` symbols: the fan-out checked now (public),
+        the node count as the tree grows (``replicas`` trees share ``replicas`` × the cap)."""
+        what = "max_cells"
+        if self.max_depth > 0:
+            check_fanout(self.name, beta, self.max_cells * replicas, "a split makes one child per symbol and the "
+                         "start marker, each with a histogram of as many cells; declare a smaller alphabet",
+                         what=what, per_node=beta)
+        return NodeCap(self.name, self.max_cells * replicas, "raise theta or lower max_depth", what=what,
+                       per_node=beta)
 
     def corpus(self, data: Any) -> Corpus:
         """The encoded, truncated sequences (NON-PRIVATE)."""
@@ -431,14 +471,15 @@ class SuffixTree(Decomposition):
         corpus = self.corpus(data)
         eps = self._budget(budget)
         rng = rng if rng is not None else make_rng(None)
+        cap = self.size_cap(corpus.m + 1)
         p = self.parameters(eps, corpus.m)
-        grown = _grow(corpus, PrivTree.decider(p, rng), self.max_depth)
+        grown = _grow(corpus, PrivTree.decider(p, rng), self.max_depth, cap=cap)
         names = ["total"] + [f"depth_{d}" for d in range(1, int(grown["depth"].max()) + 1)]
         tree = Tree.from_parent(grown["parent"], level_names=names)
         where = {name: "suffix_tree (private output)" for name in names}
         where["alphabet"] = corpus.provenance
         params = {"epsilon": eps, "beta": p.beta, "lambda": p.lam, "delta": p.delta, "theta": p.theta,
-                  "max_length": self.max_length, "max_depth": self.max_depth}
+                  "max_length": self.max_length, "max_depth": self.max_depth, "max_cells": self.max_cells}
         desc = (f"prediction suffix tree (PrivTree §4.2, Zhang et al. 2016), ε={eps:g}, β={p.beta}, "
                 f"l⊤={self.max_length}, λ={p.lam:.6g}, δ={p.delta:.6g}, θ={p.theta:g}")
         return SuffixStructure(tree=tree, spends=[Spend(eps, "epsilon", label="suffix_tree structure")],
@@ -454,14 +495,16 @@ class SuffixTree(Decomposition):
         corpus = self.corpus(data)
         eps = self._budget(budget)
         rng = rng if rng is not None else make_rng(None)
-        p = self.parameters(eps, corpus.m)
         r = int(replicas)
+        cap = self.size_cap(corpus.m + 1, r)
+        p = self.parameters(eps, corpus.m)
         n_ev = corpus.target.size
         big = Corpus(alphabet=corpus.alphabet, flat=np.tile(corpus.flat, r),
                      ctx_end=(corpus.ctx_end[None, :] + corpus.flat.size * np.arange(r)[:, None]).reshape(-1),
                      target=np.tile(corpus.target, r), l_top=corpus.l_top, n_sequences=corpus.n_sequences * r,
                      provenance=corpus.provenance)
-        return _grow(big, PrivTree.decider(p, rng), self.max_depth, roots=r, replica=np.repeat(np.arange(r), n_ev))
+        return _grow(big, PrivTree.decider(p, rng), self.max_depth, roots=r, replica=np.repeat(np.arange(r), n_ev),
+                     cap=cap)
 
     def __repr__(self) -> str:
         return f"<decomposition 'suffix_tree' l⊤={self.max_length}>"

@@ -125,6 +125,10 @@ class TaxonomyPrivTree(Decomposition):
 
     ``decompose(data)``: ``data`` holds the private counts of the taxonomy's leaves,
     ``(n_leaves,)`` or per-bin ``(n_leaves, k)``, in ``taxonomy.leaves`` order.
+
+    Size: the structure is a sub-tree of the public taxonomy, which is already in memory,
+    so no parameter (θ, β, ``max_depth``) can make it larger than the taxonomy; unlike the
+    spatial, mixed and suffix-tree decompositions it needs no ``max_nodes`` cap.
     """
 
     name = "privtree_taxonomy"

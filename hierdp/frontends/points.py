@@ -215,8 +215,8 @@ class PointsResult(ReleaseResult):
 
 
 #: the keywords of each method's decomposition (beside the shared release keywords)
-METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {"privtree": ("theta", "split", "max_depth"),
-                                                 "simpletree": ("height", "theta", "split"),
+METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {"privtree": ("theta", "split", "max_depth", "max_nodes"),
+                                                 "simpletree": ("height", "theta", "split", "max_nodes"),
                                                  "grid": ("n", "epsilon_counts", "m", "max_cells")}
 
 
@@ -230,7 +230,8 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     """Privately decompose points in a public box and release the region counts.
 
     ``method``: ``"privtree"`` (Alg. 2; keywords ``theta``, ``split``, ``max_depth``,
-    ``max_contributions``), ``"simpletree"`` (Alg. 1; ``height`` required) or ``"grid"``
+    ``max_nodes``, ``max_contributions``), ``"simpletree"`` (Alg. 1; ``height`` required,
+    ``max_nodes``) or ``"grid"``
     (the uniform grid; ``n`` public or estimated with the structure share, ``m``).
     ``epsilon_share`` of ``epsilon`` pays for the structure (default half, as in §3.4;
     1% for the grid, which only needs a noisy n), the rest for the leaf counts
@@ -258,17 +259,18 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
         structure_share = 0.01 if method == "grid" else 0.5
     if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
-    paid = admit_private_structure(_door, method, epsilon=eps, delta=delta, rho=rho, session=session, seed=seed,
-                                   neighbours=neighbours, invariants=invariants, mechanism=mechanism)
-    pts, b, cols = as_points(data, columns, bounds)
     eps_tree = eps * float(structure_share)
     eps_leaves = eps - eps_tree
     x = 1 if max_contributions is None else max_contributions
     if method == "grid":
         params.setdefault("epsilon_counts", eps_leaves)
     extra = {"contributions": x} if method == "privtree" else {}
-    # through the registry: the decomposition's parameters are checked as in a spec
-    decomp = registry.create("decomposition", method, columns=cols, bounds=b, **extra, **params)
+    # through the registry: the decomposition's parameters are checked as in a spec, and its public size
+    # caps (max_nodes against the fan-out) before the door pays or reads the points
+    decomp = registry.create("decomposition", method, columns=columns, bounds=bounds, **extra, **params)
+    paid = admit_private_structure(_door, method, epsilon=eps, delta=delta, rho=rho, session=session, seed=seed,
+                                   neighbours=neighbours, invariants=invariants, mechanism=mechanism)
+    pts, b, cols = as_points(data, columns, bounds)
     rng = door_rng(seed, 12345)
     structure = decomp.decompose(pts, budget=eps_tree, rng=rng)
     tree = structure.tree

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp.accounting import pure_epsilon
-from hierdp.decompositions.suffix_tree import Corpus, SuffixStructure, SuffixTree
+from hierdp.decompositions.suffix_tree import MAX_CELLS, Corpus, SuffixStructure, SuffixTree
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.frontends.base import (
     PLAN_DEFAULT,
@@ -279,7 +279,8 @@ def release_sequences(data: Any, column: str | None = None, epsilon: float | Non
                       rho: float | None = None, session: Session | None = None, seed: int | None = None,
                       neighbours: str = "add_remove", invariants: Any = None, postprocess: Any = PLAN_DEFAULT,
                       epsilon_share: float | None = None, theta: float = 0.0, max_depth: int | None = None,
-                      histograms: str = "nonneg", mechanism: Any = "discrete_laplace", notes: Sequence[str] = (),
+                      max_cells: int = MAX_CELLS, histograms: str = "nonneg", mechanism: Any = "discrete_laplace",
+                      notes: Sequence[str] = (),
                       _door: str = "release_sequences()", **older: Any) -> SequenceResult:
     """Privately build a prediction suffix tree over sequences and release its histograms.
 
@@ -295,7 +296,7 @@ def release_sequences(data: Any, column: str | None = None, epsilon: float | Non
     ``histograms`` is the post-processing: ``"nonneg"`` (consistent, non-negative: the
     leaves clipped at 0 and summed) or ``"clamp"`` (the paper: sums of the noisy leaves,
     negative counts reset to 0 node by node; not consistent); ``postprocess`` takes no other
-    value. ``theta``, ``max_depth``: see :class:`~hierdp.decompositions.suffix_tree.SuffixTree`.
+    value. ``theta``, ``max_depth``, ``max_cells``: see :class:`~hierdp.decompositions.suffix_tree.SuffixTree`.
     ``session``: checked against the whole spend before the structure's noise is drawn.
     ``neighbours``/``invariants``: refused (the structure is private). Older spelling:
     ``structure_share``.
@@ -308,9 +309,11 @@ def release_sequences(data: Any, column: str | None = None, epsilon: float | Non
     eps = pure_epsilon(epsilon)
     if histograms not in HISTOGRAMS:
         raise DataError(expected_one_of("histograms", histograms, HISTOGRAMS))
-    decomp = SuffixTree(alphabet=alphabet, max_length=max_length, theta=theta, max_depth=max_depth, column=column)
+    decomp = SuffixTree(alphabet=alphabet, max_length=max_length, theta=theta, max_depth=max_depth, column=column,
+                        max_cells=max_cells)
     corpus: Corpus = decomp.corpus(data)
     beta = corpus.m + 1
+    decomp.size_cap(beta)  # the alphabet's fan-out against max_cells: public, refused before the door pays
     share = 1.0 / beta if structure_share is None else structure_share
     if isinstance(share, bool) or not (0 < float(share) < 1):
         raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")

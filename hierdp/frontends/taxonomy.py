@@ -46,7 +46,7 @@ __all__ = ["release_taxonomy", "release_mixed", "RegionsResult", "TAXONOMY_PARAM
 #: The keywords of the taxonomy PrivTree (beside the shared release keywords).
 TAXONOMY_PARAMETERS: tuple[str, ...] = ("score", "sensitivity", "theta", "beta", "max_depth")
 #: The keywords of the mixed PrivTree (beside the shared release keywords).
-MIXED_PARAMETERS: tuple[str, ...] = ("theta", "beta", "max_depth", "max_halvings")
+MIXED_PARAMETERS: tuple[str, ...] = ("theta", "beta", "max_depth", "max_halvings", "max_nodes")
 
 
 def release_taxonomy(taxonomy: Tree, leaf_counts: Any, epsilon: float | None = None, *, delta: float | None = None,
@@ -126,7 +126,7 @@ def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
 
     ``numeric``: ``{column: (low, high)}`` public bounds; ``categorical``: ``{column:
     Tree}`` public taxonomies (the column holds leaf labels). ``theta``, ``beta``,
-    ``max_depth``, ``max_halvings``: see :class:`MixedPrivTree`; ``max_contributions`` = x
+    ``max_depth``, ``max_halvings``, ``max_nodes``: see :class:`MixedPrivTree`; ``max_contributions`` = x
     leaves per tuple. ``epsilon_share`` of ``epsilon`` (default half) pays for the
     structure. ``session``: checked against the whole spend before the structure's noise
     is drawn. ``neighbours``/``invariants``: refused (the structure is private). Older

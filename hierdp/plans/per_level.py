@@ -145,12 +145,15 @@ def measure(
     noisy = np.zeros(shape, dtype=out_dtype)
     variance = np.full(n, np.inf)
     spends: list[LevelSpend] = []
+    variances: dict[float, float] = {}  # by budget: a deep tree has 10⁵ levels and few distinct budgets
     for d, name in enumerate(tree.level_names):
         b = float(budgets.get(name, 0.0))
         idx = tree.internal.level_index[d]
         n_level = (idx.stop - idx.start) if isinstance(idx, slice) else int(idx.size)
         if b > 0:
-            var = float(mechanism.variance(b, sensitivity))
+            var = variances.get(b)
+            if var is None:
+                var = variances[b] = float(mechanism.variance(b, sensitivity))
             noisy[idx] = mechanism.sample(values_internal[idx], b, sensitivity, rng)
             variance[idx] = var
         else:

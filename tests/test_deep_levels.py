@@ -1,0 +1,57 @@
+"""Deep trees (issue 35 item 8): a path of 10⁴ levels releases, consistently, with work
+linear in the level count (no step re-does all earlier levels at each level)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hierdp
+from hierdp.accounting import Accountant, Spend
+from hierdp.errors import BudgetError
+
+pytestmark = pytest.mark.filterwarnings("ignore::hierdp.NotForPublicationWarning")
+
+N_LEVELS = 10_000
+
+
+def _path(n: int) -> hierdp.Tree:
+    return hierdp.Tree.from_parent(np.arange(-1, n - 1))
+
+
+def test_spend_all_is_spend_one_by_one():
+    spends = [Spend(0.1, "epsilon", f"l{i}") for i in range(10)] + [Spend(0.2, "epsilon", "g", group="a"),
+                                                                   Spend(0.3, "epsilon", "h", group="a")]
+    one, many = Accountant(budget=1.3), Accountant(budget=1.3)
+    for s in spends:
+        one.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
+    many.spend_all(spends)
+    assert many.spends == one.spends and many.total == one.total
+
+
+def test_spend_all_refuses_the_first_spend_that_does_not_fit_as_spend_does():
+    spends = [Spend(0.25, "epsilon", f"l{i}") for i in range(6)]
+    one, many = Accountant(budget=1.0), Accountant(budget=1.0)
+    with pytest.raises(BudgetError) as e1:
+        for s in spends:
+            one.spend(s.amount, label=s.label)
+    with pytest.raises(BudgetError) as e2:
+        many.spend_all(spends)
+    assert str(e1.value) == str(e2.value) and "l4" in str(e2.value)
+    assert many.spends == one.spends
+
+
+def test_a_path_of_ten_thousand_levels_releases_consistently_with_linear_accounting(monkeypatch):
+    summed = []
+    total = Accountant._total
+    monkeypatch.setattr(Accountant, "_total", staticmethod(lambda spends: summed.append(len(spends)) or total(spends)))
+    tree = _path(N_LEVELS)
+    values = tree.aggregate(np.random.default_rng(0).integers(0, 5, tree.n_leaves))
+    r = hierdp.release(tree, values, epsilon=1.0, seed=1)
+    # composing the spends looks at each a bounded number of times (was N_LEVELS² / 2)
+    assert sum(summed) < 20 * N_LEVELS
+    assert len(r.ledger.levels) == N_LEVELS and r.ledger.epsilon == pytest.approx(1.0)
+    est = np.asarray(r.estimate.values, dtype=float)
+    # a path: every node has one child, so a consistent release gives every node the same value
+    assert np.allclose(est, est[0])
+    assert np.all(np.isfinite(r.estimate.variance))

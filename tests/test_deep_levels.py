@@ -55,3 +55,21 @@ def test_a_path_of_ten_thousand_levels_releases_consistently_with_linear_account
     # a path: every node has one child, so a consistent release gives every node the same value
     assert np.allclose(est, est[0])
     assert np.all(np.isfinite(r.estimate.variance))
+
+
+
+def test_the_ledger_of_a_deep_path_is_compact_as_text_and_complete_as_json():
+    tree = _path(N_LEVELS)
+    r = hierdp.release(tree, tree.aggregate(np.ones(tree.n_leaves, dtype=np.int64)), epsilon=1.0, seed=2)
+    text = str(r.ledger)
+    assert len(text) < 2_000, len(text)  # was 548 kB: one line per level
+    assert f"{N_LEVELS} levels total ... level_{N_LEVELS - 1} (depths 0-{N_LEVELS - 1}, 1 nodes each)" in text
+    back = hierdp.Ledger.from_json(r.ledger.to_json())
+    assert back.levels == r.ledger.levels
+    assert len(r.ledger.to_json()) < 300_000
+
+
+def test_a_short_run_of_levels_is_written_level_by_level():
+    tree = _path(4)
+    r = hierdp.release(tree, tree.aggregate(np.ones(tree.n_leaves, dtype=np.int64)), epsilon=1.0, seed=2)
+    assert "  - level_2 (depth 2, 1 nodes): epsilon = 0.25" in str(r.ledger)

@@ -58,6 +58,17 @@ def test_a_path_of_ten_thousand_levels_releases_consistently_with_linear_account
 
 
 
+def test_a_deep_path_works_out_each_mechanism_parameter_once_per_budget(monkeypatch):
+    """Exact parameters (rationals, ~70 µs each) once per distinct budget, not per level."""
+    calls = []
+    params = hierdp.mechanisms.DiscreteLaplace.params
+    monkeypatch.setattr(hierdp.mechanisms.DiscreteLaplace, "params",
+                        lambda self, b, s: calls.append(b) or params(self, b, s))
+    tree = _path(2_000)
+    hierdp.release(tree, tree.aggregate(np.ones(tree.n_leaves, dtype=np.int64)), epsilon=1.0, seed=2)
+    assert len(calls) <= 4, len(calls)
+
+
 def test_the_ledger_of_a_deep_path_is_compact_as_text_and_complete_as_json():
     tree = _path(N_LEVELS)
     r = hierdp.release(tree, tree.aggregate(np.ones(tree.n_leaves, dtype=np.int64)), epsilon=1.0, seed=2)

@@ -134,6 +134,10 @@ def resolve_budget(
     return rules.trim_to_total(alloc, total), desc, reads_true
 
 
+#: from this many levels on, a mechanism is told that many calls will follow (``Mechanism.sampler``)
+MANY_LEVELS = 256
+
+
 def measure(
     tree: Tree, values_internal: np.ndarray, budgets: Mapping[str, float], mechanism: Mechanism,
     sensitivity: Sensitivity, rng: Any,
@@ -145,7 +149,10 @@ def measure(
     noisy = np.zeros(shape, dtype=out_dtype)
     variance = np.full(n, np.inf)
     spends: list[LevelSpend] = []
-    variances: dict[float, float] = {}  # by budget: a deep tree has 10⁵ levels and few distinct budgets
+    # by budget: a deep tree has 10⁵ levels and few distinct budgets
+    variances: dict[float, float] = {}
+    samplers: dict[float, Any] = {}
+    many = len(tree.level_names) >= MANY_LEVELS
     for d, name in enumerate(tree.level_names):
         b = float(budgets.get(name, 0.0))
         idx = tree.internal.level_index[d]
@@ -154,7 +161,10 @@ def measure(
             var = variances.get(b)
             if var is None:
                 var = variances[b] = float(mechanism.variance(b, sensitivity))
-            noisy[idx] = mechanism.sample(values_internal[idx], b, sensitivity, rng)
+            sample = samplers.get(b)
+            if sample is None:
+                sample = samplers[b] = mechanism.sampler(b, sensitivity, many_calls=many)
+            noisy[idx] = sample(values_internal[idx], rng)
             variance[idx] = var
         else:
             var = math.inf

@@ -260,14 +260,7 @@ class Ledger:
             lines.append(f"  structure ({kind}): {what}")
             lines.extend(f"  - {s['label']}: {s['unit']} = {s['amount']:.6g}"
                          for s in self.decomposition.get("spends", []))
-        for ls in self.levels:
-            spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else \
-                ("published exactly (invariant), no budget" if ls.noise_variance == 0 else "not measured")
-            if ls.delta:
-                spend += f", δ = {ls.delta:.6g}"
-            src = self.structure.get(ls.level, "")
-            src = f"; domain: {src}" if src else ""
-            lines.append(f"  - {ls.level} (depth {ls.depth}, {ls.n_nodes} nodes): {spend}{src}")
+        lines.extend(self._level_lines())
         if self.postprocess:
             lines.append(f"  post-processing (no extra cost): {' -> '.join(self.postprocess)}")
         if self.seed is not None or not self.secure_randomness:
@@ -280,6 +273,34 @@ class Ledger:
             lines.append(f"  release {self.release_id}, {self.created or 'time unknown'}, "
                          f"hierdp {self.hierdp_version or 'version unknown'}")
         return "\n".join(lines)
+
+    def _level_lines(self) -> list[str]:
+        """One line per level; a run of >= RUN_MIN consecutive levels whose lines differ only
+        in name and depth is one line (a 10⁵-level chain: one line, not 10⁵; issue 35 item 8)."""
+        rows = []
+        for ls in self.levels:
+            spend = f"{ls.unit} = {ls.budget:.6g}" if ls.measured else \
+                ("published exactly (invariant), no budget" if ls.noise_variance == 0 else "not measured")
+            if ls.delta:
+                spend += f", δ = {ls.delta:.6g}"
+            src = self.structure.get(ls.level, "")
+            src = f"; domain: {src}" if src else ""
+            rows.append((ls, (ls.n_nodes, spend + src)))
+        lines: list[str] = []
+        i = 0
+        while i < len(rows):
+            j = i + 1
+            while j < len(rows) and rows[j][1] == rows[i][1] and rows[j][0].depth == rows[j - 1][0].depth + 1:
+                j += 1
+            first, (n_nodes, what) = rows[i][0], rows[i][1]
+            if j - i >= RUN_MIN:
+                last = rows[j - 1][0]
+                lines.append(f"  - {j - i} levels {first.level} ... {last.level} (depths {first.depth}-{last.depth}, "
+                             f"{n_nodes} nodes each): {what} each")
+            else:
+                lines.extend(f"  - {ls.level} (depth {ls.depth}, {ls.n_nodes} nodes): {w}" for ls, (_, w) in rows[i:j])
+            i = j
+        return lines
 
     def _repr_html_(self) -> str:  # pragma: no cover - notebook nicety
         import html

@@ -431,8 +431,7 @@ def account(resolved: Resolved, acc: Accountant, meas: Measurements) -> dict[str
     """Step 4: compose the plan's spends into ``acc`` (refusing a plan that spent more than
     the total, or more δ than given) and return the ledger's guarantee fields (an (ε, δ)
     plan given no δ states the δ it spent)."""
-    for s in meas.spends:  # refuses a plan that spent more than the total
-        acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
+    acc.spend_all(meas.spends)  # refuses a plan that spent more than the total
     delta, the_plan = resolved.loss.delta, resolved.plan
     if delta is not None and acc.delta_total > delta * (1 + rules.SUM_RTOL):
         raise BudgetError(f"plan {the_plan.name!r} spent δ = {acc.delta_total:g}, more than delta = {delta:g}")
@@ -597,8 +596,7 @@ def _structure_spends(acc: Accountant, structure: Structure | None, tree: Tree) 
         return {}
     if structure.tree is not tree:
         raise DataError("structure= must be the Structure the released tree came from (structure.tree is tree)")
-    for s in structure.spends:  # refuses a structure that spent more than the total
-        acc.spend(s.amount, label=s.label, group=s.group, unit=s.unit, delta=s.delta)
+    acc.spend_all(structure.spends)  # refuses a structure that spent more than the total
     if structure.spends and not acc.total < cast(float, acc.budget):  # a Structure comes with a budget
         raise BudgetError(f"the structure spent the whole budget ({acc.total:g}); nothing is left to measure counts")
     return {"name": getattr(structure, "method", "") or type(structure).__name__,

@@ -100,6 +100,38 @@ def _privtree_structure() -> hierdp.ReleaseResult:
     return pts.dptree.privtree(columns=["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=11)
 
 
+def _path_and_values() -> tuple[hierdp.Tree, np.ndarray]:
+    """A path of 10³ levels (one node each): many levels, the per-level loop's worst case."""
+    tree = hierdp.Tree.from_parent(np.arange(-1, 999))
+    return tree, tree.aggregate(np.random.default_rng(1).integers(0, 20, tree.n_leaves))
+
+
+def _path_blue() -> hierdp.ReleaseResult:
+    t, v = _path_and_values()
+    return hierdp.release(t, v, epsilon=1.0, seed=3)
+
+
+def _path_nonneg_round() -> hierdp.ReleaseResult:
+    t, v = _path_and_values()
+    return hierdp.release(t, v, epsilon=1.0, seed=4, postprocess=["blue", "nonneg", "round"])
+
+
+def _path_gmc() -> hierdp.ReleaseResult:
+    t, v = _path_and_values()
+    return hierdp.release(t, v, epsilon=1.0, seed=5, postprocess="gmc")
+
+
+def _path_discrete_gaussian() -> hierdp.ReleaseResult:
+    t, v = _path_and_values()
+    return hierdp.release(t, v, rho=0.5, delta=1e-6, mechanism="discrete_gaussian",
+                          postprocess=["blue", "nonneg", "round"], seed=11)
+
+
+def _path_laplace() -> hierdp.ReleaseResult:
+    t, v = _path_and_values()
+    return hierdp.release(t, v, epsilon=1.0, mechanism="laplace", seed=13)
+
+
 CASES = {
     "per_level": (_per_level,
                  "d0158ef2124261e3a1e412214696cd00050e7ff9df4818f875f088c0701d6a24"),
@@ -117,6 +149,12 @@ CASES = {
                            "815d1aefbf1f3d7f1d0e39a5d1e4c47fc16dd9aa0879496e395550b04471f4c8"),
     "leaves": (_leaves_structure,
               "b8e68fe3909e794f21e6466b7caae8430b5a1f86f53b8567fdd497dddf167623"),
+    # deep paths (issue 35 item 8): digests computed on c7312cc, before the per-level loop was made cheap
+    "path_blue": (_path_blue, "dbcea96d03b1f3039a77bc1eea03ee4f06409afcbbcff3efb8bc340158f7fc18"),
+    "path_nonneg_round": (_path_nonneg_round, "7ea58805ed94c3a39e0bd810f5d69dcb7a61dc5550f2996e54b874a905d8abb9"),
+    "path_gmc": (_path_gmc, "b2fecdd646a4d2bb190a08be1a4895307761a5399319485ff63a2d131ae51348"),
+    "path_discrete_gaussian": (_path_discrete_gaussian, "4161caf25e03081f0352f85f7865c4f264e25b02e5c665fe47d4276179746046"),
+    "path_laplace": (_path_laplace, "8e51b347da3c84b842fe76bae4086c7afcd5979b80cf201625e8c1fe59e52c99"),
     "privtree_structure": (_privtree_structure,
                           "018a0c8c05990449b5307d70f88548e88f2b5bf683ceae82b685bfabbf17758d"),
 }

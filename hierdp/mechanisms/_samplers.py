@@ -585,6 +585,7 @@ def _table(s: int, t: int, jbits: int, g0: int, nwords: int) -> np.ndarray:
         digits *= 2
 
 
+@functools.lru_cache(maxsize=256)
 def _core(a_num: int, a_den: int) -> tuple[int, int, int, int, int]:
     """Split the geometric rate a = a_num/a_den: J bits, then a·2^J = gint + fnum/a_den."""
     j = 0
@@ -758,7 +759,7 @@ class _Draws:
 
 
 def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int,
-         rng: RandomSource, words_per_draw: float, zig: _Zig | None = None) -> np.ndarray:
+         rng: RandomSource, words_per_draw: float, zig: _Zig | None = None, compiled: bool = False) -> np.ndarray:
     """``size`` draws. Up to :data:`_CHUNK_DRAWS` draws run as one stream of words; more
     run as chunks of :data:`_CHUNK_DRAWS` draws (each its own stream of fresh words, on
     up to ``hierdp.get_threads()`` threads). The words each chunk gets, and the order in
@@ -772,7 +773,7 @@ def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int
     mm, bb, den = dg
     cb = _table(a_num, a_den, jbits, g0, _TABLE_WORDS)
     zarrs = _NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
-    fill = for_size(_fill, size)
+    fill = _fill if compiled else for_size(_fill, size)  # the same draws either way
 
     def step(d: _Draws) -> tuple[int, int]:
         if d.fetch is not None:
@@ -944,13 +945,14 @@ def _words_per_draw(a_num: int, a_den: int) -> float:
     return ((jbits + 2) * 4.5 + 2) * tries / 64
 
 
-def sample_discrete_laplace(params: DLapParams, size: int, rng: RandomSource) -> np.ndarray:
-    """``size`` exact draws from the discrete Laplace ``params`` (int64)."""
-    return _run(0, params.s, params.t, (0, 1, 1), size, rng, _words_per_draw(params.s, params.t))
+def sample_discrete_laplace(params: DLapParams, size: int, rng: RandomSource, compiled: bool = False) -> np.ndarray:
+    """``size`` exact draws from the discrete Laplace ``params`` (int64); ``compiled``: run
+    the compiled kernel even for a few draws (the same draws; see :func:`_run`)."""
+    return _run(0, params.s, params.t, (0, 1, 1), size, rng, _words_per_draw(params.s, params.t), compiled=compiled)
 
 
 def sample_discrete_gaussian(params: DGaussParams, size: int, rng: RandomSource,
-                             method: str | None = None) -> np.ndarray:
+                             method: str | None = None, compiled: bool = False) -> np.ndarray:
     """``size`` exact draws from the discrete Gaussian ``params`` (int64).
 
     ``method``: ``"blocks"`` (default; the block proposal of :class:`_Zig`, ~97% accepted)
@@ -959,12 +961,13 @@ def sample_discrete_gaussian(params: DGaussParams, size: int, rng: RandomSource,
     method = method or _DG_METHOD
     if method == "cks":
         wpd = 2.0 * _words_per_draw(1, params.t) + 0.2
-        return _run(1, 1, params.t, (params.mm, params.bb, params.den), size, rng, wpd)
+        return _run(1, 1, params.t, (params.mm, params.bb, params.den), size, rng, wpd, compiled=compiled)
     if method != "blocks":
         raise ValueError(f"unknown discrete Gaussian method {method!r}; expected 'blocks' or 'cks'")
     z = _zig(params.t, params.mm, params.bb)
     wpd = (int(z.zi[0] + z.zi[1]) + int(z.zi[2]) + 33) * 1.1 / 64 + 0.05
-    return _run(2, z.a.numerator, z.a.denominator, (params.mm, params.bb, params.den), size, rng, wpd, z)
+    return _run(2, z.a.numerator, z.a.denominator, (params.mm, params.bb, params.den), size, rng, wpd, z,
+                compiled=compiled)
 
 
 def discrete_laplace(scale: float | Fraction, size: int, rng: RandomSource) -> np.ndarray:

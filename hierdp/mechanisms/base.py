@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -125,6 +126,14 @@ class Mechanism(ABC):
         self, values: np.ndarray, budget: float, sensitivity: Sensitivity, rng: RandomSource
     ) -> np.ndarray:
         """Noisy copy of ``values`` (any shape), private at ``budget`` for ``sensitivity``."""
+
+    def sampler(self, budget: float, sensitivity: Sensitivity, *,
+                many_calls: bool = False) -> Callable[[np.ndarray, RandomSource], np.ndarray]:
+        """``f(values, rng)`` = ``self.sample(values, budget, sensitivity, rng)``, for a plan
+        that samples many levels at one budget (a deep tree: 10⁵ levels). A subclass may work
+        out its parameters once here; ``many_calls`` says that many calls will follow (worth
+        a one-off cost such as loading a compiled kernel). The draws are those of ``sample``."""
+        return lambda values, rng: self.sample(values, budget, sensitivity, rng)
 
     def check_budget(self, budget: float) -> float:
         """The budget as a float; :class:`BudgetError` unless it is finite and > 0."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 from hierdp.mechanisms._samplers import (
@@ -35,3 +36,4 @@ class DiscreteGaussian(ExactIntegerMechanism):
 
     _noise_variance = staticmethod(discrete_gaussian_variance)
     _noise = staticmethod(sample_discrete_gaussian)
+    _noise_compiled = staticmethod(functools.partial(sample_discrete_gaussian, compiled=True))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import abstractmethod
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -59,6 +61,23 @@ class ExactIntegerMechanism(Mechanism):
         noise = self._noise(self.params(budget, sensitivity), vals.size, rng)
         return vals + noise.reshape(vals.shape)
 
+    #: ``_noise`` with ``compiled=True`` (the compiled kernel even for a few draws), where the sampler has it
+    _noise_compiled: Callable[[Any, int, RandomSource], np.ndarray] | None = None
+
+    def sampler(self, budget: float, sensitivity: Sensitivity, *,
+                many_calls: bool = False) -> Callable[[np.ndarray, RandomSource], np.ndarray]:
+        """The exact parameters worked out once; with ``many_calls``, the compiled kernel
+        draws even a level of one node (interpreted, one draw costs ~0.1 ms: 10 s for a
+        10⁵-level path). Compiled and interpreted kernels give the same draws."""
+        params = self.params(budget, sensitivity)
+        noise = self._noise_compiled if many_calls and self._noise_compiled is not None else self._noise
+
+        def sample(values: np.ndarray, rng: RandomSource) -> np.ndarray:
+            vals = as_integer_counts(values, self.name)
+            return vals + noise(params, vals.size, rng).reshape(vals.shape)
+
+        return sample
+
 
 class DiscreteLaplace(ExactIntegerMechanism):
     """ε-DP integer noise with P(z) ∝ exp(-ε|z|/Δ₁), Δ₁ the level's L1 sensitivity.
@@ -81,3 +100,4 @@ class DiscreteLaplace(ExactIntegerMechanism):
 
     _noise_variance = staticmethod(discrete_laplace_variance)
     _noise = staticmethod(sample_discrete_laplace)
+    _noise_compiled = staticmethod(functools.partial(sample_discrete_laplace, compiled=True))

@@ -134,6 +134,10 @@ def resolve_budget(
     return rules.trim_to_total(alloc, total), desc, reads_true
 
 
+#: from this many levels on, a mechanism is told that many calls will follow (``Mechanism.sampler``)
+MANY_LEVELS = 256
+
+
 def measure(
     tree: Tree, values_internal: np.ndarray, budgets: Mapping[str, float], mechanism: Mechanism,
     sensitivity: Sensitivity, rng: Any,
@@ -145,13 +149,22 @@ def measure(
     noisy = np.zeros(shape, dtype=out_dtype)
     variance = np.full(n, np.inf)
     spends: list[LevelSpend] = []
+    # by budget: a deep tree has 10⁵ levels and few distinct budgets
+    variances: dict[float, float] = {}
+    samplers: dict[float, Any] = {}
+    many = len(tree.level_names) >= MANY_LEVELS
     for d, name in enumerate(tree.level_names):
         b = float(budgets.get(name, 0.0))
         idx = tree.internal.level_index[d]
         n_level = (idx.stop - idx.start) if isinstance(idx, slice) else int(idx.size)
         if b > 0:
-            var = float(mechanism.variance(b, sensitivity))
-            noisy[idx] = mechanism.sample(values_internal[idx], b, sensitivity, rng)
+            var = variances.get(b)
+            if var is None:
+                var = variances[b] = float(mechanism.variance(b, sensitivity))
+            sample = samplers.get(b)
+            if sample is None:
+                sample = samplers[b] = mechanism.sampler(b, sensitivity, many_calls=many)
+            noisy[idx] = sample(values_internal[idx], rng)
             variance[idx] = var
         else:
             var = math.inf

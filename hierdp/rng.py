@@ -32,22 +32,45 @@ advantage). The key stays inside the process and is never logged or shown in a r
 *Key, nonce and counter handling.* Each instance takes a fresh 32-byte key and 12-byte
 nonce from ``os.urandom`` when created, and again (a *rekey*, counter back to 0) after
 2**27 blocks = 2**30 words of one key, well before the 32-bit block counter could wrap.
-Every call of :meth:`SecureRandom.words` reserves the next ``ceil(size / 8)`` block
-counters under a lock before computing them, so each (key, nonce, counter) triple is
-used for at most one output block, even with threads; the unused tail of a call's last
-block is discarded, never handed out later. Copying or unpickling an instance yields a
-new, freshly keyed source rather than a duplicate of the stream. Forward secrecy (erasing
-old keys so that a later memory compromise cannot reveal past output) is not provided:
-an attacker who can read the process's memory can read the true counts too.
+Keystream leaves an instance only through a *reservation* (:meth:`SecureRandom.reserve`):
+the next ``ceil(size / 8)`` block counters are taken under a lock before anything is
+computed, so each (key, nonce, counter) triple belongs to at most one reservation, even
+with threads, and is computed for that reservation only; the unused tail of a
+reservation's last block is discarded, never handed out later. A call of
+:meth:`SecureRandom.words` for more than :data:`SMALL_WORDS` words is a reservation of
+exactly its size, computed at once. Smaller calls (the noise of one tree level is a
+few dozen words; setting up an OpenSSL context per call cost 60 µs, most of a
+10⁵-level release) are served from a *buffer*: a reservation of
+:data:`BUFFER_WORDS` words, computed outside the lock, whose words are then handed out
+front to back under the lock. Each served word is copied out and overwritten with zero
+in the buffer in the same locked step that advances the read position, so every
+buffered word is served at most once, whichever threads ask. When the buffer has fewer
+words left than a call needs, a fresh reservation replaces it; the words it had left
+are zeroed and dropped, never served. The buffer's words are keystream of blocks that
+no other reservation holds (the buffer *is* a reservation), so serving them is the
+same as having reserved them call by call, and a rekey for the block budget does not
+touch the buffer: its blocks were taken under the old key before the rekey. Copying or
+unpickling an instance yields a new, freshly keyed source with an empty buffer rather
+than a duplicate of the stream or of the buffer. Forward secrecy (erasing old keys so
+that a later memory compromise cannot reveal past output) is not provided: an attacker
+who can read the process's memory can read the true counts too (and the up to
+:data:`BUFFER_WORDS` words the buffer still holds, which is why served ones are zeroed
+there: they are the noise of a published release).
 
 *Fork safety.* A child process created by ``os.fork`` starts with a copy of the parent's
-memory, key and counter included, and would replay the parent's stream. Two checks
-prevent this: every call compares ``os.getpid()`` with the process id recorded at the
-last rekey and rekeys when it changed; and an ``os.register_at_fork`` hook bumps a fork
-generation counter in the child, which is compared the same way, and gives every live
-instance a fresh lock (one held by a parent thread at the fork would never be released
-in the child). The hook covers a grandchild that happens to reuse the process id of an
-exited grandparent; the pid check covers forks made without Python's fork hooks.
+memory, key, counter and buffer included, and would replay the parent's stream. Two
+checks prevent this: every reservation compares ``os.getpid()`` with the process id
+recorded at the last rekey and rekeys when it changed; and an ``os.register_at_fork``
+hook bumps a fork generation counter in the child, which is compared the same way, and
+gives every live instance a fresh lock (one held by a parent thread at the fork would
+never be released in the child). The buffer belongs to an *owner*, the (process id,
+fork generation) pair current when its reservation was taken; every small call checks
+the owner under the lock and drops (zeroes) a buffer that another process or fork
+generation filled before serving anything, and the fork hook drops it in the child as
+well. A buffer being filled by another thread at the moment of a fork is a local of
+that thread, which does not exist in the child. The hook covers a grandchild that
+happens to reuse the process id of an exited grandparent; the pid check covers forks
+made without Python's fork hooks.
 """
 
 from __future__ import annotations
@@ -68,6 +91,11 @@ _CHUNK = 1 << 20  # words per os.urandom call (8 MiB)
 _BLOCKS_PER_KEY = 1 << 27  # 2**30 words (8 GiB) per ChaCha20 key, far below the 2**32-block counter
 MAX_BLOCKS = 1 << 32  # the RFC 8439 block counter is one 32-bit word
 _ZEROS = bytes(1 << 20)  # plaintext: the keystream is the encryption of zeros (1 MiB at a time)
+#: calls of :meth:`SecureRandom.words` for at most this many words are served from the buffer
+SMALL_WORDS = 256
+#: words per buffer reservation (64 KiB: computing them costs about one OpenSSL context set-up)
+BUFFER_WORDS = 1 << 13
+_EMPTY = np.zeros(0, dtype=np.uint64)
 
 
 def _cipher(key: bytes, counter_nonce: bytes):
@@ -187,7 +215,9 @@ class SecureRandom(_WordSource):
     -----
     Copying or pickling an instance gives a freshly keyed source, never a replay of the
     original's stream. Safe to share between threads (block counters are reserved under
-    a lock; the keystream itself is computed without the GIL).
+    a lock; the keystream itself is computed without the GIL; calls of up to
+    :data:`SMALL_WORDS` words are served from a buffered reservation, each word once,
+    under the same lock).
     """
 
     secure = True
@@ -204,6 +234,10 @@ class SecureRandom(_WordSource):
         self._counter = 0
         self._pid = -1
         self._fork_generation = -1
+        # the buffer of small calls: words [_buf_pos:] of _buf are unserved, all before are zero
+        self._buf = _EMPTY
+        self._buf_pos = 0
+        self._buf_owner: tuple[int, int] = (-1, -1)
         if method == "chacha20":
             self._rekey()
             _LIVE.add(self)
@@ -219,8 +253,47 @@ class SecureRandom(_WordSource):
     def _after_fork_in_child(self) -> None:
         # Only the forking thread exists in the child, so a fresh lock cannot be held by
         # anyone (the inherited one may be, by a parent thread that does not exist here).
-        # The bumped fork generation makes the next call rekey.
+        # The bumped fork generation makes the next call rekey; the parent's buffered
+        # words are dropped here too (the owner check would drop them on the next call).
         self._lock = threading.Lock()
+        self._drop_buffer()
+
+    def _drop_buffer(self) -> None:
+        """Zero the unserved words of the buffer and forget it (caller holds the lock)."""
+        self._buf[self._buf_pos:] = 0
+        self._buf, self._buf_pos, self._buf_owner = _EMPTY, 0, (-1, -1)
+
+    def _take(self, size: int) -> np.ndarray | None:
+        """The next ``size`` buffered words, zeroed in the buffer, or None when the buffer
+        (of this process and fork generation) has fewer left (caller holds the lock)."""
+        if self._buf_owner != (os.getpid(), _FORK_GENERATION):
+            self._drop_buffer()
+        pos = self._buf_pos
+        if self._buf.size - pos < size:
+            return None
+        out = self._buf[pos : pos + size].copy()
+        self._buf[pos : pos + size] = 0
+        self._buf_pos = pos + size
+        return out
+
+    def _small(self, size: int) -> np.ndarray:
+        """``size`` (<= :data:`SMALL_WORDS`) words from the buffer, refilled by a reservation."""
+        while True:
+            with self._lock:
+                out = self._take(size)
+            if out is not None:
+                return out
+            owner = (os.getpid(), _FORK_GENERATION)
+            fresh = self.reserve(max(BUFFER_WORDS, size))()  # takes the lock itself; computed outside it
+            with self._lock:
+                if owner == (os.getpid(), _FORK_GENERATION):
+                    self._drop_buffer()  # what another thread's refill left: dropped, never served
+                    self._buf, self._buf_pos, self._buf_owner = fresh, 0, owner
+                    out = self._take(size)
+                    if out is not None:
+                        return out
+                else:  # pragma: no cover - a fork between the reservation and here
+                    fresh[:] = 0
 
     def words(self, size: int) -> np.ndarray:
         size = int(size)
@@ -233,6 +306,8 @@ class SecureRandom(_WordSource):
                 stop = min(size, start + _CHUNK)
                 view[8 * start : 8 * stop] = np.frombuffer(os.urandom(8 * (stop - start)), dtype=np.uint8)
             return out
+        if 0 < size <= SMALL_WORDS:
+            return self._small(size)
         return self.reserve(size)()  # the next blocks, computed at once
 
     def reserve(self, size: int) -> Callable[..., np.ndarray]:
@@ -240,7 +315,8 @@ class SecureRandom(_WordSource):
         computes them (once, in any thread; into ``out[:size]`` when given ``out``).
         Block counters are reserved under the lock (a rekey when the pid, the fork
         generation or the key's block budget says so), so no (key, nonce, counter) is
-        ever used twice; :meth:`words` is a reservation computed at once."""
+        ever used twice; :meth:`words` is a reservation computed at once (for more than
+        :data:`SMALL_WORDS` words) or served from a buffered one (up to that many)."""
         size = int(size)
         if size < 0:
             raise ValueError(f"reserve(size): size must be non-negative, got {size}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import sys
 import threading
 import warnings
 
@@ -152,9 +153,12 @@ def test_secure_words_are_the_rfc_keystream_of_the_os_key(monkeypatch):
 
 
 def test_each_call_uses_new_blocks_and_rekeys_before_the_limit(monkeypatch):
+    """The unbuffered layout (every call its own reservation); the buffer of small calls
+    is tested below."""
     fake = FakeEntropy([_material(1), _material(2), _material(3)])
     monkeypatch.setattr(os, "urandom", fake)
     monkeypatch.setattr(R, "_BLOCKS_PER_KEY", 3)
+    monkeypatch.setattr(R, "SMALL_WORDS", 0)
     r = SecureRandom()
     a = r.words(5)  # block 0 of key 1 (its last 3 words are discarded)
     b = r.words(20)  # blocks 1, 2 of key 1, then block 0 of key 2
@@ -175,6 +179,7 @@ def test_reserved_words_take_their_blocks_in_reservation_order(monkeypatch):
     fake = FakeEntropy([_material(1), _material(2)])
     monkeypatch.setattr(os, "urandom", fake)
     monkeypatch.setattr(R, "_BLOCKS_PER_KEY", 3)
+    monkeypatch.setattr(R, "SMALL_WORDS", 0)  # words(3) below is a reservation of its own
     r = SecureRandom()
     f1 = r.reserve(10)  # blocks 0, 1 of key 1 (the last 6 words discarded)
     f2 = r.reserve(12)  # block 2 of key 1, block 0 of key 2
@@ -204,6 +209,7 @@ def test_default_rekey_limit_is_within_the_counter_range():
 
 def test_threads_never_share_a_block(monkeypatch):
     monkeypatch.setattr(os, "urandom", FakeEntropy([_material(5)]))
+    monkeypatch.setattr(R, "SMALL_WORDS", 0)  # one reservation per call (the buffer: below)
     r = SecureRandom()
     got: list[bytes] = []
     lock = threading.Lock()
@@ -224,6 +230,96 @@ def test_threads_never_share_a_block(monkeypatch):
     assert len(got) == 200 and set(got) == expected
 
 
+# ------------------------------------------------ SecureRandom: the buffer of small calls --
+def test_small_calls_are_served_from_buffered_reservations(monkeypatch):
+    """Calls of up to SMALL_WORDS words are served front to back from a reservation of
+    BUFFER_WORDS words: the exact RFC 8439 keystream of its blocks; a buffer with too few
+    words left is replaced (its rest zeroed, never served); served words are zeroed in
+    the buffer; large calls keep their own reservations in between."""
+    fake = FakeEntropy([_material(40)])
+    monkeypatch.setattr(os, "urandom", fake)
+    monkeypatch.setattr(R, "BUFFER_WORDS", 16)  # two blocks per buffer
+    monkeypatch.setattr(R, "SMALL_WORDS", 8)
+    r = SecureRandom()
+    a = r.words(5)  # buffer 1 = blocks 0, 1: its words 0-4
+    b = r.words(8)  # its words 5-12
+    first = r._buf
+    c = r.words(6)  # 3 left < 6: buffer 2 = blocks 2, 3 (words 16-31); words 13-15 dropped
+    assert first.size == 16 and not first.any()  # served and dropped words are zero in the old buffer
+    d = r.words(20)  # a large call: its own reservation, blocks 4-6 (words 32-51; 52-55 discarded)
+    e = r.words(8)  # buffer 2 goes on: words 22-29
+    f = r.words(3)  # 2 left < 3: buffer 3 = blocks 7, 8: words 56-58
+    k = _material(40)
+    ks = ref_stream(k[:32], k[32:], 0, 9)
+
+    def w(i: int, j: int) -> bytes:  # words i .. j-1 of the key's keystream
+        return ks[8 * i : 8 * j]
+
+    assert [as_bytes(x) for x in (a, b, c, d, e, f)] == [w(0, 5), w(5, 13), w(16, 22), w(32, 52), w(22, 30),
+                                                         w(56, 59)]
+    assert not r._buf[:3].any() and as_bytes(r._buf[3:]) == w(59, 72)  # the rest: unserved, intact
+    assert fake.calls == [44]
+
+
+def test_a_buffer_may_span_a_rekey(monkeypatch):
+    """A buffer reservation that reaches the key's block budget takes the old key's last
+    blocks and the new key's first ones, like any reservation; both are served once."""
+    fake = FakeEntropy([_material(42), _material(43)])
+    monkeypatch.setattr(os, "urandom", fake)
+    monkeypatch.setattr(R, "_BLOCKS_PER_KEY", 3)
+    monkeypatch.setattr(R, "BUFFER_WORDS", 16)
+    r = SecureRandom()
+    got = b"".join(as_bytes(r.words(8)) for _ in range(6))
+    k1, k2 = _material(42), _material(43)
+    # buffers: key 1 blocks 0-1 | key 1 block 2 + key 2 block 0 | key 2 blocks 1-2
+    assert got == ref_stream(k1[:32], k1[32:], 0, 3) + ref_stream(k2[:32], k2[32:], 0, 3)
+    assert fake.calls == [44, 44]
+
+
+def test_threads_never_get_the_same_word(monkeypatch):
+    """Threads hammering small (and some large) draws and reservations: with a keystream
+    whose every word names its key, block and place, no word is served twice, none is a
+    zeroed (already served or dropped) one, and every word asked for is served."""
+    ids: dict[bytes, int] = {}
+    ids_lock = threading.Lock()
+
+    def labelled_fill(key: bytes, nonce: bytes, counter: int, out: np.ndarray) -> np.ndarray:
+        with ids_lock:
+            kid = ids.setdefault(key, len(ids) + 1)  # from 1: no real word is 0
+        out[:] = (np.uint64(kid) << np.uint64(40)) | (np.uint64(8 * counter) + np.arange(out.size, dtype=np.uint64))
+        return out
+
+    monkeypatch.setattr(R, "chacha20_fill", labelled_fill)
+    monkeypatch.setattr(R, "BUFFER_WORDS", 64)  # many refills, raced by the threads
+    monkeypatch.setattr(R, "_BLOCKS_PER_KEY", 200)  # and rekeys
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    r = SecureRandom()
+    outs: list[list[np.ndarray]] = [[] for _ in range(4)]
+    asked = [0] * 4
+
+    def work(t: int) -> None:
+        g = np.random.default_rng(t)
+        for i in range(1500):
+            n = int(g.integers(1, R.SMALL_WORDS + 1)) if i % 50 else 300
+            outs[t].append(r.reserve(n)() if i % 97 == 0 else r.words(n))
+            asked[t] += n
+
+    try:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(switch)
+    allw = np.concatenate([x for o in outs for x in o])
+    assert allw.size == sum(asked)
+    assert np.unique(allw).size == allw.size, "a word was served twice"
+    assert np.all(allw != 0), "a zeroed buffer word was served"
+    assert len(ids) > 2  # the run did cross rekeys
+
+
 def test_two_instances_and_two_calls_differ():
     a, b = SecureRandom(), SecureRandom()
     wa, wb = a.words(4), b.words(4)
@@ -236,32 +332,41 @@ def test_copies_and_pickles_are_freshly_keyed(monkeypatch):
     fake = FakeEntropy([_material(i) for i in range(10, 14)])
     monkeypatch.setattr(os, "urandom", fake)
     r = SecureRandom()
-    clones = [copy.copy(r), copy.deepcopy(r), pickle.loads(pickle.dumps(r))]
-    firsts = {as_bytes(x.words(8)) for x in [r, *clones]}
+    first = r.words(8)  # the buffer now holds words r has not served yet
+    left = r._buf[r._buf_pos:].copy()
+    blob = pickle.dumps(r)
+    clones = [copy.copy(r), copy.deepcopy(r), pickle.loads(blob)]
+    firsts = {as_bytes(x.words(8)) for x in clones} | {as_bytes(first)}
     assert len(firsts) == 4 and fake.calls == [44] * 4
     assert all(isinstance(c, SecureRandom) and c.method == "chacha20" for c in clones)
+    assert all(np.intersect1d(c.words(512), left).size == 0 for c in clones)  # no clone serves r's buffer
+    assert as_bytes(left[:2]) not in blob and _material(10)[:8] not in blob  # neither buffer nor key pickled
+    np.testing.assert_array_equal(r.words(64), left[:64])  # r itself goes on with its buffer
 
 
 def test_changed_pid_rekeys(monkeypatch):
+    """A fork without Python's hooks: the pid check rekeys and drops the parent's buffer."""
     fake = FakeEntropy([_material(20), _material(21)])
     monkeypatch.setattr(os, "urandom", fake)
     r = SecureRandom()
-    r.words(8)
+    r.words(8)  # the buffer holds the parent's next words
+    buf = r._buf
     real_pid = os.getpid()
     monkeypatch.setattr(os, "getpid", lambda: real_pid + 1)  # as seen by a forked child
     w = r.words(8)
     k = _material(21)
     assert as_bytes(w) == ref_block(k[:32], 0, k[32:])  # new key, counter back at 0
-    assert fake.calls == [44, 44]
+    assert fake.calls == [44, 44] and not buf.any()  # the old buffer zeroed, not served
 
 
 def test_fork_hook_rekeys_every_live_source(monkeypatch):
     fake = FakeEntropy([_material(30), _material(31)])
     monkeypatch.setattr(os, "urandom", fake)
     r = SecureRandom()
-    old_lock = r._lock
+    r.words(8)
+    buf, old_lock = r._buf, r._lock
     R._bump_fork_generation()  # what os.fork runs in the child
-    assert r._lock is not old_lock
+    assert r._lock is not old_lock and not buf.any()  # the parent's buffered words are dropped
     k = _material(31)
     assert as_bytes(r.words(8)) == ref_block(k[:32], 0, k[32:])
 
@@ -299,6 +404,16 @@ def test_forked_child_does_not_replay_the_parent(used_before_fork):
     child, parent = _fork_and_draw(src, 64)
     assert not np.array_equal(child, parent)
     assert np.intersect1d(child, parent).size == 0  # not even a shifted copy of a block
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="platform without os.fork")
+def test_forked_child_never_serves_the_parents_buffered_words():
+    src = SecureRandom()
+    src.words(8)  # the buffer now holds the parent's next BUFFER_WORDS - 8 words
+    left = src._buf[src._buf_pos:].copy()
+    child, parent = _fork_and_draw(src, 64)
+    np.testing.assert_array_equal(parent, left[:64])  # the parent goes on with its buffer
+    assert np.intersect1d(child, left).size == 0
 
 
 def test_method_choice_and_errors():

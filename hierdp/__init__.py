@@ -19,8 +19,66 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hierdp._version import __version__ as __version__  # re-exported
-from hierdp.errors import (
+
+def _started_as_command() -> bool:
+    """Whether this process is the ``hierdp`` command (``python -m hierdp`` or the console
+    script) importing its own package: then the library loads after the arguments are
+    parsed (:func:`hierdp.cli.main`), so ``--version``, ``--help`` and usage errors answer
+    at once instead of importing numpy, pandas, numba and xarray first."""
+    argv = getattr(sys, "orig_argv", None) or []
+    if sys.argv[:1] == ["-m"] and "-m" in argv:  # runpy is locating the module to run
+        after = argv[argv.index("-m") + 1:]
+        return after[:1] == ["hierdp"]
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return script in ("hierdp", "hierdp.exe", "hierdp-script.py")  # the console script
+
+
+#: how the ``hierdp`` command answers Ctrl-C (SIGINT), and whether it was pressed; see :func:`_on_interrupt`
+_interrupts: dict[str, Any] = {"phase": "off", "raised": False}
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    """SIGINT handler of the ``hierdp`` command, installed before anything else is imported.
+
+    ``"starting"`` (imports, argument parsing, loading the library: nothing written yet):
+    one line on stderr and exit 130 at once, wherever the interpreter is. ``"working"``
+    (a command runs): ``KeyboardInterrupt``, which the command's clean-up and
+    :func:`hierdp.cli.main` turn into exit 130 without partial output. ``"done"`` (the
+    command has finished or an interrupt is already being handled): ignored, so that no
+    later interrupt can break the clean-up or the interpreter's exit with a traceback.
+    The raised interrupt is recorded (``_interrupts["raised"]``): a library that turns it
+    into an error of its own (pandas' CSV reader reports "Calling read(nbytes) on source
+    failed") still ends the command as an interruption.
+    """
+    phase = _interrupts["phase"]
+    if phase == "done":
+        return
+    _interrupts["phase"] = "done"
+    if phase == "starting":
+        os.write(2, b"interrupted while starting; no output was written\n")
+        os._exit(130)
+    _interrupts["raised"] = True
+    raise KeyboardInterrupt
+
+
+def _interrupt_phase(phase: str) -> None:
+    """Enter ``phase`` ("working" or "done") when this process is the ``hierdp`` command
+    (never back from "done", which an interrupt being handled has set)."""
+    if _interrupts["phase"] in ("starting", "working"):
+        _interrupts["phase"] = phase
+
+
+if _started_as_command():
+    import signal
+
+    # not when SIGINT is ignored (started in the background or under nohup): keep it ignored
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        _interrupts["phase"] = "starting"
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+# after the handler: an interrupt while these (and everything after) import is answered by it
+from hierdp._version import __version__ as __version__  # noqa: E402  (re-exported)
+from hierdp.errors import (  # noqa: E402
     BudgetError,
     DataError,
     HierarchyError,
@@ -119,19 +177,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | _LOADED_NAMES)
-
-
-def _started_as_command() -> bool:
-    """Whether this process is the ``hierdp`` command (``python -m hierdp`` or the console
-    script) importing its own package: then the library loads after the arguments are
-    parsed (:func:`hierdp.cli.main`), so ``--version``, ``--help`` and usage errors answer
-    at once instead of importing numpy, pandas, numba and xarray first."""
-    argv = getattr(sys, "orig_argv", None) or []
-    if sys.argv[:1] == ["-m"] and "-m" in argv:  # runpy is locating the module to run
-        after = argv[argv.index("-m") + 1:]
-        return after[:1] == ["hierdp"]
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return script in ("hierdp", "hierdp.exe", "hierdp-script.py")  # the console script
 
 
 def metric(name: str, **params: Any) -> Any:

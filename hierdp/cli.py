@@ -20,7 +20,11 @@ Exit codes
 2  user error: invalid spec, command line, data, budget or plugin name, or a file that
    cannot be read or written — one line per problem naming where it is and how to fix it,
    no traceback (``--debug`` shows it), and no output file is created.
-130 interrupted (Ctrl-C); no partial output is left behind.
+130 interrupted (Ctrl-C); no partial output is left behind. One line on stderr, no
+   traceback, from hierdp's first line on: while the command starts (imports, arguments)
+   it exits at once; while it works, after its clean-up; once its work is done, a Ctrl-C
+   is ignored. Before hierdp's first line runs, the interrupt reaches the interpreter's
+   own start-up (``site``: tens of milliseconds), which hierdp cannot answer.
 141 standard output closed early by its reader (e.g. ``| head``); nothing is reported.
 """
 
@@ -420,7 +424,29 @@ def _threads_count(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (see the module docstring)."""
+    """Run the command line; returns the exit code (see the module docstring).
+
+    Ctrl-C: in the ``hierdp`` process, while it starts (imports, arguments, loading the
+    library) the handler of :func:`hierdp._on_interrupt` exits 130 at once with one line;
+    while a command runs it raises ``KeyboardInterrupt``, answered here with one line and
+    130 after the command's clean-up; once the command is over, it is ignored. Called in
+    a process of its own (tests, scripts), an interrupt anywhere in here gives 130 too.
+    """
+    from hierdp import _interrupt_phase
+
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # outside the command's own handler: before it, or at its very end
+        _interrupt_phase("done")
+        sys.stderr.write("interrupted (Ctrl-C)\n")
+        return EXIT_INTERRUPTED
+    finally:
+        _interrupt_phase("done")  # the interpreter's exit cannot be interrupted into a traceback
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from hierdp import _interrupt_phase, _interrupts
+
     out, err = sys.stdout, sys.stderr
     try:
         args = _parser().parse_args(argv)
@@ -452,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"error: {exc}\n")
         return EXIT_USER
     try:
+        _interrupt_phase("working")  # from here Ctrl-C is a KeyboardInterrupt the command cleans up after
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             warnings.showwarning = show
@@ -467,12 +494,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return EXIT_BROKEN_PIPE
     except SpecError as exc:
+        if _interrupts["raised"]:  # a Ctrl-C that a library turned into an error of its own
+            err.write("interrupted; no output was written\n")
+            return EXIT_INTERRUPTED
         if args.debug:
             _print_traceback(err)
         for line in getattr(exc, "errors", [str(exc)]):
             err.write(f"error: {line}\n")
         return EXIT_USER
     except (HierDPError, OSError) as exc:
+        if _interrupts["raised"]:  # a Ctrl-C that a library turned into an error of its own
+            err.write("interrupted; no output was written\n")
+            return EXIT_INTERRUPTED
         if args.debug:
             _print_traceback(err)
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -481,6 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"error: {msg}\n")
         return EXIT_USER
     except Exception as exc:  # a bug: say so, keep the traceback behind --debug
+        if _interrupts["raised"]:  # a Ctrl-C that a library turned into an error of its own
+            err.write("interrupted; no output was written\n")
+            return EXIT_INTERRUPTED
         if args.debug:
             _print_traceback(err)
         else:
@@ -488,6 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "rerun with --debug for the traceback and report it)\n")
         return EXIT_INTERNAL
     finally:
+        _interrupt_phase("done")
         if restore:
             set_threads(restore[0])
 

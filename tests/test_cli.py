@@ -215,3 +215,146 @@ def test_outputs_never_replace_the_spec_inputs(tmp_path, capsys, monkeypatch):
     assert main(["validate", "bad.yaml"]) == EXIT_USER
     assert "output.path: 'data/conversions_q2.csv' is one of this spec's input files" in capsys.readouterr().err
     assert source.read_bytes() == before
+
+
+# ------------------------------------------------------------- Ctrl-C at any moment --
+_CONSOLE_SCRIPT = """import re
+import sys
+from hierdp.cli import main
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def _interrupted_release(tmp_path: Path, how: str, delay: float | None) -> tuple[int, list[str], list[str]]:
+    """Start ``hierdp release demo -o OUT`` as its own process (``python -m hierdp`` or a
+    console script named ``hierdp``, as pip writes it), send SIGINT ``delay`` seconds after
+    hierdp's own first import (seen through ``-X importtime``; before it the interpreter
+    is still starting, see docs/security.md) or never (``None``). Returns the exit code,
+    stderr without the importtime lines, and what is left in the output folder."""
+    import os
+    import signal
+    import threading
+    import time
+
+    out_dir = tmp_path / f"{how}-{delay}"
+    out_dir.mkdir()
+    if how == "module":
+        cmd = [sys.executable, "-X", "importtime", "-m", "hierdp"]
+    else:
+        script = tmp_path / "bin" / "hierdp"
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(_CONSOLE_SCRIPT)
+        cmd = [sys.executable, "-X", "importtime", str(script)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HIERDP_THREADS="1")
+    proc = subprocess.Popen([*cmd, "release", "demo", "-o", str(out_dir / "x.csv"), "-q"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    started = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "hierdp._version" in line:  # imported right after hierdp installs its handler
+                started.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    if delay is not None:
+        assert started.wait(120), "hierdp never started"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+    proc.wait(300)
+    reader.join(60)
+    assert proc.stderr is not None
+    proc.stderr.close()
+    err = [ln for ln in lines if not ln.startswith("import time:")]
+    return proc.returncode, err, sorted(p.name for p in out_dir.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("how", ["module", "script"])
+def test_ctrl_c_at_any_moment_exits_130_with_one_line(tmp_path, how):
+    """A user pressing Ctrl-C while the command imports its libraries, parses, loads the
+    library, reads the data, draws the noise or writes sees one line and exit 130, never a
+    traceback or a half-written table; if the release had already finished, it is whole."""
+    rc, err, left = _interrupted_release(tmp_path, how, None)
+    assert rc == EXIT_OK and err == [] and left == ["x.csv", "x.ledger.json"]
+    seen = set()
+    for delay in (0.0, 0.02, 0.05, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0, 4.5):
+        rc, err, left = _interrupted_release(tmp_path, how, delay)
+        assert not any("Traceback" in ln for ln in err), (delay, err)
+        if rc == EXIT_OK:  # too late: the release was complete
+            assert err == [] and left == ["x.csv", "x.ledger.json"], (delay, err, left)
+        else:
+            assert rc == EXIT_INTERRUPTED and len(err) == 1 and err[0].startswith("interrupted"), (delay, rc, err)
+            assert left == [], (delay, left)  # nothing, not even a temporary or a journal
+            seen.add(err[0].strip())
+    assert "interrupted while starting; no output was written" in seen  # the start-up handler was hit
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see the data file opened")
+def test_ctrl_c_while_the_command_reads_its_data_exits_130_without_output(tmp_path):
+    """Ctrl-C once the command has opened its (private) input file, i.e. in the command
+    itself and not during start-up: the command's own clean-up, one line, exit 130."""
+    import os
+    import signal
+    import time
+
+    data = tmp_path / "big.csv"
+    data.write_bytes(b"campaign,location\n" + b"".join(b"c%d,l%d\n" % (i % 7, i % 5) for i in range(35))
+                     * 150_000)  # 5M rows: reading them takes a while
+    spec = tmp_path / "big.yaml"
+    spec.write_text(f"hierdp: 1\nsource:\n  path: {data}\nhierarchy:\n  levels:\n"
+                    "    - {name: campaign, attribute: known, domain: observed}\n"
+                    "    - {name: location, attribute: known, domain: observed}\n"
+                    "privacy:\n  epsilon: 1.0\n")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "hierdp", "release", str(spec), "-o", str(out_dir / "x.csv"),
+                             "-q"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    fds = Path(f"/proc/{proc.pid}/fd")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if any(os.readlink(fds / fd) == str(data) for fd in os.listdir(fds)):
+                break
+        except OSError:  # an fd closed while we looked
+            pass
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert err == "interrupted; no output was written\n"
+    assert list(out_dir.iterdir()) == []
+
+
+def test_ctrl_c_that_a_library_turns_into_an_error_still_exits_130(monkeypatch, tmp_path, capsys):
+    """pandas' C reader turns an interrupt raised in its read callback into "Calling
+    read(nbytes) on source failed" (a ParserError, then a DataError): in the hierdp
+    process, a Ctrl-C the handler raised is still reported as one, not as a bad file."""
+    import signal
+
+    import hierdp
+
+    real = pd.read_csv
+
+    def read_csv(*a, **k):
+        try:
+            hierdp._on_interrupt(signal.SIGINT, None)  # what SIGINT runs in the hierdp process
+        except KeyboardInterrupt as exc:
+            raise pd.errors.ParserError("Error tokenizing data. Calling read(nbytes) on source failed.") from exc
+        return real(*a, **k)
+
+    monkeypatch.setitem(hierdp._interrupts, "phase", "starting")  # as in the hierdp process
+    monkeypatch.setitem(hierdp._interrupts, "raised", False)
+    monkeypatch.setattr(pd, "read_csv", read_csv)
+    monkeypatch.chdir(ROOT / "specs")
+    assert main(["release", "attribution.yaml", "-o", str(tmp_path / "a.csv"), "--seed", "1"]) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "interrupted; no output was written\n"
+    assert list(tmp_path.iterdir()) == [] and hierdp._interrupts["phase"] == "done"

@@ -213,6 +213,10 @@ BUDGET_CASES = [
     ("sensitivity dict", dict(epsilon=1, sensitivity={"l1": 2}), PrivacyError, "Sensitivity\\(l1="),
     ("sensitivity too small", dict(epsilon=1, sensitivity=Sensitivity(0.5, 0.5, 0.5)), PrivacyError, "smaller"),
     ("plan unknown", dict(epsilon=1, plan="per_levle"), PluginError, "per_level"),
+    ("optimal max_levels 0", dict(epsilon=1, budget={"strategy": "optimal", "max_levels": 0}), BudgetError,
+     "max_levels must be a positive integer"),
+    ("greedy max_levels text", dict(epsilon=1, budget={"strategy": "greedy", "max_levels": "9"}), BudgetError,
+     "max_levels must be a positive integer"),
 ]
 
 
@@ -585,3 +589,96 @@ def test_an_explicit_grid_size_past_max_cells_is_refused_not_lowered():
     r = _quiet(lambda: hierdp.release_points(PTS2, bounds=[(0, 1)] * 2, epsilon=1.0, method="grid", m=8,
                                              max_cells=64, seed=1))()
     assert r.tree.n_nodes == 65
+
+
+# ------------------------------------------- budget optimisers on deep trees (issue 35)
+# budget="optimal" with the discrete Gaussian on a 10³-level path built every two-level
+# split of its start grid at once: 10³ x 10³ / 2 x 9 rows of 10³ levels, > 5 GB (36 GB
+# asked for). Now deeper trees than max_levels (256 for optimal) are refused before any
+# work with one error naming max_levels and the strategies to use instead, and the
+# candidate splits of greedy and optimal are scored in chunks (memory per chunk, not
+# levels² or levels³).
+_OPTIMAL_DEEP = """
+import os, resource, sys, warnings
+import numpy as np
+import hierdp
+with open("/proc/self/status") as f:  # address space in use now (numba, LLVM, numpy ...) + 1 GiB
+    vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), resource.RLIM_INFINITY))
+warnings.simplefilter("ignore")
+tree = hierdp.Tree.from_parent(np.arange(-1, 999))
+values = tree.aggregate(np.full(tree.n_leaves, 5))
+try:
+    hierdp.release(tree, values, epsilon=1.0, delta=1e-6, mechanism="discrete_gaussian", seed=1,
+                   budget={"strategy": "optimal", "prior": values})
+except MemoryError:
+    print("MemoryError"); sys.exit(3)
+except hierdp.BudgetError as exc:
+    print(exc); sys.exit(0)
+print("released"); sys.exit(4)
+"""
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs /proc and RLIMIT_AS")
+def test_optimal_budget_on_a_deep_tree_is_refused_before_allocating():
+    """Run under an address-space limit (1 GiB above what the interpreter holds), so that
+    the failure before the fix is a MemoryError in that process, not a dead machine."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", _OPTIMAL_DEEP], capture_output=True, text=True, timeout=600,
+                          cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    msg = proc.stdout.strip()
+    assert "max_levels=256" in msg and "1,000" in msg and "'greedy'" in msg and "'equal'" in msg, msg
+    assert "\n" not in msg
+
+
+def test_optimal_max_levels_is_checked_before_any_work():
+    deep = Tree.from_parent(np.arange(-1, 299))
+    values = deep.aggregate(np.ones(deep.n_leaves, dtype=np.int64))
+    tracemalloc.start()
+    try:
+        t0 = time.perf_counter()
+        _raises(BudgetError, r"budget 'optimal' splits over at most max_levels=256 levels .*this tree has 300",
+                lambda: hierdp.release(deep, values, epsilon=1.0, budget="optimal"))
+        elapsed = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6 and elapsed < 30  # refused at once (generous: a shared machine)
+    _raises(BudgetError, r"max_levels=10 levels",
+            lambda: hierdp.release(deep, values, epsilon=1.0, seed=1, budget={"strategy": "greedy", "max_levels": 10}))
+
+
+def test_greedy_on_a_deep_tree_scores_its_candidates_in_chunks(monkeypatch):
+    """One phase of greedy scores one candidate per level: on a 2,000-level path that was
+    four 2,000 x 2,000 matrices at once (~130 MB); now chunks of at most 2**21 cells. The
+    split itself is unchanged (same as scoring all candidates at once, checked here on the
+    objective directly)."""
+    from hierdp.budgets import greedy as G
+    from hierdp.budgets._objective import TreeErrorObjective
+    from hierdp.mechanisms.base import Sensitivity
+    from hierdp.plans.per_level import resolve_mechanism
+
+    deep = Tree.from_parent(np.arange(-1, 1999))
+    values = deep.aggregate(np.full(deep.n_leaves, 5, dtype=np.int64))
+    obj = TreeErrorObjective(deep, values, tau=10.0, mechanism=resolve_mechanism("discrete_laplace"),
+                             sensitivity=Sensitivity(1, 1, 1))
+    base = np.linspace(0.001, 0.002, 2000)
+    ms = G.score_unit_steps(obj, base, 0.05)
+    whole = obj.mean_square(base + np.eye(2000) * 0.05)  # the old way, all rows at once
+    np.testing.assert_array_equal(ms, whole)
+    monkeypatch.setattr(G, "_CHUNK_CELLS", 1 << 16)  # 32 candidates of 2,000 levels a chunk
+    peaks = []
+    for score in (lambda: G.score_unit_steps(obj, base, 0.05), lambda: obj.mean_square(base + np.eye(2000) * 0.05)):
+        tracemalloc.start()
+        try:
+            score()
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    assert peaks[0] < 8 * 8 * (1 << 16) + 1e6 < 100e6 < peaks[1], peaks  # a few chunks, not levels²
+    np.testing.assert_array_equal(G.score_unit_steps(obj, base, 0.05), whole)

@@ -96,6 +96,7 @@ class TreeErrorObjective:
         inv_norm = 1.0 / (level_size * L)  # 1 / (|L_i| (d+1))
         group = self.ct.node_class if postprocessed else tree.internal.depth
         n_groups = self.ct.n_classes if postprocessed else L
+        self.n_groups = n_groups  # the width of one candidate's sweep (classes, or levels when raw)
         if counts is None:  # every node weighs 1/tau^2: class sizes suffice, no pass over the nodes
             if postprocessed:
                 self.weights = self.ct.size * inv_norm[self.ct.depth] / tau**2

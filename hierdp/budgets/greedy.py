@@ -25,6 +25,23 @@ if TYPE_CHECKING:
 __all__ = ["Greedy", "GreedyOracle", "greedy_split"]
 
 _TIE_RTOL = 1e-12
+#: candidate splits are scored in chunks of at most this many cells (rows x max(levels,
+#: classes)): memory stays O(levels + classes) per chunk however deep the tree
+_CHUNK_CELLS = 1 << 21
+
+
+def score_unit_steps(objective: TreeErrorObjective, base: np.ndarray, step: float) -> np.ndarray:
+    """RMSRE_τ(T)² of the L candidates ``base + step·e_i`` (one per level), scored in
+    chunks so that no L x L matrix is ever built (a 10⁴-level path would need 800 MB)."""
+    L = base.size
+    rows = max(1, _CHUNK_CELLS // max(L, getattr(objective, "n_groups", L)))
+    out = np.empty(L)
+    for a in range(0, L, rows):
+        b = min(L, a + rows)
+        cand = np.repeat(base[None, :], b - a, axis=0)
+        cand[np.arange(b - a), np.arange(a, b)] += step
+        out[a:b] = objective.mean_square(cand)
+    return out
 
 
 def greedy_split(objective: TreeErrorObjective, total: float, *, phases: int = 20,
@@ -40,20 +57,29 @@ def greedy_split(objective: TreeErrorObjective, total: float, *, phases: int = 2
     L = objective.tree.n_levels
     b = np.full(L, gamma * total / L)
     unit = (1.0 - gamma) * total / phases
-    eye = np.eye(L) * unit
     for _ in range(phases):
-        cand = b + eye
-        err = objective.mean_square(cand)
+        err = score_unit_steps(objective, b, unit)
         # candidates equal up to rounding are ties (levels the tree treats symmetrically)
-        b = cand[int(np.flatnonzero(err <= err.min() * (1.0 + _TIE_RTOL))[0])]
+        i = int(np.flatnonzero(err <= err.min() * (1.0 + _TIE_RTOL))[0])
+        b = b.copy()
+        b[i] += unit
     return b * (total / b.sum())
 
 
 class _GreedyBase(BudgetStrategy):
-    """Shared parameters of the greedy strategies."""
+    """Shared parameters of the greedy strategies.
+
+    ``max_levels``: the deepest tree the strategy splits a budget for (default
+    :attr:`default_max_levels`), refused with a :class:`BudgetError` before any work.
+    Scoring one phase costs (levels x classes) kernel steps, at least levels²: a
+    10⁵-level path would run for hours (and, before candidates were scored in chunks,
+    allocate 80 GB).
+    """
+
+    default_max_levels: ClassVar[int] = 10_000
 
     def __init__(self, *, tau: float = 10.0, phases: int = 20, gamma: float = 1e-5,
-                 postprocessed: bool = True) -> None:
+                 postprocessed: bool = True, max_levels: int | None = None) -> None:
         def number(x: Any) -> bool:
             return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
@@ -65,11 +91,19 @@ class _GreedyBase(BudgetStrategy):
             raise BudgetError(f"tau must be a positive number, got {tau!r}")
         if not isinstance(postprocessed, (bool, np.bool_)):
             raise BudgetError(f"postprocessed must be true or false, got {postprocessed!r}")
+        if max_levels is None:
+            max_levels = self.default_max_levels
+        if isinstance(max_levels, bool) or not isinstance(max_levels, (int, np.integer)) or max_levels < 1:
+            raise BudgetError(f"max_levels must be a positive integer, got {max_levels!r}")
+        self.max_levels = int(max_levels)
         self.tau = float(tau)
         self.phases = int(phases)
         self.gamma = float(gamma)
         self.postprocessed = bool(postprocessed)
         self.last_objective: TreeErrorObjective | None = None
+
+    _cost: ClassVar[str] = "its time grows as levels² or faster"
+    _instead: ClassVar[str] = "'equal'"
 
     @abstractmethod
     def _counts(self, tree: Tree, true_values: np.ndarray | None) -> np.ndarray | None:
@@ -88,6 +122,11 @@ class _GreedyBase(BudgetStrategy):
     def allocate(self, tree, total, *, mechanism, sensitivity, true_values=None):
         if not (np.isfinite(total) and total > 0):
             raise BudgetError(f"total budget must be a positive number, got {total!r}")
+        if tree.n_levels > self.max_levels:  # public: the tree's shape, checked before any work
+            raise BudgetError(
+                f"budget {self.name!r} splits over at most max_levels={self.max_levels:,} levels ({self._cost}); "
+                f"this tree has {tree.n_levels:,}: use budget {self._instead}, or pass a larger "
+                "max_levels in the strategy's parameters")
         obj = self._objective(tree, mechanism, sensitivity, true_values)
         b = self._split(obj, float(total))
         return {name: float(x) for name, x in zip(tree.level_names, b)}
@@ -129,6 +168,10 @@ class Greedy(_PriorMixin, _GreedyBase):
         The infinitesimal starting share γ (default 1e-5).
     postprocessed : bool
         Score BLUE estimates (default) or raw noisy measurements.
+    max_levels : int, optional
+        The deepest tree split (default 10,000): one phase scores every level on the
+        whole tree (at least levels² steps), so deeper trees are refused with a
+        :class:`~hierdp.errors.BudgetError` before any work.
     """
 
     name = "greedy"

@@ -13,12 +13,13 @@ is returned if no start improves on it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from hierdp.budgets import greedy as _greedy
 from hierdp.budgets._objective import TreeErrorObjective
-from hierdp.budgets.greedy import _GreedyBase, _OracleMixin, _PriorMixin, greedy_split
+from hierdp.budgets.greedy import _GreedyBase, _OracleMixin, _PriorMixin, greedy_split, score_unit_steps
 
 __all__ = ["Optimal", "OptimalOracle", "optimal_split"]
 
@@ -53,16 +54,17 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
         return float(f0), grad
 
     cons = ({"type": "eq", "fun": lambda x: np.sum(x) - total, "jac": lambda x: np.ones(L)},)
-    vertices = np.full((L, L), lo) + np.eye(L) * (total - L * lo)
+    floor = np.full(L, lo)
     starts = [start, np.full(L, total / L)]
-    ms_v = objective.mean_square(vertices)
-    starts += [vertices[i] for i in np.argsort(ms_v)[:2] if np.isfinite(ms_v[i])]
+    ms_v = score_unit_steps(objective, floor, total - L * lo)  # the vertices, in chunks
+    for i in np.argsort(ms_v, kind="stable")[:2]:
+        if np.isfinite(ms_v[i]):
+            v = floor.copy()
+            v[i] += total - L * lo
+            starts.append(v)
     # the objective is not convex: also start from the best splits between two levels (a
-    # coarse grid, scored in one sweep), where greedy's unit steps and the vertices miss
-    pairs = _pair_grid(L, total, lo)
-    if len(pairs):
-        ms_p = objective.mean_square(pairs)
-        starts += [pairs[i] for i in np.argsort(ms_p)[:2] if np.isfinite(ms_p[i])]
+    # coarse grid, scored in chunks), where greedy's unit steps and the vertices miss
+    starts += _best_pairs(objective, L, total, lo)
     from scipy.optimize import minimize  # ~0.3-0.9 s to import: only when a split is optimised
 
     for x0 in starts:
@@ -76,25 +78,57 @@ def optimal_split(objective: TreeErrorObjective, total: float, *, phases: int = 
     return best
 
 
-def _pair_grid(L: int, total: float, lo: float, steps: int = 10) -> np.ndarray:
-    """Splits putting all but the floor on two levels, in shares 1/steps .. (steps-1)/steps."""
-    rows = []
+def _pair_grid(L: int, total: float, lo: float, steps: int = 10, first: int = 0,
+               count: int | None = None) -> np.ndarray:
+    """Splits putting all but the floor on two levels i < j, in shares 1/steps ..
+    (steps-1)/steps of level i (pairs in lexicographic order, shares innermost): rows
+    ``first .. first+count-1`` of that list (all by default)."""
+    iu, ju = np.triu_indices(L, 1)
+    total_rows = iu.size * (steps - 1)
+    stop = total_rows if count is None else min(total_rows, first + count)
+    r = np.arange(first, stop)
+    pair, k = r // (steps - 1), r % (steps - 1) + 1
     free = total - L * lo
-    for i in range(L):
-        for j in range(i + 1, L):
-            for k in range(1, steps):
-                x = np.full(L, lo)
-                x[i] += free * k / steps
-                x[j] += free * (steps - k) / steps
-                rows.append(x)
-    return np.array(rows).reshape(-1, L)
+    x = np.full((r.size, L), lo)
+    x[np.arange(r.size), iu[pair]] += free * k / steps
+    x[np.arange(r.size), ju[pair]] += free * (steps - k) / steps
+    return x
 
 
-class Optimal(_PriorMixin, _GreedyBase):
+def _best_pairs(objective: TreeErrorObjective, L: int, total: float, lo: float, steps: int = 10,
+                keep: int = 2) -> list[np.ndarray]:
+    """The ``keep`` best rows of :func:`_pair_grid` (ties to the first), scored in chunks
+    so that memory stays O(levels x classes per chunk), not O(levels³)."""
+    n_rows = L * (L - 1) // 2 * (steps - 1)
+    rows = max(1, _greedy._CHUNK_CELLS // max(L, getattr(objective, "n_groups", L)))
+    best: list[tuple[float, int, np.ndarray]] = []
+    for a in range(0, n_rows, rows):
+        x = _pair_grid(L, total, lo, steps, a, rows)
+        ms = objective.mean_square(x)
+        for i in np.argsort(ms, kind="stable")[:keep]:
+            if np.isfinite(ms[i]):
+                best.append((float(ms[i]), a + int(i), x[i].copy()))
+        best = sorted(best, key=lambda t: (t[0], t[1]))[:keep]
+    return [x for _, _, x in best]
+
+
+class _OptimalCost:
+    #: SLSQP keeps a dense levels x levels matrix and solves with it every iteration, and
+    #: the two-level starts score levels² / 2 x 9 splits over the whole tree (levels³ work)
+    default_max_levels: ClassVar[int] = 256
+    _cost: ClassVar[str] = ("SLSQP over one variable per level and a grid of two-level splits: memory grows as "
+                            "levels², time as levels³")
+    _instead: ClassVar[str] = "'greedy' (or 'greedy_oracle' for the oracle) or 'equal'"
+
+
+class Optimal(_OptimalCost, _PriorMixin, _GreedyBase):
     """Prior-based continuous split minimising RMSRE_τ(T) (at least as good as ``greedy``).
 
     Same parameters as :class:`hierdp.budgets.greedy.Greedy` (``prior``, ``tau``,
-    ``phases`` and ``gamma`` for the greedy start, ``postprocessed``).
+    ``phases`` and ``gamma`` for the greedy start, ``postprocessed``); ``max_levels``
+    defaults to 256 here (the optimiser is dense in the levels: memory levels², time
+    levels³); deeper trees are refused with a :class:`~hierdp.errors.BudgetError`
+    naming ``greedy`` and ``equal``.
     """
 
     name = "optimal"
@@ -107,7 +141,7 @@ class Optimal(_PriorMixin, _GreedyBase):
         return optimal_split(obj, total, phases=self.phases, gamma=self.gamma)
 
 
-class OptimalOracle(_OracleMixin, _GreedyBase):
+class OptimalOracle(_OptimalCost, _OracleMixin, _GreedyBase):
     """Continuous split on the TRUE counts. NOT private: the release flags its ledger."""
 
     name = "optimal_oracle"

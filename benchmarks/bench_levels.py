@@ -17,7 +17,7 @@ context (~60 µs) per level's few dozen words. With small draws served from a bu
 reservation (``hierdp.rng``, issue 35 item 8): 10⁵ levels with ``blue``, ``seed=1`` 3.98 s,
 secure 4.20 s (load 1.5, same process); a full run of this script at load 14 (other jobs
 on the 2 cores; the loop floor 1.37 s instead of 0.19 s) gave 14.5-15.3x the floor with
-``seed=1`` and 15.2-17.6x with the secure source, i.e. 2.8-3.3 s at the quiet floor: the
+``seed=1`` and 15.2-17.6x with the secure source (2.9-3.3 s at the quiet floor of 0.19 s): the
 secure source now costs about what the seeded one does. Ledger of 10⁵ levels: 520
 characters as text (one line for the run of levels; was 6 MB), 2.5 MB as JSON (complete:
 every level's name). Run from the worktree root with ``PYTHONPATH=.``:

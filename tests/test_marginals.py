@@ -41,6 +41,10 @@ class Recorder(Mechanism):
         self.calls.append(np.array(out, dtype=float))
         return out
 
+    def sample_keyed(self, values, budget, sensitivity, key, ids, measurement=0):
+        # one recorded call per marginal, as the dense reference expects (not keyed: a test mechanism)
+        return self.sample(values, budget, sensitivity, None)
+
 
 def _marginal_matrix(sizes, dims_idx):
     """A_S as a matrix (k_S x k): sums the cells over the dimensions not in S."""

@@ -65,6 +65,10 @@ class Plan(ABC):
     #: GLS estimate): post-processors that treat their input as independent measurements
     #: (linear steps that need variances, e.g. ``blue``) are refused after it
     returns_estimate: ClassVar[bool] = False
+    #: ``measure`` takes ``key`` (a :class:`~hierdp.keyed_noise.NoiseKey`: noise keyed per
+    #: node, the same for a node whatever subtree task measures it) and ``node_ids`` (each
+    #: node's identity in the full tree); the release passes its key
+    keyed_noise: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         if params:

@@ -38,6 +38,19 @@ has enough words left for the worst case of a draw's binary digits, the digits a
 compared a byte at a time without any resumption point (the fast path); which path a
 draw takes depends only on how many words earlier draws used, never on its own bits.
 
+Keyed draws (:mod:`hierdp.keyed_noise`, what releases use): the same state machine with
+``seg = W > 0`` runs each draw on its own segment of ``W`` words and starts it with no
+bits left over from another draw; the fast path checks the segment's end before every
+word and, if it is reached, hands the digit over to the slow path where it stopped (the
+random bits compared so far were all equal to the constant's, so the digit's law is
+unchanged). A draw whose segment runs out pauses (status 1) and :func:`_fill_keyed`
+resumes it on its own extension stream, block after block, exactly as if its stream
+were infinite; its exact decisions (status 4) take their extra bits from that stream
+too. So every draw is a function of its own words, which depend on the key and the
+draw's identity only. ``W`` (:func:`segment_length`) is a public function of the
+parameters, chosen from measured word use so that under about 1e-3 of the draws need an
+extension.
+
 Integers are int64. A draw whose intermediate values would exceed 2**62 raises
 ``OverflowError`` instead of wrapping; for the parameter ranges accepted below this
 needs an event of probability below exp(-2**20).

@@ -102,6 +102,10 @@ class Mechanism(ABC):
     budget raises :class:`~hierdp.errors.BudgetError` (use :meth:`check_budget`);
     ``sample`` works on any shape and draws all randomness from ``rng``;
     :meth:`audit_neighbours` gives the worst-case pair for :mod:`hierdp.audit`.
+
+    Releases measure through :meth:`sample_keyed` (noise keyed per node,
+    :mod:`hierdp.keyed_noise`), whose default calls ``sample`` once per node on that node's
+    own keyed stream; a mechanism for large trees overrides it (and :meth:`keyed_sampler`).
     """
 
     name: ClassVar[str]

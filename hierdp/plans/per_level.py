@@ -194,13 +194,10 @@ def measure(
             var = variances.get(b)
             if var is None:
                 var = variances[b] = float(mechanism.variance(b, sensitivity))
-            sample = samplers.get(b)
-            if sample is None:
-                if keyed:
-                    sample = mechanism.keyed_sampler(b, sensitivity)
-                else:
-                    sample = mechanism.sampler(b, sensitivity, many_calls=many)
-                samplers[b] = sample
+            if b not in samplers:
+                samplers[b] = (mechanism.keyed_sampler(b, sensitivity) if keyed
+                               else mechanism.sampler(b, sensitivity, many_calls=many))
+            sample = samplers[b]
             if keyed:
                 noisy[idx] = sample(values_internal[idx], rng, cast(np.ndarray, ids)[idx], measurement)
             else:

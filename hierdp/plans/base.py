@@ -17,7 +17,8 @@ Built-in: ``per_level`` (one mechanism call per level, with a budget strategy; D
 al. §3-4, Cai et al. §5). The built-in ``per_level``, ``leaves`` and ``marginals`` plans
 set :attr:`Plan.keyed_noise`: the release hands them its
 :class:`~hierdp.keyed_noise.NoiseKey` and every node's noise depends only on the key, the
-node's identity in the full tree and the cell, whatever subtree task measures it. Third-party plans register through ``hierdp_register_plans``
+node's identity in the full tree and the cell, whatever subtree task measures it.
+Third-party plans register through ``hierdp_register_plans``
 and run :class:`hierdp.testing.BasePlanTests`.
 """
 

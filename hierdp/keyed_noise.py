@@ -180,51 +180,62 @@ def nonce_word(kind: int, measurement: int, attempt: int = 0) -> int:
 
 
 @nb.njit(cache=True, nogil=True)
+def _quarter_round(a, b, c, d):
+    """The ChaCha20 quarter round (RFC 8439 §2.1) on 32-bit values held in int64."""
+    m = 0xFFFFFFFF
+    a = (a + b) & m
+    d ^= a
+    d = ((d << 16) | (d >> 16)) & m
+    c = (c + d) & m
+    b ^= c
+    b = ((b << 12) | (b >> 20)) & m
+    a = (a + b) & m
+    d ^= a
+    d = ((d << 8) | (d >> 24)) & m
+    c = (c + d) & m
+    b ^= c
+    b = ((b << 7) | (b >> 25)) & m
+    return a, b, c, d
+
+
+@nb.njit(cache=True, nogil=True)
 def chacha_block(keyw, n0, n1, n2, counter, out, off):
     """The ChaCha20 block (RFC 8439 §2.3) of key ``keyw`` (8 little-endian 32-bit words),
     block ``counter`` and nonce words ``n0, n1, n2``, as 8 little-endian 64-bit words
     written to ``out[off:off + 8]`` (int64 bit patterns). Integer arithmetic masked to 32
-    bits, so it runs the same compiled or interpreted."""
+    bits in local variables (no allocation), so it runs the same compiled or interpreted."""
     m = 0xFFFFFFFF
-    x = np.empty(16, dtype=np.int64)
-    x[0] = 0x61707865
-    x[1] = 0x3320646E
-    x[2] = 0x79622D32
-    x[3] = 0x6B206574
-    for t in range(8):
-        x[4 + t] = keyw[t]
-    x[12] = counter & m
-    x[13] = n0 & m
-    x[14] = n1 & m
-    x[15] = n2 & m
-    s = x.copy()
-    for _ in range(10):
-        for q in range(8):
-            if q < 4:
-                a, b, c, d = q, q + 4, q + 8, q + 12
-            else:
-                a = q - 4
-                b = 4 + (q - 3) % 4
-                c = 8 + (q - 2) % 4
-                d = 12 + (q - 1) % 4
-            s[a] = (s[a] + s[b]) & m
-            v = s[d] ^ s[a]
-            s[d] = ((v << 16) | (v >> 16)) & m
-            s[c] = (s[c] + s[d]) & m
-            v = s[b] ^ s[c]
-            s[b] = ((v << 12) | (v >> 20)) & m
-            s[a] = (s[a] + s[b]) & m
-            v = s[d] ^ s[a]
-            s[d] = ((v << 8) | (v >> 24)) & m
-            s[c] = (s[c] + s[d]) & m
-            v = s[b] ^ s[c]
-            s[b] = ((v << 7) | (v >> 25)) & m
-    for t in range(8):
-        lo = (s[2 * t] + x[2 * t]) & m
-        hi = (s[2 * t + 1] + x[2 * t + 1]) & m
-        if hi >= 0x80000000:
-            hi -= 0x100000000
-        out[off + t] = (hi << 32) | lo
+    i0, i1, i2, i3 = 0x61707865, 0x3320646E, 0x79622D32, 0x6B206574
+    i4, i5, i6, i7 = keyw[0] & m, keyw[1] & m, keyw[2] & m, keyw[3] & m
+    i8, i9, i10, i11 = keyw[4] & m, keyw[5] & m, keyw[6] & m, keyw[7] & m
+    i12, i13, i14, i15 = counter & m, n0 & m, n1 & m, n2 & m
+    x0, x1, x2, x3, x4, x5, x6, x7 = i0, i1, i2, i3, i4, i5, i6, i7
+    x8, x9, x10, x11, x12, x13, x14, x15 = i8, i9, i10, i11, i12, i13, i14, i15
+    for _ in range(10):  # column rounds, then diagonal rounds
+        x0, x4, x8, x12 = _quarter_round(x0, x4, x8, x12)
+        x1, x5, x9, x13 = _quarter_round(x1, x5, x9, x13)
+        x2, x6, x10, x14 = _quarter_round(x2, x6, x10, x14)
+        x3, x7, x11, x15 = _quarter_round(x3, x7, x11, x15)
+        x0, x5, x10, x15 = _quarter_round(x0, x5, x10, x15)
+        x1, x6, x11, x12 = _quarter_round(x1, x6, x11, x12)
+        x2, x7, x8, x13 = _quarter_round(x2, x7, x8, x13)
+        x3, x4, x9, x14 = _quarter_round(x3, x4, x9, x14)
+    _put(out, off, (x0 + i0) & m, (x1 + i1) & m)
+    _put(out, off + 1, (x2 + i2) & m, (x3 + i3) & m)
+    _put(out, off + 2, (x4 + i4) & m, (x5 + i5) & m)
+    _put(out, off + 3, (x6 + i6) & m, (x7 + i7) & m)
+    _put(out, off + 4, (x8 + i8) & m, (x9 + i9) & m)
+    _put(out, off + 5, (x10 + i10) & m, (x11 + i11) & m)
+    _put(out, off + 6, (x12 + i12) & m, (x13 + i13) & m)
+    _put(out, off + 7, (x14 + i14) & m, (x15 + i15) & m)
+
+
+@nb.njit(cache=True, nogil=True)
+def _put(out, j, lo, hi):
+    """``out[j]`` = the 64-bit word ``hi·2**32 + lo`` as an int64 bit pattern."""
+    if hi >= 0x80000000:
+        hi -= 0x100000000
+    out[j] = (hi << 32) | lo
 
 
 @nb.njit(cache=True, nogil=True)

@@ -80,6 +80,7 @@ import struct
 
 import numpy as np
 
+from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp.rng import RandomSource, _WordSource, chacha20_fill
 
@@ -305,7 +306,8 @@ def segment_words(key: NoiseKey, n0: int, draws: np.ndarray, seg: int, out: np.n
         s_starts, s_stops = starts[short], stops[short]
         lengths = (s_stops - s_starts) * seg
         tmp = np.empty(int(lengths.sum()), dtype=np.int64)
-        _stream_runs(key._words32, n0, draws[s_starts] * seg, lengths, tmp)
+        # interpreted for a small input (compiling costs more than it saves; the same words either way)
+        for_size(_stream_runs, tmp.size)(key._words32, n0, draws[s_starts] * seg, lengths, tmp)
         o = 0
         for a, ln in zip(s_starts, lengths, strict=True):
             ow[a * seg: a * seg + ln] = tmp[o:o + ln]

@@ -896,6 +896,7 @@ def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int
 # --------------------------------------------------------------------------------------
 _EXT_WORDS = 8  # one ChaCha20 block of a draw's extension stream at a time
 _ST_EXT_BLOCK, _ST_ON_EXT = 21, 22  # st slots: next extension block; 1 once the draw left its segment
+_KEYED_GROUP = 8  # keyed chunks whose segments are in memory at once (8 x 2**16 draws x W words: <= 16 MiB)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -1003,7 +1004,8 @@ def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], dra
             return False
         return d.i >= d.out.shape[0]
 
-    group_size = 1 if size <= _CHUNK_DRAWS else _CHUNK_GROUP
+    # chunks in hand at a time: their segments (W words a draw) are computed into re-used slots
+    group_size = 1 if size <= _CHUNK_DRAWS else _KEYED_GROUP
     slots = np.empty((group_size, min(size, _CHUNK_DRAWS) * seg), np.uint64)
     for first in range(0, size, _CHUNK_DRAWS * group_size):
         group = [_KeyedDraws(out[a:min(a + _CHUNK_DRAWS, size)], draws[a:min(a + _CHUNK_DRAWS, size)], gauss, cb,

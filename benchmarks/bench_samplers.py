@@ -13,6 +13,16 @@ three runs.
 numpy baselines (not exact, not private): discrete Laplace as the difference of two
 ``Generator.geometric`` draws, discrete Gaussian as ``rint(Generator.normal)``,
 Laplace as ``Generator.laplace``, Gaussian as ``Generator.normal``.
+
+Keyed noise (issue 30 item 2, :mod:`hierdp.keyed_noise`), at census parameters
+(discrete Laplace ε = 0.1 .. 4, discrete Gaussian σ = 1 .. 100, sensitivity 1), one thread
+unless said: ns per draw of numpy's inexact sampler, of today's path (the stream sampler
+on the default secure source), of the keyed path (every draw on its own ChaCha20 segment
+of ``W`` words, extension stream when it runs out) and of its keystream alone; ratios
+keyed/numpy and keyed/today (target <= 1.5); the keyed path on 2 threads; and the share
+of draws that needed their extension (measured on 200,000 draws)::
+
+    python benchmarks/bench_samplers.py --keyed-only --n 4000000
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ import time
 
 import numpy as np
 
+import hierdp
+from hierdp.keyed_noise import KIND_SEGMENT, NoiseKey, nonce_word, segment_words
 from hierdp.mechanisms import _samplers as S
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.mechanisms.continuous import Gaussian, Laplace
@@ -38,12 +50,84 @@ def _rate(fn, n: int, repeat: int = 3) -> float:
     return n / best
 
 
+def _extension_share(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], seg: int, zig=None,
+                     n: int = 200_000) -> float:
+    """Share of ``n`` draws whose segment of ``seg`` words runs out (the kernel alone)."""
+    jbits, g0, gint, fnum, fden = S._core(a_num, a_den)
+    cb = S._table(a_num, a_den, jbits, g0, S._TABLE_WORDS)
+    zarrs = S._NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
+    words = SeededRandom(5).words(n * seg).view(np.int64)
+    out = np.empty(n, np.int64)
+    st = np.zeros(S._NSTATE, np.int64)
+    i = ext = 0
+    while i < n:
+        st[:] = 0
+        st[0] = S._ZA if gauss == 2 else S._YB
+        st[16] = i * seg
+        i, status = S._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
+                            True, cb, words, seg, st, *zarrs)
+        if status == 0:
+            break
+        ext += 1
+        i += 1
+    return ext / n
+
+
+def keyed_table(n: int) -> None:
+    """Keyed draws beside today's stream sampler and numpy, per draw (see the docstring)."""
+    gen = np.random.default_rng(0)
+    key = NoiseKey.fresh()
+    draws = np.arange(n, dtype=np.int64)
+    old = hierdp.set_threads(1)
+    buf = np.empty(4 * n, dtype=np.uint64)
+    print(f"keyed noise, n = {n:,} draws, ns per draw (lower is better)")
+    print(f"{'sampler':28s} {'W':>2s} {'numpy':>7s} {'today':>7s} {'keyed':>7s} {'stream':>7s} {'k/np':>6s} "
+          f"{'k/today':>7s} {'keyed 2T':>8s} {'ext share':>9s}")
+    cases = []
+    for eps in (0.1, 0.5, 1.0, 2.0, 4.0):
+        par = S.dlap_params(1 / eps)
+        q = 1 - np.exp(-eps)
+        seg = S.segment_length(0, par.s, par.t)
+        cases.append((f"discrete_laplace eps={eps:g}", seg,
+                      lambda m, q=q: gen.geometric(q, m) - gen.geometric(q, m),
+                      lambda m, par=par: S.sample_discrete_laplace(par, m, SecureRandom()),
+                      lambda m, par=par: S.sample_discrete_laplace_keyed(par, key, draws[:m]),
+                      lambda par=par, seg=seg: _extension_share(0, par.s, par.t, (0, 1, 1), seg)))
+    for sigma in (1.0, 3.0, 10.0, 32.0, 100.0):
+        gp = S.dgauss_params(sigma * sigma)
+        z = S._zig(gp.t, gp.mm, gp.bb)
+        seg = S._zig_segment_length(z)
+        cases.append((f"discrete_gaussian sigma={sigma:g}", seg,
+                      lambda m, sigma=sigma: np.rint(gen.normal(0.0, sigma, m)).astype(np.int64),
+                      lambda m, gp=gp: S.sample_discrete_gaussian(gp, m, SecureRandom()),
+                      lambda m, gp=gp: S.sample_discrete_gaussian_keyed(gp, key, draws[:m]),
+                      lambda gp=gp, z=z, seg=seg: _extension_share(2, z.a.numerator, z.a.denominator,
+                                                                   (gp.mm, gp.bb, gp.den), seg, z)))
+    try:
+        for label, seg, np_fn, today_fn, keyed_fn, ext_fn in cases:
+            keyed_fn(1 << 17)  # compile / warm
+            n0 = nonce_word(KIND_SEGMENT, 0)
+            ns = [1e9 / _rate(f, n) for f in (np_fn, today_fn, keyed_fn,
+                                              lambda m, seg=seg: segment_words(key, n0, draws[:m], seg, out=buf))]
+            hierdp.set_threads(2)
+            ns2 = 1e9 / _rate(keyed_fn, n)
+            hierdp.set_threads(1)
+            print(f"{label:28s} {seg:2d} {ns[0]:7.1f} {ns[1]:7.1f} {ns[2]:7.1f} {ns[3]:7.1f} {ns[2] / ns[0]:6.2f} "
+                  f"{ns[2] / ns[1]:7.2f} {ns2:8.1f} {ext_fn():9.1e}", flush=True)
+    finally:
+        hierdp.set_threads(old)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="n = 2**20 instead of 2**24")
     ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--keyed-only", action="store_true", help="only the keyed-noise table")
     args = ap.parse_args()
     n = args.n or (1 << 20 if args.quick else 1 << 24)
+    if args.keyed_only:
+        keyed_table(n)
+        return
     gen = np.random.default_rng(0)
     # warm up the compiled kernels
     S.discrete_laplace(3.0, 1000, SeededRandom(0))
@@ -84,6 +168,8 @@ def main() -> None:
     rho = 0.5
     row("gaussian (grid) rho=0.5", _rate(lambda m: gen.normal(0.0, 1.0, m), n),
         lambda m, rng: Gaussian().sample(zeros[:m], rho, sens, rng))
+    print()
+    keyed_table(min(n, 1 << 22))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from hierdp.errors import (
     expected_one_of,
     warn,
 )
+from hierdp.keyed_noise import NoiseKey
 from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
@@ -419,12 +420,22 @@ def open_account(resolved: Resolved, tree: Tree,
 
 
 def measure(resolved: Resolved, tree: Tree, values_internal: np.ndarray, *, total: float,
-            rng: RandomSource) -> Measurements:
+            rng: RandomSource, key: NoiseKey | None = None) -> Measurements:
     """Step 3: the plan measures the internal-order true ``values_internal`` of ``tree``
     within ``total`` (in the plan's unit) and ``resolved.loss.delta``. The only step that
-    reads true counts together with randomness; what it returns is private."""
+    reads true counts together with randomness; what it returns is private. A plan with
+    :attr:`Plan.keyed_noise` gets ``key`` (:func:`noise_key`): noise keyed per node."""
+    extra = resolved.measure_keywords()
+    if resolved.plan.keyed_noise:
+        extra["key"] = key if key is not None else NoiseKey.from_rng(rng)
     return resolved.plan.measure(tree, values_internal, total=total, delta=resolved.loss.delta,
-                                 sensitivity=resolved.sensitivity, rng=rng, **resolved.measure_keywords())
+                                 sensitivity=resolved.sensitivity, rng=rng, **extra)
+
+
+def noise_key(seed: int | None) -> NoiseKey:
+    """The release's noise key: secure (``os.urandom``) when ``seed`` is None, else derived
+    from the seed (reproducible, not for publication)."""
+    return NoiseKey.fresh() if seed is None else NoiseKey.from_seed(seed)
 
 
 def account(resolved: Resolved, acc: Accountant, meas: Measurements) -> dict[str, Any]:
@@ -570,7 +581,7 @@ def release(
     acc, decomposition = open_account(r, tree, structure)  # a private structure is paid first
     # charged from here on, whatever happens: a release refused after drawing noise is not free to retry
     ticket, session = _reserve(session, r)
-    meas = measure(r, tree, vals_internal, total=r.total - acc.total, rng=rng)
+    meas = measure(r, tree, vals_internal, total=r.total - acc.total, rng=rng, key=noise_key(seed))
     guarantee = account(r, acc, meas)
     est = post_process(r, tree, meas, vals_internal[r.invariants] if r.invariant_names else None)
     ledger = build_ledger(r, tree, meas, guarantee, structure=structure, decomposition=decomposition, rng=rng)

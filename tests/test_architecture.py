@@ -122,7 +122,7 @@ def test_no_import_cycle_even_counting_type_checking_imports():
 
 
 #: the layers, lowest first; a module may import its own layer and those below it only
-LOWER = ("hierdp._engine", "hierdp.errors", "hierdp._version", "hierdp.tree", "hierdp.rng",
+LOWER = ("hierdp._engine", "hierdp.errors", "hierdp._version", "hierdp.tree", "hierdp.rng", "hierdp.keyed_noise",
          "hierdp.mechanisms", "hierdp.generation_matrix")
 HIGHER = ("hierdp.postprocessors", "hierdp.plans", "hierdp.budgets", "hierdp.decompositions",
           "hierdp.frontends", "hierdp.pipeline", "hierdp.spec", "hierdp.cli", "hierdp.session",

@@ -41,6 +41,10 @@ class Recorder(Mechanism):
         self.calls.append(np.array(out, dtype=float))
         return out
 
+    def sample_keyed(self, values, budget, sensitivity, key, ids, measurement=0):
+        # one recorded call per marginal, as the dense reference expects (not keyed: a test mechanism)
+        return self.sample(values, budget, sensitivity, None)
+
 
 def _marginal_matrix(sizes, dims_idx):
     """A_S as a matrix (k_S x k): sums the cells over the dimensions not in S."""
@@ -251,8 +255,9 @@ def test_frames_fill_cells_and_nonneg_round_give_consistent_integers():
         assert np.array_equal(x[node], true[node])
     assert r.ledger.by_level()["state"] == 0.0 and r.ledger.by_level()["county"] == pytest.approx(2.0)
     # census practice: only the totals of the invariant nodes exact; integer=True keeps them
+    # (caught when the cell-by-cell chain moves a total: most seeds, not all; seed 5 does)
     with pytest.raises(PluginError, match="node totals exact"):
-        dpt.release(epsilon=2.0, seed=4, plan=plan, postprocess=["nonneg", "round"], neighbours="substitute",
+        dpt.release(epsilon=2.0, seed=5, plan=plan, postprocess=["nonneg", "round"], neighbours="substitute",
                     invariants=["total", "state"])
     r = dpt.release(epsilon=2.0, seed=4, plan={**plan, "integer": True}, neighbours="substitute",
                     invariants=["total", "state"])

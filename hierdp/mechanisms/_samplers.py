@@ -38,6 +38,19 @@ has enough words left for the worst case of a draw's binary digits, the digits a
 compared a byte at a time without any resumption point (the fast path); which path a
 draw takes depends only on how many words earlier draws used, never on its own bits.
 
+Keyed draws (:mod:`hierdp.keyed_noise`, what releases use): the same state machine with
+``seg = W > 0`` runs each draw on its own segment of ``W`` words and starts it with no
+bits left over from another draw; the fast path checks the segment's end before every
+word and, if it is reached, hands the digit over to the slow path where it stopped (the
+random bits compared so far were all equal to the constant's, so the digit's law is
+unchanged). A draw whose segment runs out pauses (status 1) and :func:`_fill_keyed`
+resumes it on its own extension stream, block after block, exactly as if its stream
+were infinite; its exact decisions (status 4) take their extra bits from that stream
+too. So every draw is a function of its own words, which depend on the key and the
+draw's identity only. ``W`` (:func:`segment_length`) is a public function of the
+parameters, chosen from measured word use so that under about 1e-3 of the draws need an
+extension.
+
 Integers are int64. A draw whose intermediate values would exceed 2**62 raises
 ``OverflowError`` instead of wrapping; for the parameter ranges accepted below this
 needs an event of probability below exp(-2**20).
@@ -58,12 +71,22 @@ from hierdp._engine.jit import numba as nb
 from hierdp._engine.memory import large_empty
 from hierdp._engine.threads import run_pieces
 from hierdp.errors import BudgetError
+from hierdp.keyed_noise import (
+    KIND_EXTENSION,
+    KIND_SEGMENT,
+    KeyedStream,
+    NoiseKey,
+    chacha_block,
+    nonce_word,
+    segment_words,
+)
 from hierdp.rng import RandomSource, reserve_words
 
 __all__ = [
     "DLapParams", "DGaussParams", "dlap_params", "dgauss_params",
     "discrete_laplace", "discrete_gaussian", "sample_discrete_laplace", "sample_discrete_gaussian",
     "discrete_laplace_variance", "discrete_gaussian_variance", "rational_scale", "PRECISION_BITS",
+    "sample_discrete_laplace_keyed", "sample_discrete_gaussian_keyed",
 ]
 
 #: discrete Laplace scales are rounded (towards more noise) by less than 2**-PRECISION_BITS
@@ -96,9 +119,14 @@ _ST_OK, _ST_WORDS, _ST_OVERFLOW, _ST_PRECISION, _ST_UNDECIDED = 0, 1, 2, 3, 4
 
 
 @nb.njit(cache=True, nogil=True)
-def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, words, st,
+def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, words, seg, st,
           zi, zf, zthr, zalias, zhinv):
     """Fill out[start:] with draws; returns (next index, status). State lives in ``st``.
+
+    ``seg = 0``: one stream of words for all draws. ``seg > 0`` (keyed noise): draw ``i``
+    has its own segment ``words[i·seg:(i+1)·seg]``; it starts with no bits left over and
+    returns status 1 (state in ``st``) when its segment is used up, to be continued on its
+    own extension words (:func:`_fill_keyed`).
 
     Magnitude of the discrete Laplace core: Y = Σ_{j<J} b_j 2^j + 2^J·H with independent
     b_j ~ Bernoulli(1/(1 + e^{a 2^j})) (rows 0..J-1 of ``cb``) and H geometric with
@@ -109,6 +137,8 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
     """
     n = out.shape[0]
     nw = words.shape[0]
+    if seg > 0:
+        nw = (start + 1) * seg  # the end of the current draw's segment
     wcb = cb.shape[1]
     row_g0 = jbits
     row_e1 = jbits + 1
@@ -147,13 +177,20 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
     status = 0
     while i < n:
         if phase == _YB:
-            if fast and jj == 0 and ci == 0 and pos + reserve <= nw:
+            if fast and jj == 0 and ci == 0 and (seg > 0 or pos + reserve <= nw):
                 # fast path (enough words reserved for the worst case of every digit):
                 # each digit compares 8 random bits with the top byte of p_j, branch-free;
-                # a tie (probability 1/256) continues that digit byte by byte.
+                # a tie (probability 1/256) continues that digit byte by byte. On a
+                # segment (seg > 0) that runs out, the slow path takes over at the same
+                # digit and byte (ho): the bits compared so far were all equal to p_j's.
                 j = 0
+                ho = False
                 while j < jbits:
                     if nbits < 8:
+                        if pos >= nw:
+                            ho = True
+                            ci = 0
+                            break
                         cur = words[pos]
                         pos += 1
                         nbits = 64
@@ -167,6 +204,9 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
                             if ci8 >= wcb * 8:
                                 break
                             if nbits < 8:
+                                if pos >= nw:
+                                    ho = True
+                                    break
                                 cur = words[pos]
                                 pos += 1
                                 nbits = 64
@@ -175,6 +215,9 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
                             nbits -= 8
                             c8 = (cb[j, ci8 >> 3] >> (56 - ((ci8 & 7) << 3))) & 255
                             ci8 += 1
+                        if ho:
+                            ci = 2 * ci8
+                            break
                         if r8 == c8:  # table exhausted: hand over to the slow path
                             jj = j
                             ci = 2 * ci8
@@ -184,11 +227,13 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
                     j += 1
                 if status != 0:
                     break
-                h = 0
-                phase = _YH
-                sub = 0
-                ci = 0
-                continue
+                if not ho:
+                    h = 0
+                    phase = _YH
+                    sub = 0
+                    ci = 0
+                    continue
+                jj = j  # segment used up: on to the slow path at digit j
             # slow path (resumable anywhere): 4-bit chunks, one tabulated Bernoulli per bit
             while jj < jbits:
                 if ci >= wcb * 16:
@@ -288,6 +333,10 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
             else:
                 out[i] = y
                 i += 1
+                if seg > 0:  # the next draw starts on its own segment
+                    pos = i * seg
+                    nw = pos + seg
+                    nbits = 0
                 phase = _YB
                 jj = 0
                 ci = 0
@@ -438,6 +487,10 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
             if zm == 0 and zdirect:  # w = 1: the zero block has its own (halved) weight
                 out[i] = 0
                 i += 1
+                if seg > 0:
+                    pos = i * seg
+                    nw = pos + seg
+                    nbits = 0
                 phase = _ZA
                 continue
             if b == 1 and zm == 0:
@@ -445,6 +498,10 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
                 continue
             out[i] = (zm ^ -b) + b
             i += 1
+            if seg > 0:
+                pos = i * seg
+                nw = pos + seg
+                nbits = 0
             phase = _ZA
         elif phase == _YH2:
             if res == 1:
@@ -529,6 +586,10 @@ def _fill(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz,
             if res == 1:
                 out[i] = y
                 i += 1
+                if seg > 0:
+                    pos = i * seg
+                    nw = pos + seg
+                    nbits = 0
             phase = _YB
             jj = 0
             ci = 0
@@ -779,7 +840,7 @@ def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int
         if d.fetch is not None:
             d.words, d.fetch = d.fetch(d.slot).view(np.int64), None
         return fill(gauss, d.out, d.i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den, _ACCEPT_FUZZ,
-                    _FAST_PATH, d.cb, d.words, d.st, *zarrs)
+                    _FAST_PATH, d.cb, d.words, 0, d.st, *zarrs)
 
     def settle(d: _Draws, status: int) -> bool:
         """Act on a stopped run (in chunk order: this may take words from ``rng``); True when done."""
@@ -821,6 +882,138 @@ def _run(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], size: int
             d.fetch, d.slot = reserve_words(rng, d.need(words_per_draw)), slot
         while group:
             stops = run_pieces(step, group)
+            left = []
+            for d, (i, status) in zip(group, stops, strict=True):
+                d.i = i
+                if not settle(d, status):
+                    left.append(d)
+            group = left
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# keyed noise: every draw on its own words (hierdp.keyed_noise)
+# --------------------------------------------------------------------------------------
+_EXT_WORDS = 8  # one ChaCha20 block of a draw's extension stream at a time
+_ST_EXT_BLOCK, _ST_ON_EXT = 21, 22  # st slots: next extension block; 1 once the draw left its segment
+_KEYED_GROUP = 8  # keyed chunks whose segments are in memory at once (8 x 2**16 draws x W words: <= 16 MiB)
+
+
+@nb.njit(cache=True, nogil=True)
+def _fill_keyed(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, words, seg, st,
+                zi, zf, zthr, zalias, zhinv, keyw, n0x, draws, ext):
+    """Fill out[start:] with draw ``i`` on its segment ``words[i·seg:(i+1)·seg]`` and, if
+    that runs out, on its extension stream (ChaCha20 nonce ``(n0x, draws[i])``, blocks 0,
+    1, ... computed here into ``ext``), resuming its state machine exactly where it
+    stopped. Returns (index, status) like :func:`_fill`: status 0 when done, 2/3/4 for
+    the caller to act on (state in ``st``; call again from the returned index)."""
+    n = out.shape[0]
+    i = start
+    while i < n:
+        if st[22] == 0:
+            i, status = _fill(gauss, out, i, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, words,
+                              seg, st, zi, zf, zthr, zalias, zhinv)
+            if status != 1:
+                return i, status
+            st[22] = 1  # the segment of draw i is used up: on to its extension
+            st[21] = 0
+            st[16] = ext.shape[0]
+        if st[16] >= ext.shape[0]:
+            if st[21] >= 4294967295:
+                return i, 2
+            dd = draws[i]
+            chacha_block(keyw, n0x, dd & 0xFFFFFFFF, dd >> 32, st[21], ext, 0)
+            st[21] += 1
+            st[16] = 0
+        j, status = _fill(gauss, out[i:i + 1], 0, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, ext,
+                          0, st, zi, zf, zthr, zalias, zhinv)
+        if status == 1:
+            continue
+        if status != 0:
+            return i, status
+        for t in range(st.shape[0]):  # draw i is done: the next starts afresh on its segment
+            st[t] = 0
+        st[0] = _ZA if gauss == 2 else _YB
+        i += 1
+        st[16] = i * seg
+    return i, 0
+
+
+class _KeyedDraws:
+    """One chunk of keyed draws: its outputs, global draw indices and state."""
+
+    __slots__ = ("out", "draws", "i", "st", "cb", "nwords", "words", "slot", "ext")
+
+    def __init__(self, out: np.ndarray, draws: np.ndarray, gauss: int, cb: np.ndarray, slot: np.ndarray) -> None:
+        self.out, self.draws, self.i, self.cb, self.nwords, self.slot = out, draws, 0, cb, _TABLE_WORDS, slot
+        self.st = np.zeros(_NSTATE, dtype=np.int64)
+        self.st[0] = _ZA if gauss == 2 else _YB
+        self.words: np.ndarray | None = None
+        self.ext = np.zeros(_EXT_WORDS, dtype=np.int64)
+
+
+def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], draws: np.ndarray, key: NoiseKey,
+               measurement: int, seg: int, zig: _Zig | None = None, attempt: int = 0) -> np.ndarray:
+    """One draw per global draw index in ``draws``, each on its own keyed words (see
+    :mod:`hierdp.keyed_noise`): the output for an index is the same whatever the other
+    indices, their order, the chunking and the threads. Chunks of :data:`_CHUNK_DRAWS`
+    draws run on up to ``hierdp.get_threads()`` threads."""
+    if not isinstance(key, NoiseKey):
+        raise TypeError(f"keyed noise needs a NoiseKey, got {type(key).__name__}")
+    draws = np.ascontiguousarray(draws, dtype=np.int64)
+    size = int(draws.size)
+    out = large_empty(size, np.int64)
+    if size == 0:
+        return out
+    n0 = nonce_word(KIND_SEGMENT, measurement, attempt)
+    n0x = nonce_word(KIND_EXTENSION, measurement, attempt)
+    jbits, g0, gint, fnum, fden = _core(a_num, a_den)
+    mm, bb, den = dg
+    cb = _table(a_num, a_den, jbits, g0, _TABLE_WORDS)
+    zarrs = _NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
+    fill = for_size(_fill_keyed, size)
+    keyw = key._words32
+
+    def step(d: _KeyedDraws) -> tuple[int, int]:
+        if d.words is None:
+            d.words = segment_words(key, n0, d.draws, seg, out=d.slot).view(np.int64)
+        return fill(gauss, d.out, d.i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den, _ACCEPT_FUZZ, _FAST_PATH,
+                    d.cb, d.words, seg, d.st, *zarrs, keyw, n0x, d.draws, d.ext)
+
+    def settle(d: _KeyedDraws, status: int) -> bool:
+        st = d.st
+        if status == _ST_OVERFLOW:
+            raise OverflowError("an exact sampler hit an intermediate value above 2**62; "
+                                "this should not happen for supported parameters (report it)")
+        if status == _ST_PRECISION:
+            d.nwords *= 2
+            d.cb = _table(a_num, a_den, jbits, g0, d.nwords)
+            return False
+        if status == _ST_UNDECIDED:  # more bits of U, from the draw's own extension stream
+            if st[_ST_ON_EXT] == 0:
+                st[_ST_ON_EXT], st[_ST_EXT_BLOCK] = 1, 0
+            src = KeyedStream(key, n0x, int(d.draws[d.i]), block=int(st[_ST_EXT_BLOCK]))
+            if gauss == 2:
+                ok = zig.accept_exact(int(st[19]), int(st[20]), int(st[17]), src)
+                st[0] = _ZS if ok else _ZA
+            else:
+                st[8] = int(_accept_exact(int(st[18]), den, int(st[17]), src))
+                st[0] = _GF
+            st[_ST_EXT_BLOCK] = src.block
+            st[16] = _EXT_WORDS  # the extension block in hand is not reused: the next one comes
+            return False
+        return d.i >= d.out.shape[0]
+
+    # chunks in hand at a time: their segments (W words a draw) are computed into re-used slots
+    group_size = 1 if size <= _CHUNK_DRAWS else _KEYED_GROUP
+    slots = np.empty((group_size, min(size, _CHUNK_DRAWS) * seg), np.uint64)
+    for first in range(0, size, _CHUNK_DRAWS * group_size):
+        group = [_KeyedDraws(out[a:min(a + _CHUNK_DRAWS, size)], draws[a:min(a + _CHUNK_DRAWS, size)], gauss, cb,
+                             slot)
+                 for a, slot in zip(range(first, min(first + _CHUNK_DRAWS * group_size, size), _CHUNK_DRAWS), slots,
+                                    strict=False)]
+        while group:
+            stops = run_pieces(step, group) if len(group) > 1 else [step(group[0])]
             left = []
             for d, (i, status) in zip(group, stops, strict=True):
                 d.i = i
@@ -968,6 +1161,59 @@ def sample_discrete_gaussian(params: DGaussParams, size: int, rng: RandomSource,
     wpd = (int(z.zi[0] + z.zi[1]) + int(z.zi[2]) + 33) * 1.1 / 64 + 0.05
     return _run(2, z.a.numerator, z.a.denominator, (params.mm, params.bb, params.den), size, rng, wpd, z,
                 compiled=compiled)
+
+
+#: segment words per keyed draw (None: :func:`segment_length` decides; tests set 1 to force extensions)
+_SEG_WORDS: int | None = None
+
+
+def segment_length(gauss: int, a_num: int, a_den: int) -> int:
+    """``W``, the words of a keyed draw's segment (:mod:`hierdp.keyed_noise`), a public
+    function of the sampler and its parameters: enough that under 1e-3 of the draws need
+    their extension stream (measured: benchmarks/bench_samplers.py), few enough that the
+    keystream costs little next to the sampler."""
+    if _SEG_WORDS is not None:
+        return _SEG_WORDS
+    if gauss == 2:
+        return 4  # not reached: see _zig_segment_length
+    # discrete Laplace (and CKS): by the number J of binary digits (measured extension
+    # rates at eps = 0.1, 0.5, 1, 2, 4: 3.8e-4, 1.1e-4, 1.3e-4, 3.5e-5, 8.5e-5)
+    jbits = _core(a_num, a_den)[0]
+    return 3 if (jbits >= 6 or jbits <= 1) else 4
+
+
+def _zig_segment_length(z: _Zig) -> int:
+    """``W`` for the block sampler, by the share of its alias table's padding slot (a
+    retry that costs a word): measured extension rates 0 to 1.1e-3 for σ from 1 to 100."""
+    if _SEG_WORDS is not None:
+        return _SEG_WORDS
+    weights, total = z.probs
+    pad = 1.0 - sum(weights) / total
+    return 2 if pad < 0.1 else (3 if pad < 0.3 else 4)
+
+
+def sample_discrete_laplace_keyed(params: DLapParams, key: NoiseKey, draws: np.ndarray, measurement: int = 0,
+                                  attempt: int = 0) -> np.ndarray:
+    """Exact discrete Laplace draws, one per global draw index in ``draws``, on keyed words
+    (:mod:`hierdp.keyed_noise`): draw ``d``'s value depends only on ``key``,
+    ``measurement``, ``attempt`` and ``d``."""
+    return _run_keyed(0, params.s, params.t, (0, 1, 1), draws, key, measurement,
+                      segment_length(0, params.s, params.t), attempt=attempt)
+
+
+def sample_discrete_gaussian_keyed(params: DGaussParams, key: NoiseKey, draws: np.ndarray, measurement: int = 0,
+                                   method: str | None = None) -> np.ndarray:
+    """Exact discrete Gaussian draws on keyed words, one per global draw index in ``draws``
+    (see :func:`sample_discrete_laplace_keyed`; ``method`` as for :func:`sample_discrete_gaussian`)."""
+    method = method or _DG_METHOD
+    if method == "cks":
+        return _run_keyed(1, 1, params.t, (params.mm, params.bb, params.den), draws, key, measurement,
+                          segment_length(1, 1, params.t))
+    if method != "blocks":
+        raise ValueError(f"unknown discrete Gaussian method {method!r}; expected 'blocks' or 'cks'")
+    z = _zig(params.t, params.mm, params.bb)
+    return _run_keyed(2, z.a.numerator, z.a.denominator, (params.mm, params.bb, params.den), draws, key, measurement,
+                      _zig_segment_length(z), z)
 
 
 def discrete_laplace(scale: float | Fraction, size: int, rng: RandomSource) -> np.ndarray:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -33,15 +34,18 @@ import numpy as np
 
 from hierdp._engine.jit import numba as nb
 from hierdp.errors import DataError
+from hierdp.keyed_noise import NoiseKey, draw_ids
 from hierdp.mechanisms._samplers import (
     dgauss_params,
     discrete_gaussian_variance,
     discrete_laplace_variance,
     dlap_params,
     sample_discrete_gaussian,
+    sample_discrete_gaussian_keyed,
     sample_discrete_laplace,
+    sample_discrete_laplace_keyed,
 )
-from hierdp.mechanisms.base import Mechanism, Sensitivity
+from hierdp.mechanisms.base import Mechanism, Sensitivity, keyed_rows
 from hierdp.rng import RandomSource
 
 __all__ = ["Laplace", "Gaussian", "grid_step"]
@@ -119,6 +123,27 @@ class _GridMechanism(Mechanism):
         return _noisy(x, self._discrete_sample(p, x.size, rng), g, self.name)
 
 
+    @staticmethod
+    @abstractmethod
+    def _discrete_sample_keyed(params: Any, key: NoiseKey, draws: np.ndarray, measurement: int) -> np.ndarray:
+        """Exact integer noise (grid units), one per global draw index, on keyed words."""
+
+    def sample_keyed(self, values: np.ndarray, budget: float, sensitivity: Sensitivity, key: NoiseKey,
+                     ids: np.ndarray, measurement: int = 0) -> np.ndarray:
+        return self.keyed_sampler(budget, sensitivity)(values, key, ids, measurement)
+
+    def keyed_sampler(self, budget: float, sensitivity: Sensitivity) -> Callable[..., np.ndarray]:
+        """:meth:`sample_keyed` with the grid and exact parameters worked out once."""
+        g, p = self._params(budget, sensitivity)
+
+        def sample(values: np.ndarray, key: NoiseKey, ids: np.ndarray, measurement: int = 0) -> np.ndarray:
+            x, node = keyed_rows(values, ids)
+            k = x.shape[1] if x.ndim == 2 else 1
+            return _noisy(x, self._discrete_sample_keyed(p, key, draw_ids(node, k), measurement), g, self.name)
+
+        return sample
+
+
 class Laplace(_GridMechanism):
     """ε-DP Laplace noise with scale Δ₁/ε for real values, on a fine integer grid.
 
@@ -137,6 +162,7 @@ class Laplace(_GridMechanism):
 
     _discrete_variance = staticmethod(discrete_laplace_variance)
     _discrete_sample = staticmethod(sample_discrete_laplace)
+    _discrete_sample_keyed = staticmethod(sample_discrete_laplace_keyed)
 
 
 class Gaussian(_GridMechanism):
@@ -157,3 +183,4 @@ class Gaussian(_GridMechanism):
 
     _discrete_variance = staticmethod(discrete_gaussian_variance)
     _discrete_sample = staticmethod(sample_discrete_gaussian)
+    _discrete_sample_keyed = staticmethod(sample_discrete_gaussian_keyed)

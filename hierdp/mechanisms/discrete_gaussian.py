@@ -10,6 +10,7 @@ from hierdp.mechanisms._samplers import (
     dgauss_params,
     discrete_gaussian_variance,
     sample_discrete_gaussian,
+    sample_discrete_gaussian_keyed,
 )
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.mechanisms.discrete_laplace import ExactIntegerMechanism
@@ -37,3 +38,4 @@ class DiscreteGaussian(ExactIntegerMechanism):
     _noise_variance = staticmethod(discrete_gaussian_variance)
     _noise = staticmethod(sample_discrete_gaussian)
     _noise_compiled = staticmethod(functools.partial(sample_discrete_gaussian, compiled=True))
+    _noise_keyed = staticmethod(sample_discrete_gaussian_keyed)

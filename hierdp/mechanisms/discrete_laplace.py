@@ -12,8 +12,15 @@ from typing import Any
 import numpy as np
 
 from hierdp.errors import DataError
-from hierdp.mechanisms._samplers import DLapParams, discrete_laplace_variance, dlap_params, sample_discrete_laplace
-from hierdp.mechanisms.base import Mechanism, Sensitivity
+from hierdp.keyed_noise import NoiseKey, draw_ids
+from hierdp.mechanisms._samplers import (
+    DLapParams,
+    discrete_laplace_variance,
+    dlap_params,
+    sample_discrete_laplace,
+    sample_discrete_laplace_keyed,
+)
+from hierdp.mechanisms.base import Mechanism, Sensitivity, keyed_rows
 from hierdp.rng import RandomSource
 
 __all__ = ["DiscreteLaplace", "ExactIntegerMechanism", "as_integer_counts"]
@@ -61,6 +68,28 @@ class ExactIntegerMechanism(Mechanism):
         noise = self._noise(self.params(budget, sensitivity), vals.size, rng)
         return vals + noise.reshape(vals.shape)
 
+    @staticmethod
+    @abstractmethod
+    def _noise_keyed(params: Any, key: NoiseKey, draws: np.ndarray, measurement: int) -> np.ndarray:
+        """Exact int64 noise, one draw per global draw index in ``draws``, on keyed words."""
+
+    def sample_keyed(self, values: np.ndarray, budget: float, sensitivity: Sensitivity, key: NoiseKey,
+                     ids: np.ndarray, measurement: int = 0) -> np.ndarray:
+        return self.keyed_sampler(budget, sensitivity)(values, key, ids, measurement)
+
+    def keyed_sampler(self, budget: float, sensitivity: Sensitivity) -> Callable[..., np.ndarray]:
+        """:meth:`sample_keyed` with the exact parameters worked out once: draw ``g·k + c``
+        for cell ``c`` of node ``g`` (``k`` cells per row)."""
+        params = self.params(budget, sensitivity)
+
+        def sample(values: np.ndarray, key: NoiseKey, ids: np.ndarray, measurement: int = 0) -> np.ndarray:
+            vals, node = keyed_rows(values, ids)
+            vals = as_integer_counts(vals, self.name)
+            k = vals.shape[1] if vals.ndim == 2 else 1
+            return vals + self._noise_keyed(params, key, draw_ids(node, k), measurement).reshape(vals.shape)
+
+        return sample
+
     #: ``_noise`` with ``compiled=True`` (the compiled kernel even for a few draws), where the sampler has it
     _noise_compiled: Callable[[Any, int, RandomSource], np.ndarray] | None = None
 
@@ -101,3 +130,4 @@ class DiscreteLaplace(ExactIntegerMechanism):
     _noise_variance = staticmethod(discrete_laplace_variance)
     _noise = staticmethod(sample_discrete_laplace)
     _noise_compiled = staticmethod(functools.partial(sample_discrete_laplace, compiled=True))
+    _noise_keyed = staticmethod(sample_discrete_laplace_keyed)

@@ -27,8 +27,9 @@ from fractions import Fraction
 import numpy as np
 
 from hierdp.errors import BudgetError
-from hierdp.mechanisms._samplers import dlap_params, sample_discrete_laplace
-from hierdp.mechanisms.base import Mechanism, Sensitivity
+from hierdp.keyed_noise import MAX_ATTEMPT, NoiseKey, draw_ids
+from hierdp.mechanisms._samplers import dlap_params, sample_discrete_laplace, sample_discrete_laplace_keyed
+from hierdp.mechanisms.base import Mechanism, Sensitivity, keyed_rows
 from hierdp.mechanisms.discrete_laplace import as_integer_counts
 from hierdp.rng import RandomSource
 
@@ -94,6 +95,28 @@ class TruncatedLaplace(Mechanism):
         bad = np.flatnonzero(np.abs(z) > n)
         while bad.size:  # rejection: exact conditional distribution on [-N, N]
             zz = sample_discrete_laplace(p, bad.size, rng)
+            z[bad] = zz
+            bad = bad[np.abs(zz) > n]
+        return vals + z.reshape(vals.shape)
+
+    def sample_keyed(self, values: np.ndarray, budget: float, sensitivity: Sensitivity, key: NoiseKey,
+                     ids: np.ndarray, measurement: int = 0) -> np.ndarray:
+        """Keyed version of :meth:`sample`: a draw outside [-N, N] is drawn again from the
+        keyed stream of the next ``attempt`` of the same draw index (its own words again),
+        so each value still depends only on the key, the measurement, the node and the cell."""
+        vals, node = keyed_rows(values, ids)
+        vals = as_integer_counts(vals, self.name)
+        p, n = self.params(budget, sensitivity)
+        draws = draw_ids(node, vals.shape[1] if vals.ndim == 2 else 1)
+        z = sample_discrete_laplace_keyed(p, key, draws, measurement)
+        bad = np.flatnonzero(np.abs(z) > n)
+        attempt = 0
+        while bad.size:  # rejection: exact conditional distribution on [-N, N]
+            attempt += 1
+            if attempt > MAX_ATTEMPT:
+                raise OverflowError("truncated Laplace rejected a draw 63 times in a row (probability below "
+                                    "1e-100 for supported parameters; report it)")
+            zz = sample_discrete_laplace_keyed(p, key, draws[bad], measurement, attempt=attempt)
             z[bad] = zz
             bad = bad[np.abs(zz) > n]
         return vals + z.reshape(vals.shape)

@@ -14,7 +14,11 @@ invariants and how, whether it takes the neighbour relation, and whether its mea
 are already an estimate.
 
 Built-in: ``per_level`` (one mechanism call per level, with a budget strategy; Dawson et
-al. §3-4, Cai et al. §5). Third-party plans register through ``hierdp_register_plans``
+al. §3-4, Cai et al. §5). The built-in ``per_level``, ``leaves`` and ``marginals`` plans
+set :attr:`Plan.keyed_noise`: the release hands them its
+:class:`~hierdp.keyed_noise.NoiseKey` and every node's noise depends only on the key, the
+node's identity in the full tree and the cell, whatever subtree task measures it.
+Third-party plans register through ``hierdp_register_plans``
 and run :class:`hierdp.testing.BasePlanTests`.
 """
 
@@ -65,6 +69,10 @@ class Plan(ABC):
     #: GLS estimate): post-processors that treat their input as independent measurements
     #: (linear steps that need variances, e.g. ``blue``) are refused after it
     returns_estimate: ClassVar[bool] = False
+    #: ``measure`` takes ``key`` (a :class:`~hierdp.keyed_noise.NoiseKey`: noise keyed per
+    #: node, the same for a node whatever subtree task measures it) and ``node_ids`` (each
+    #: node's identity in the full tree); the release passes its key
+    keyed_noise: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         if params:

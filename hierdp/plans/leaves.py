@@ -20,14 +20,18 @@ from hierdp.errors import BudgetError
 from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
 from hierdp.plans.base import Plan
-from hierdp.plans.per_level import mechanism_budget_unit, mechanism_total, resolve_mechanism
+from hierdp.plans.per_level import key_for, mechanism_budget_unit, mechanism_total, node_identities, resolve_mechanism
 
 if TYPE_CHECKING:
+    from hierdp.keyed_noise import NoiseKey
     from hierdp.mechanisms.base import Sensitivity
     from hierdp.rng import RandomSource
     from hierdp.tree import Tree
 
 __all__ = ["Leaves"]
+
+#: the measurement id (:mod:`hierdp.keyed_noise`) of the leaf counts
+MEASUREMENT = 1
 
 
 class Leaves(Plan):
@@ -35,6 +39,7 @@ class Leaves(Plan):
     total; internal nodes are left to post-processing."""
 
     name = "leaves"
+    keyed_noise = True
 
     def __init__(self, mechanism: Any = "discrete_laplace") -> None:
         self.mechanism = resolve_mechanism(mechanism)
@@ -51,8 +56,13 @@ class Leaves(Plan):
         return mechanism_total(self.mechanism, loss)
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
-                sensitivity: Sensitivity, rng: RandomSource) -> Measurements:
+                sensitivity: Sensitivity, rng: RandomSource, key: NoiseKey | None = None,
+                node_ids: np.ndarray | None = None) -> Measurements:
+        """Measure the leaves; ``key`` and ``node_ids`` key the noise per node as for
+        ``per_level`` (:func:`hierdp.plans.per_level.measure`)."""
         mech = self.mechanism
+        key = key_for(rng, key)
+        ids = node_identities(tree, node_ids)
         if not total > 0:
             raise BudgetError("no budget left for the leaf counts; lower the structure's share")
         rules.enforce(rules.delta_mechanism_problem(mech.name, mech.delta_per_use, 1, delta), BudgetError)
@@ -60,7 +70,7 @@ class Leaves(Plan):
         out_dtype = np.int64 if (mech.integer and np.issubdtype(values.dtype, np.integer)) else np.float64
         noisy = np.zeros(values.shape, dtype=out_dtype)
         variance = np.full(tree.n_nodes, np.inf)
-        noisy[leaves] = mech.sample(values[leaves], total, sensitivity, rng)
+        noisy[leaves] = mech.sample_keyed(values[leaves], total, sensitivity, key, ids[leaves], MEASUREMENT)
         var = float(mech.variance(total, sensitivity))
         variance[leaves] = var
         unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"

@@ -65,6 +65,8 @@ from hierdp.plans.per_level import (
     _is_strategy,
     _strategy,
     invariant_levels,
+    key_for,
+    node_identities,
     resolve_budget,
     resolve_mechanism,
 )
@@ -74,10 +76,15 @@ from hierdp.postprocessors.rounding import controlled_round
 from hierdp.tree import Tree as _Tree
 
 if TYPE_CHECKING:
+    from hierdp.keyed_noise import NoiseKey
     from hierdp.rng import RandomSource
     from hierdp.tree import Tree
 
-__all__ = ["Marginals", "helmert", "parse_strategy"]
+__all__ = ["Marginals", "helmert", "parse_strategy", "MEASUREMENT_BASE"]
+
+#: marginal ``j`` of a level's strategy is keyed-noise measurement ``MEASUREMENT_BASE + j``
+#: (:mod:`hierdp.keyed_noise`; node identities already separate the levels)
+MEASUREMENT_BASE = 16
 
 
 def helmert(m: int) -> np.ndarray:
@@ -236,6 +243,7 @@ class Marginals(Plan):
     invariant_covers = ("total", "cells")  # each node's total over its cells (census practice) or every cell
     takes_neighbours = True  # for the marginals' sensitivity
     returns_estimate = True  # a consistent GLS estimate with exact variances
+    keyed_noise = True
 
     def __init__(self, strategy: Any = None, cells: Mapping[str, Any] | None = None,
                  mechanism: Any = "discrete_laplace", budget: Any = "equal", integer: bool = False) -> None:
@@ -305,7 +313,14 @@ class Marginals(Plan):
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
-                neighbours: str = "add_remove", invariants_cover: str = "cells") -> Measurements:
+                neighbours: str = "add_remove", invariants_cover: str = "cells", key: NoiseKey | None = None,
+                node_ids: np.ndarray | None = None) -> Measurements:
+        """The GLS estimate (see the class). ``key`` and ``node_ids``: noise keyed per node
+        (:func:`hierdp.plans.per_level.measure`); marginal ``j`` of a level's strategy (in
+        its listed order) is measurement ``MEASUREMENT_BASE + j``, its cells indexed
+        row-major over the dimensions it keeps."""
+        key = key_for(rng, key)
+        ids = node_identities(tree, node_ids)
         if self.cells is None and (values.ndim == 1 or values.shape[1] == 1):
             self_cells: list[tuple[str, int]] = []  # one count per node: no cell dimension
         elif self.cells is None:
@@ -352,11 +367,13 @@ class Marginals(Plan):
             rhs = np.zeros((n_d,) + sizes)
             lam = np.zeros(sizes)
             described[lv] = []
-            for dims, share in strat[lv].items():
+            for j, (dims, share) in enumerate(strat[lv].items()):
                 summed = tuple(i for i, nm in enumerate(names) if nm not in dims)
                 true_m = Xc.sum(axis=tuple(1 + i for i in summed)) if summed else Xc
                 var_m = float(mech.variance(share * b, msens))
-                noisy_m = mech.sample(np.ascontiguousarray(true_m), share * b, msens, rng)
+                flat_m = np.ascontiguousarray(true_m).reshape(n_d, -1)
+                noisy_m = mech.sample_keyed(flat_m, share * b, msens, key, ids[idx], MEASUREMENT_BASE + j)
+                noisy_m = np.asarray(noisy_m).reshape(true_m.shape)
                 rhs += np.expand_dims(np.asarray(noisy_m, dtype=np.float64), tuple(1 + i for i in summed)) / var_m
                 ind = np.ones(sizes)
                 for i in summed:

@@ -15,7 +15,7 @@ variance 0).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -23,7 +23,8 @@ import numpy as np
 from hierdp import registry, rules
 from hierdp.accounting import PrivacyLoss, Spend, loss_total
 from hierdp.budgets.base import BudgetStrategy
-from hierdp.errors import BudgetError, PluginError, PrivacyError, expected_one_of
+from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError, expected_one_of
+from hierdp.keyed_noise import NoiseKey
 from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Mechanism, Sensitivity
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     from hierdp.rng import RandomSource
     from hierdp.tree import Tree
 
-__all__ = ["PerLevel", "resolve_mechanism", "resolve_budget", "measure", "invariant_levels",
-           "apply_invariants"]
+__all__ = ["PerLevel", "resolve_mechanism", "resolve_budget", "measure", "measure_nodes", "node_identities",
+           "invariant_levels", "apply_invariants"]
 
 
 def resolve_mechanism(mechanism: str | Mechanism | Mapping[str, Any]) -> Mechanism:
@@ -138,11 +139,43 @@ def resolve_budget(
 MANY_LEVELS = 256
 
 
+#: the measurement id (:mod:`hierdp.keyed_noise`) of the node counts measured by ``per_level``
+MEASUREMENT = 0
+
+
+def node_identities(tree: Tree, node_ids: np.ndarray | None) -> np.ndarray:
+    """``node_ids`` checked (one non-negative integer per internal-order node of ``tree``,
+    all different), or ``arange(n)`` when None: the global identity of each node that keys
+    its noise (its index in the full tree's internal order)."""
+    n = tree.n_nodes
+    if node_ids is None:
+        return np.arange(n, dtype=np.int64)
+    ids = np.asarray(node_ids)
+    if ids.shape != (n,) or not (n == 0 or np.issubdtype(ids.dtype, np.integer)):
+        raise DataError(f"node_ids must hold one integer per node of the tree ({n}), in its internal order; got "
+                        f"shape {ids.shape} ({ids.dtype})")
+    ids = ids.astype(np.int64, copy=False)
+    if n and (int(ids.min()) < 0 or np.unique(ids).size != n):
+        raise DataError("node_ids must be different non-negative integers (each node's index in the full tree's "
+                        "internal order)")
+    return ids
+
+
 def measure(
     tree: Tree, values_internal: np.ndarray, budgets: Mapping[str, float], mechanism: Mechanism,
-    sensitivity: Sensitivity, rng: Any,
+    sensitivity: Sensitivity, rng: Any, node_ids: np.ndarray | None = None, measurement: int = MEASUREMENT,
 ) -> tuple[np.ndarray, np.ndarray, list[LevelSpend]]:
-    """Noisy values and per-node variances (internal order), one mechanism call per level."""
+    """Noisy values and per-node variances (internal order), one mechanism call per level.
+
+    ``rng``: a :class:`~hierdp.keyed_noise.NoiseKey` (what releases use) draws noise keyed
+    per node (:meth:`Mechanism.sample_keyed`): node ``u``'s noise depends only on the key,
+    ``measurement``, ``node_ids[u]`` (default ``u``) and the cell, so measuring a subtree
+    (``tree`` the subtree, ``node_ids`` its nodes' identities in the full tree) gives the
+    noise the whole tree's measurement gives those nodes. A
+    :class:`~hierdp.rng.RandomSource` draws from that one stream instead (older callers).
+    """
+    keyed = isinstance(rng, NoiseKey)
+    ids = node_identities(tree, node_ids) if keyed else None
     n = tree.n_nodes
     shape = values_internal.shape
     out_dtype = np.int64 if (mechanism.integer and np.issubdtype(values_internal.dtype, np.integer)) else np.float64
@@ -151,7 +184,7 @@ def measure(
     spends: list[LevelSpend] = []
     # by budget: a deep tree has 10⁵ levels and few distinct budgets
     variances: dict[float, float] = {}
-    samplers: dict[float, Any] = {}
+    samplers: dict[float, Callable[..., np.ndarray]] = {}
     many = len(tree.level_names) >= MANY_LEVELS
     for d, name in enumerate(tree.level_names):
         b = float(budgets.get(name, 0.0))
@@ -161,10 +194,14 @@ def measure(
             var = variances.get(b)
             if var is None:
                 var = variances[b] = float(mechanism.variance(b, sensitivity))
-            sample = samplers.get(b)
-            if sample is None:
-                sample = samplers[b] = mechanism.sampler(b, sensitivity, many_calls=many)
-            noisy[idx] = sample(values_internal[idx], rng)
+            if b not in samplers:
+                samplers[b] = (mechanism.keyed_sampler(b, sensitivity) if keyed
+                               else mechanism.sampler(b, sensitivity, many_calls=many))
+            sample = samplers[b]
+            if keyed:
+                noisy[idx] = sample(values_internal[idx], rng, cast(np.ndarray, ids)[idx], measurement)
+            else:
+                noisy[idx] = sample(values_internal[idx], rng)
             variance[idx] = var
         else:
             var = math.inf
@@ -172,6 +209,37 @@ def measure(
                                  mechanism=mechanism.name, n_nodes=n_level, noise_variance=var,
                                  sensitivity_l1=sensitivity.l1, sensitivity_l2=sensitivity.l2))
     return noisy, variance, spends
+
+
+def measure_nodes(
+    tree: Tree, values: np.ndarray, node_ids: np.ndarray, budgets: Mapping[str, float], mechanism: Mechanism,
+    sensitivity: Sensitivity, key: NoiseKey, measurement: int = MEASUREMENT,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keyed noisy values and variances of any subset of the nodes of ``tree`` (the full
+    tree), given the budgets allocated on the full tree: row ``r`` of ``values`` (shape
+    ``(m,)`` or ``(m, k)``) is node ``node_ids[r]`` (internal order), in any order. Each
+    node gets exactly the noise :func:`measure` gives it on the whole tree with ``key``,
+    so measuring a partition of the nodes part by part, in any order and on any thread
+    count, gives the whole measurement."""
+    ids = np.asarray(node_ids)
+    if ids.ndim != 1 or ids.shape[0] != np.asarray(values).shape[0] or not (
+            ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+        raise DataError("node_ids must hold one integer node (internal order of the full tree) per row of values")
+    ids = ids.astype(np.int64, copy=False)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= tree.n_nodes):
+        raise DataError(f"node_ids must be nodes of the tree: internal-order indices in [0, {tree.n_nodes})")
+    depth = tree.internal.depth[ids]
+    out_dtype = np.int64 if (mechanism.integer and np.issubdtype(values.dtype, np.integer)) else np.float64
+    noisy = np.zeros(values.shape, dtype=out_dtype)
+    variance = np.full(ids.size, np.inf)
+    for d, name in enumerate(tree.level_names):
+        b = float(budgets.get(name, 0.0))
+        rows = np.flatnonzero(depth == d)
+        if b <= 0 or rows.size == 0:
+            continue
+        noisy[rows] = mechanism.sample_keyed(values[rows], b, sensitivity, key, ids[rows], measurement)
+        variance[rows] = float(mechanism.variance(b, sensitivity))
+    return noisy, variance
 
 
 def invariant_levels(tree: Tree, invariants: np.ndarray | None) -> list[str]:
@@ -220,6 +288,15 @@ def mechanism_total(mechanism: Mechanism, loss: PrivacyLoss) -> tuple[float, dic
                                        "rho": None}
 
 
+def key_for(rng: RandomSource, key: NoiseKey | None) -> NoiseKey:
+    """``key``, or :meth:`NoiseKey.from_rng` ``(rng)`` for a caller that gives only a random source."""
+    if key is None:
+        return NoiseKey.from_rng(rng)
+    if not isinstance(key, NoiseKey):
+        raise PluginError(f"key must be a hierdp.keyed_noise.NoiseKey, got {type(key).__name__:.60}")
+    return key
+
+
 class PerLevel(Plan):
     """One mechanism call per level, budgets from a strategy (basic composition over levels).
 
@@ -230,6 +307,7 @@ class PerLevel(Plan):
 
     name = "per_level"
     supports_invariants = True
+    keyed_noise = True
 
     def __init__(self, mechanism: Any = "discrete_laplace", budget: Any = "equal") -> None:
         self.mechanism = resolve_mechanism(mechanism)
@@ -253,7 +331,11 @@ class PerLevel(Plan):
         return mechanism_total(mech, loss)
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
-                sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None) -> Measurements:
+                sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
+                key: NoiseKey | None = None, node_ids: np.ndarray | None = None) -> Measurements:
+        """Measure every level (see the class); ``key``: noise keyed per node (releases pass
+        one; without it a key is drawn from ``rng``), ``node_ids``: the nodes' identities in
+        the full tree (:func:`measure`)."""
         mech = self.mechanism
         inv_levels = invariant_levels(tree, invariants)
         alloc, desc, reads_true = resolve_budget(tree, total, self.budget if self._strategy is None
@@ -261,7 +343,8 @@ class PerLevel(Plan):
                                                  true_values=tree.to_external(values), invariant_levels=inv_levels)
         measured = sum(1 for b in alloc.values() if b > 0)
         rules.enforce(rules.delta_mechanism_problem(mech.name, mech.delta_per_use, measured, delta), BudgetError)
-        noisy, variance, levels = measure(tree, values, alloc, mech, sensitivity, rng)
+        noisy, variance, levels = measure(tree, values, alloc, mech, sensitivity, key_for(rng, key),
+                                          node_ids=node_ids)
         noisy, variance = apply_invariants(values, noisy, variance, invariants)
         for i, ls in enumerate(levels):
             if ls.level in inv_levels:

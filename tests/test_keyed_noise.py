@@ -1,0 +1,455 @@
+"""Noise keyed per node (hierdp.keyed_noise, issue 30 item 2): the keystream construction,
+the key's handling, exactness of the keyed samplers (against the exact pmf, with and
+without forced extensions) and invariance of every node's noise to splits, order and threads."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import pickle
+import struct
+import warnings
+
+import numpy as np
+import pytest
+
+import hierdp
+import hierdp.mechanisms._samplers as S
+from hierdp import keyed_noise as K
+from hierdp._engine.jit import interpreted
+from hierdp.mechanisms.base import Mechanism, Sensitivity
+from hierdp.mechanisms.continuous import Gaussian, Laplace
+from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
+from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
+from hierdp.mechanisms.truncated_laplace import TruncatedLaplace
+from hierdp.plans import per_level
+from hierdp.rng import SeededRandom, chacha20_fill
+from tests.test_samplers import _chi2_by_cdf, _dg_cdf, _dlap_cdf
+
+N = 1_000_000
+KEY = K.NoiseKey.from_seed(12345)
+
+
+def _openssl_words(key: K.NoiseKey, nonce: bytes, counter: int, n: int) -> np.ndarray:
+    return chacha20_fill(key._key, nonce, counter, np.empty(n, dtype=np.uint64))
+
+
+# --------------------------------------------------------------------------------------
+# the keystream
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("run", ["compiled", "interpreted"])
+def test_chacha_block_is_rfc8439_as_openssl_computes_it(run):
+    fn = K.chacha_block if run == "compiled" else interpreted(K.chacha_block)
+    # RFC 8439 §2.3.2 test vector: key 00..1f, nonce 00:00:00:09:00:00:00:4a:00:00:00:00, counter 1
+    key = K.NoiseKey(bytes(range(32)), secure=False)
+    nonce = bytes.fromhex("000000090000004a00000000")
+    n0, n1, n2 = struct.unpack("<III", nonce)
+    out = np.zeros(8, dtype=np.int64)
+    fn(key._words32, n0, n1, n2, 1, out, 0)
+    assert out.view(np.uint64).astype("<u8").tobytes().hex().startswith("10f1e7e4d13b5915500fdd1fa32071c4")
+    for counter, (a, b, c) in [(0, (1, 2, 3)), (2**32 - 1, (0xFFFFFFFF, 0, 7)), (12345, (K.nonce_word(2, 5), 77, 0))]:
+        fn(KEY._words32, a, b, c, counter, out, 0)
+        ref = _openssl_words(KEY, struct.pack("<III", a, b, c), counter, 8)
+        np.testing.assert_array_equal(out.view(np.uint64), ref)
+
+
+def test_segments_are_the_keystream_at_d_times_w_whatever_the_runs():
+    n0 = K.nonce_word(K.KIND_SEGMENT, 3)
+    base = _openssl_words(KEY, struct.pack("<III", n0, 0, 0), 0, 4000)
+    rng = np.random.default_rng(0)
+    for seg in (1, 2, 3, 4):
+        draws = rng.permutation(np.r_[np.arange(0, 600), np.arange(700, 705), [999, 3]])[: 900]
+        w = K.segment_words(KEY, n0, draws, seg)  # long runs by OpenSSL, short ones compiled
+        ref = np.concatenate([base[d * seg:(d + 1) * seg] for d in draws])
+        np.testing.assert_array_equal(w, ref)
+    # across a change of the nonce's high part: block 2**32 starts the nonce (n0, 1, 0)
+    d0 = (1 << 34) - 300  # seg 2: words 2**35 - 600 .. 2**35 + 600
+    long_run = K.segment_words(KEY, n0, np.arange(d0, d0 + 600), 2)
+    short = np.concatenate([K.segment_words(KEY, n0, np.array([d]), 2) for d in (d0, d0 + 299, d0 + 300, d0 + 599)])
+    np.testing.assert_array_equal(short, long_run[[0, 1, 598, 599, 600, 601, 1198, 1199]])
+    hi = _openssl_words(KEY, struct.pack("<III", n0, 1, 0), 0, 8)
+    np.testing.assert_array_equal(long_run[600:608], hi)
+
+
+def test_keyed_stream_takes_whole_blocks_of_its_own_nonce():
+    s = K.KeyedStream(KEY, K.nonce_word(K.KIND_NODE, 2), 2**40 + 5)
+    a, b = s.words(3), s.words(9)
+    ref = _openssl_words(KEY, struct.pack("<IQ", K.nonce_word(K.KIND_NODE, 2), 2**40 + 5), 0, 24)
+    np.testing.assert_array_equal(a, ref[:3])
+    np.testing.assert_array_equal(b, ref[8:17])
+    assert s.block == 3
+
+
+def test_nonce_words_keep_kinds_measurements_and_attempts_apart():
+    words = {K.nonce_word(kind, m, a) for kind in (1, 2, 3) for m in (0, 1, 2**24 - 1) for a in (0, 1, 63)}
+    assert len(words) == 27
+    with pytest.raises(ValueError, match="measurement id"):
+        K.nonce_word(1, 2**24)
+    with pytest.raises(ValueError, match="attempt"):
+        K.nonce_word(1, 0, 64)
+
+
+# --------------------------------------------------------------------------------------
+# the key
+# --------------------------------------------------------------------------------------
+def test_key_from_seed_is_sha256_of_tag_and_seed_and_marked_not_secure():
+    k = K.NoiseKey.from_seed(7)
+    want = hashlib.sha256(b"hierdp noise key from seed, v1\x00" + (7).to_bytes(32, "little")).digest()
+    assert k._key == want and not k.secure and k.seed == 7
+    assert K.NoiseKey.from_seed(8)._key != want
+    with pytest.raises(ValueError, match="seed"):
+        K.NoiseKey.from_seed(-1)
+
+
+def test_fresh_keys_are_secure_different_and_never_shown():
+    a, b = K.NoiseKey.fresh(), K.NoiseKey.fresh()
+    assert a.secure and a.seed is None and a._key != b._key
+    for shown in (repr(a), str(a), repr(a.export()), repr(K.KeyedStream(a, 1, 0))):
+        assert a._key.hex() not in shown and "secure" in shown
+
+
+def test_keys_pickle_and_copy_only_when_exported():
+    k = K.NoiseKey.fresh()
+    for attempt in (lambda: pickle.dumps(k), lambda: copy.copy(k), lambda: copy.deepcopy(k),
+                    lambda: pickle.dumps(K.KeyedStream(k, 1, 0))):
+        with pytest.raises(TypeError, match="export|not pickled"):
+            attempt()
+    back = pickle.loads(pickle.dumps(k.export())).key()
+    assert back._key == k._key and back.secure
+    d = np.arange(50)
+    p = S.dlap_params(2.0)
+    np.testing.assert_array_equal(S.sample_discrete_laplace_keyed(p, back, d), S.sample_discrete_laplace_keyed(p, k, d))
+
+
+def test_a_key_from_a_random_source_follows_its_security():
+    k = K.NoiseKey.from_rng(SeededRandom(3))
+    assert not k.secure and k.seed == 3 and k._key == K.NoiseKey.from_rng(SeededRandom(3))._key
+    assert K.NoiseKey.from_rng(hierdp.rng.SecureRandom()).secure
+
+
+# --------------------------------------------------------------------------------------
+# exactness of keyed draws
+# --------------------------------------------------------------------------------------
+def _extension_rate(gauss, a_num, a_den, dg, seg, n, zig=None):
+    """Share of draws that use up a segment of ``seg`` words (the kernel on its own)."""
+    jbits, g0, gint, fnum, fden = S._core(a_num, a_den)
+    cb = S._table(a_num, a_den, jbits, g0, S._TABLE_WORDS)
+    zarrs = S._NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
+    words = SeededRandom(5).words(n * seg).view(np.int64)
+    out = np.empty(n, np.int64)
+    st = np.zeros(S._NSTATE, np.int64)
+    i = ext = 0
+    while i < n:
+        st[:] = 0
+        st[0] = S._ZA if gauss == 2 else S._YB
+        st[16] = i * seg
+        i, status = S._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
+                            True, cb, words, seg, st, *zarrs)
+        if status == 0:
+            break
+        ext += 1
+        i += 1
+    return ext / n
+
+
+@pytest.mark.parametrize("scale", [0.3, 1.0, 7.5, 1e4, 3e7])
+def test_keyed_discrete_laplace_matches_pmf(scale):
+    p = S.dlap_params(scale)
+    q = math.exp(-p.s / p.t)
+    x = S.sample_discrete_laplace_keyed(p, K.NoiseKey.from_seed(int(scale * 10)), np.arange(N))
+    assert _chi2_by_cdf(x, _dlap_cdf(q), int(x.min()), int(x.max())) > 1e-4
+    p0 = (1 - q) / (1 + q)
+    assert abs(np.mean(x == 0) - p0) < 6 * math.sqrt(p0 * (1 - p0) / N)
+
+
+@pytest.mark.parametrize("method", ["blocks", "cks"])
+@pytest.mark.parametrize("sigma2", [0.25, 1.0, 30.25, 1024.0, 1e10])
+def test_keyed_discrete_gaussian_matches_pmf(sigma2, method):
+    p = S.dgauss_params(sigma2)
+    s2 = float(p.sigma2)
+    x = S.sample_discrete_gaussian_keyed(p, K.NoiseKey.from_seed(int(sigma2) + 5), np.arange(N), method=method)
+    if sigma2 > 1e6:
+        from scipy import stats
+
+        sd = math.sqrt(s2)
+
+        def cdf(y):
+            return stats.norm.cdf((int(y) + 0.5) / sd)
+    else:
+        half = int(40 * math.sqrt(s2)) + 5
+        cdf = _dg_cdf(s2, -half, half)
+    assert _chi2_by_cdf(x, cdf, int(x.min()), int(x.max())) > 1e-4
+    assert x.var() == pytest.approx(S.discrete_gaussian_variance(p), rel=6 * math.sqrt(2 / N) + 1e-3)
+
+
+def test_segments_run_out_for_a_sizeable_share_with_one_word():
+    """What the next test relies on: one word per segment sends many draws to their extension."""
+    p = S.dlap_params(1 / 0.5)
+    assert _extension_rate(0, p.s, p.t, (0, 1, 1), 1, 20_000) > 0.05
+    g = S.dgauss_params(1.0)
+    z = S._zig(g.t, g.mm, g.bb)
+    assert _extension_rate(2, z.a.numerator, z.a.denominator, (g.mm, g.bb, g.den), 1, 20_000, z) > 0.05
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_draws_continued_on_their_extension_still_match_pmf(monkeypatch, fast):
+    """Segments of one word: a large share of the draws resume on their extension stream
+    (fast path handed over to the slow one mid-digit included): still the exact law."""
+    monkeypatch.setattr(S, "_SEG_WORDS", 1)
+    monkeypatch.setattr(S, "_FAST_PATH", fast)
+    for scale in (2.0, 25.0):
+        p = S.dlap_params(scale)
+        q = math.exp(-p.s / p.t)
+        x = S.sample_discrete_laplace_keyed(p, KEY, np.arange(400_000))
+        assert _chi2_by_cdf(x, _dlap_cdf(q), int(x.min()), int(x.max())) > 1e-4
+    for sigma2 in (1.0, 1024.0):
+        g = S.dgauss_params(sigma2)
+        x = S.sample_discrete_gaussian_keyed(g, KEY, np.arange(400_000))
+        half = int(40 * math.sqrt(float(g.sigma2))) + 5
+        assert _chi2_by_cdf(x, _dg_cdf(float(g.sigma2), -half, half), int(x.min()), int(x.max())) > 1e-4
+
+
+@pytest.mark.parametrize("method", ["blocks", "cks"])
+def test_keyed_exact_acceptance_path_matches_pmf(monkeypatch, method):
+    """Most candidates decided by the exact path, its extra bits from the draw's own
+    extension stream: the exact law, and the same values whatever the split."""
+    monkeypatch.setattr(S, "_ACCEPT_FUZZ", 0.3)
+    monkeypatch.setattr(S, "_SEG_WORDS", 2)
+    p = S.dgauss_params(2.25)
+    d = np.arange(6000)
+    x = S.sample_discrete_gaussian_keyed(p, KEY, d, method=method)
+    assert _chi2_by_cdf(x, _dg_cdf(float(p.sigma2), -30, 30), int(x.min()), int(x.max()), n_bins=12) > 1e-4
+    part = S.sample_discrete_gaussian_keyed(p, KEY, d[::-7].copy(), method=method)
+    np.testing.assert_array_equal(part, x[::-7])
+
+
+# --------------------------------------------------------------------------------------
+# a draw's value depends on its identity only
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seg", [None, 1])
+def test_each_draw_is_the_same_whatever_the_other_draws_order_chunks_and_threads(monkeypatch, seg):
+    monkeypatch.setattr(S, "_SEG_WORDS", seg)
+    monkeypatch.setattr(S, "_CHUNK_DRAWS", 5000)
+    p = S.dlap_params(3.0)
+    g = S.dgauss_params(40.0)
+    rng = np.random.default_rng(1)
+    d = np.arange(10**9, 10**9 + 60_000)  # compiled, 12 chunks
+    old = hierdp.set_threads(1)
+    try:
+        ref_l = S.sample_discrete_laplace_keyed(p, KEY, d)
+        ref_g = S.sample_discrete_gaussian_keyed(g, KEY, d)
+        for threads in (1, 2):
+            hierdp.set_threads(threads)
+            perm = rng.permutation(d.size)
+            np.testing.assert_array_equal(S.sample_discrete_laplace_keyed(p, KEY, d[perm]), ref_l[perm])
+            np.testing.assert_array_equal(S.sample_discrete_gaussian_keyed(g, KEY, d[perm]), ref_g[perm])
+            sub = np.sort(rng.choice(d.size, 700, replace=False))  # interpreted (small input)
+            np.testing.assert_array_equal(S.sample_discrete_laplace_keyed(p, KEY, d[sub]), ref_l[sub])
+            np.testing.assert_array_equal(S.sample_discrete_gaussian_keyed(g, KEY, d[sub]), ref_g[sub])
+    finally:
+        hierdp.set_threads(old)
+    # another key, measurement or attempt: other noise
+    assert not np.array_equal(S.sample_discrete_laplace_keyed(p, K.NoiseKey.from_seed(1), d[:500]), ref_l[:500])
+    assert not np.array_equal(S.sample_discrete_laplace_keyed(p, KEY, d[:500], measurement=1), ref_l[:500])
+    assert not np.array_equal(S.sample_discrete_laplace_keyed(p, KEY, d[:500], attempt=1), ref_l[:500])
+
+
+# --------------------------------------------------------------------------------------
+# mechanisms
+# --------------------------------------------------------------------------------------
+SENS = Sensitivity()
+
+
+@pytest.mark.parametrize("mech,budget", [(DiscreteLaplace(), 0.7), (DiscreteGaussian(), 0.2), (Laplace(), 0.7),
+                                         (Gaussian(), 0.2), (TruncatedLaplace(delta=1e-3), 0.7)])
+def test_mechanisms_key_noise_per_node_and_cell(mech, budget):
+    ids = np.arange(3000, 3000 + 800) * 3
+    vals = np.zeros((800, 4), dtype=np.int64)
+    out = mech.sample_keyed(vals, budget, SENS, KEY, ids)
+    assert out.shape == vals.shape
+    perm = np.random.default_rng(2).permutation(800)[:300]
+    np.testing.assert_array_equal(mech.sample_keyed(vals[perm], budget, SENS, KEY, ids[perm]), out[perm])
+    # one column: node g's cell 0 is draw g, not draw 4g
+    one = mech.sample_keyed(vals[:, 0], budget, SENS, KEY, ids)
+    assert one.shape == (800,) and not np.array_equal(one, out[:, 0])
+    noise = out.astype(np.float64).ravel()
+    assert noise.var() == pytest.approx(mech.variance(budget, SENS), rel=0.15)
+    if isinstance(mech, TruncatedLaplace):
+        assert np.abs(out).max() <= mech.bound(budget, SENS)
+
+
+def test_truncated_laplace_redraws_a_rejected_draw_from_its_own_next_attempt():
+    mech = TruncatedLaplace(delta=0.2)  # N small: many rejections
+    n = mech.bound(0.3, SENS)
+    ids = np.arange(20_000)
+    out = mech.sample_keyed(np.zeros(ids.size, dtype=np.int64), 0.3, SENS, KEY, ids)
+    assert np.abs(out).max() <= n
+    p = mech.params(0.3, SENS)[0]
+    first = S.sample_discrete_laplace_keyed(p, KEY, ids)
+    kept = np.abs(first) <= n
+    assert 0.01 < 1 - kept.mean()
+    np.testing.assert_array_equal(out[kept], first[kept])
+    second = S.sample_discrete_laplace_keyed(p, KEY, ids[~kept], attempt=1)
+    ok2 = np.abs(second) <= n
+    np.testing.assert_array_equal(out[~kept][ok2], second[ok2])
+    q = math.exp(-p.s / p.t)  # the conditional law on [-n, n]: P(y) ∝ q^|y|
+    ys = np.arange(-n, n + 1)
+    w = q ** np.abs(ys)
+    expected = w / w.sum() * ids.size
+    obs = np.array([(out == y).sum() for y in ys])
+    from scipy import stats
+
+    assert stats.chisquare(obs, expected).pvalue > 1e-4
+
+
+class _Plugin(Mechanism):
+    """A third-party mechanism with only ``sample``: uniform noise in {0, ..., 9} per value."""
+
+    name = "plugin_uniform"
+
+    def variance(self, budget, sensitivity):
+        return 8.25
+
+    def sample(self, values, budget, sensitivity, rng):
+        v = np.asarray(values)
+        return v + rng.integers(10, v.size).reshape(v.shape)
+
+
+def test_a_plugin_mechanism_is_sampled_node_by_node_on_the_nodes_own_stream():
+    mech = _Plugin()
+    ids = np.array([5, 9, 2, 1000])
+    vals = np.zeros((4, 3), dtype=np.int64)
+    out = mech.sample_keyed(vals, 1.0, SENS, KEY, ids, measurement=4)
+    for r, g in enumerate(ids):
+        own = K.KeyedStream(KEY, K.nonce_word(K.KIND_NODE, 4), int(g))
+        np.testing.assert_array_equal(out[r], own.integers(10, 3))
+    np.testing.assert_array_equal(mech.sample_keyed(vals[[3, 1]], 1.0, SENS, KEY, ids[[3, 1]], measurement=4),
+                                  out[[3, 1]])
+
+
+def test_keyed_sampling_refuses_mismatched_ids():
+    with pytest.raises(ValueError, match="one integer node identity per row"):
+        DiscreteLaplace().sample_keyed(np.zeros(3, dtype=np.int64), 1.0, SENS, KEY, np.arange(4))
+    with pytest.raises(ValueError, match="non-negative"):
+        DiscreteLaplace().sample_keyed(np.zeros(2, dtype=np.int64), 1.0, SENS, KEY, np.array([0, -1]))
+
+
+# --------------------------------------------------------------------------------------
+# plans and releases
+# --------------------------------------------------------------------------------------
+def _random_tree(n_leaves: int, seed: int) -> hierdp.Tree:
+    rng = np.random.default_rng(seed)
+    parent = [-1]
+    frontier = [0]
+    while len(parent) < n_leaves * 1.6:
+        p = frontier.pop(0) if frontier else int(rng.integers(len(parent)))
+        for _ in range(int(rng.integers(1, 6))):
+            parent.append(p)
+            frontier.append(len(parent) - 1)
+    return hierdp.Tree.from_parent(np.array(parent))
+
+
+@pytest.mark.parametrize("mechanism,budget_unit", [("discrete_laplace", "epsilon"), ("gaussian", "rho")])
+def test_measuring_a_partition_part_by_part_gives_the_whole_measurement(mechanism, budget_unit):
+    tree = _random_tree(1300, 0)
+    assert tree.n_nodes >= 2000
+    rng = np.random.default_rng(3)
+    leaf = rng.integers(0, 20, size=(tree.n_leaves, 16))
+    vals = tree.to_internal(tree.aggregate(leaf))
+    mech = per_level.resolve_mechanism(mechanism)
+    budgets = {name: 0.1 * (d + 1) for d, name in enumerate(tree.level_names)}
+    budgets[tree.level_names[1]] = 0.0  # an unmeasured level
+    old = hierdp.set_threads(1)
+    try:
+        whole, var, _ = per_level.measure(tree, vals, budgets, mech, SENS, KEY)
+        parts = rng.integers(0, 7, size=tree.n_nodes)
+        for threads in (1, 2):
+            hierdp.set_threads(threads)
+            got = np.full(whole.shape, -999, dtype=whole.dtype)
+            got_var = np.full(tree.n_nodes, -1.0)
+            for part in rng.permutation(7):
+                ids = rng.permutation(np.flatnonzero(parts == part))
+                got[ids], got_var[ids] = per_level.measure_nodes(tree, vals[ids], ids, budgets, mech, SENS, KEY)
+            np.testing.assert_array_equal(got, whole)
+            np.testing.assert_array_equal(got_var, var)
+    finally:
+        hierdp.set_threads(old)
+    noise = (whole - vals)[np.isfinite(var)]
+    assert not np.array_equal(noise, np.zeros_like(noise))
+
+
+def test_a_subtree_measured_with_its_node_ids_gets_the_whole_trees_noise():
+    tree = hierdp.Tree.complete(fanout=3, height=5)
+    vals = tree.to_internal(tree.aggregate(np.arange(tree.n_leaves) % 7))
+    mech = DiscreteLaplace()
+    budgets = dict.fromkeys(tree.level_names, 0.5)
+    whole, _, _ = per_level.measure(tree, vals, budgets, mech, SENS, KEY)
+    # the subtree under the root's second child, as its own tree (internal order of its own)
+    par = tree.internal.parent
+    root_child = np.flatnonzero(par == 0)[1]
+    members = [root_child]
+    for u in range(tree.n_nodes):
+        if u != root_child and par[u] >= 0 and par[u] in set(members):
+            members.append(u)
+    members = np.array(sorted(set(members)))
+    # members are in the whole tree's internal order, parents before children
+    pos = {int(u): i for i, u in enumerate(members)}
+    sub_parent = np.array([-1 if u == root_child else pos[int(par[u])] for u in members])
+    sub = hierdp.Tree.from_parent(sub_parent, level_names=tree.level_names[1:])
+    node_ids = members[sub.to_internal(np.arange(sub.n_nodes))]  # whole-tree id of each subtree node, internal order
+    assert sorted(node_ids) == list(members)
+    got, _, _ = per_level.measure(sub, vals[node_ids], budgets, mech, SENS, KEY, node_ids=node_ids)
+    np.testing.assert_array_equal(got, whole[node_ids])
+
+
+def _release(**kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+        return hierdp.release(**kw)
+
+
+def test_a_seeded_release_measures_with_the_key_of_its_seed():
+    tree = hierdp.Tree.complete(fanout=4, height=4)
+    x = tree.aggregate(np.arange(tree.n_leaves) % 5)
+    r = _release(tree=tree, values=x, epsilon=1.0, seed=11, postprocess=[])
+    alloc = {name: 0.25 for name in tree.level_names}
+    noisy, _, _ = per_level.measure(tree, tree.to_internal(x), alloc, DiscreteLaplace(), SENS,
+                                    K.NoiseKey.from_seed(11))
+    np.testing.assert_array_equal(r.measurements.values, tree.to_external(noisy))
+    assert not np.array_equal(r.measurements.values,
+                              _release(tree=tree, values=x, epsilon=1.0, seed=12, postprocess=[]).measurements.values)
+
+
+def test_the_default_release_key_is_fresh_and_secure(monkeypatch):
+    made = []
+    orig = K.NoiseKey.fresh.__func__
+
+    def spy(cls):
+        made.append(orig(cls))
+        return made[-1]
+
+    monkeypatch.setattr(K.NoiseKey, "fresh", classmethod(spy))
+    tree = hierdp.Tree.complete(fanout=2, height=3)
+    x = tree.aggregate(np.arange(4))
+    a = hierdp.release(tree, x, epsilon=1.0)
+    b = hierdp.release(tree, x, epsilon=1.0)
+    assert len(made) == 2 and all(k.secure for k in made) and made[0]._key != made[1]._key
+    assert a.ledger.secure_randomness and a.ledger.for_publication
+    assert not np.array_equal(a.measurements.values, b.measurements.values)
+
+
+def test_marginals_key_each_marginal_separately():
+    tree = hierdp.Tree.complete(fanout=2, height=3)
+    leaf = np.zeros((tree.n_leaves, 4), dtype=np.int64)
+    x = tree.aggregate(leaf)
+    plan = {"name": "marginals", "cells": {"a": 2, "b": 2}, "strategy": {("a",): 0.5, ("b",): 0.5}}
+    r1 = _release(tree=tree, values=x, epsilon=1.0, seed=3, plan=plan)
+    r2 = _release(tree=tree, values=x, epsilon=1.0, seed=3, plan=plan)
+    np.testing.assert_array_equal(r1.values, r2.values)
+    # the two marginals' noise differs (measurement ids 16 and 17 on the same nodes)
+    mech = DiscreteLaplace()
+    ids = np.arange(tree.n_nodes)
+    a = mech.sample_keyed(np.zeros((tree.n_nodes, 2), dtype=np.int64), 0.5, SENS, KEY, ids, 16)
+    b = mech.sample_keyed(np.zeros((tree.n_nodes, 2), dtype=np.int64), 0.5, SENS, KEY, ids, 17)
+    assert not np.array_equal(a, b)

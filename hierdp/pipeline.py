@@ -875,7 +875,8 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         if top.n_nodes:
             finish(top, tnoisy, tvar, None, None)
         for task in part.tasks():
-            finish(task, *store.get(task.index), None, None)
+            noisy, var = store.get(task.index)
+            finish(task, noisy, var, None, None)
     else:
         x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
                                                     np.concatenate(z_all), np.concatenate(u_all))

@@ -50,10 +50,12 @@ import numpy as np
 
 from hierdp._engine import tree_kernels as TK
 from hierdp._engine.jit import numba as nb
+from hierdp.accounting import Spend
 from hierdp.errors import DataError, HierarchyError, PluginError, did_you_mean
 from hierdp.ledger import LevelSpend
 from hierdp.plans import per_level as PL
 from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.rules import delta_mechanism_problem, enforce
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
@@ -508,9 +510,6 @@ def per_level_allocation(plan: Plan, tree: Tree, total: float, *, sensitivity: S
     """The budget of each level, computed once on the full tree (a strategy reads the whole
     tree's shape), the ledger's per-level spends and the plan's spends and info, as
     ``per_level`` states them in memory. A strategy that reads true counts is refused."""
-    from hierdp.accounting import Spend
-    from hierdp.rules import delta_mechanism_problem, enforce
-
     mech = plan.mechanism  # type: ignore[attr-defined]
     budget = getattr(plan, "_strategy", None) or plan.budget  # type: ignore[attr-defined]
     if getattr(budget, "reads_true_counts", False):

@@ -13,11 +13,11 @@ import pytest
 import hierdp
 from hierdp import subtrees
 from hierdp.errors import DataError, PluginError
+from hierdp.measurements import Estimate
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.pipeline import release, release_by_subtree
 from hierdp.postprocessors.blue import blue
 from hierdp.postprocessors.gmc import GMC, gmc, gmc_weighted
-from hierdp.measurements import Estimate
 
 pytestmark = pytest.mark.filterwarnings("ignore::hierdp.NotForPublicationWarning")
 
@@ -420,3 +420,39 @@ def test_gmc_keeps_its_formula_in_the_info() -> None:
     vals = t.aggregate(np.ones(t.n_leaves, np.int64))
     a, b = _both(t, vals, "L1", postprocess=[GMC(formula=36)])
     assert b.estimate.info == a.estimate.info == {"method": "gmc", "formula": 36}
+
+
+# ---------------------------------------------------------------------------- specs
+def _demo_spec(**extra: Any) -> dict[str, Any]:
+    from importlib import resources
+
+    import yaml
+
+    data = yaml.safe_load(resources.files("hierdp.examples").joinpath("demo.yaml").read_text())
+    data.pop("output", None)
+    data.update(extra)
+    return data
+
+
+def test_a_spec_takes_split_and_releases_what_memory_releases() -> None:
+    from hierdp.spec.runner import run_spec
+
+    a = run_spec(_demo_spec(), seed=3, write=False)
+    b = run_spec(_demo_spec(split="county", postprocess=[]), seed=3, write=False)
+    c = run_spec(_demo_spec(split={"level": "state", "memory": "1GiB"}), seed=3, write=False)
+    for r in (b, c):
+        assert any(n.startswith("computed by subtree") for n in r.ledger.notes)
+    assert a.tree == c.tree and c.tree.is_consistent(c.estimate.values)
+
+
+@pytest.mark.parametrize("split, match", [
+    ("contry", r"unknown split level 'contry'; expected one of total, state, county, tract; did you mean 'county'"),
+    ({"level": "state", "memory": "lots"}, r"split memory must be a positive number of bytes"),
+    ({"levle": "state"}, r"split"),
+])
+def test_a_spec_with_a_bad_split_is_refused_by_validation(split: Any, match: str) -> None:
+    from hierdp.errors import SpecError
+    from hierdp.spec.validate import validate
+
+    with pytest.raises(SpecError, match=match):
+        validate(_demo_spec(split=split), check_files=False)

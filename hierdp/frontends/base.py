@@ -65,7 +65,8 @@ from hierdp.rng import make_rng
 from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
-__all__ = ["RELEASE_KEYWORDS", "TREE_RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "check_keywords", "parameter_names",
+__all__ = ["RELEASE_KEYWORDS", "TREE_RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "check_keywords",
+           "parameter_names",
            "canonical_keywords", "refuse", "take", "admit", "admit_private_structure", "release_path", "door_rng",
            "releases_of",
            "record_release", "spent_text", "register_door", "dptree", "RELEASES_BY_OBJECT"]

@@ -815,6 +815,9 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         invariants=r.invariants if r.invariant_names else None)
     mech, sens, inv = plan.mechanism, r.sensitivity, r.invariants if r.invariant_names else None
     engine = subtrees.SplitGLS(part)
+    # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
+    level_var = np.array([ls.noise_variance for ls in levels if ls.n_nodes] + ([0.0] if inv is not None else []))
+    step_info = subtrees.gls_info(step, level_var) if step is not None else {}
     z_all: list[np.ndarray] = []
     u_all: list[np.ndarray] = []
     root_counts: list[np.ndarray] = []
@@ -864,8 +867,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         if step is None:  # postprocess=[]: the measurements are the estimate
             est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
         else:
-            est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], subtrees.gls_info(step, None),
-                           var, True, True)
+            est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], dict(step_info), var, True, True)
         if task.index in exact:
             est = _check_invariants_kept(est, exact[task.index], inv[task.nodes],  # type: ignore[index]
                                          r.postprocessors, r.cover)
@@ -910,8 +912,8 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
     vals_internal = tree.to_internal(vals).reshape(tree.n_nodes, n_cells)
     acc, decomposition = open_account(r, tree, structure)
     ticket, session = _reserve(session, r)
-    store = _MemoryStore(part, n_cells, vals_internal.dtype if r.plan.mechanism.integer  # type: ignore[attr-defined]
-                         and np.issubdtype(vals_internal.dtype, np.integer) else np.float64)
+    integer = bool(r.plan.mechanism.integer) and np.issubdtype(vals_internal.dtype, np.integer)  # type: ignore
+    store = _MemoryStore(part, n_cells, np.int64 if integer else np.float64)
     x_full = np.empty((tree.n_nodes, n_cells))
     v_full = np.empty(tree.n_nodes)
     infos: list[dict[str, Any]] = []
@@ -921,8 +923,8 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
         v_full[task.nodes] = est.variance
         infos.append(est.info)
 
-    meas = _run_split(r, part, step, n_cells, lambda task: vals_internal[task.nodes], sink,
-                      total=r.total - acc.total, rng=rng, check_counts=check_counts, store=store)
+    meas = _run_split(r, part, step, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
+                      total=r.total - acc.total, rng=rng, check_counts=False, store=store)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
     if step is None:

@@ -69,8 +69,8 @@ __all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "SPLIT_KEYS", "Partition
 #: peak bytes per node-cell of a release (counts, measurements, estimate and working
 #: arrays; ``docs/scale.md``, "Memory per node and per cell": 50-80 B measured)
 BYTES_PER_NODE_CELL = 60
-#: a task given by level only holds subtrees up to about this many node-cells (2^22: ~250 MB)
-DEFAULT_TASK_CELLS = 1 << 22
+#: a task given by level only holds subtrees up to about this many node-cells (2^20: ~60 MB)
+DEFAULT_TASK_CELLS = 1 << 20
 #: the keys of ``split={...}``
 SPLIT_KEYS = ("level", "memory")
 #: the share of physical memory ``split="auto"`` budgets for the largest task

@@ -371,11 +371,14 @@ def test_what_cannot_be_split_is_refused_in_one_line(kw: dict[str, Any], match: 
 
 
 # ---------------------------------------------------------------------------- streaming
-def test_streaming_hands_every_part_to_the_sink_once_with_the_in_memory_estimate(tmp_path: Any) -> None:
+@pytest.mark.parametrize("postprocess, budget", [(["blue"], [0.25, 0, 0.25, 0.25, 0.25]), (["gmc"], "equal"),
+                                                  (["gmc"], [0.1, 0.1, 0.2, 0.3, 0.3]), ([], "equal")])
+def test_streaming_hands_every_part_to_the_sink_once_with_the_in_memory_estimate(tmp_path: Any, postprocess: Any,
+                                                                                  budget: Any) -> None:
     t = random_tree(8000, 5, seed=8)
     k = 3
     vals = t.to_internal(t.aggregate(np.random.default_rng(4).integers(0, 9, size=(t.n_leaves, k))))
-    kw = dict(epsilon=1.0, mechanism=Deterministic(), budget=[0.25, 0, 0.25, 0.25, 0.25])
+    kw = dict(epsilon=1.0, mechanism=Deterministic(), budget=budget, postprocess=postprocess)
     ref = release(t, t.to_external(vals), **kw)
     want = t.to_internal(ref.estimate.values)
     got = np.full((t.n_nodes, k), np.nan)
@@ -388,6 +391,7 @@ def test_streaming_hands_every_part_to_the_sink_once_with_the_in_memory_estimate
 
     def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Any) -> None:
         sunk.append(task.index)
+        assert est.info == ref.estimate.info
         assert np.all(np.isnan(got[task.nodes]))
         got[task.nodes] = est.values
 

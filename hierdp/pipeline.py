@@ -754,15 +754,22 @@ class _DiskStore:
         self._tmp = tempfile.TemporaryDirectory(prefix="hierdp-split-") if workdir is None else None
         self.dir = Path(self._tmp.name if self._tmp is not None else os.fspath(cast(Any, workdir)))
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._written: list[Path] = []
 
-    def put(self, t: int, noisy: np.ndarray, var: np.ndarray) -> None:
-        np.save(self.dir / f"task{t}.noisy.npy", noisy)
-        np.save(self.dir / f"task{t}.var.npy", var)
+    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
+        t = task.index
+        for name, a in ((f"task{t}.noisy.npy", noisy), (f"task{t}.var.npy", var)):
+            np.save(self.dir / name, a)
+            self._written.append(self.dir / name)
 
-    def get(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
+        t = task.index
         return np.load(self.dir / f"task{t}.noisy.npy"), np.load(self.dir / f"task{t}.var.npy")
 
     def close(self) -> None:
+        """Remove what was written (the temporary folder with it)."""
+        for path in self._written:
+            path.unlink(missing_ok=True)
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -775,16 +782,15 @@ class _MemoryStore:
         self.noisy = np.zeros((part.tree.n_nodes, n_cells), dtype=dtype)
         self.var = np.full(part.tree.n_nodes, np.inf)
 
-    def put(self, t: int, noisy: np.ndarray, var: np.ndarray) -> None:
-        nodes = self.part.top if t < 0 else self.part.task(t).nodes
+    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
+        nodes = task.nodes
         if noisy.dtype != self.noisy.dtype:
             self.noisy = self.noisy.astype(np.result_type(self.noisy.dtype, noisy.dtype))
         self.noisy[nodes] = noisy
         self.var[nodes] = var
 
-    def get(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        nodes = self.part.task(t).nodes
-        return self.noisy[nodes], self.var[nodes]
+    def get(self, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
+        return self.noisy[task.nodes], self.var[task.nodes]
 
     def close(self) -> None:
         pass
@@ -839,7 +845,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         rules.enforce(_part_count_problem(task.parent[1:] - 1, vals, check_counts), DataError)
         budgets = {subtrees.TASK_ROOT: 0.0, **{nm: alloc.get(nm, 0.0) for nm in task.level_names}}
         noisy, var = measured(task, vals, task.tree(), budgets, 1)
-        store.put(task.index, noisy, var)
+        store.put(task, noisy, var)
         root_counts.append(vals[task.root_pos])
         if step is not None:
             z, u = engine.up(task, noisy.astype(np.float64), var.reshape(-1, 1))
@@ -856,7 +862,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
                                           check_counts), DataError)
         tnoisy, tvar = measured(top, tvals, part.top_tree(),
                                 {nm: alloc.get(nm, 0.0) for nm in top.level_names}, 0)
-        store.put(-1, tnoisy, tvar)
+        store.put(top, tnoisy, tvar)
     else:
         tnoisy, tvar = np.zeros((0, n_cells)), np.zeros(0)
     del roots_vals, root_counts
@@ -877,7 +883,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         if top.n_nodes:
             finish(top, tnoisy, tvar, None, None)
         for task in part.tasks():
-            noisy, var = store.get(task.index)
+            noisy, var = store.get(task)
             finish(task, noisy, var, None, None)
     else:
         x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
@@ -887,7 +893,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
             finish(top, tnoisy, tvar, x_top, v_top)
         first = 0
         for task in part.tasks():
-            noisy, var = store.get(task.index)
+            noisy, var = store.get(task)
             m = task.roots.size
             x, xv = engine.down(task, noisy.astype(np.float64), var.reshape(-1, 1), x_roots[first:first + m],
                                 v_roots[first:first + m])
@@ -981,7 +987,7 @@ def release_by_subtree(
     (rerun it by calling the function again with the same key once noise is keyed per node;
     until then each call draws fresh noise and spends the budget again). Between a task's
     pass up and its pass down its noisy measurements wait in ``workdir`` (a temporary
-    folder by default, removed at the end). ``keywords``: those of :func:`release`
+    folder by default); they are removed at the end. ``keywords``: those of :func:`release`
     (``epsilon``, ``plan``, ``postprocess``, ``invariants``, ``seed``, ...); ``split`` as there.
     """
     r, part, step = _split_setup(tree, n_cells, split, keywords)

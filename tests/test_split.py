@@ -398,6 +398,7 @@ def test_streaming_hands_every_part_to_the_sink_once_with_the_in_memory_estimate
     run = release_by_subtree(t, counts_of, sink, split={"level": "L2", "memory": 60 * k * 900}, n_cells=k,
                              workdir=tmp_path, **kw)
     assert run.partition.n_tasks > 2
+    assert not list(tmp_path.iterdir())  # the measurements that waited between the passes are removed
     assert sorted(asked) == sorted(sunk) == list(range(-1, run.partition.n_tasks))
     assert_same(got, want)
     la = _ledger(ref.ledger)

@@ -856,10 +856,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     if top.n_nodes:
         tvals = _task_counts(top, counts_of(top), n_cells)
         both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
-        rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals.astype(tvals.dtype)))
-                                          if tvals.dtype == roots_vals.dtype else
-                                          np.concatenate((tvals.astype(np.float64), roots_vals.astype(np.float64))),
-                                          check_counts), DataError)
+        rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), check_counts), DataError)
         tnoisy, tvar = measured(top, tvals, part.top_tree(),
                                 {nm: alloc.get(nm, 0.0) for nm in top.level_names}, 0)
         store.put(top, tnoisy, tvar)

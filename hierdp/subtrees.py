@@ -51,7 +51,7 @@ import numpy as np
 from hierdp._engine import tree_kernels as TK
 from hierdp._engine.jit import numba as nb
 from hierdp.accounting import Spend
-from hierdp.errors import DataError, HierarchyError, PluginError, did_you_mean
+from hierdp.errors import DataError, PluginError, did_you_mean
 from hierdp.ledger import LevelSpend
 from hierdp.plans import per_level as PL
 from hierdp.postprocessors import _blue_kernels as BK
@@ -136,6 +136,8 @@ class SubtreeTask:
     roots : internal ids of the task's subtree roots (at the split level), ascending.
     root_pos : position of each root in ``nodes``.
     root_of : per node of ``nodes``, the index into ``roots`` of its subtree.
+    parent : the task's local parent array: the unmeasured task root first (-1), then
+        ``nodes`` (the top part, ``index == -1``: local parents within ``nodes``).
     level_names : the full tree's level names from the split level down to the task's deepest.
     """
 
@@ -329,10 +331,7 @@ def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
     if level is None:
         depth = _choose_level(tree, int(limit or 1), int(memory or 0), int(n_cells))
     else:
-        try:
-            depth = _level(tree, level)
-        except HierarchyError as exc:  # pragma: no cover - _level raises DataError itself
-            raise DataError(str(exc)) from None
+        depth = _level(tree, level)
     ti = tree.internal
     d = ti.depth
     n = tree.n_nodes

@@ -22,13 +22,16 @@ tasks calls :func:`measure` per task and :func:`post_process` per subtree):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from hierdp import registry, rules
+from hierdp import registry, rules, subtrees
 from hierdp.accounting import Accountant, PrivacyLoss
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
@@ -44,7 +47,9 @@ from hierdp.keyed_noise import NoiseKey
 from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
+from hierdp.plans import per_level as PL
 from hierdp.plans.base import Plan
+from hierdp.plans.per_level import PerLevel
 from hierdp.postprocessors.base import PostProcessor, node_values, node_variance
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
 from hierdp.result import ReleaseResult
@@ -57,7 +62,8 @@ if TYPE_CHECKING:
     from hierdp.session import Session
 
 __all__ = ["release", "postprocess", "resolve_plan", "external_estimate", "resolve_invariants", "Resolved",
-           "resolve", "check", "open_account", "measure", "account", "post_process", "build_ledger"]
+           "resolve", "check", "open_account", "measure", "account", "post_process", "build_ledger",
+           "release_by_subtree", "SplitRun"]
 
 
 class _PlanDefault(tuple[str, ...]):
@@ -520,6 +526,7 @@ def release(
     allow_invariants_with_add_remove: bool = False,
     invariants_cover: str = "total",
     check_counts: bool | str = True,
+    split: Any = None,
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
 
@@ -555,6 +562,15 @@ def release(
     :class:`~hierdp.errors.NotForPublicationWarning` is raised and the ledger and written
     tables are marked NOT FOR PUBLICATION.
 
+    ``split``: run the release by subtree (:mod:`hierdp.subtrees`): a level name or depth
+    (``"county"``: one subtree per county, in blocks), ``"auto"`` or ``{"memory": "4GiB"}``
+    (the level and blocks chosen so that the largest task fits), or ``{"level": ...,
+    "memory": ...}``. Each task is measured, then solved bottom-up; the levels above the
+    split are solved in memory; then each task top-down. The estimate equals the in-memory
+    one of the same measurements (``blue``, ``gmc``, ``postprocess=[]``; plan
+    ``per_level``), the ledger is the same plus a note of the split. Streaming:
+    :func:`release_by_subtree`.
+
     ``structure``: the :class:`~hierdp.decompositions.base.Structure` ``tree`` came from.
     A data-dependent one (e.g. ``privtree``) already spent ``structure.spends`` choosing the
     tree: they are paid from the total first (the plan measures with what is left), the
@@ -570,6 +586,14 @@ def release(
     """
     vals = _check_values(tree, values)
     rules.enforce(_count_problem(tree, vals, check_counts), DataError)
+    if split is not None:
+        return _release_split(tree, vals, split, structure=structure, session=session, check_counts=check_counts,
+                              epsilon=epsilon, delta=delta, rho=rho, plan=plan, mechanism=mechanism, budget=budget,
+                              postprocess=postprocess, seed=seed, sensitivity=sensitivity, privacy_unit=privacy_unit,
+                              max_contributions=max_contributions, notes=notes, private_notes=private_notes,
+                              neighbours=neighbours, invariants=invariants,
+                              allow_invariants_with_add_remove=allow_invariants_with_add_remove,
+                              invariants_cover=invariants_cover)
     r = resolve(tree, n_cells=vals.shape[1] if vals.ndim == 2 else 1, epsilon=epsilon, delta=delta, rho=rho,
                 plan=plan, mechanism=mechanism, budget=budget, postprocess=postprocess, seed=seed,
                 sensitivity=sensitivity, privacy_unit=privacy_unit, max_contributions=max_contributions, notes=notes,
@@ -662,3 +686,338 @@ def postprocess(name: str, tree: Tree, values: Any, variance: Any = None, **para
     est = run_chain(tree, Measurements(vals, var), [pp])
     return external_estimate(tree, est)
 
+
+
+# ---------------------------------------------------------------------------- releases by subtree
+@dataclass(frozen=True, eq=False)
+class SplitRun:
+    """What :func:`release_by_subtree` returns: the release's ledger (the in-memory one plus
+    a note of the split) and the :class:`~hierdp.subtrees.Partition` its tasks came from."""
+
+    ledger: Ledger
+    partition: subtrees.Partition
+
+
+def _split_setup(tree: Tree, n_cells: int, split: Any, keywords: dict[str, Any]
+                 ) -> tuple[Resolved, subtrees.Partition, PostProcessor | None]:
+    """Resolve a split release (plan ``per_level`` only; a chain of one GLS step or none)
+    and cut the tree; refusals before any count is read or noise drawn."""
+    r = resolve(tree, n_cells=n_cells, **keywords)
+    if not isinstance(r.plan, PerLevel):
+        raise PluginError(f"plan {r.plan.name!r} cannot run by subtree (split=): only plan 'per_level' measures "
+                          "node by node with a budget fixed on the whole tree; leave split out")
+    step = subtrees.split_steps(r.postprocessors)
+    return r, subtrees.partition(tree, split, n_cells=n_cells), step
+
+
+def _part_count_problem(parent: np.ndarray, vals: np.ndarray, check: Any) -> str | None:
+    """:func:`_count_problem` for a part of the tree given as parent-first local ``parent``
+    (-1: no parent inside): non-negative, and every node with children their sum (cell by
+    cell; exact for integers, 1e-9 relative for floats). Says what, never which node."""
+    if check is not False and check is not True and check != "strict":
+        return f"check_counts must be True, 'strict' or False, got {check!r:.40}"
+    if check is False or vals.dtype == bool or not vals.size:
+        return None
+    if vals.min() < 0:
+        return ("node counts must be non-negative; some are negative (values not shown: they are private). Pass "
+                "check_counts=False to release such values as given (the ledger says so)")
+    inside = parent >= 0
+    sums = np.zeros(vals.shape, dtype=np.float64 if np.issubdtype(vals.dtype, np.floating) else np.int64)
+    np.add.at(sums, parent[inside], vals[inside])
+    has = np.zeros(parent.size, dtype=bool)
+    has[parent[inside]] = True
+    got, want = sums[has], vals[has]
+    if np.issubdtype(vals.dtype, np.integer):
+        off = bool(np.any(got != want))
+    else:
+        off = not np.allclose(got, want, rtol=1e-9, atol=1e-12 * float(np.abs(got).max(initial=0.0)))
+    if off:
+        return ("some internal nodes are not the sum of their leaves (values not shown: they are private); node "
+                "counts of a hierarchy add up: pass the leaf counts through tree.aggregate(...), or "
+                "check_counts=False to release the values as given (the ledger says so)")
+    return None
+
+
+def _task_counts(task: subtrees.SubtreeTask, counts: Any, n_cells: int) -> np.ndarray:
+    """The counts a ``counts_of`` gave for ``task``, as ``(m, n_cells)``; one-line errors."""
+    a = np.asarray(counts)
+    what = "the top part" if task.index < 0 else f"task {task.index}"
+    if a.shape not in ((task.n_nodes,), (task.n_nodes, n_cells)) or (a.ndim == 1 and n_cells != 1):
+        raise DataError(f"counts_of({what}) must return shape ({task.n_nodes}, {n_cells})"
+                        f"{f' or ({task.n_nodes},)' if n_cells == 1 else ''} in task.nodes order, got {a.shape}")
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise DataError(f"counts_of({what}) must return numbers, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating) and a.size and not np.isfinite(a).all():
+        raise DataError(f"counts_of({what}) returned NaN or infinity")
+    if a.size and a.dtype != bool:
+        big = max(abs(int(a.max())), abs(int(a.min()))) if np.issubdtype(a.dtype, np.integer) else \
+            float(np.abs(a).max())
+        rules.enforce(rules.value_range_problem(big), DataError)
+    return a.reshape(task.n_nodes, n_cells)
+
+
+class _DiskStore:
+    """A task's measurements between its pass up and its pass down, in ``workdir`` (a
+    temporary folder by default): memory then holds one task at a time. What is written is
+    noisy (released anyway as the measurements), never a true count."""
+
+    def __init__(self, workdir: str | os.PathLike[str] | None) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="hierdp-split-") if workdir is None else None
+        self.dir = Path(self._tmp.name if self._tmp is not None else os.fspath(cast(Any, workdir)))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._written: list[Path] = []
+
+    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
+        t = task.index
+        for name, a in ((f"task{t}.noisy.npy", noisy), (f"task{t}.var.npy", var)):
+            np.save(self.dir / name, a)
+            self._written.append(self.dir / name)
+
+    def get(self, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
+        t = task.index
+        return np.load(self.dir / f"task{t}.noisy.npy"), np.load(self.dir / f"task{t}.var.npy")
+
+    def close(self) -> None:
+        """Remove what was written (the temporary folder with it)."""
+        for path in self._written:
+            path.unlink(missing_ok=True)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+class _MemoryStore:
+    """The measurements of every node, assembled in full arrays (the in-memory result)."""
+
+    def __init__(self, part: subtrees.Partition, n_cells: int, dtype: Any) -> None:
+        self.part = part
+        self.noisy = np.zeros((part.tree.n_nodes, n_cells), dtype=dtype)
+        self.var = np.full(part.tree.n_nodes, np.inf)
+
+    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
+        nodes = task.nodes
+        if noisy.dtype != self.noisy.dtype:
+            self.noisy = self.noisy.astype(np.result_type(self.noisy.dtype, noisy.dtype))
+        self.noisy[nodes] = noisy
+        self.var[nodes] = var
+
+    def get(self, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
+        return self.noisy[task.nodes], self.var[task.nodes]
+
+    def close(self) -> None:
+        pass
+
+
+def _top_task(part: subtrees.Partition) -> subtrees.SubtreeTask:
+    """The top part as a task (index -1): the nodes above the split level."""
+    ti = part.tree.internal
+    par = ti.parent[part.top]
+    perm = ti.perm
+    return subtrees.SubtreeTask(index=-1, nodes=part.top, roots=part.roots[:0], root_pos=np.zeros(0, np.int64),
+                                root_of=np.zeros(part.top.size, np.int64),
+                                parent=np.where(par >= 0, np.searchsorted(part.top, par), -1),
+                                level_names=part.tree.level_names[:part.depth],
+                                external=None if perm is None else perm[part.top])
+
+
+def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, n_cells: int,
+               counts_of: Callable[[subtrees.SubtreeTask], Any],
+               sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None], *, total: float,
+               rng: RandomSource, check_counts: Any, store: Any) -> Measurements:
+    """The three stages of a split release (:mod:`hierdp.subtrees`); returns the plan's
+    spends, levels and info as :class:`~hierdp.measurements.Measurements` without values."""
+    tree = part.tree
+    plan = cast(PerLevel, r.plan)
+    alloc, levels, spends, info = subtrees.per_level_allocation(
+        plan, tree, total, sensitivity=r.sensitivity, delta=r.loss.delta,
+        invariants=r.invariants if r.invariant_names else None)
+    mech, sens, inv = plan.mechanism, r.sensitivity, r.invariants if r.invariant_names else None
+    engine = subtrees.SplitGLS(part)
+    # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
+    level_var = np.array([ls.noise_variance for ls in levels if ls.n_nodes] + ([0.0] if inv is not None else []))
+    step_info = subtrees.gls_info(step, level_var) if step is not None else {}
+    z_all: list[np.ndarray] = []
+    u_all: list[np.ndarray] = []
+    root_counts: list[np.ndarray] = []
+    exact: dict[int, np.ndarray] = {}  # invariant values per task (published exactly)
+
+    def measured(task: subtrees.SubtreeTask, vals: np.ndarray, tt: Tree | None, budgets: dict[str, float],
+                 lead: int) -> tuple[np.ndarray, np.ndarray]:
+        padded = np.concatenate((np.zeros((lead, n_cells), vals.dtype), vals)) if lead else vals
+        ids = np.concatenate((np.full(lead, -1, np.int64), task.nodes)) if lead else task.nodes
+        noisy, var = subtrees.measure_nodes(cast(Tree, tt), padded, budgets, mech, sens, rng, node_ids=ids)
+        noisy, var = noisy[lead:], var[lead:]
+        if inv is not None and inv[task.nodes].any():
+            noisy, var = PL.apply_invariants(vals, noisy, var, inv[task.nodes])
+            exact[task.index] = vals[inv[task.nodes]]
+        return noisy, var
+
+    for task in part.tasks():  # measure, then the pass up
+        vals = _task_counts(task, counts_of(task), n_cells)
+        rules.enforce(_part_count_problem(task.parent[1:] - 1, vals, check_counts), DataError)
+        budgets = {subtrees.TASK_ROOT: 0.0, **{nm: alloc.get(nm, 0.0) for nm in task.level_names}}
+        noisy, var = measured(task, vals, task.tree(), budgets, 1)
+        store.put(task, noisy, var)
+        root_counts.append(vals[task.root_pos])
+        if step is not None:
+            z, u = engine.up(task, noisy.astype(np.float64), var.reshape(-1, 1))
+            z_all.append(z)
+            u_all.append(u)
+    top = _top_task(part)
+    roots_vals = np.concatenate(root_counts)
+    if top.n_nodes:
+        tvals = _task_counts(top, counts_of(top), n_cells)
+        both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
+        rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), check_counts), DataError)
+        tnoisy, tvar = measured(top, tvals, part.top_tree(),
+                                {nm: alloc.get(nm, 0.0) for nm in top.level_names}, 0)
+        store.put(top, tnoisy, tvar)
+    else:
+        tnoisy, tvar = np.zeros((0, n_cells)), np.zeros(0)
+    del roots_vals, root_counts
+
+    def finish(task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, x: np.ndarray | None,
+               xv: np.ndarray | None) -> None:
+        meas = Measurements(noisy, var, info=dict(info))
+        if step is None:  # postprocess=[]: the measurements are the estimate
+            est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
+        else:
+            est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], dict(step_info), var, True, True)
+        if task.index in exact:
+            est = _check_invariants_kept(est, exact[task.index], inv[task.nodes],  # type: ignore[index]
+                                         r.postprocessors, r.cover)
+        sink(task, est, meas)
+
+    if step is None:
+        if top.n_nodes:
+            finish(top, tnoisy, tvar, None, None)
+        for task in part.tasks():
+            noisy, var = store.get(task)
+            finish(task, noisy, var, None, None)
+    else:
+        x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
+                                                    np.concatenate(z_all), np.concatenate(u_all))
+        del z_all, u_all
+        if top.n_nodes:
+            finish(top, tnoisy, tvar, x_top, v_top)
+        first = 0
+        for task in part.tasks():
+            noisy, var = store.get(task)
+            m = task.roots.size
+            x, xv = engine.down(task, noisy.astype(np.float64), var.reshape(-1, 1), x_roots[first:first + m],
+                                v_roots[first:first + m])
+            first += m
+            finish(task, noisy, var, x, xv)
+    return Measurements(values=np.zeros((0, n_cells)), variance=None, spends=spends, levels=levels, info=info)
+
+
+def _split_note(part: subtrees.Partition) -> str:
+    return (f"computed by subtree (split at level {part.level!r}: {part.roots.size:,} subtrees in {part.n_tasks:,} "
+            f"tasks, the {part.top.size:,} nodes above solved in memory); the estimate equals the in-memory one of "
+            "the same measurements")
+
+
+def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Structure | None,
+                   session: Session | Reservation | None, check_counts: Any, **keywords: Any) -> ReleaseResult:
+    """:func:`release` with ``split``: the result assembled in memory from the tasks."""
+    n_cells = vals.shape[1] if vals.ndim == 2 else 1
+    r, part, step = _split_setup(tree, n_cells, split, keywords)
+    check(r, session)
+    rng = make_rng(r.seed)
+    vals_internal = tree.to_internal(vals).reshape(tree.n_nodes, n_cells)
+    acc, decomposition = open_account(r, tree, structure)
+    ticket, session = _reserve(session, r)
+    integer = bool(r.plan.mechanism.integer) and np.issubdtype(vals_internal.dtype, np.integer)  # type: ignore
+    store = _MemoryStore(part, n_cells, np.int64 if integer else np.float64)
+    x_full = np.empty((tree.n_nodes, n_cells))
+    v_full = np.empty(tree.n_nodes)
+    infos: list[dict[str, Any]] = []
+
+    def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Measurements) -> None:
+        x_full[task.nodes] = est.values
+        v_full[task.nodes] = est.variance
+        infos.append(est.info)
+
+    meas = _run_split(r, part, step, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
+                      total=r.total - acc.total, rng=rng, check_counts=False, store=store)
+    guarantee = account(r, acc, meas)
+    noisy, var = store.noisy, store.var
+    if step is None:
+        est = _unmeasured_missing(Estimate(noisy, var, dict(meas.info), var, True, False), [])
+    else:
+        est = Estimate(x_full, v_full, subtrees.gls_info(step, var), var, True, True)
+    if vals.ndim == 1:
+        est = Estimate(est.values[:, 0], est.variance, est.info, est.measurement_variance, est.linear, est.consistent)
+        noisy = noisy[:, 0]
+    if r.invariant_names:
+        est = _check_invariants_kept(est, vals_internal[r.invariants].reshape(
+            (-1,) + vals.shape[1:]), r.invariants, r.postprocessors, r.cover)
+    meas_full = Measurements(noisy, var, meas.spends, meas.levels, meas.info)
+    ledger = build_ledger(r, tree, meas_full, guarantee, structure=structure, decomposition=decomposition, rng=rng)
+    if check_counts is False:
+        ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
+                            "non-negative counts that add up from the leaves")
+    ledger.notes.append(_split_note(part))
+    if session is not None:
+        session.settle(cast(int, ticket), ledger)
+    if r.seed is not None:
+        warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
+             "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
+    return ReleaseResult(
+        tree=tree,
+        estimate=external_estimate(tree, est),
+        measurements=external_estimate(tree, Estimate(noisy, var, dict(meas.info))),
+        ledger=ledger,
+    )
+
+
+def release_by_subtree(
+    tree: Tree,
+    counts_of: Callable[[subtrees.SubtreeTask], Any],
+    sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None],
+    *,
+    split: Any,
+    n_cells: int = 1,
+    workdir: str | os.PathLike[str] | None = None,
+    session: Session | Reservation | None = None,
+    check_counts: bool | str = True,
+    **keywords: Any,
+) -> SplitRun:
+    """A release streamed by subtree: memory grows with the largest task, not the tree.
+
+    ``counts_of(task)`` returns the true counts of ``task.nodes`` (the full tree's internal
+    ids, in that order; ``(m,)`` or ``(m, n_cells)``); it is called once per task and once
+    for the top part (``task.index == -1``: the nodes above the split level). ``sink(task,
+    estimate, measurements)`` receives each part's final estimate (values, variances; in
+    ``task.nodes`` order, ``task.external_nodes`` are their external ids) and noisy
+    measurements: the top part first, then every task. The ledger is returned, not sunk.
+
+    Tasks are independent once the top is solved: a sink may be called again for a task
+    (rerun it by calling the function again with the same key once noise is keyed per node;
+    until then each call draws fresh noise and spends the budget again). Between a task's
+    pass up and its pass down its noisy measurements wait in ``workdir`` (a temporary
+    folder by default); they are removed at the end. ``keywords``: those of :func:`release`
+    (``epsilon``, ``plan``, ``postprocess``, ``invariants``, ``seed``, ...); ``split`` as there.
+    """
+    r, part, step = _split_setup(tree, n_cells, split, keywords)
+    check(r, session)
+    rng = make_rng(r.seed)
+    acc, decomposition = open_account(r, tree, None)
+    ticket, session = _reserve(session, r)
+    store = _DiskStore(workdir)
+    try:
+        meas = _run_split(r, part, step, n_cells, counts_of, sink, total=r.total - acc.total, rng=rng,
+                          check_counts=check_counts, store=store)
+    finally:
+        store.close()
+    guarantee = account(r, acc, meas)
+    ledger = build_ledger(r, tree, meas, guarantee, decomposition=decomposition, rng=rng)
+    if check_counts is False:
+        ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
+                            "non-negative counts that add up from the leaves")
+    ledger.notes.append(_split_note(part))
+    if session is not None:
+        session.settle(cast(int, ticket), ledger)
+    if r.seed is not None:
+        warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
+             "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
+    return SplitRun(ledger=ledger, partition=part)

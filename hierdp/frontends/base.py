@@ -17,6 +17,13 @@ and dataset paths next) into true counts on a structure, and releases them throu
   rows (or leaves) one unit contributes;
 * ``epsilon_share`` — the share of ``epsilon`` that pays for a private structure.
 
+Doors on a public tree (pandas, xarray, Dask) also take ``split`` (:data:`TREE_RELEASE_KEYWORDS`):
+the release cut into subtree tasks at a level (``split="county"``), or at a level and in
+blocks chosen from a memory budget (``"auto"``, ``{"memory": "4GiB"}``), with the in-memory
+estimate and ledger (:mod:`hierdp.subtrees`). Doors whose structure is private do not: their
+tree is chosen from the data and measured leaf by leaf (and ``release_points`` already names
+PrivTree's fan-out ``split``).
+
 ``epsilon`` may be given by position (after the door's own data arguments); every other
 release keyword is keyword-only. The documented way to build a door names ``levels=`` and
 ``domains=`` by keyword on every input (the DataFrame and Dask doors also take ``levels``
@@ -58,7 +65,8 @@ from hierdp.rng import make_rng
 from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
-__all__ = ["RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "check_keywords", "parameter_names",
+__all__ = ["RELEASE_KEYWORDS", "TREE_RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "check_keywords",
+           "parameter_names",
            "canonical_keywords", "refuse", "take", "admit", "admit_private_structure", "release_path", "door_rng",
            "releases_of",
            "record_release", "spent_text", "register_door", "dptree", "RELEASES_BY_OBJECT"]
@@ -66,6 +74,8 @@ __all__ = ["RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "chec
 #: The release keywords every door accepts, with the same meaning everywhere.
 RELEASE_KEYWORDS: tuple[str, ...] = ("epsilon", "delta", "rho", "session", "seed", "neighbours", "invariants",
                                      "postprocess")
+#: The release keywords of the doors on a public tree, beyond :data:`RELEASE_KEYWORDS`.
+TREE_RELEASE_KEYWORDS: tuple[str, ...] = ("split",)
 #: How rows count: the privacy-unit column and the most rows (or leaves) one unit contributes.
 ROWS_KEYWORDS: tuple[str, ...] = ("unit", "max_contributions")
 #: Older spellings still accepted (without a warning) -> the one documented name.

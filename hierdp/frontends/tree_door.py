@@ -169,12 +169,14 @@ class TreeDoor(ABC):
                 invariants: Any = None, postprocess: Any = PLAN_DEFAULT, plan: Any = "per_level",
                 mechanism: Any = None, budget: Any = None, sensitivity: Sensitivity | None = None,
                 invariants_cover: str = "total", allow_invariants_with_add_remove: bool = False,
-                notes: Sequence[str] = (), **older: Any) -> ReleaseResult:
+                notes: Sequence[str] = (), split: Any = None, **older: Any) -> ReleaseResult:
         """Release the counts privately (the keywords of :func:`hierdp.release`).
 
         ``session=`` draws the spend from a :class:`hierdp.Session` (checked before the data
         are read or any noise drawn); ``seed=`` is for tests (NOT FOR PUBLICATION). How rows
-        count (``unit``, ``max_contributions``) is fixed when the door is built.
+        count (``unit``, ``max_contributions``) is fixed when the door is built. ``split=``
+        (a level name, ``"auto"`` or ``{"memory": "4GiB"}``) runs the release by subtree
+        (:mod:`hierdp.subtrees`): the same estimate and ledger as in memory.
 
         >>> import pandas as pd, hierdp
         >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
@@ -213,7 +215,7 @@ class TreeDoor(ABC):
                               neighbours=neighbours, invariants=invariants, plan=plan, mechanism=mechanism,
                               budget=budget, invariants_cover=invariants_cover,
                               allow_invariants_with_add_remove=allow_invariants_with_add_remove,
-                              notes=all_notes, private_notes=private_notes,
+                              notes=all_notes, private_notes=private_notes, split=split,
                               **{k: v for k, v in kwargs.items() if k != "neighbours"})
         if self.cells:
             result.meta["cells"] = dict(self.cells)  # the labels of the k cells, for .frame and .to_xarray()

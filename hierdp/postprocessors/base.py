@@ -104,6 +104,12 @@ class PostProcessor(ABC):
     #: the input must already be consistent (e.g. rounding); a release refuses a chain
     #: that does not put a consistent post-processor before it
     requires_consistent_input: ClassVar[bool] = False
+    #: how a release cut into subtree tasks (``split=``, :mod:`hierdp.subtrees`) runs this
+    #: step: ``None`` (it cannot: the split release refuses it), ``"gls"`` (a weighted
+    #: least-squares consistent estimate with the measurements' variances, solved exactly by
+    #: the split engine's passes up, top and down: ``blue``, ``gmc``). ``"top_down"`` is
+    #: reserved for a step run per subtree once each subtree root's value is fixed.
+    split_mode: ClassVar[str | None] = None
 
     def __init__(self, **params: Any) -> None:
         if params:

@@ -197,6 +197,7 @@ class BLUE(PostProcessor):
     requires_variance = True
     consistent = True
     linear = True
+    split_mode = "gls"  # the weighted least-squares estimate: split exactly (hierdp.subtrees)
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         return blue(tree, estimate.values, estimate.variance)

@@ -365,6 +365,7 @@ class GMC(PostProcessor):
     requires_variance = False
     consistent = True
     linear = True
+    split_mode = "gls"  # the weighted least-squares estimate: split exactly (hierdp.subtrees)
 
     def __init__(self, formula: int = 39) -> None:
         if formula not in (36, 39):

@@ -406,7 +406,7 @@ def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | Non
         epsilon=spec.epsilon if epsilon is None else epsilon,
         delta=spec.delta, rho=spec.rho if epsilon is None else None,
         postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
-        seed=seed, **how, **_privacy_relation(spec),
+        seed=seed, **how, **_privacy_relation(spec), **({"split": spec.split} if spec.split is not None else {}),
     )
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hierdp import registry
-from hierdp.errors import SpecError
+from hierdp.errors import DataError, SpecError, did_you_mean
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.schema import check_against_schema, load_schema
 from hierdp.spec.validate.budget import BudgetChecks
@@ -40,6 +40,7 @@ from hierdp.spec.validate.model import CellSpec, LevelSpec, ReleaseSpec
 from hierdp.spec.validate.output import OutputChecks
 from hierdp.spec.validate.privacy import PrivacyChecks
 from hierdp.spec.validate.source import SourceChecks
+from hierdp.subtrees import parse_memory
 
 __all__ = ["ReleaseSpec", "LevelSpec", "CellSpec", "validate", "raise_issues", "KNOWN_EXTENSIONS"]
 
@@ -103,6 +104,30 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
     """The semantic pass: each section's checks (one module each) append to ``issues``;
     :meth:`run` builds the normalised spec."""
 
+    def split(self, levels: Any, root: Any, per_level: bool) -> Any:
+        """``split:`` (a level name, ``auto``, or ``{level, memory}``): checked against the
+        hierarchy's levels and the memory text; only a per_level release on a declared
+        hierarchy runs by subtree (the schema checks the shape)."""
+        raw = self.data.get("split")
+        if raw is None:
+            return None
+        if not per_level:
+            self.err(("split",), "split runs a per_level release on a declared hierarchy by subtree; a decomposition "
+                                 "or another plan cannot: remove split")
+            return None
+        names = [root] + [lv.name for lv in levels if lv is not None] if isinstance(levels, list) else []
+        level = raw.get("level") if isinstance(raw, dict) else (None if raw == "auto" else raw)
+        if isinstance(level, str) and names and level not in names:
+            self.err(("split",) + (("level",) if isinstance(raw, dict) else ()),
+                     f"unknown split level {level!r}; expected one of {', '.join(names)}{did_you_mean(level, names)}")
+        memory = raw.get("memory") if isinstance(raw, dict) else None
+        if memory is not None and memory != "auto":
+            try:
+                parse_memory(memory)
+            except DataError as exc:
+                self.err(("split", "memory"), str(exc))
+        return raw
+
     def run(self, fname: str | None) -> ReleaseSpec | None:
         """Every section in order; the normalised spec, or ``None`` when a problem was found."""
         d = self.data
@@ -135,6 +160,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if decomposition is not None and decomposition[0] in RELEASE_CHAINS:  # the release chooses its own
             pps = list(RELEASE_CHAINS[decomposition[0]](decomposition[1]))
         budget = self.budget(levels, root, priv, mech) if per_level else None
+        split = self.split(levels, root, per_level)
         output = self.output()
         evaluate = self.evaluate(priv)
         eps = priv.get("epsilon")
@@ -157,6 +183,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
             cells=cells, engine=src["engine"],
             neighbours=priv.get("neighbours", "add_remove"), invariants=list(priv.get("invariants", [])),
             allow_invariants_with_add_remove=bool(priv.get("allow_invariants_with_add_remove", False)),
+            split=split,
         )
         self.check_outputs_spare_inputs(spec)
         return None if self.issues else spec

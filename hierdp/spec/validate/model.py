@@ -66,6 +66,7 @@ class ReleaseSpec:
     neighbours: str = "add_remove"  # privacy.neighbours
     invariants: list[Any] = field(default_factory=list)  # level names (str) or label paths (tuples)
     allow_invariants_with_add_remove: bool = False
+    split: Any = None  # split: a level name, "auto" or {level, memory} (hierdp.subtrees)
 
     def input_files(self) -> list[Path]:
         """Every file this spec reads (spec, source, domain and paths files, a prior file),

@@ -1,0 +1,551 @@
+"""A release cut into subtree tasks: the partition, the memory chooser and the exact split GLS.
+
+A tree is cut below a *split level* ``s`` (``split="county"``): the **top part** is the
+nodes above it (depth ``< s``), and every node ``r`` at depth ``s`` roots one **subtree**
+(``r`` and its descendants). A **task** is a block of consecutive subtrees, so that small
+subtrees cost one task per block, not one per subtree. Everything here is public
+structure: the partition reads the tree, never a count.
+
+**Exact split estimation** (every linear estimator of the chain: ``blue``, ``gmc``,
+weighted ``gmc``, the GLS of the ``marginals`` plan after its rotation of the cells,
+invariants as exact nodes). These estimators all compute the weighted least-squares
+consistent estimate (Dawson et al. 2023, Theorem 8; Cai et al. 2023, formula (39) and its
+weighted form are the same projection), with per-node independent noise. Its two-pass
+form (Dawson et al., Alg. 1-2) gives the split directly:
+
+1. **Up, per task** — the subtree's pass 1 hands up, for its root ``r``, ``z_r`` (the GLS
+   estimate of ``x_r`` from the subtree's measurements alone) and ``u_r`` (its variance),
+   per cell: :meth:`SplitGLS.up`.
+2. **Top, in memory** — the top part is solved with each ``r`` a node measured by
+   ``(z_r, u_r)``: exactly the full tree's passes restricted to the top (the leaf counts
+   that split an undetermined residual are the full tree's): :meth:`SplitGLS.top`.
+3. **Down, per task** — the subtree is solved again with ``r`` pinned to its final value
+   ``x_r`` (an exact measurement): given ``x_r`` the subtree's share of the objective is
+   independent of the rest, so its pass 2 is the full tree's. The variances add
+   ``g_v^2 Var(x_r)`` to the pinned run's (conditional) ones, ``g_v = d x_v / d x_r`` (one
+   more pass over the variances only): the pinned part is uncorrelated with ``x_r``
+   (Gauss-Markov: the regression residual on the root's BLUE): :meth:`SplitGLS.down`.
+
+The result equals the in-memory estimate of the same measurements up to floating-point
+round-off (tests: ``tests/test_split.py``, <= 1e-9 relative). Estimators that are not a
+GLS (``nonneg``'s global projection, ``round``, the baselines, plan ``ghazi``) are refused
+by a split release; a post-processor declares that it can run by subtree through
+:attr:`hierdp.postprocessors.base.PostProcessor.split_mode`.
+
+Memory: a task holds about :data:`BYTES_PER_NODE_CELL` bytes per node-cell at its peak
+(``docs/scale.md``); ``split={"memory": "4GiB"}`` picks the level and the blocks so that
+the largest task (and the top part) fit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierdp._engine import tree_kernels as TK
+from hierdp._engine.jit import numba as nb
+from hierdp.accounting import Spend
+from hierdp.errors import DataError, PluginError, did_you_mean
+from hierdp.ledger import LevelSpend
+from hierdp.plans import per_level as PL
+from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.rules import delta_mechanism_problem, enforce
+from hierdp.tree import Tree
+
+if TYPE_CHECKING:
+    from hierdp.mechanisms.base import Mechanism, Sensitivity
+    from hierdp.plans.base import Plan
+    from hierdp.postprocessors.base import PostProcessor
+
+__all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "SPLIT_KEYS", "Partition", "SubtreeTask", "SplitGLS",
+           "partition", "parse_memory", "split_steps", "measure_nodes", "per_level_allocation"]
+
+#: peak bytes per node-cell of a release (counts, measurements, estimate and working
+#: arrays; ``docs/scale.md``, "Memory per node and per cell": 50-80 B measured)
+BYTES_PER_NODE_CELL = 60
+#: a task given by level only holds subtrees up to about this many node-cells (2^20: ~60 MB)
+DEFAULT_TASK_CELLS = 1 << 20
+#: the keys of ``split={...}``
+SPLIT_KEYS = ("level", "memory")
+#: the share of physical memory ``split="auto"`` budgets for the largest task
+AUTO_SHARE = 0.25
+#: the level name of the unmeasured node a task tree puts above its subtree roots
+TASK_ROOT = "(subtree task)"
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+
+
+def parse_memory(memory: Any) -> int:
+    """Bytes from ``memory``: a positive integer, or text such as ``"4GiB"``, ``"500 MB"``
+    (``KB``/``MB``/``GB``/``TB`` powers of 1000, ``KiB``/``MiB``/``GiB``/``TiB`` of 1024)."""
+    if isinstance(memory, (int, np.integer)) and not isinstance(memory, bool):
+        if memory > 0:
+            return int(memory)
+    elif isinstance(memory, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", memory)
+        if m and m.group(2).lower() in _UNITS:
+            value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+            if value >= 1 and math.isfinite(value):
+                return int(value)
+    raise DataError(f"split memory must be a positive number of bytes or text such as '4GiB' or '500MB', "
+                    f"got {memory!r:.40}")
+
+
+def _auto_memory() -> int:
+    """:data:`AUTO_SHARE` of the physical memory (4 GiB where the system does not say)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 16 * 1024**3
+    return max(int(total * AUTO_SHARE), 1 << 20)
+
+
+@nb.njit(cache=True, nogil=True)
+def _greedy_blocks(sizes: np.ndarray, limit: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Task of each subtree: consecutive subtrees while their node count stays <= ``limit``
+    (a subtree larger than ``limit`` is a task of its own)."""
+    out = np.empty(sizes.shape[0], np.int64)
+    task = 0
+    filled = 0
+    for i in range(sizes.shape[0]):
+        if filled > 0 and filled + sizes[i] > limit:
+            task += 1
+            filled = 0
+        out[i] = task
+        filled += sizes[i]
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class SubtreeTask:
+    """One task of a :class:`Partition`: a block of subtrees rooted at the split level.
+
+    Attributes
+    ----------
+    index : the task's number (0, 1, ...).
+    nodes : the full tree's internal ids of the task's nodes, ascending (parents before
+        children, leaves last): the global identity of each node. Counts handed to a split
+        release and estimates handed to a sink are in this order.
+    roots : internal ids of the task's subtree roots (at the split level), ascending.
+    root_pos : position of each root in ``nodes``.
+    root_of : per node of ``nodes``, the index into ``roots`` of its subtree.
+    parent : the task's local parent array: the unmeasured task root first (-1), then
+        ``nodes`` (the top part, ``index == -1``: local parents within ``nodes``).
+    level_names : the full tree's level names from the split level down to the task's deepest.
+    """
+
+    index: int
+    nodes: np.ndarray = field(repr=False)
+    roots: np.ndarray = field(repr=False)
+    root_pos: np.ndarray = field(repr=False)
+    root_of: np.ndarray = field(repr=False)
+    parent: np.ndarray = field(repr=False)  # local parents, with the task root 0 first (-1)
+    level_names: tuple[str, ...] = ()
+    external: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.nodes.size)
+
+    @property
+    def external_nodes(self) -> np.ndarray:
+        """The nodes' external ids (as the tree's parent array numbers them), in task order."""
+        return self.nodes if self.external is None else self.external
+
+    def tree(self) -> Tree:
+        """The task as a :class:`~hierdp.tree.Tree`: an unmeasured node (level
+        :data:`TASK_ROOT`) above the subtree roots, then ``nodes`` in order (node ``i`` of the
+        task is node ``i + 1`` here), levels named as in the full tree."""
+        return Tree(self.parent, level_names=(TASK_ROOT, *self.level_names), _check=False)
+
+    def __repr__(self) -> str:
+        return f"<SubtreeTask {self.index}: {self.roots.size:,} subtrees, {self.nodes.size:,} nodes>"
+
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """A tree cut at a split level into a top part and tasks (blocks of subtrees).
+
+    Attributes
+    ----------
+    tree : the full tree.
+    depth, level : the split level (depth and name).
+    top : internal ids of the nodes above the split level (depth < ``depth``), ascending.
+    roots : internal ids of the subtree roots (depth ``depth``), ascending.
+    n_tasks : the number of tasks; :meth:`task` builds one, :meth:`tasks` iterates.
+    largest_task : nodes of the largest task; ``top_nodes``: nodes of the top solve.
+    memory : the budget the blocks were sized for (bytes), or ``None``.
+    """
+
+    tree: Tree
+    depth: int
+    level: str
+    top: np.ndarray = field(repr=False)
+    roots: np.ndarray = field(repr=False)
+    _order: np.ndarray = field(repr=False)        # nodes at depth >= split, by task then id
+    _node_bounds: np.ndarray = field(repr=False)  # task t: _order[_node_bounds[t]:_node_bounds[t + 1]]
+    _root_bounds: np.ndarray = field(repr=False)  # task t: roots[_root_bounds[t]:_root_bounds[t + 1]]
+    _owner: np.ndarray = field(repr=False)        # per node of _order: index into roots
+    memory: int | None = None
+
+    @property
+    def n_tasks(self) -> int:
+        return int(self._node_bounds.size - 1)
+
+    @property
+    def largest_task(self) -> int:
+        return int(np.diff(self._node_bounds).max(initial=0))
+
+    @property
+    def top_nodes(self) -> int:
+        """Nodes of the top solve: the top part, the roots and two stand-ins per root."""
+        return int(self.top.size + 3 * self.roots.size)
+
+    def task(self, t: int) -> SubtreeTask:
+        """Task ``t``'s nodes and local structure (O(task size), vectorised)."""
+        if not 0 <= t < self.n_tasks:
+            raise DataError(f"task must be in 0..{self.n_tasks - 1}, got {t!r}")
+        a, b = int(self._node_bounds[t]), int(self._node_bounds[t + 1])
+        nodes = self._order[a:b]
+        ra, rb = int(self._root_bounds[t]), int(self._root_bounds[t + 1])
+        roots = self.roots[ra:rb]
+        ti = self.tree.internal
+        par = ti.parent[nodes]
+        is_root = ti.depth[nodes] == self.depth
+        local = np.empty(nodes.size + 1, np.int64)
+        local[0] = -1
+        local[1:] = np.where(is_root, 0, np.searchsorted(nodes, par) + 1)
+        root_pos = np.flatnonzero(is_root)
+        dmax = int(ti.depth[nodes].max())
+        perm = ti.perm
+        return SubtreeTask(index=t, nodes=nodes, roots=roots, root_pos=root_pos,
+                           root_of=self._owner[a:b] - ra, parent=local,
+                           level_names=self.tree.level_names[self.depth:dmax + 1],
+                           external=None if perm is None else perm[nodes])
+
+    def tasks(self) -> Iterator[SubtreeTask]:
+        for t in range(self.n_tasks):
+            yield self.task(t)
+
+    def top_tree(self) -> Tree | None:
+        """The top part (depth < split) as a :class:`~hierdp.tree.Tree` in ``top`` order,
+        or ``None`` when the split is at the root level."""
+        if self.top.size == 0:
+            return None
+        par = self.tree.internal.parent[self.top]
+        local = np.where(par >= 0, np.searchsorted(self.top, par), -1)
+        return Tree(local, level_names=self.tree.level_names[:self.depth], _check=False)
+
+    def __repr__(self) -> str:
+        return (f"<Partition at level {self.level!r}: {self.top.size:,} top nodes, {self.roots.size:,} subtrees "
+                f"in {self.n_tasks:,} tasks (largest {self.largest_task:,} nodes)>")
+
+
+def _level(tree: Tree, level: Any) -> int:
+    """Depth of the split level ``level`` (name or depth); one line naming the levels."""
+    names = tree.level_names
+    if isinstance(level, (int, np.integer)) and not isinstance(level, bool):
+        if 0 <= level < len(names):
+            return int(level)
+        raise DataError(f"split level depth {level} is out of range 0..{len(names) - 1} (levels: "
+                        f"{', '.join(names)})")
+    if isinstance(level, str):
+        if level in names:
+            return names.index(level)
+        raise DataError(f"unknown split level {level!r}; expected a level name ({', '.join(map(repr, names))}), "
+                        f"a depth, 'auto' or {{'memory': '4GiB'}}{did_you_mean(level, names)}")
+    raise DataError(f"split must be a level name, a depth, 'auto' or {{'level': ..., 'memory': '4GiB'}}, "
+                    f"got {level!r:.60}")
+
+
+def _subtree_sizes(tree: Tree) -> np.ndarray:
+    """Nodes in each internal node's subtree (itself included)."""
+    sizes = tree.cache.get("subtrees.sizes")
+    if sizes is None:
+        sizes = tree.internal.sum_up(np.ones(tree.n_nodes, np.int64), consume=True)
+        sizes.setflags(write=False)
+        tree.cache["subtrees.sizes"] = sizes
+    return sizes
+
+
+def _choose_level(tree: Tree, limit_nodes: int, memory: int, n_cells: int) -> int:
+    """The shallowest depth whose largest subtree and top solve both hold at most ``limit_nodes``."""
+    ti = tree.internal
+    depth = ti.depth
+    sizes = _subtree_sizes(tree)
+    n_levels = tree.n_levels
+    largest = np.zeros(n_levels, np.int64)
+    np.maximum.at(largest, depth, sizes)
+    per_level = np.bincount(depth, minlength=n_levels)
+    above = np.concatenate(([0], np.cumsum(per_level)[:-1]))
+    need = np.maximum(largest, above + 3 * per_level)
+    ok = np.flatnonzero(need <= limit_nodes)
+    if ok.size == 0:
+        best = int(np.argmin(need))
+        raise DataError(f"no split level keeps a task within split memory {memory:,} bytes at "
+                        f"{BYTES_PER_NODE_CELL} B per node-cell x {n_cells} cells; the smallest is level "
+                        f"{tree.level_names[best]!r} at {int(need[best]) * n_cells * BYTES_PER_NODE_CELL:,} bytes: "
+                        "give more memory")
+    return int(ok[0])
+
+
+def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
+    """Cut ``tree`` for a split release: ``split`` is a level name or depth, ``"auto"``, or
+    ``{"level": ..., "memory": "4GiB"}`` (either key or both).
+
+    With ``memory`` (``"auto"``: :data:`AUTO_SHARE` of the physical memory) tasks are blocks
+    of subtrees of at most ``memory / (BYTES_PER_NODE_CELL * n_cells)`` nodes, and without
+    ``level`` the shallowest level whose largest subtree and top solve fit is chosen; with a
+    level only, blocks of about :data:`DEFAULT_TASK_CELLS` node-cells. Vectorised: one
+    ancestor pass, one sort, one greedy pass over the subtrees (compiled).
+    """
+    if isinstance(n_cells, bool) or not isinstance(n_cells, (int, np.integer)) or n_cells < 1:
+        raise DataError(f"n_cells must be a positive integer, got {n_cells!r}")
+    level: Any = None
+    memory: int | None = None
+    if isinstance(split, Mapping):
+        unknown = [k for k in split if k not in SPLIT_KEYS]
+        if unknown:
+            raise DataError(f"split got an unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), SPLIT_KEYS)}; "
+                            f"it takes {', '.join(map(repr, SPLIT_KEYS))}")
+        if not split:
+            raise DataError("split={} names neither a level nor a memory budget; give {'level': ...} and/or "
+                            "{'memory': '4GiB'}")
+        level = split.get("level")
+        if "memory" in split:
+            memory = _auto_memory() if split["memory"] == "auto" else parse_memory(split["memory"])
+    elif isinstance(split, str) and split == "auto":
+        memory = _auto_memory()
+    else:
+        level = split
+    limit = None if memory is None else memory // (BYTES_PER_NODE_CELL * int(n_cells))
+    if limit is not None and limit < 1:
+        raise DataError(f"split memory {memory:,} bytes holds less than one node of {n_cells} cells; give more")
+    if level is None:
+        depth = _choose_level(tree, int(limit or 1), int(memory or 0), int(n_cells))
+    else:
+        depth = _level(tree, level)
+    ti = tree.internal
+    d = ti.depth
+    n = tree.n_nodes
+    sizes = _subtree_sizes(tree)
+    roots = np.flatnonzero(d == depth)
+    top = np.flatnonzero(d < depth)
+    if limit is not None:
+        biggest = int(sizes[roots].max())
+        top_solve = int(top.size + 3 * roots.size)
+        if max(biggest, top_solve) > limit:
+            what, fix = ((f"a subtree of {biggest:,} nodes", "choose a deeper level") if biggest > limit else
+                         (f"the top solve of {top_solve:,} nodes", "choose a shallower level"))
+            raise DataError(f"at split level {tree.level_names[depth]!r} {what} x {n_cells} cells exceeds split "
+                            f"memory {memory:,} bytes ({BYTES_PER_NODE_CELL} B per node-cell); {fix} or give more "
+                            "memory")
+    block = limit if limit is not None else max(DEFAULT_TASK_CELLS // int(n_cells), 1)
+    task_of_root = _greedy_blocks(np.ascontiguousarray(sizes[roots]), int(block))
+    below = np.flatnonzero(d >= depth)
+    anc = TK.ancestor_codes_at(ti.parent, d, np.arange(n, dtype=np.int64), depth)[below]
+    owner = np.searchsorted(roots, anc)
+    key = task_of_root[owner]
+    order = np.argsort(key, kind="stable")
+    n_tasks = int(task_of_root[-1]) + 1 if roots.size else 0
+    node_bounds = np.searchsorted(key[order], np.arange(n_tasks + 1))
+    root_bounds = np.searchsorted(task_of_root, np.arange(n_tasks + 1))
+    return Partition(tree=tree, depth=depth, level=tree.level_names[depth], top=top, roots=roots,
+                     _order=below[order], _node_bounds=node_bounds, _root_bounds=root_bounds, _owner=owner[order],
+                     memory=memory)
+
+
+# ---------------------------------------------------------------------------- what can be split
+def split_steps(steps: Sequence[PostProcessor]) -> PostProcessor | None:
+    """The chain's one GLS step (``None`` for an empty chain), or a one-line
+    :class:`~hierdp.errors.PluginError` for a chain a split release cannot run exactly."""
+    for pp in steps:
+        mode = getattr(pp, "split_mode", None)
+        if mode is None:
+            raise PluginError(f"post-processor {pp.name!r} cannot run by subtree (split=): it is not a linear "
+                              "least-squares step; leave split out, or use postprocess=['blue'] or ['gmc']")
+        if mode != "gls":
+            raise PluginError(f"post-processor {pp.name!r} declares split_mode={mode!r}, which the split release "
+                              "does not run yet; leave split out")
+    if len(steps) > 1:
+        raise PluginError(f"a split release runs one least-squares step, got {[pp.name for pp in steps]}; "
+                          "give one of them")
+    return steps[0] if steps else None
+
+
+def gls_info(step: PostProcessor, variance: np.ndarray | None) -> dict[str, Any]:
+    """The ``info`` the in-memory step writes for these variances (``blue``; ``gmc``:
+    uniform, weighted, or computed by BLUE when a variance is 0 or inf)."""
+    if step.name == "blue":
+        return {"method": "blue"}
+    info: dict[str, Any] = {"method": "gmc", "formula": getattr(step, "formula", 39)}
+    if variance is None:
+        return info
+    v = np.asarray(variance)
+    finite_pos = bool(v.size == 0 or (np.isfinite(v).all() and v.min() > 0))
+    if finite_pos and (v.size == 0 or np.all(v == v.flat[0])):
+        return info
+    if finite_pos:
+        info["method"] = "gmc_weighted"
+        return info
+    info["method"] = "blue"
+    info["note"] = "variances contain inf or 0: computed by the equivalent two-pass BLUE"
+    return info
+
+
+# ---------------------------------------------------------------------------- the split GLS
+def _blue(parent: np.ndarray, n_children: np.ndarray, leafcount: np.ndarray, y: np.ndarray,
+          var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled two-pass BLUE (:func:`hierdp.postprocessors._blue_kernels.blue_2d`) on
+    parent-before-child arrays whose trailing run of leaves count one leaf each."""
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    var = np.ascontiguousarray(var, dtype=np.float64)
+    x = np.empty_like(y)
+    xv = np.empty_like(var)
+    BK.blue_2d(parent, n_children, leafcount, y, var, x, xv)
+    return x, xv
+
+
+class SplitGLS:
+    """The three passes of the exact split GLS (module docstring) over a :class:`Partition`.
+
+    Arrays are per task in task order (``task.nodes``), shaped ``(m, k)`` for values and
+    ``(m, kv)`` for variances (``kv`` 1 or ``k``); ``inf`` marks an unmeasured node, 0 an
+    exact one. Every pass is one compiled O(m k) BLUE over the task (plus one O(m kv) over
+    the variances going down).
+    """
+
+    def __init__(self, part: Partition) -> None:
+        self.part = part
+
+    def _task_arrays(self, task: SubtreeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_children = np.bincount(task.parent[1:], minlength=task.parent.size).astype(np.int64)
+        leafcount = np.empty(task.parent.size, np.int64)
+        leafcount[1:] = self.part.tree.internal.leafcount[task.nodes]
+        leafcount[0] = int(leafcount[1 + task.root_pos].sum())
+        return task.parent, n_children, leafcount
+
+    @staticmethod
+    def _with_root(a: np.ndarray, fill: float) -> np.ndarray:
+        out = np.empty((a.shape[0] + 1, a.shape[1]))
+        out[0] = fill
+        out[1:] = a
+        return out
+
+    def up(self, task: SubtreeTask, y: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pass 1 per task: ``(z, u)`` of each subtree root, ``(roots, k)`` and ``(roots, kv)``."""
+        par, nch, lc = self._task_arrays(task)
+        x, xv = _blue(par, nch, lc, self._with_root(y, 0.0), self._with_root(var, np.inf))
+        return x[1 + task.root_pos], xv[1 + task.root_pos]
+
+    def top(self, y: np.ndarray | None, var: np.ndarray | None, z: np.ndarray,
+            u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The top solve: ``y``/``var`` of the top part (``part.top`` order; ``None`` at a
+        root-level split), ``z``/``u`` of every root (``part.roots`` order). Returns the top
+        part's estimates and variances, then the roots'.
+
+        Each root ``r`` enters as an unmeasured node above two stand-in leaves, ``(z_r,
+        u_r)`` and ``(0, 0)`` — or ``(z_r, 1)`` and ``(0, inf)`` where ``u_r = inf`` — so
+        that the kernel combines ``r`` exactly as in the full tree's pass 1 (the stand-ins
+        give back ``(z_r, u_r)``, a value carried even when uninformative) and splits an
+        undetermined residual by ``r``'s full-tree leaf count."""
+        part = self.part
+        ti = part.tree.internal
+        nt, nr = part.top.size, part.roots.size
+        k, kv = z.shape[1], u.shape[1]
+        ids = np.concatenate((part.top, part.roots))  # parents first: every root's parent is in the top
+        par_g = ti.parent[ids]
+        m = ids.size
+        parent = np.empty(m + 2 * nr, np.int64)
+        parent[:m] = np.where(par_g >= 0, np.searchsorted(part.top, par_g), -1)
+        parent[m:] = np.repeat(np.arange(nt, m), 2)
+        nch = np.bincount(parent[1:], minlength=parent.size).astype(np.int64)
+        lc = np.ones(parent.size, np.int64)
+        lc[:m] = ti.leafcount[ids]
+        yy = np.zeros((parent.size, k))
+        vv = np.empty((parent.size, kv))
+        if nt:
+            yy[:nt] = np.asarray(y, dtype=np.float64).reshape(nt, k)
+            vv[:nt] = np.asarray(var, dtype=np.float64).reshape(nt, kv)
+        vv[nt:m] = np.inf
+        uninformed = np.isinf(u)
+        yy[m::2] = z
+        vv[m::2] = np.where(uninformed, 1.0, u)
+        vv[m + 1::2] = np.where(uninformed, np.inf, 0.0)
+        x, xv = _blue(parent, nch, lc, yy, vv)
+        return x[:nt], xv[:nt], x[nt:m], xv[nt:m]
+
+    def down(self, task: SubtreeTask, y: np.ndarray, var: np.ndarray, x_roots: np.ndarray,
+             v_roots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pass 2 per task from the roots' final values ``x_roots`` and variances
+        ``v_roots`` (the task's roots, in order): the task's estimates and variances."""
+        par, nch, lc = self._task_arrays(task)
+        yy = self._with_root(y, 0.0)
+        vv = self._with_root(var, np.inf)
+        pos = 1 + task.root_pos
+        yy[pos] = x_roots
+        vv[pos] = 0.0
+        x, xv = _blue(par, nch, lc, yy, vv)
+        unit = np.zeros_like(vv)
+        unit[pos] = 1.0
+        g, _ = _blue(par, nch, lc, unit, vv)  # d x_v / d x_r: the same weights as the values' pass
+        vr = v_roots[task.root_of]
+        with np.errstate(invalid="ignore"):
+            extra = np.where(g[1:] == 0.0, 0.0, g[1:] * g[1:] * vr)
+        return x[1:], xv[1:] + extra
+
+
+# ---------------------------------------------------------------------------- measurement per part
+def per_level_allocation(plan: Plan, tree: Tree, total: float, *, sensitivity: Sensitivity, delta: float | None,
+                         invariants: np.ndarray | None) -> tuple[dict[str, float], list[LevelSpend], list[Any],
+                                                                  dict[str, Any]]:
+    """The budget of each level, computed once on the full tree (a strategy reads the whole
+    tree's shape), the ledger's per-level spends and the plan's spends and info, as
+    ``per_level`` states them in memory. A strategy that reads true counts is refused."""
+    mech = plan.mechanism  # type: ignore[attr-defined]
+    budget = getattr(plan, "_strategy", None) or plan.budget  # type: ignore[attr-defined]
+    if getattr(budget, "reads_true_counts", False):
+        raise PluginError(f"budget strategy {budget.name!r} reads true counts to choose the split of the budget; "
+                          "a split release measures subtree by subtree and cannot: use a strategy on the tree's "
+                          "shape (e.g. 'equal') or leave split out")
+    inv_levels = PL.invariant_levels(tree, invariants)
+    alloc, desc, _ = PL.resolve_budget(tree, total, budget, mechanism=mech, sensitivity=sensitivity,
+                                       true_values=None, invariant_levels=inv_levels)
+    measured = sum(1 for b in alloc.values() if b > 0)
+    enforce(delta_mechanism_problem(mech.name, mech.delta_per_use, measured, delta), DataError)
+    levels = []
+    for d, name in enumerate(tree.level_names):
+        b = float(alloc.get(name, 0.0))
+        idx = tree.internal.level_index[d]
+        n_level = (idx.stop - idx.start) if isinstance(idx, slice) else int(idx.size)
+        var = float(mech.variance(b, sensitivity)) if b > 0 else math.inf
+        if name in inv_levels:
+            var = 0.0
+        levels.append(LevelSpend(level=name, depth=d, budget=b, unit=mech.budget_unit, mechanism=mech.name,
+                                 n_nodes=n_level, noise_variance=var, sensitivity_l1=sensitivity.l1,
+                                 sensitivity_l2=sensitivity.l2))
+    unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"
+    spends = [Spend(ls.budget, unit, label=ls.level, delta=mech.delta_per_use) for ls in levels if ls.measured]
+    return alloc, levels, spends, {"budget_strategy": desc}
+
+
+def measure_nodes(part_tree: Tree, values: np.ndarray, budgets: Mapping[str, float], mechanism: Mechanism,
+                  sensitivity: Sensitivity, rng: Any, *, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Noisy values and per-node variances of the nodes of ``part_tree`` (a task or the top
+    part; ``values`` in its order), by :func:`hierdp.plans.per_level.measure`.
+
+    ``node_ids`` are the full tree's internal ids of ``part_tree``'s nodes (``-1`` for a
+    task's unmeasured root): the one place where noise keyed per node will take them, so
+    that a node's noise does not depend on the task it is measured in. Until then the
+    noise comes from ``rng``'s stream, fresh for every node (each node is measured once).
+    """
+    del node_ids  # keyed noise: pass node_ids=node_ids (and the key) to PL.measure here
+    noisy, variance, _ = PL.measure(part_tree, values, budgets, mechanism, sensitivity, rng)
+    return noisy, variance

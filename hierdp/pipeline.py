@@ -822,9 +822,13 @@ def _top_task(part: subtrees.Partition) -> subtrees.SubtreeTask:
 def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, n_cells: int,
                counts_of: Callable[[subtrees.SubtreeTask], Any],
                sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None], *, total: float,
-               rng: RandomSource, check_counts: Any, store: Any) -> Measurements:
+               key: NoiseKey, check_counts: Any, store: Any) -> Measurements:
     """The three stages of a split release (:mod:`hierdp.subtrees`); returns the plan's
-    spends, levels and info as :class:`~hierdp.measurements.Measurements` without values."""
+    spends, levels and info as :class:`~hierdp.measurements.Measurements` without values.
+
+    Every node's noise is keyed by ``key``, its id in the full tree and its cell
+    (:func:`hierdp.plans.per_level.measure_nodes`), so it is the noise the in-memory release
+    with the same key draws, whatever the split, the task order or the thread count."""
     tree = part.tree
     plan = cast(PerLevel, r.plan)
     alloc, levels, spends, info = subtrees.per_level_allocation(
@@ -840,12 +844,9 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     root_counts: list[np.ndarray] = []
     exact: dict[int, np.ndarray] = {}  # invariant values per task (published exactly)
 
-    def measured(task: subtrees.SubtreeTask, vals: np.ndarray, tt: Tree | None, budgets: dict[str, float],
-                 lead: int) -> tuple[np.ndarray, np.ndarray]:
-        padded = np.concatenate((np.zeros((lead, n_cells), vals.dtype), vals)) if lead else vals
-        ids = np.concatenate((np.full(lead, -1, np.int64), task.nodes)) if lead else task.nodes
-        noisy, var = subtrees.measure_nodes(cast(Tree, tt), padded, budgets, mech, sens, rng, node_ids=ids)
-        noisy, var = noisy[lead:], var[lead:]
+    def measured(task: subtrees.SubtreeTask, vals: np.ndarray, budgets: Mapping[str, float]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        noisy, var = PL.measure_nodes(tree, vals, task.nodes, budgets, mech, sens, key)
         if inv is not None and inv[task.nodes].any():
             noisy, var = PL.apply_invariants(vals, noisy, var, inv[task.nodes])
             exact[task.index] = vals[inv[task.nodes]]
@@ -854,8 +855,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     for task in part.tasks():  # measure, then the pass up
         vals = _task_counts(task, counts_of(task), n_cells)
         rules.enforce(_part_count_problem(task.parent[1:] - 1, vals, check_counts), DataError)
-        budgets = {subtrees.TASK_ROOT: 0.0, **{nm: alloc.get(nm, 0.0) for nm in task.level_names}}
-        noisy, var = measured(task, vals, task.tree(), budgets, 1)
+        noisy, var = measured(task, vals, alloc)
         store.put(task, noisy, var)
         root_counts.append(vals[task.root_pos])
         if step is not None:
@@ -868,8 +868,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         tvals = _task_counts(top, counts_of(top), n_cells)
         both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
         rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), check_counts), DataError)
-        tnoisy, tvar = measured(top, tvals, part.top_tree(),
-                                {nm: alloc.get(nm, 0.0) for nm in top.level_names}, 0)
+        tnoisy, tvar = measured(top, tvals, alloc)
         store.put(top, tnoisy, tvar)
     else:
         tnoisy, tvar = np.zeros((0, n_cells)), np.zeros(0)
@@ -938,7 +937,7 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
         infos.append(est.info)
 
     meas = _run_split(r, part, step, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
-                      total=r.total - acc.total, rng=rng, check_counts=False, store=store)
+                      total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
     if step is None:
@@ -991,9 +990,9 @@ def release_by_subtree(
     ``task.nodes`` order, ``task.external_nodes`` are their external ids) and noisy
     measurements: the top part first, then every task. The ledger is returned, not sunk.
 
-    Tasks are independent once the top is solved: a sink may be called again for a task
-    (rerun it by calling the function again with the same key once noise is keyed per node;
-    until then each call draws fresh noise and spends the budget again). Between a task's
+    Tasks are independent once the top is solved. Noise is keyed per node (release key,
+    node, cell), so the streamed release equals the in-memory one with the same key bit for
+    bit, whatever the split; a call draws a fresh key (or the seed's) and spends the budget. Between a task's
     pass up and its pass down its noisy measurements wait in ``workdir`` (a temporary
     folder by default); they are removed at the end. ``keywords``: those of :func:`release`
     (``epsilon``, ``plan``, ``postprocess``, ``invariants``, ``seed``, ...); ``split`` as there.
@@ -1005,8 +1004,8 @@ def release_by_subtree(
     ticket, session = _reserve(session, r)
     store = _DiskStore(workdir)
     try:
-        meas = _run_split(r, part, step, n_cells, counts_of, sink, total=r.total - acc.total, rng=rng,
-                          check_counts=check_counts, store=store)
+        meas = _run_split(r, part, step, n_cells, counts_of, sink, total=r.total - acc.total,
+                          key=noise_key(r.seed), check_counts=check_counts, store=store)
     finally:
         store.close()
     guarantee = account(r, acc, meas)

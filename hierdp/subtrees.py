@@ -59,12 +59,12 @@ from hierdp.rules import delta_mechanism_problem, enforce
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
-    from hierdp.mechanisms.base import Mechanism, Sensitivity
+    from hierdp.mechanisms.base import Sensitivity
     from hierdp.plans.base import Plan
     from hierdp.postprocessors.base import PostProcessor
 
 __all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "SPLIT_KEYS", "Partition", "SubtreeTask", "SplitGLS",
-           "partition", "parse_memory", "split_steps", "measure_nodes", "per_level_allocation"]
+           "partition", "parse_memory", "split_steps", "per_level_allocation"]
 
 #: peak bytes per node-cell of a release (counts, measurements, estimate and working
 #: arrays; ``docs/scale.md``, "Memory per node and per cell": 50-80 B measured)
@@ -536,16 +536,3 @@ def per_level_allocation(plan: Plan, tree: Tree, total: float, *, sensitivity: S
     return alloc, levels, spends, {"budget_strategy": desc}
 
 
-def measure_nodes(part_tree: Tree, values: np.ndarray, budgets: Mapping[str, float], mechanism: Mechanism,
-                  sensitivity: Sensitivity, rng: Any, *, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Noisy values and per-node variances of the nodes of ``part_tree`` (a task or the top
-    part; ``values`` in its order), by :func:`hierdp.plans.per_level.measure`.
-
-    ``node_ids`` are the full tree's internal ids of ``part_tree``'s nodes (``-1`` for a
-    task's unmeasured root): the one place where noise keyed per node will take them, so
-    that a node's noise does not depend on the task it is measured in. Until then the
-    noise comes from ``rng``'s stream, fresh for every node (each node is measured once).
-    """
-    del node_ids  # keyed noise: pass node_ids=node_ids (and the key) to PL.measure here
-    noisy, variance, _ = PL.measure(part_tree, values, budgets, mechanism, sensitivity, rng)
-    return noisy, variance

@@ -13,10 +13,12 @@ import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from hierdp._version import __version__
-from hierdp.accounting import Accountant, PrivacyLoss
+from hierdp.accountants import ANALYTIC, BASIC, ZCDP
+from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
+from hierdp.errors import PrivacyError
 
 __all__ = ["LevelSpend", "Ledger"]
 
@@ -115,8 +117,14 @@ class Ledger:
     neighbours: str = "add_remove"
     # nodes published exactly (not protected, no budget): level names or node descriptions
     invariants: list[str] = field(default_factory=list)
+    # the accountant that certifies the guarantee (``certified_by``) (issue 34): "basic composition", "zCDP",
+    # "analytic Gaussian (Balle & Wang 2018)" or "PLD (dp-accounting)"; derived from
+    # ``guarantee`` when empty (ledgers written before this field existed)
+    certified_by: str = ""
 
     def __post_init__(self) -> None:
+        if not self.certified_by:
+            self.certified_by = default_accountant(self.guarantee, self.rho)
         if not self.accounting:
             self.accounting = accounting_method(self.guarantee)
 
@@ -169,6 +177,23 @@ class Ledger:
         if self.guarantee == "zcdp":
             return PrivacyLoss(rho=self.rho, delta=self.delta)
         return PrivacyLoss(epsilon=self.epsilon, delta=self.delta if self.guarantee == "approx" else None)
+
+    def epsilon_at(self, delta: float) -> float:
+        """The ε this ledger certifies at ``delta``: its privacy curve, point by point.
+
+        A Gaussian release accounted by the analytic Gaussian gives its exact curve
+        (μ = sqrt(2ρ), Balle & Wang 2018); a ρ-zCDP one the CKS 2020 conversion; a pure
+        one its ε at any δ; an (ε, δ) one only its own point (smaller δ: an error).
+        """
+        check = check_delta(delta)
+        if self.guarantee == "pure":
+            return float(cast(float, self.epsilon))
+        if self.rho is not None and (self.guarantee == "zcdp" or self.certified_by in (ANALYTIC, ZCDP)):
+            return certified_epsilon(self.guarantee, rho=self.rho, delta=check, accountant=self.certified_by)
+        if self.delta is not None and check >= self.delta:
+            return float(cast(float, self.epsilon))
+        raise PrivacyError(f"this release certifies (ε={self.epsilon:g}, δ={self.delta:g}) by {self.certified_by}; "
+                           f"it states no ε at the smaller δ={check:g}")
 
     def by_level(self) -> dict[str, float]:
         return {ls.level: ls.budget for ls in self.levels}
@@ -243,7 +268,9 @@ class Ledger:
                 head += f" (⇒ ({self.epsilon:g}, {self.delta:g})-DP)"
         else:
             head = f"(ε, δ)-DP, ε = {self.epsilon:g}, δ = {self.delta:g}"
-            if self.rho is not None:
+            if self.rho is not None and self.certified_by == ANALYTIC:
+                head += f" (exact Gaussian curve, μ = {math.sqrt(2 * self.rho):.6g}, ρ = {self.rho:.6g})"
+            elif self.rho is not None:
                 head += f" (via ρ-zCDP, ρ = {self.rho:.6g})"
         lines = [f"Privacy ledger: {head}", f"  privacy unit: {self.privacy_unit}"]
         lines.append("  neighbours: " + ("substitute one unit's records by another's (bounded DP)"
@@ -268,7 +295,8 @@ class Ledger:
         lines.extend(f"  NOT PRIVATE: {r}" for r in self.non_private)
         lines.extend(f"  note: {n}" for n in self.notes)
         if self.accounting:
-            lines.append(f"  accounting: {self.accounting}; trust model: {self.trust_model}")
+            lines.append(f"  certified by: {self.certified_by}; accounting: {self.accounting}; "
+                         f"trust model: {self.trust_model}")
         if self.release_id:
             lines.append(f"  release {self.release_id}, {self.created or 'time unknown'}, "
                          f"hierdp {self.hierdp_version or 'version unknown'}")
@@ -317,6 +345,15 @@ def accounting_method(guarantee: str) -> str:
         "approx": "zCDP (Bun & Steinke 2016): per-level ρ add up; the (ε, δ) target converted "
                   "to ρ with Bun & Steinke 2016 Prop. 1.3",
     }.get(guarantee, "")
+
+
+def default_accountant(guarantee: str, rho: float | None = None) -> str:
+    """The accountant of a ledger that does not name one: basic composition for pure ε
+    and for (ε, δ) measurements without ρ (e.g. the Ghazi plan), zCDP for ρ releases and
+    for (ε, δ) requests calibrated through ρ before issue 34."""
+    if guarantee == "pure" or (guarantee == "approx" and rho is None):
+        return BASIC
+    return ZCDP if guarantee in ("zcdp", "approx") else ""
 
 
 def _utc_now() -> str:

@@ -477,6 +477,7 @@ def build_ledger(resolved: Resolved, tree: Tree, meas: Measurements, guarantee: 
         secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(resolved.notes),
         private_notes=dict(resolved.private_notes), decomposition=dict(decomposition or {}),
         neighbours=resolved.neighbours, invariants=inv_names,
+        certified_by=guarantee.get("accountant", ""), accounting=guarantee.get("accounting", ""),
     )
     if inv_names:
         ledger.notes.append(rules.invariants_text(inv_names, resolved.neighbours))

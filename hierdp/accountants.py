@@ -60,6 +60,8 @@ GRID_DELTA_MARGIN = 1e-6
 PLD_INSTALL = 'PLD accounting needs Google\'s dp-accounting: pip install "hierdp[accounting]"'
 
 _SQRT1_2 = math.sqrt(0.5)
+#: calibrations meet log δ - 1e-12: δ itself then holds after the rounding of exp and log
+_LOG_SLACK = 1e-12
 
 
 def gaussian_log_delta(epsilon: float, mu: float) -> float:
@@ -91,8 +93,9 @@ def gaussian_delta(epsilon: float, mu: float) -> float:
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
     """The smallest ε >= 0 with δ(ε) <= ``delta`` for μ-GDP (Balle & Wang 2018, Thm 8,
-    inverted by bisection: δ(ε) decreases in ε). The returned ε meets ``delta``."""
-    log_d = math.log(delta)
+    inverted by bisection: δ(ε) decreases in ε). The returned ε meets ``delta`` (with
+    1e-12 relative to spare for the rounding of logarithms)."""
+    log_d = math.log(delta) - _LOG_SLACK
     if gaussian_log_delta(0.0, mu) <= log_d:
         return 0.0
     lo, hi = 0.0, max(1.0, mu * mu)
@@ -114,9 +117,10 @@ def gaussian_mu(epsilon: float, delta: float) -> float:
     exact curve meets (ε, δ): δ(ε; μ) <= ``delta`` (Balle & Wang 2018, Thm 8 and Alg. 1).
 
     δ(ε; μ) increases in μ; bisection on log μ to the last representable step, keeping
-    the side that meets δ, so the result is never above the exact optimum.
+    the side that meets δ (with 1e-12 relative to spare for the rounding of logarithms),
+    so the result is never above the exact optimum.
     """
-    log_d = math.log(delta)
+    log_d = math.log(delta) - _LOG_SLACK
     lo, hi = -30.0, 10.0  # log μ: δ(ε; e^-30) underflows, δ(ε; e^10) is 1 for every sane ε
     while gaussian_log_delta(epsilon, math.exp(hi)) <= log_d:
         lo, hi = hi, hi + 10.0

@@ -211,18 +211,21 @@ def accounting_text(accountant: str, guarantee: str) -> str:
 class Measured:
     """One measurement for :func:`pld_epsilon`: ``kind`` is ``"discrete_laplace"`` (``scale``:
     the noise scale t, P(z) ∝ exp(-|z|/t)), ``"gaussian"`` or ``"discrete_gaussian"``
-    (``scale``: σ), with the L1 (Laplace) or L2 (Gaussian) ``sensitivity``. Repeating the
+    (``scale``: σ), with the L1 (Laplace) or L2 (Gaussian) ``sensitivity``, or ``"approx"``:
+    any (ε, δ)-DP mechanism (``scale``: ε, and ``delta``), entered by its worst-case PLD
+    (Meiser & Mohammadi 2018; dp-accounting ``from_privacy_parameters``). Repeating the
     same measurement ``count`` times composes it with itself."""
 
     kind: str
     scale: float
     sensitivity: float = 1.0
     count: int = 1
+    delta: float = 0.0
 
 
 def _dp_accounting() -> Any:
     try:
-        import dp_accounting  # type: ignore[import-not-found]
+        import dp_accounting
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(PLD_INSTALL) from exc
     return dp_accounting
@@ -244,8 +247,11 @@ def _pld(parts: Sequence[Measured], value_discretization_interval: float) -> Any
         elif m.kind == "discrete_gaussian":
             one = pld_mod.from_discrete_gaussian_mechanism(m.scale, sensitivity=int(round(m.sensitivity)),
                                                            value_discretization_interval=value_discretization_interval)
+        elif m.kind == "approx":
+            params = _dp_accounting().pld.common.DifferentialPrivacyParameters(m.scale, m.delta)
+            one = pld_mod.from_privacy_parameters(params, value_discretization_interval=value_discretization_interval)
         else:
-            raise BudgetError(f"PLD accounting knows 'discrete_laplace', 'gaussian' and 'discrete_gaussian' "
+            raise BudgetError(f"PLD accounting knows 'discrete_laplace', 'gaussian', 'discrete_gaussian' and 'approx' "
                               f"measurements, got {m.kind!r}")
         if m.count > 1:
             one = one.self_compose(m.count)

@@ -316,3 +316,69 @@ def test_auditor_does_not_refute_the_tight_gaussian_claim():
         warnings.simplefilter("ignore")
         res = audit(sample, np.zeros(1), np.ones(1), n=200_000, delta=1e-6, claimed=1.0, seed=7)
     assert not res.violates and 0.3 < res.epsilon_lb < 1.0
+
+
+# -- several releases: ledgers and sessions ------------------------------------------------
+def _ledgers() -> dict[str, Ledger]:
+    tree, v = _six_levels()
+    return {
+        "laplace": hierdp.release(tree, v, epsilon=1.0, mechanism="discrete_laplace", seed=1).ledger,
+        "gaussian": hierdp.release(tree, v, epsilon=1.0, delta=1e-6, mechanism="gaussian", seed=1).ledger,
+        "dgauss": hierdp.release(tree, v, epsilon=1.0, delta=1e-6, mechanism="discrete_gaussian", seed=1).ledger,
+        "ghazi": hierdp.release(tree, v, epsilon=1.0, delta=1e-6, plan={"name": "ghazi", "alpha": 0.5},
+                                seed=1).ledger,
+    }
+
+
+def test_compose_ledgers_tight_is_the_analytic_curve_plus_basic():
+    from hierdp.ledger import compose
+
+    led = _ledgers()
+    two = compose([led["gaussian"], led["gaussian"]], 1e-6)
+    mu = math.sqrt(2 * 2 * led["gaussian"].rho)  # μ² adds up: 2ρ per release
+    assert two["accountant"] == ANALYTIC and _mp_delta(two["epsilon"], mu) <= 1e-6
+    assert two["epsilon"] == pytest.approx(gaussian_epsilon(mu, 1e-6), rel=1e-6) and two["epsilon"] < 1.46  # basic: (2, 2e-6)
+    mixed = compose([led["laplace"], led["gaussian"]], 2e-6)
+    assert mixed["epsilon"] == pytest.approx(1.0 + gaussian_epsilon(math.sqrt(2 * led["gaussian"].rho), 2e-6),
+                                             rel=1e-6)
+    assert compose([led["laplace"], led["gaussian"]], 2e-6, accountant="basic") == \
+        {"epsilon": 2.0, "delta": 1e-6, "accountant": BASIC}
+    # the discrete Gaussian and the Ghazi plan enter at their own (ε, δ): basic
+    assert compose([led["dgauss"], led["ghazi"]], 2e-6)["epsilon"] == 2.0
+
+
+def test_compose_ledgers_by_pld_is_tighter_and_refuses_incomplete_ledgers():
+    pytest.importorskip("dp_accounting")
+    from hierdp.ledger import compose
+
+    led = _ledgers()
+    basic = compose([led["laplace"], led["gaussian"]], 2e-6)["epsilon"]  # the tight accountant without PLD
+    pld = compose([led["laplace"], led["gaussian"]], 2e-6, accountant="pld")
+    assert pld["accountant"] == "PLD (dp-accounting)" and pld["epsilon"] < 0.9 * basic
+    # exact reference: 6 discrete Laplace levels at ε = 1/6 and the Gaussian μ (closed form above)
+    mu, a = math.sqrt(2 * led["gaussian"].rho), 1 / 6
+    assert _mixed_exact_delta(pld["epsilon"], 6, a, mu) <= 2e-6
+    assert _mixed_exact_delta(pld["epsilon"] - 2e-3, 6, a, mu) > 2e-6  # and within 2e-3 of the exact ε
+    with pytest.raises(PrivacyError, match="do not make up the release's whole budget"):
+        compose([led["ghazi"]], 1e-5, accountant="pld")
+
+
+def test_session_composes_gaussian_releases_on_their_exact_curve():
+    tree, v = _six_levels()
+    s = hierdp.Session(epsilon=2.0, delta=1e-6)
+    leds = [hierdp.release(tree, v, epsilon=1.0, delta=5e-7, mechanism="gaussian", seed=i, session=s).ledger
+            for i in range(3)]  # basic composition would stop after two
+    mu = math.sqrt(sum(2 * x.rho for x in leds))
+    assert s.spent["gaussian_mu"] == pytest.approx(mu, rel=1e-12)
+    assert s.spent["epsilon"] <= 2.0 and _mp_delta(s.spent["epsilon"], mu) <= 1e-6
+    with pytest.raises(BudgetError, match="would take the session to epsilon=2.04"):
+        hierdp.release(tree, v, epsilon=1.0, delta=5e-7, mechanism="gaussian", seed=4, session=s)
+    r = hierdp.release(tree, v, epsilon=0.1, mechanism="discrete_laplace", seed=5, session=s)
+    assert s.spent["epsilon"] == pytest.approx(0.1 + gaussian_epsilon(mu, 1e-6 * (1 - GRID_DELTA_MARGIN)))
+    assert "analytic Gaussian (Balle & Wang 2018) for its Gaussian releases" in r.ledger.notes[-1]
+    # the old calibration composes as before: ε and δ add up
+    old = hierdp.Session(epsilon=2.0, delta=1e-6)
+    for i in range(2):
+        hierdp.release(tree, v, epsilon=PrivacyLoss(epsilon=1.0, delta=5e-7, accountant="zcdp"),
+                       mechanism="gaussian", seed=i, session=old)
+    assert old.spent == {"epsilon": 2.0, "delta": 1e-6}

@@ -16,6 +16,12 @@ Three kinds of guarantee are tracked:
   :func:`total_budget` uses ``bs16`` to turn an (ε, δ) target into a ρ budget because
   it inverts in closed form: ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))².
 
+A plan measuring with a mechanism calibrates through :func:`calibrated_total` instead
+(issue 34): with the default ``PrivacyLoss(accountant="tight")`` an (ε, δ) request on the
+``gaussian`` mechanism is met exactly on the analytic Gaussian curve (Balle & Wang 2018),
+on other ρ mechanisms by the inverted CKS20 conversion; ``accountant="zcdp"`` keeps
+``bs16``. The curves themselves live in :mod:`hierdp.accountants`.
+
 Per-level spend is recorded in :class:`hierdp.ledger.Ledger`; :class:`Accountant`
 composes arbitrary measurements (levels, SVT calls, ...).
 """

@@ -48,7 +48,7 @@ from hierdp.errors import BudgetError, PrivacyError
 
 __all__ = ["PrivacyLoss", "pure_epsilon", "total_budget", "loss_total", "check_epsilon", "check_rho", "check_delta",
            "zcdp_to_approx_dp", "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend",
-           "calibrated_total", "certified_epsilon"]
+           "calibrated_total", "certified_epsilon", "structure_total"]
 
 _CONVERSIONS = ("bs16", "cks20")
 
@@ -335,8 +335,21 @@ def calibrated_total(unit: str, loss: PrivacyLoss, *, curve: str | None = None,
         rho, accountant = mu * mu / 2.0, ANALYTIC
     else:
         rho, accountant = cks_rho(eps, delta), ZCDP
-    rho = max(rho, total)  # never looser than the zCDP calibration (both meet (ε, δ); the tight one is larger)
+    rho = max(rho, total)  # both meet (ε, δ): the one with less noise (the tight one, by construction)
     return rho, dict(g, rho=rho, accountant=accountant, accounting=accounting_text(accountant, "approx"))
+
+
+def structure_total(loss: PrivacyLoss, guarantee: dict[str, Any], n_spends: int) -> tuple[float, dict[str, Any]]:
+    """The total and guarantee of a release that also pays ``n_spends`` spends of a
+    data-dependent structure (e.g. PrivTree's, pure ε, paid in ρ = ε²/2) before its
+    Gaussian measurements: its noise is then not all Gaussian, so an analytic-Gaussian
+    total (which assumes it is) is replaced by the CKS 2020 one, valid for the zCDP
+    composition of both. Other totals are returned as they are."""
+    if not n_spends or guarantee.get("accountant") != ANALYTIC:
+        return float(guarantee["rho"]), guarantee
+    eps, delta = cast(float, loss.epsilon), cast(float, loss.delta)
+    rho = max(cks_rho(eps, delta), _approx_dp_to_zcdp(eps, delta))
+    return rho, dict(guarantee, rho=rho, accountant=ZCDP, accounting=accounting_text(ZCDP, "approx"))
 
 
 def certified_epsilon(guarantee: str, *, rho: float | None, delta: float, accountant: str = "") -> float:

@@ -23,13 +23,13 @@ tasks calls :func:`measure` per task and :func:`post_process` per subtree):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from hierdp import registry, rules
-from hierdp.accounting import Accountant, PrivacyLoss
+from hierdp.accounting import Accountant, PrivacyLoss, structure_total
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
     BudgetError,
@@ -565,6 +565,10 @@ def release(
                 sensitivity=sensitivity, privacy_unit=privacy_unit, max_contributions=max_contributions, notes=notes,
                 private_notes=private_notes, neighbours=neighbours, invariants=invariants,
                 allow_invariants_with_add_remove=allow_invariants_with_add_remove, invariants_cover=invariants_cover)
+    if structure is not None and structure.spends:  # a structure's pure-ε spends are not Gaussian noise
+        total, guarantee = structure_total(r.loss, r.guarantee, len(structure.spends)) \
+            if r.plan.budget_unit == "rho" else (r.total, r.guarantee)
+        r = replace(r, total=total, guarantee=guarantee)
     check(r, session)  # before any randomness: a refused release draws no noise
     rng = make_rng(seed)
     vals_internal = tree.to_internal(vals)

@@ -382,3 +382,20 @@ def test_session_composes_gaussian_releases_on_their_exact_curve():
         hierdp.release(tree, v, epsilon=PrivacyLoss(epsilon=1.0, delta=5e-7, accountant="zcdp"),
                        mechanism="gaussian", seed=i, session=old)
     assert old.spent == {"epsilon": 2.0, "delta": 1e-6}
+
+
+def test_a_private_structure_keeps_the_release_off_the_gaussian_curve():
+    """A structure's pure-ε spends (PrivTree) are not Gaussian noise: a Gaussian release that
+    pays them is calibrated by the CKS 2020 conversion of the zCDP composition (ε²/2 + Σ ρ),
+    not on the analytic curve (which would overstate its privacy)."""
+    from hierdp.rng import make_rng
+
+    pts = np.random.default_rng(0).random((2000, 2))
+    decomp = hierdp.registry.create("decomposition", "privtree", columns=["x", "y"], bounds=[(0, 1), (0, 1)])
+    st = decomp.decompose(pts, budget=0.05, rng=make_rng(1))
+    v = st.tree.aggregate(st.leaf_counts(pts))
+    led = hierdp.release(st.tree, v, epsilon=4.0, delta=1e-6, mechanism="gaussian", structure=st, seed=1).ledger
+    assert led.certified_by == ZCDP and led.rho == pytest.approx(cks_rho(4.0, 1e-6), rel=1e-12)
+    assert cks_epsilon(led.spent, 1e-6) <= 4.0  # structure (0.05²/2) and levels together
+    plain = hierdp.release(st.tree, v, epsilon=4.0, delta=1e-6, mechanism="gaussian", seed=1).ledger
+    assert plain.certified_by == ANALYTIC

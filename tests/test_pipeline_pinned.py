@@ -149,7 +149,7 @@ CASES = {
                        "7731c89d5d0ddbb05abc1d80b0efb4ccaddd30ba2e2d6b55617bf9124a27b3bc"),
     # pinned on branch tight (issue 34) after checking the ledger's ρ is the analytic Gaussian's
     "approx_gaussian_tight": (_approx_gaussian_tight,
-                             "5fad00ac5e8af0573c7d7ee2b2fb5975db9206badc64620777a67e143a763ef3"),
+                             "fc8755cd1b538c18d3f022f19faf469d260721968f0dffcd46e6456b35b27ac1"),
     "ghazi": (_ghazi,
              "b3313f62eaa5382488dd298c3037cff68f013531b3adf3e77602e44a16a8c025"),
     "invariants": (_invariants,

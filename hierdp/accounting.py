@@ -16,6 +16,12 @@ Three kinds of guarantee are tracked:
   :func:`total_budget` uses ``bs16`` to turn an (ε, δ) target into a ρ budget because
   it inverts in closed form: ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))².
 
+A plan measuring with a mechanism calibrates through :func:`calibrated_total` instead
+(issue 34): with the default ``PrivacyLoss(accountant="tight")`` an (ε, δ) request on the
+``gaussian`` mechanism is met exactly on the analytic Gaussian curve (Balle & Wang 2018),
+on other ρ mechanisms by the inverted CKS20 conversion; ``accountant="zcdp"`` keeps
+``bs16``. The curves themselves live in :mod:`hierdp.accountants`.
+
 Per-level spend is recorded in :class:`hierdp.ledger.Ledger`; :class:`Accountant`
 composes arbitrary measurements (levels, SVT calls, ...).
 """
@@ -28,10 +34,21 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from hierdp import rules
+from hierdp.accountants import (
+    ACCOUNTANTS,
+    ANALYTIC,
+    GRID_DELTA_MARGIN,
+    ZCDP,
+    accounting_text,
+    cks_rho,
+    gaussian_epsilon,
+    gaussian_mu,
+)
 from hierdp.errors import BudgetError, PrivacyError
 
 __all__ = ["PrivacyLoss", "pure_epsilon", "total_budget", "loss_total", "check_epsilon", "check_rho", "check_delta",
-           "zcdp_to_approx_dp", "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend"]
+           "zcdp_to_approx_dp", "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend",
+           "calibrated_total", "certified_epsilon", "structure_total"]
 
 _CONVERSIONS = ("bs16", "cks20")
 
@@ -88,6 +105,13 @@ class PrivacyLoss:
         δ in (0, 1).
     rho : float, optional
         ρ > 0 (zCDP); not together with ``epsilon``.
+    accountant : {"tight", "zcdp"}
+        How an (ε, δ) request is met by Gaussian noise (issue 34): ``"tight"`` (default) on
+        the exact curve of the noise where it is known (the analytic Gaussian, Balle & Wang
+        2018, for ``gaussian``), else with the tighter Canonne-Kamath-Steinke 2020 zCDP
+        conversion (``discrete_gaussian`` and other ρ mechanisms); ``"zcdp"``: the Bun &
+        Steinke 2016 conversion hierdp used before (more noise). Pure ε and ρ requests are
+        accounted as before whichever is chosen (:mod:`hierdp.accountants`).
 
     Raises
     ------
@@ -106,11 +130,16 @@ class PrivacyLoss:
     epsilon: float | None = None
     delta: float | None = None
     rho: float | None = None
+    accountant: str = "tight"
 
     def __post_init__(self) -> None:
         if self.epsilon is None and self.rho is None:
             raise BudgetError(rules.no_budget_text())
         rules.enforce(rules.privacy_loss_problem(self.epsilon, self.delta, self.rho), BudgetError)
+        if self.accountant not in ACCOUNTANTS:
+            raise BudgetError(f"accountant must be one of {', '.join(map(repr, ACCOUNTANTS))}, got "
+                              f"{self.accountant!r:.40}: 'tight' calibrates Gaussian noise on its exact curve, "
+                              "'zcdp' through the Bun & Steinke 2016 conversion")
         for name in ("epsilon", "delta", "rho"):  # numpy scalars and ints become plain floats
             value = getattr(self, name)
             if value is not None:
@@ -144,6 +173,8 @@ class PrivacyLoss:
     def __repr__(self) -> str:
         given = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("epsilon", "delta", "rho")
                           if getattr(self, k) is not None)
+        if self.accountant != "tight":
+            given += f", accountant={self.accountant!r}"
         return f"PrivacyLoss({given})"
 
 
@@ -270,6 +301,66 @@ def loss_total(unit: str, loss: PrivacyLoss, *, mechanism: str = "") -> tuple[fl
         r = _approx_dp_to_zcdp(eps, delta)
         return r, {"guarantee": "approx", "epsilon": eps, "delta": delta, "rho": r}
     raise PrivacyError(f"{who} budgets in {unit!r}; expected 'epsilon' or 'rho'")
+
+
+def calibrated_total(unit: str, loss: PrivacyLoss, *, curve: str | None = None,
+                     mechanism: str = "") -> tuple[float, dict[str, Any]]:
+    """:func:`loss_total`, with an (ε, δ) request on Gaussian noise met under
+    ``loss.accountant`` (issue 34).
+
+    ``curve`` is what the mechanism's noise is known to be (its ``privacy_curve``):
+
+    * ``"gaussian"`` (the ``gaussian`` mechanism): with ``accountant="tight"`` the total
+      is ρ = μ²/2 for the largest μ whose analytic Gaussian curve (Balle & Wang 2018,
+      Thm 8) meets (ε, δ·(1 - :data:`~hierdp.accountants.GRID_DELTA_MARGIN`)): however the
+      strategy splits ρ over levels, σᵢ² = Δᵢ²/(2ρᵢ) gives sqrt(Σ (Δᵢ/σᵢ)²) <= μ (levels
+      sum to at most the total, samplers round σ up), so the release meets (ε, δ) on the
+      exact curve of its noise;
+    * anything else measured in ρ (``"discrete_gaussian"``, plugins): with ``"tight"`` the
+      largest ρ whose Canonne-Kamath-Steinke 2020 (Cor. 13) conversion meets (ε, δ), a
+      proven bound for every ρ-zCDP mechanism (the discrete Gaussian's own exact curve is
+      *less* private than the continuous one at small σ, so the analytic curve does not
+      apply to it).
+
+    With ``accountant="zcdp"``, for pure ε or ρ requests, and for ε mechanisms this is
+    :func:`loss_total` unchanged (pure-ε releases report the same ε as ever). The
+    guarantee fields then carry ``accountant`` and ``accounting`` for the ledger.
+    """
+    total, g = loss_total(unit, loss, mechanism=mechanism)
+    if unit != "rho" or loss.kind != "approx" or loss.accountant != "tight":
+        return total, g
+    eps, delta = cast(float, loss.epsilon), cast(float, loss.delta)
+    if curve == "gaussian":
+        mu = gaussian_mu(eps, delta * (1.0 - GRID_DELTA_MARGIN))
+        rho, accountant = mu * mu / 2.0, ANALYTIC
+    else:
+        rho, accountant = cks_rho(eps, delta), ZCDP
+    rho = max(rho, total)  # both meet (ε, δ): the one with less noise (the tight one, by construction)
+    return rho, dict(g, rho=rho, accountant=accountant, accounting=accounting_text(accountant, "approx"))
+
+
+def structure_total(loss: PrivacyLoss, guarantee: dict[str, Any], n_spends: int) -> tuple[float, dict[str, Any]]:
+    """The total and guarantee of a release that also pays ``n_spends`` spends of a
+    data-dependent structure (e.g. PrivTree's, pure ε, paid in ρ = ε²/2) before its
+    Gaussian measurements: its noise is then not all Gaussian, so an analytic-Gaussian
+    total (which assumes it is) is replaced by the CKS 2020 one, valid for the zCDP
+    composition of both. Other totals are returned as they are."""
+    if not n_spends or guarantee.get("accountant") != ANALYTIC:
+        return float(guarantee["rho"]), guarantee
+    eps, delta = cast(float, loss.epsilon), cast(float, loss.delta)
+    rho = max(cks_rho(eps, delta), _approx_dp_to_zcdp(eps, delta))
+    return rho, dict(guarantee, rho=rho, accountant=ZCDP, accounting=accounting_text(ZCDP, "approx"))
+
+
+def certified_epsilon(guarantee: str, *, rho: float | None, delta: float, accountant: str = "") -> float:
+    """The ε a release's ledger certifies at ``delta`` (its curve point by point): for a
+    Gaussian release accounted by the analytic Gaussian (μ = sqrt(2ρ)) the exact ε
+    (Balle & Wang 2018), for a ρ-zCDP one the CKS 2020 conversion."""
+    if rho is None:
+        raise BudgetError(f"a {guarantee!r} release without ρ has one (ε, δ) point, not a curve")
+    if accountant == ANALYTIC:
+        return gaussian_epsilon(math.sqrt(2.0 * rho), check_delta(delta))
+    return zcdp_to_approx_dp(rho, delta, "cks20")
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 
 from hierdp import registry
-from hierdp.accounting import total_budget
+from hierdp.accounting import PrivacyLoss
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.errors import DataError, NotForPublicationWarning, SpecError
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.pipeline import release
-from hierdp.plans.per_level import resolve_budget, resolve_mechanism
+from hierdp.plans.per_level import mechanism_total, resolve_budget, resolve_mechanism
 
 __all__ = ["evaluate", "COLUMNS", "NON_PRIVATE_NOTE"]
 
@@ -204,8 +204,9 @@ def evaluate(
             mech = resolve_mechanism(kw.pop("mechanism", "discrete_laplace"))
             kw = {**{k: v for k, v in defaults.items() if k != "max_contributions"}, **kw}
             sens = kw.get("sensitivity") or Sensitivity()
-            total, _ = total_budget(mech.budget_unit, epsilon=kw.get("epsilon"), delta=kw.get("delta"),
-                                    rho=kw.get("rho"), mechanism=mech.name)
+            # the total a release of this mechanism takes (the tight accountant's, issue 34)
+            total, _ = mechanism_total(mech, PrivacyLoss.of(kw.get("epsilon"), kw.get("delta"), kw.get("rho"),
+                                                            unit=mech.budget_unit, who=f"mechanism {mech.name!r}"))
             alloc, desc, reads_true = resolve_budget(tree, total, budget, mechanism=mech, sensitivity=sens,
                                                      true_values=values)
             fixed = alloc if desc == "per-level" else _fixed_budget(

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from hierdp._version import __version__
-from hierdp.accounting import Accountant, PrivacyLoss
+from hierdp.accountants import ANALYTIC, BASIC, PLD, ZCDP, Measured, gaussian_epsilon, pld_epsilon
+from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
+from hierdp.errors import PrivacyError
 
-__all__ = ["LevelSpend", "Ledger"]
+__all__ = ["LevelSpend", "Ledger", "compose", "pld_parts"]
 
 
 @dataclass
@@ -115,10 +118,16 @@ class Ledger:
     neighbours: str = "add_remove"
     # nodes published exactly (not protected, no budget): level names or node descriptions
     invariants: list[str] = field(default_factory=list)
+    # the accountant that certifies the guarantee (``certified_by``) (issue 34): "basic composition", "zCDP",
+    # "analytic Gaussian (Balle & Wang 2018)" or "PLD (dp-accounting)"; derived from
+    # ``guarantee`` when empty (ledgers written before this field existed)
+    certified_by: str = ""
 
     def __post_init__(self) -> None:
+        if not self.certified_by:
+            self.certified_by = default_accountant(self.guarantee, self.rho)
         if not self.accounting:
-            self.accounting = accounting_method(self.guarantee)
+            self.accounting = accounting_method(self.guarantee, self.rho)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without ``private_notes`` (facts about the true data, e.g. how many rows
@@ -169,6 +178,23 @@ class Ledger:
         if self.guarantee == "zcdp":
             return PrivacyLoss(rho=self.rho, delta=self.delta)
         return PrivacyLoss(epsilon=self.epsilon, delta=self.delta if self.guarantee == "approx" else None)
+
+    def epsilon_at(self, delta: float) -> float:
+        """The ε this ledger certifies at ``delta``: its privacy curve, point by point.
+
+        A Gaussian release accounted by the analytic Gaussian gives its exact curve
+        (μ = sqrt(2ρ), Balle & Wang 2018); a ρ-zCDP one the CKS 2020 conversion; a pure
+        one its ε at any δ; an (ε, δ) one only its own point (smaller δ: an error).
+        """
+        check = check_delta(delta)
+        if self.guarantee == "pure":
+            return float(cast(float, self.epsilon))
+        if self.rho is not None and (self.guarantee == "zcdp" or self.certified_by in (ANALYTIC, ZCDP)):
+            return certified_epsilon(self.guarantee, rho=self.rho, delta=check, accountant=self.certified_by)
+        if self.delta is not None and check >= self.delta:
+            return float(cast(float, self.epsilon))
+        raise PrivacyError(f"this release certifies (ε={self.epsilon:g}, δ={self.delta:g}) by {self.certified_by}; "
+                           f"it states no ε at the smaller δ={check:g}")
 
     def by_level(self) -> dict[str, float]:
         return {ls.level: ls.budget for ls in self.levels}
@@ -243,7 +269,9 @@ class Ledger:
                 head += f" (⇒ ({self.epsilon:g}, {self.delta:g})-DP)"
         else:
             head = f"(ε, δ)-DP, ε = {self.epsilon:g}, δ = {self.delta:g}"
-            if self.rho is not None:
+            if self.rho is not None and self.certified_by == ANALYTIC:
+                head += f" (exact Gaussian curve, μ = {math.sqrt(2 * self.rho):.6g}, ρ = {self.rho:.6g})"
+            elif self.rho is not None:
                 head += f" (via ρ-zCDP, ρ = {self.rho:.6g})"
         lines = [f"Privacy ledger: {head}", f"  privacy unit: {self.privacy_unit}"]
         lines.append("  neighbours: " + ("substitute one unit's records by another's (bounded DP)"
@@ -268,7 +296,8 @@ class Ledger:
         lines.extend(f"  NOT PRIVATE: {r}" for r in self.non_private)
         lines.extend(f"  note: {n}" for n in self.notes)
         if self.accounting:
-            lines.append(f"  accounting: {self.accounting}; trust model: {self.trust_model}")
+            lines.append(f"  certified by: {self.certified_by}; accounting: {self.accounting}; "
+                         f"trust model: {self.trust_model}")
         if self.release_id:
             lines.append(f"  release {self.release_id}, {self.created or 'time unknown'}, "
                          f"hierdp {self.hierdp_version or 'version unknown'}")
@@ -308,8 +337,11 @@ class Ledger:
         return f"<pre>{html.escape(str(self))}</pre>"
 
 
-def accounting_method(guarantee: str) -> str:
-    """How a release with ``guarantee`` composes its per-level spends, in words."""
+def accounting_method(guarantee: str, rho: float | None = None) -> str:
+    """How a release with ``guarantee`` composes its per-level spends, in words (an (ε, δ)
+    release without ρ, e.g. the Ghazi plan's, composes its measurements basically)."""
+    if guarantee == "approx" and rho is None:
+        return "basic composition ((ε, δ) measurements): their ε add up and their δ add up"
     return {
         "pure": "basic composition (pure ε): per-level ε add up; parallel within a level",
         "zcdp": "zCDP (Bun & Steinke 2016): per-level ρ add up; parallel within a level; "
@@ -317,6 +349,15 @@ def accounting_method(guarantee: str) -> str:
         "approx": "zCDP (Bun & Steinke 2016): per-level ρ add up; the (ε, δ) target converted "
                   "to ρ with Bun & Steinke 2016 Prop. 1.3",
     }.get(guarantee, "")
+
+
+def default_accountant(guarantee: str, rho: float | None = None) -> str:
+    """The accountant of a ledger that does not name one: basic composition for pure ε
+    and for (ε, δ) measurements without ρ (e.g. the Ghazi plan), zCDP for ρ releases and
+    for (ε, δ) requests calibrated through ρ before issue 34."""
+    if guarantee == "pure" or (guarantee == "approx" and rho is None):
+        return BASIC
+    return ZCDP if guarantee in ("zcdp", "approx") else ""
 
 
 def _utc_now() -> str:
@@ -347,3 +388,100 @@ def _json_restore(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_json_restore(v) for v in obj]
     return obj
+
+
+def _unit_shifts(ls: LevelSpend) -> int:
+    """How many independent one-count moves one privacy unit makes in the level: 1 (one
+    row added or removed, L1 = L2 = 1) or 2 (one row substituted: -1 in one cell, +1 in
+    another, L1 = 2, L2 = sqrt(2)); 0 when the sensitivity allows other moves."""
+    if ls.sensitivity_l1 == 1 and ls.sensitivity_l2 == 1:
+        return 1
+    if ls.sensitivity_l1 == 2 and math.isclose(ls.sensitivity_l2, math.sqrt(2), rel_tol=1e-12):
+        return 2
+    return 0
+
+
+def pld_parts(ledger: Ledger) -> list[Measured]:
+    """The measurements of ``ledger`` as :class:`~hierdp.accountants.Measured` for PLD
+    accounting (:func:`compose`): one per measured level (its nodes compose in parallel).
+
+    ``gaussian`` levels are Gaussian with σ = Δ₂/sqrt(2ρ) (any sensitivity: the Gaussian's
+    curve depends on the L2 norm only); ``discrete_laplace`` and ``discrete_gaussian``
+    levels need unit moves (one row per unit, add/remove or substitution: the neighbouring
+    outputs then differ by ±1 in one or two cells, each an independent one-dimensional
+    mechanism). Any other level, and a data-dependent structure's spends, enter as a generic
+    (ε, δ)-DP mechanism (its worst-case PLD), which is sound for any mechanism with that
+    guarantee. The sampler's rounding (scales and σ² rounded up) only adds privacy.
+    """
+    stated = ledger.rho if ledger.guarantee != "pure" and ledger.rho is not None else ledger.epsilon
+    if stated is None or not math.isclose(ledger.spent, float(stated), rel_tol=1e-9) or \
+            any(ls.measured and ls.unit not in ("epsilon", "rho") for ls in ledger.levels):
+        raise PrivacyError(f"the ledger's measurements (spending {ledger.spent:g}) do not make up the release's "
+                           f"whole budget ({stated}) (e.g. the Ghazi plan's sparse vector steps are not levels): "
+                           "PLD accounting needs every measurement; compose this release with accountant='basic'")
+    parts: list[Measured] = []
+    for s in ledger.decomposition.get("spends", []):
+        if s["unit"] != "epsilon":
+            raise PrivacyError(f"PLD accounting of a structure spend in {s['unit']!r} is not supported; "
+                               "compose this release with accountant='tight'")
+        parts.append(Measured("approx", scale=float(s["amount"])))
+    for ls in ledger.levels:
+        if not ls.measured:
+            continue
+        shifts = _unit_shifts(ls)
+        if ls.mechanism == "gaussian" and ls.unit == "rho":
+            parts.append(Measured("gaussian", ls.sensitivity_l2 / math.sqrt(2 * ls.budget), ls.sensitivity_l2))
+        elif ls.mechanism == "discrete_gaussian" and ls.unit == "rho" and shifts:
+            parts.append(Measured("discrete_gaussian", ls.sensitivity_l2 / math.sqrt(2 * ls.budget), 1.0, count=shifts))
+        elif ls.mechanism == "discrete_laplace" and ls.unit == "epsilon" and shifts and not ls.delta:
+            parts.append(Measured("discrete_laplace", ls.sensitivity_l1 / ls.budget, 1.0, count=shifts))
+        elif ls.unit == "epsilon":
+            parts.append(Measured("approx", scale=ls.budget, delta=ls.delta))
+        else:
+            raise PrivacyError(f"level {ls.level!r}: PLD accounting of mechanism {ls.mechanism!r} in ρ with this "
+                               "sensitivity is not supported; compose with accountant='tight'")
+    return parts
+
+
+def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight") -> dict[str, Any]:
+    """The (ε, δ) that several releases (their ledgers) certify together, at ``delta``.
+
+    * ``"basic"``: ε and δ add up (Dwork & Roth 2014, Thm 3.16); each release at its own
+      (ε, δ) (a ρ-zCDP one at the CKS 2020 conversion of its ρ at ``delta``/n... not
+      supported: give it (ε, δ)).
+    * ``"tight"`` (no extra package): releases whose noise is Gaussian (``gaussian``
+      mechanism, any calibration) are one Gaussian mechanism with μ² = 2 Σ ρ (Balle & Wang
+      2018); the others compose with it basically: ε = Σ εⱼ + ε_G(μ; δ - Σ δⱼ).
+    * ``"pld"``: privacy-loss distributions of every measured level (:func:`pld_parts`)
+      composed by ``dp-accounting`` (``pip install "hierdp[accounting]"``).
+
+    Returns ``{"epsilon", "delta", "accountant"}``. Reads public ledger fields only.
+    """
+    d = check_delta(delta)
+    if accountant == "pld":
+        parts = [p for led in ledgers for p in pld_parts(led)]
+        return {"epsilon": pld_epsilon(parts, d), "delta": d, "accountant": PLD}
+    if accountant not in ("tight", "basic"):
+        raise PrivacyError(f"accountant must be 'tight', 'basic' or 'pld', got {accountant!r:.40}")
+    eps, dl, mu2 = [], [], []
+    for led in ledgers:
+        gaussian = led.rho is not None and all(ls.mechanism == "gaussian" for ls in led.levels if ls.measured) \
+            and not led.decomposition.get("spends")
+        if accountant == "tight" and gaussian:
+            mu2.append(2.0 * float(led.rho))  # type: ignore[arg-type]
+        elif led.guarantee == "pure":
+            eps.append(float(cast(float, led.epsilon)))
+        elif led.epsilon is not None and led.delta is not None:
+            eps.append(float(led.epsilon))
+            dl.append(float(led.delta))
+        else:
+            raise PrivacyError("a ρ-zCDP release without δ states no (ε, δ) to compose basically; "
+                               "give the release delta=, or compose with accountant='tight'")
+    spent_delta = math.fsum(dl)
+    if spent_delta > d or (mu2 and spent_delta >= d):
+        raise PrivacyError(f"the releases spend δ = {spent_delta:g} by themselves, not below delta = {d:g}")
+    total = math.fsum(eps)
+    if mu2:
+        total += gaussian_epsilon(math.sqrt(math.fsum(mu2)), d - spent_delta)
+        return {"epsilon": total, "delta": d, "accountant": f"{ANALYTIC} + {BASIC}" if eps else ANALYTIC}
+    return {"epsilon": total, "delta": spent_delta if spent_delta else None, "accountant": BASIC}

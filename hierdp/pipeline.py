@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from hierdp import registry, rules, subtrees
-from hierdp.accounting import Accountant, PrivacyLoss
+from hierdp.accounting import Accountant, PrivacyLoss, structure_total
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
     BudgetError,
@@ -494,6 +494,7 @@ def build_ledger(resolved: Resolved, tree: Tree, meas: Measurements, guarantee: 
         secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(resolved.notes),
         private_notes=dict(resolved.private_notes), decomposition=dict(decomposition or {}),
         neighbours=resolved.neighbours, invariants=inv_names,
+        certified_by=guarantee.get("accountant", ""), accounting=guarantee.get("accounting", ""),
     )
     if inv_names:
         ledger.notes.append(rules.invariants_text(inv_names, resolved.neighbours))
@@ -599,6 +600,10 @@ def release(
                 sensitivity=sensitivity, privacy_unit=privacy_unit, max_contributions=max_contributions, notes=notes,
                 private_notes=private_notes, neighbours=neighbours, invariants=invariants,
                 allow_invariants_with_add_remove=allow_invariants_with_add_remove, invariants_cover=invariants_cover)
+    if structure is not None and structure.spends:  # a structure's pure-ε spends are not Gaussian noise
+        total, guarantee = structure_total(r.loss, r.guarantee, len(structure.spends)) \
+            if r.plan.budget_unit == "rho" else (r.total, r.guarantee)
+        r = replace(r, total=total, guarantee=guarantee)
     check(r, session)  # before any randomness: a refused release draws no noise
     rng = make_rng(seed)
     vals_internal = tree.to_internal(vals)

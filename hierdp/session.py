@@ -5,7 +5,10 @@ budget once; every release made with ``session=`` is checked against what is lef
 *before* any noise is drawn, refused with a :class:`~hierdp.errors.BudgetError` when it
 would overspend, and recorded. Composition is basic (Dwork & Roth, Thm. 3.16): pure ε
 adds up, δ adds up, ρ adds up (Bun & Steinke 2016, Lemma 2.3); a pure ε-DP release in a
-ρ session costs ρ = ε²/2 (ibid., Prop. 1.4). Unlike the per-object note on repeated
+ρ session costs ρ = ε²/2 (ibid., Prop. 1.4). Under the tight accountant (issue 34), the
+Gaussian releases of an (ε, δ) session that were calibrated on their exact curve compose
+as one Gaussian mechanism (μ² adds up, Balle & Wang 2018) and with the others basically:
+the session holds while Σ εⱼ + ε_G(μ; δ - Σ δⱼ) <= ε. Unlike the per-object note on repeated
 releases of one DataFrame, a session counts whatever data the releases read: it is the
 honest way to account several releases of the same population.
 """
@@ -18,6 +21,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
+from hierdp.accountants import ANALYTIC, GRID_DELTA_MARGIN, gaussian_epsilon
 from hierdp.accounting import check_delta, check_epsilon, check_rho, pure_to_zcdp
 from hierdp.errors import BudgetError, PrivacyError
 
@@ -144,6 +148,10 @@ class Session:
         if kind == "pure":
             return {"epsilon": float(guarantee["epsilon"])}
         if kind == "approx" and self._delta is not None:
+            if guarantee.get("accountant") == ANALYTIC and guarantee.get("rho"):
+                # Gaussian noise on its exact curve: the session composes it with its other
+                # Gaussian releases as one Gaussian mechanism, μ² = 2 Σ ρ (issue 34)
+                return {"mu2": 2.0 * float(guarantee["rho"])}
             return {"epsilon": float(guarantee["epsilon"]), "delta": float(guarantee["delta"] or 0.0)}
         if kind == "approx":
             raise PrivacyError("an (ε, δ)-DP release needs a session with delta=...; this one is pure ε-DP")
@@ -157,11 +165,28 @@ class Session:
                 out[k] = math.fsum([out.get(k, 0.0), v])
         return out
 
+    def _composed(self, spent: Mapping[str, float]) -> dict[str, float]:
+        """``spent`` as the session states it: with Gaussian releases on their exact curve
+        (``mu2`` = Σ μ²), ε is the other releases' ε plus the Gaussian part's exact ε at the
+        δ they leave (Balle & Wang 2018; basic composition between the parts), and
+        ``gaussian_mu`` their μ."""
+        if "mu2" not in spent:
+            return dict(spent)
+        out = {k: v for k, v in spent.items() if k != "mu2"}
+        mu = math.sqrt(spent["mu2"])
+        left = self._total("delta") - spent.get("delta", 0.0)
+        eps_g = gaussian_epsilon(mu, left * (1 - GRID_DELTA_MARGIN)) if left > 0 else math.inf
+        out["epsilon"] = math.fsum([out.get("epsilon", 0.0), eps_g])
+        out["delta"] = spent.get("delta", 0.0)
+        out["gaussian_mu"] = mu
+        return out
+
     @property
     def spent(self) -> dict[str, float]:
-        """What the releases so far spend together (basic composition)."""
+        """What the releases so far spend together (basic composition; Gaussian releases
+        on their exact curve compose as one Gaussian mechanism, see :meth:`_composed`)."""
         with self._lock:
-            return self._spent()
+            return self._composed(self._spent())
 
     @property
     def remaining(self) -> dict[str, float]:
@@ -170,6 +195,19 @@ class Session:
         return {k: max(0.0, total - spent.get(k, 0.0)) for k, total in self._totals().items()}
 
     def _refuse_overspend(self, cost: Mapping[str, float], spent: Mapping[str, float]) -> None:
+        if "mu2" in cost or "mu2" in spent:
+            after = dict(spent)
+            for k, v in cost.items():
+                after[k] = math.fsum([after.get(k, 0.0), v])
+            need = self._composed(after)
+            if need["epsilon"] > self._total("epsilon") * (1 + _RTOL) or need["delta"] >= self._total("delta"):
+                before = self._composed(dict(spent)) if spent else {"epsilon": 0.0}
+                raise BudgetError(f"this release would take the session to epsilon={need['epsilon']:.6g} at "
+                                  f"delta={self._total('delta'):g} (its Gaussian releases composed on their exact "
+                                  f"curve: mu = {need['gaussian_mu']:.6g}; spent so far epsilon="
+                                  f"{before['epsilon']:.6g}) but its total is epsilon={self._total('epsilon'):g}; "
+                                  "lower the release's budget or open a new session for new data")
+            return
         for k, v in cost.items():
             total = self._total(k)
             left = total - spent.get(k, 0.0)
@@ -213,7 +251,8 @@ class Session:
         session's totals in the ledger. A ledger costing more than was reserved (e.g. a δ
         only known after measuring) is charged the larger cost; beyond the budget that is
         a BudgetError, and the charge stands (noise was drawn)."""
-        g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho}
+        g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho,
+             "accountant": getattr(ledger, "certified_by", "")}
         cost = self._cost(g)
         with self._lock:
             rec = self._records[ticket]
@@ -227,10 +266,13 @@ class Session:
                 self._refuse_overspend(more, others)
             rec["guarantee"], rec["outcome"] = g, _RELEASED
             n = ticket + 1
-            spent = ", ".join(f"{k}={v:.6g}" for k, v in self._spent().items())
+            raw = self._spent()
+            spent = ", ".join(f"{k}={v:.6g}" for k, v in self._composed(raw).items())
         total = ", ".join(f"{k}={v:g}" for k, v in self._totals().items())
+        how = "basic composition" if "mu2" not in raw else \
+            f"{ANALYTIC} for its Gaussian releases, basic composition with the others"
         ledger.notes.append(f"release {n} of a session with total {total}: the session's releases spend "
-                            f"{spent} together (basic composition)")
+                            f"{spent} together ({how})")
 
     def charge(self, ledger: Any) -> None:
         """Record a release (its ledger) against the budget; refuses an overspend. (Prefer

@@ -152,9 +152,10 @@ def test_a_ready_loss_gives_the_same_bits_as_keywords():
 
 
 def test_plans_turn_the_loss_into_their_total():
-    """Hand-computed totals: ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))² (Bun & Steinke 2016)."""
+    """Hand-computed totals: ρ = (sqrt(ln(1/δ) + ε) - sqrt(ln(1/δ)))² (Bun & Steinke 2016),
+    the calibration of accountant="zcdp" (the default "tight" one: tests/test_accounting_tight.py)."""
     gauss = hierdp.registry.create("plan", "per_level", mechanism="gaussian")
-    total, g = gauss.total_for(PrivacyLoss(epsilon=1.0, delta=1e-6))
+    total, g = gauss.total_for(PrivacyLoss(epsilon=1.0, delta=1e-6, accountant="zcdp"))
     L = np.log(1e6)
     assert total == pytest.approx((np.sqrt(L + 1.0) - np.sqrt(L)) ** 2, rel=1e-12)
     assert g == {"guarantee": "approx", "epsilon": 1.0, "delta": 1e-6, "rho": total}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import registry, rules
-from hierdp.accounting import PrivacyLoss, Spend, loss_total
+from hierdp.accounting import PrivacyLoss, Spend, calibrated_total
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError, expected_one_of
 from hierdp.keyed_noise import NoiseKey
@@ -278,10 +278,13 @@ def mechanism_total(mechanism: Mechanism, loss: PrivacyLoss) -> tuple[float, dic
 
     An (ε, δ) mechanism (a δ per use, e.g. truncated Laplace) composes its ε as a pure one
     does and has its δ checked per use when measuring; a pure or ρ mechanism takes the
-    total in its own unit (:func:`hierdp.accounting.loss_total`).
+    total in its own unit, an (ε, δ) request on Gaussian noise calibrated under
+    ``loss.accountant`` on the curve the mechanism declares (its ``privacy_curve``:
+    :func:`hierdp.accounting.calibrated_total`).
     """
     if mechanism.delta_per_use <= 0:
-        return loss_total(mechanism.budget_unit, loss, mechanism=mechanism.name)
+        return calibrated_total(mechanism.budget_unit, loss, curve=getattr(mechanism, "privacy_curve", None),
+                                mechanism=mechanism.name)
     rules.enforce(rules.mechanism_unit_problem("epsilon", mechanism.name, epsilon=loss.epsilon is not None,
                                                delta=False, rho=loss.rho is not None), PrivacyError)
     return cast(float, loss.epsilon), {"guarantee": "approx", "epsilon": loss.epsilon, "delta": loss.delta,

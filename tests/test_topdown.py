@@ -84,6 +84,24 @@ def test_projection_matches_brute_force(kern):
         assert _objective(x, a, v) <= sl.fun + 1e-6
 
 
+@pytest.mark.parametrize("m", [20, 33, 300])
+def test_projection_large_groups_satisfy_kkt(m):
+    """Groups past the insertion sort (argsort path) and below it: the KKT conditions, which
+    certify the optimum of this convex problem — x_j = a_j - mu v_j where x_j > 0,
+    a_j - mu v_j <= 0 where x_j = 0, sum x = s — with mu recovered from the positive x."""
+    rng = np.random.default_rng(m)
+    for _ in range(20):
+        a = rng.normal(0.0, 3.0, m)
+        v = rng.uniform(0.1, 4.0, m)
+        s = float(abs(rng.normal(5.0, 10.0)))
+        x, res = _project(lambda f: f, a, v, s)
+        pos = x > 0
+        assert pos.any() and res == pytest.approx(0.0, abs=1e-9) and x.sum() == pytest.approx(s, rel=1e-12)
+        mus = (a[pos] - x[pos]) / v[pos]
+        np.testing.assert_allclose(mus, mus[0], rtol=1e-9, atol=1e-9)
+        assert np.all(a[~pos] - mus[0] * v[~pos] <= 1e-9)
+
+
 def test_projection_known_and_unidentified_children():
     """Variance 0: the child keeps its (clipped) value; infinite variance (the BIG_VAR
     limit): such children take the whole adjustment, the others keep max(a, 0) when the

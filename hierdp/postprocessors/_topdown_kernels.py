@@ -59,18 +59,32 @@ def project_group(a, v, m, s, x, t, order):
         for q in range(nf):
             x[order[q]] = 0.0
         return np.inf, rest
-    srt = np.argsort(t[:nf], kind="mergesort")
+    if nf <= 32:  # a stable insertion sort of (t, order) in place: no allocation for small groups
+        for r in range(1, nf):
+            tr = t[r]
+            jr = order[r]
+            q = r - 1
+            while q >= 0 and t[q] > tr:
+                t[q + 1] = t[q]
+                order[q + 1] = order[q]
+                q -= 1
+            t[q + 1] = tr
+            order[q + 1] = jr
+    else:
+        srt = np.argsort(t[:nf], kind="mergesort")
+        sj = order[:nf][srt]
+        order[:nf] = sj
     A = 0.0
     V = 0.0
     mu = 0.0
     for r in range(nf):
-        j = order[srt[r]]
+        j = order[r]
         A += a[j]
         V += v[j]
         mu = (A - rest) / V
         if r + 1 == nf:
             break
-        jn = order[srt[r + 1]]
+        jn = order[r + 1]
         if mu >= a[jn] / v[jn]:
             break
     placed = 0.0

@@ -334,3 +334,19 @@ def test_global_method_keeps_the_original_bits():
         r = hierdp.release(t, v, epsilon=0.7, seed=7, neighbours="substitute", invariants=["total", "level_1"],
                            postprocess=["blue", {"name": "nonneg", "method": "global"}])
     assert _digest(r) == "4adc9e9b38ff78221a5c87698e8271b5fa2f58afdaf6a95323aba02cf6d4341f"
+
+
+def test_interpreted_and_compiled_passes_agree(monkeypatch):
+    """Small trees run the kernels interpreted (``for_size``); compiled, the same numbers."""
+    from hierdp._engine import jit
+
+    rng = np.random.default_rng(51)
+    tree = hierdp.Tree.from_parent(random_parent(rng, 400))
+    leaves = (rng.random((tree.n_leaves, 2)) < 0.3) * rng.poisson(4, (tree.n_leaves, 2))
+    y = tree.to_internal(tree.aggregate(leaves)).astype(float) + rng.normal(0, 2.0, (tree.n_nodes, 2))
+    est = blue(tree, y, rng.uniform(1.0, 5.0, tree.n_nodes))
+    small = topdown_nonneg(tree, est.values, est.variance), topdown_round(tree, est.values, est.variance)
+    monkeypatch.setattr(jit, "SMALL_INPUT", 0)
+    big = topdown_nonneg(tree, est.values, est.variance), topdown_round(tree, est.values, est.variance)
+    np.testing.assert_allclose(small[0], big[0], rtol=1e-13, atol=1e-12)
+    assert np.array_equal(small[1], big[1])

@@ -1,6 +1,13 @@
-"""Consistent *and* non-negative estimates: exact weighted least squares with x >= 0.
+"""Consistent *and* non-negative estimates: the post-processor ``nonneg``.
 
-Beyond the papers (Cai et al. name it as open at scale in their conclusion). Solves
+Two methods (:class:`NonNegative`, parameter ``method``): ``"topdown"``, the default,
+fixes each parent's value from the root down and projects its children under it
+(:mod:`hierdp.postprocessors.topdown`: every level sums to the released root, so the
+aggregates keep BLUE's unbiasedness); ``"global"``, this module's :func:`nonneg`, the
+exact weighted least squares with x >= 0 over the whole table, below.
+
+Beyond the papers (Cai et al. name it as open at scale in their conclusion). The global
+method solves
 
     minimise  sum_i (x_i - y_i)^2 / var_i   subject to  x consistent,  x >= 0,
 

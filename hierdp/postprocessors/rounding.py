@@ -1,5 +1,10 @@
 """Consistent non-negative integer counts by top-down controlled rounding.
 
+Two methods (:class:`ControlledRounding`, parameter ``method``): ``"remainder"``, the
+default, below (unweighted, within 1 of a consistent input); ``"topdown"``, the closest
+integers under each fixed parent in the norm weighted by the input's variances
+(:func:`hierdp.postprocessors.topdown.topdown_round`).
+
 Beyond the papers. Given a consistent, non-negative real estimate (e.g. the output of
 ``nonneg``), the root is rounded to the nearest integer and, top-down, each node's
 integer value is split among its children: every child gets ``floor(x_c)`` and the

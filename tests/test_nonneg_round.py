@@ -81,7 +81,7 @@ def test_nonneg_sparse_counts_2d_and_differs_from_clipping():
     true = tree.to_internal(tree.aggregate(leaves)).astype(float)
     y = true + rng.laplace(0, 2.0, true.shape)
     d = np.full(tree.n_nodes, 8.0)
-    est = NonNegative().apply(tree, Estimate(y, d))
+    est = NonNegative(method="global").apply(tree, Estimate(y, d))
     x = est.values
     assert x.shape == y.shape and est.info["converged"]
     for c in range(2):
@@ -113,7 +113,7 @@ def test_nonneg_uses_measurement_variance_through_a_chain():
     step1 = run_chain(tree, Measurements(y, d), [gmc])
     np.testing.assert_array_equal(step1.measurement_variance, d)
     assert step1.linear and step1.consistent
-    chained = run_chain(tree, Measurements(y, d), [gmc, NonNegative()])
+    chained = run_chain(tree, Measurements(y, d), [gmc, NonNegative(method="global")])
     np.testing.assert_allclose(chained.values, direct, rtol=1e-9, atol=1e-9)
     assert chained.consistent and not chained.linear
 

@@ -44,6 +44,9 @@ from hierdp.session import Session
 __all__ = ["SequenceResult", "release_sequences"]
 
 HISTOGRAMS = ("nonneg", "clamp")
+#: the closest consistent non-negative histograms (the global least squares; with only
+#: the leaves measured, the clipped leaves): ``nonneg``'s default is the top-down method
+_NONNEG = {"name": "nonneg", "method": "global"}
 
 
 @dataclass(repr=False)
@@ -325,7 +328,7 @@ def release_sequences(data: Any, column: str | None = None, epsilon: float | Non
     values = structure.node_histograms(corpus)
     strings = _all_strings(data, column)
     result = release_path(tree, values, epsilon=eps, delta=delta, rho=rho, session=paid, plan=Leaves(mechanism),
-                          postprocess=("nonneg",) if histograms == "nonneg" else (), seed=seed,
+                          postprocess=(_NONNEG,) if histograms == "nonneg" else (), seed=seed,
                           privacy_unit="one sequence", max_contributions=corpus.l_top, structure=structure,
                           notes=list(notes) + [
                               f"suffix_tree: the PST (which contexts are split) is a private output paid from the "

@@ -1,5 +1,10 @@
 """Consistent non-negative integer counts by top-down controlled rounding.
 
+Two methods (:class:`ControlledRounding`, parameter ``method``): ``"remainder"``, the
+default, below (unweighted, within 1 of a consistent input); ``"topdown"``, the closest
+integers under each fixed parent in the norm weighted by the input's variances
+(:func:`hierdp.postprocessors.topdown.topdown_round`).
+
 Beyond the papers. Given a consistent, non-negative real estimate (e.g. the output of
 ``nonneg``), the root is rounded to the nearest integer and, top-down, each node's
 integer value is split among its children: every child gets ``floor(x_c)`` and the
@@ -24,19 +29,22 @@ from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
-from hierdp._engine import tree_pieces as TP
 from hierdp._engine.jit import for_size
 from hierdp._engine.memory import large_empty
 from hierdp._engine.threads import run_pieces
-from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
+from hierdp._engine.tree_pieces import PARALLEL_MIN, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
+from hierdp.postprocessors.topdown import cuts_by_children, topdown_round
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["ControlledRounding", "controlled_round"]
+__all__ = ["ControlledRounding", "controlled_round", "METHODS"]
+
+#: the methods of :class:`ControlledRounding`, the default first
+METHODS = ("remainder", "topdown")
 
 
 def _refuse(tree: Tree, y: np.ndarray) -> NoReturn:
@@ -45,30 +53,6 @@ def _refuse(tree: Tree, y: np.ndarray) -> NoReturn:
     finite_values(tree, y)
     raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
                     "scale the values down first")
-
-
-_CUTS_KEY = "round.cuts"
-
-
-def _cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:
-    """Each height class of parents, top-down, cut where about PIECE children
-    (``hierdp._engine.tree_pieces.PIECE``) have gone by: round's work is per child, and a class
-    of few parents with many children (the census's block groups: 218k parents, 11.4M
-    blocks) cut by parents gave two uneven pieces. Parents of a class are independent, so
-    any cut gives the same integers; the cuts depend on the tree only (cached on it)."""
-    hit = tree.cache.get(_CUTS_KEY)
-    if hit is not None:
-        return hit
-    ptr = tree.internal.child_ptr
-    out = []
-    for cls in reversed(pieces.classes):
-        lo, hi = cls[0][0], cls[-1][1]
-        kids = ptr[lo:hi + 1] - ptr[lo]
-        at = np.searchsorted(kids, np.arange(TP.PIECE, int(kids[-1]), TP.PIECE), side="right") - 1
-        bounds = np.unique(np.r_[0, at[at > 0], hi - lo]) + lo
-        out.append([(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
-    tree.cache[_CUTS_KEY] = out
-    return out
 
 
 def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> np.ndarray:
@@ -94,7 +78,7 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
         _refuse(tree, y)
     out[0] = np.floor(np.maximum(root, 0.0) + 0.5).astype(np.int64)
     pieces = tree_pieces(tree)
-    classes = _cuts_by_children(tree, pieces)
+    classes = cuts_by_children(tree, pieces)
     if y2.shape[1] == 1 and pieces.children_in_order:  # 1-D values, children i+1.. (hierdp's own order)
         y1, o1 = y2[:, 0], out[:, 0]
 
@@ -110,23 +94,44 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
 
 
 class ControlledRounding(PostProcessor):
-    """Consistent non-negative integers by top-down controlled rounding (within 1 of a
-    consistent non-negative input). Parameter ``atol``: distance to an integer treated as 0."""
+    """Consistent non-negative integers, top-down from the rounded root, by one of two
+    methods (parameter ``method``).
+
+    ``"remainder"`` (the default): each parent's integer is split among its children by
+    the largest-remainder rule (:func:`controlled_round`): every node within 1 of a
+    consistent non-negative input, unweighted. ``atol``: distance to an integer treated
+    as 0.
+
+    ``"topdown"``: each parent's children are the non-negative integers summing to the
+    parent's integer closest to their input in the norm weighted by the input's
+    variances (:func:`hierdp.postprocessors.topdown.topdown_round`, exact); with equal
+    variances among siblings it is the same rule as ``"remainder"``. It also accepts an
+    input that is not consistent or not non-negative (e.g. BLUE's, directly).
+    """
 
     name = "round"
     requires_variance = False
     consistent = True
     requires_consistent_input = True
+    #: both methods run per subtree given its root's integer
+    #: (:func:`hierdp.postprocessors.topdown.topdown_round`, ``fixed_root=``)
+    splittable = True
 
-    def __init__(self, atol: float = 1e-7) -> None:
+    def __init__(self, atol: float = 1e-7, method: str = "remainder") -> None:
         if not 0 <= float(atol) < 0.5:
             raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
+        if method not in METHODS:
+            raise DataError(f"round: unknown method {method!r}; use one of {', '.join(map(repr, METHODS))}")
         self.atol = float(atol)
+        self.method = method
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
+        var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
+        if self.method == "topdown":
+            return Estimate(topdown_round(tree, estimate.values, var), None if var is None else var.copy(),
+                            {"method": "round", "mode": "topdown"})
         out = controlled_round(tree, estimate.values, atol=self.atol)
         info = {"method": "round"}
-        var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
         if var is not None and np.any(var == 0):
             exact = np.broadcast_to(var.reshape(var.shape + (1,) * (out.ndim - var.ndim)) == 0, out.shape)
             xin = np.asarray(estimate.values, dtype=np.float64)[exact]

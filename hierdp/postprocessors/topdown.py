@@ -1,0 +1,222 @@
+"""Top-down non-negative (and integer) consistent estimates with unbiased aggregates.
+
+The shape of the Census Bureau's TopDown (Abowd et al. 2022, *The 2020 Census Disclosure
+Avoidance System TopDown Algorithm*, HDSR, Sec. 7) and of Google's BlueDown: the tree is
+solved from the root down. The root gets the BLUE root estimate clipped at 0; then every
+parent's value is *fixed*, and its children are the non-negative values summing to it
+closest to their BLUE estimates in the weighted norm ``sum_j (x_j - xhat_j)^2 / var_j``
+(``var``: the BLUE variances; the same weighted least-squares family as the global
+``nonneg``). Per parent and cell that is one projection onto a weighted simplex, solved
+exactly in O(m log m) (:func:`hierdp.postprocessors._topdown_kernels.project_group`).
+The integer step (:func:`topdown_round`) does the same with integers: the closest
+non-negative integers summing to the parent's integer, exactly, by the greedy rule on
+unit costs (:func:`hierdp.postprocessors._topdown_kernels.integer_group`).
+
+Why aggregates stay unbiased. A projection only moves mass among siblings: the children
+of a parent sum to the parent's released value, so every level (over nodes at one
+depth, all leaves at the bottom) sums to the released root, which is the BLUE root
+(unbiased) clipped at 0 — unbiased wherever the total is far from 0. The global
+``nonneg`` instead minimises the squared error over the whole table: when most declared
+leaves are empty, clipping their negative noise adds mass, and the least-squares fit
+moves part of it up into the total (measured in ``docs/comparison.md``). Within a
+level, mass still moves between siblings (populated places give some to empty ones);
+that is the price of non-negative leaves that add up.
+
+Cells ``(n, k)``: every cell is its own tree problem (the tree constraint acts on nodes,
+per cell), so each parent's cell equals the sum of its children's, and a node's total
+over its cells — the row sum, as the plans represent it (no separately measured total)
+— equals the sum of its children's totals. Nodes known exactly (variance 0, e.g.
+invariants) keep their value: each node carries the lower bound ``low`` (the known mass
+below it, :func:`hierdp.postprocessors._topdown_kernels.lower_bounds`) and the
+projection runs on ``x - low``, so a known node is fixed and no parent is given less
+than the known mass under it.
+
+Per subtree (``fixed_root=``): the pass below a node needs only that node's final value,
+so a subtree task runs this on its own subtree with ``fixed_root`` = the value the levels
+above gave it; the result equals the whole-tree pass restricted to the subtree.
+
+Work: parents one height class at a time, top-down, each class cut into pieces run on
+``hierdp.get_threads()`` threads (the cuts of ``round``; the same numbers whatever the
+thread count); small trees run the kernels interpreted (:func:`hierdp._engine.jit.for_size`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierdp._engine import tree_pieces as TP
+from hierdp._engine.jit import for_size
+from hierdp._engine.threads import run_pieces
+from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
+from hierdp.errors import DataError
+from hierdp.postprocessors import _topdown_kernels as TK
+from hierdp.postprocessors.base import checked_variance, finite_values
+
+if TYPE_CHECKING:
+    from hierdp.tree import Tree
+
+__all__ = ["topdown_nonneg", "topdown_round", "cuts_by_children"]
+
+_CUTS_KEY = "round.cuts"
+
+
+def cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:
+    """Each height class of parents, top-down, cut where about PIECE children
+    (``hierdp._engine.tree_pieces.PIECE``) have gone by: the top-down passes' work is per
+    child, and a class of few parents with many children (the census's block groups: 218k
+    parents, 11.4M blocks) cut by parents gave two uneven pieces. Parents of a class are
+    independent, so any cut gives the same result; the cuts depend on the tree only
+    (cached on it)."""
+    hit = tree.cache.get(_CUTS_KEY)
+    if hit is not None:
+        return hit
+    ptr = tree.internal.child_ptr
+    out = []
+    for cls in reversed(pieces.classes):
+        lo, hi = cls[0][0], cls[-1][1]
+        kids = ptr[lo:hi + 1] - ptr[lo]
+        at = np.searchsorted(kids, np.arange(TP.PIECE, int(kids[-1]), TP.PIECE), side="right") - 1
+        bounds = np.unique(np.r_[0, at[at > 0], hi - lo]) + lo
+        out.append([(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    tree.cache[_CUTS_KEY] = out
+    return out
+
+
+def _by_class(tree: Tree, step: Any) -> list[Any]:
+    """``step(lo, hi)`` over every parent, top-down: one call for a small tree (parents in
+    index order are a top-down order), else a height class at a time in pieces."""
+    n1 = tree.n_nodes - tree.n_leaves
+    if n1 == 0:
+        return []
+    if tree.n_nodes < PARALLEL_MIN:
+        return [step(0, n1, True)]
+    out: list[Any] = []
+    for cls in cuts_by_children(tree, tree_pieces(tree)):
+        out += run_pieces(lambda r: step(r[0], r[1], False), cls)
+    return out
+
+
+def _inputs(tree: Tree, values: Any, variance: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Values as (n, k) float64, variances as (n, 1) or (n, k) (1 when None), and which
+    nodes are known exactly (variance 0)."""
+    y = finite_values(tree, values)
+    n = tree.n_nodes
+    y2 = np.ascontiguousarray(y.reshape(n, -1))
+    var = checked_variance(tree, variance, y.shape)
+    if var is None:
+        v2 = np.ones((n, 1))
+    else:
+        v2 = np.ascontiguousarray(var.reshape(n, -1), dtype=np.float64)
+    return y2, v2, v2 == 0, y.shape
+
+
+def _root_value(fixed_root: Any, k: int, what: str) -> np.ndarray:
+    r = np.asarray(fixed_root, dtype=np.float64).reshape(-1)
+    if r.size == 1:
+        r = np.full(k, float(r[0]))
+    if r.size != k or not np.all(np.isfinite(r)) or np.any(r < 0):
+        raise DataError(f"{what}: fixed_root must be one non-negative number or one per cell ({k}), "
+                        f"got {fixed_root!r:.60}")
+    return r
+
+
+def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *,
+                   fixed_root: float | np.ndarray | None = None) -> np.ndarray:
+    """Top-down non-negative consistent values (internal order).
+
+    Parameters
+    ----------
+    tree : Tree
+        The public tree.
+    values : ndarray, shape (n,) or (n, k)
+        A consistent estimate to start from, normally BLUE's (Dawson et al., Alg. 2); only
+        the children's values are read below the root.
+    variance : ndarray, optional
+        Its per-node variances, (n,) or like ``values`` (BLUE's): the weights ``1 / var``
+        of each parent's projection. ``None``: equal weights. ``inf``: weight 0 (such a
+        child takes the adjustment first); ``0``: known exactly, kept.
+    fixed_root : float or ndarray (k,), optional
+        The root's value (per cell), e.g. a subtree root's value from the levels above.
+        Default: the root's ``values`` clipped at 0 (at least the known mass below it).
+
+    Returns
+    -------
+    ndarray
+        Non-negative values, each parent equal to the sum of its children (in every cell).
+    """
+    y2, v2, exact, shape = _inputs(tree, values, variance)
+    n, k = y2.shape
+    low = np.zeros((n, k))
+    if exact.any():
+        for_size(TK.lower_bounds, n)(tree.internal.parent, exact, y2, low)
+    x = np.empty_like(y2)
+    if fixed_root is None:
+        x[0] = np.maximum(np.maximum(y2[0], 0.0), low[0])  # an exact root: low[0] is its own value
+    else:
+        x[0] = _root_value(fixed_root, k, "nonneg")
+    ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
+
+    def step(lo: int, hi: int, small: bool) -> float:
+        kern = for_size(TK.project_parents, n) if small else TK.project_parents
+        return float(kern(ptr, idx, y2, v2, low, x, lo, hi))
+
+    worst = max(_by_class(tree, step), default=0.0)
+    if worst > 1e-6 * (1.0 + float(np.max(np.abs(x[0])))):
+        raise DataError("nonneg (top-down): the values known exactly (variance 0) exceed their parent's value or "
+                        "a parent has no child free to move; give consistent exact values (invariants from the top)")
+    return x.reshape(shape)
+
+
+def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *,
+                  fixed_root: int | np.ndarray | None = None) -> np.ndarray:
+    """Top-down non-negative consistent integers (int64, internal order).
+
+    The root is ``values[root]`` rounded (half up, at least 0; or ``fixed_root``); then,
+    top-down, each parent's children are the non-negative integers summing to the
+    parent's integer that are closest to their ``values`` in the norm
+    ``sum_j (z_j - y_j)^2 / var_j`` (exact: the greedy rule on unit costs, see
+    :func:`hierdp.postprocessors._topdown_kernels.integer_group`). With equal variances
+    among siblings and a consistent input this is the largest-remainder rule, so every
+    node stays within 1 of its input; with unequal ones a high-variance child may move
+    further (it is the closest point in that norm). The input need not be consistent or
+    non-negative (the projection handles both). Nodes known exactly (variance 0) keep
+    their value, which must be an integer.
+    """
+    y2, v2, exact, shape = _inputs(tree, values, variance)
+    n, k = y2.shape
+    if not np.all(np.abs(y2) < 2.0**53):
+        raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
+                        "scale the values down first")
+    low = np.zeros((n, k))
+    if exact.any():
+        ex = np.broadcast_to(exact, (n, k))
+        if np.any(np.abs(y2[ex] - np.rint(y2[ex])) > 1e-6):
+            raise DataError("round: a node known exactly (variance 0, e.g. an invariant) is not an integer; "
+                            "invariants must be integer counts")
+        for_size(TK.lower_bounds, n)(tree.internal.parent, exact, np.rint(y2), low)
+    lowi = np.rint(low).astype(np.int64)
+    out = np.empty((n, k), np.int64)
+    if fixed_root is None:
+        root = np.floor(np.maximum(y2[0], 0.0) + 0.5)
+        ex0 = np.broadcast_to(exact[0], (k,))
+        root[ex0] = np.rint(y2[0][ex0])
+        out[0] = np.maximum(root.astype(np.int64), lowi[0])
+    else:
+        r = _root_value(fixed_root, k, "round")
+        if np.any(r != np.rint(r)):
+            raise DataError(f"round: fixed_root must be integers, got {fixed_root!r:.60}")
+        out[0] = r.astype(np.int64)
+    ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
+
+    def step(lo: int, hi: int, small: bool) -> tuple[int, int]:
+        kern = for_size(TK.integer_parents, n) if small else TK.integer_parents
+        missed, bad = kern(ptr, idx, y2, v2, lowi, out, lo, hi)
+        return int(missed), int(bad)
+
+    res = _by_class(tree, step)
+    if sum(r[0] for r in res):
+        raise DataError("round (top-down): the values known exactly (variance 0) exceed their parent's integer or "
+                        "a parent has no child free to move; give consistent exact values (invariants from the top)")
+    return out.reshape(shape)

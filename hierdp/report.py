@@ -188,8 +188,8 @@ def _implied(ledger: Ledger, unit: str, budget: float, delta: float) -> str:
     if budget <= 0:
         return "none"
     if unit == "epsilon":
-        return f"ε = {_num(budget)}" + (f", δ = {_num(delta)}" if delta else "")
-    text = f"ρ = {_num(budget)}"
+        return f"ε = {_g(budget, 6)}" + (f", δ = {_g(delta, 6)}" if delta else "")
+    text = f"ρ = {_g(budget, 6)}"
     if ledger.delta:  # the (ε, δ) this ρ alone would give at the release's δ
         try:
             text += f"; alone ⇒ ε = {_g(zcdp_to_approx_dp(budget, float(ledger.delta)), 6)} at δ = {_num(ledger.delta)}"
@@ -442,7 +442,7 @@ dl.facts dt{font-weight:600}
 dl.facts dd{margin:0}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.88rem;margin:.4rem 0}
-th,td{border:1px solid var(--line);padding:4px 8px;text-align:left;vertical-align:top}
+th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
 th{background:#f3f5f8}
 td.num{font-variant-numeric:tabular-nums;text-align:right;white-space:nowrap}
 tfoot td{font-weight:700}
@@ -656,7 +656,8 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
              _e(_num(r["budget"])), _e(_frac(r["rational"])),
              _e("" if r["share"] is None else f"{_frac(r['share'])} ({100 * float(r['share']):.4g} %)"),
              _e(_num(r["delta"]) if r["delta"] else ""), _e(r["mechanism"]),
-             _e("" if r["l1"] is None else f"{_num(r['l1'])} / {_num(r['l2'])}"), _e(_num(r["variance"])),
+             _e("" if r["l1"] is None else f"{_num(r['l1'])} / {_num(r['l2'])}"),
+             _e("" if r["variance"] is None else _g(float(r["variance"]), 6)),
              _e(r["implied"])] for r in rows]
     total_unit = {"pure": "ε", "zcdp": "ρ"}.get(ledger.guarantee, "ρ")
     add(_table(["Level", "Depth", "Nodes", "Unit", "Budget (as recorded)", "Exact rational", "Share of total", "δ",

@@ -14,16 +14,17 @@ What the report shows, and from where
 * the budget per level (and per structure spend, and per marginal query of plan
   ``marginals``) as recorded, as an exact rational and as a share of the total, and the
   loss each level implies alone (ρ converted to ε at the release's δ with Canonne,
-  Kamath & Steinke 2020, Prop. 12, as :func:`hierdp.accounting.zcdp_to_approx_dp`);
+  Kamath & Steinke 2020, Cor. 13, as :func:`hierdp.accounting.zcdp_to_approx_dp`);
 * mechanism, plan, post-processing chain, randomness source and seed status (a seeded or
   non-private release carries a NOT FOR PUBLICATION banner);
 * the expected accuracy of each level's measurement **from the public noise law only**:
   standard deviation, the half-widths of the 90 % and 95 % intervals, the expected RMSE
-  and MAE (discrete Laplace, P(z) ∝ q^|z| with q = exp(-1/t): E|Z| = 2q / (1 - q²), and
-  P(|Z| <= k) = 1 - 2q^(k+1)/(1+q) (Canonne, Kamath & Steinke 2020, Def. 7 / §2);
-  discrete Gaussian N_Z(0, σ²): its pmf summed (CKS 2020, Def. 1); continuous Laplace
-  b: half-width b·ln(1/(1-c)), E|Z| = b; Gaussian σ: σ·Φ⁻¹((1+c)/2), E|Z| = σ·√(2/π));
-  with a release, the expected RMSE of the released (post-processed) values per level,
+  and MAE. Discrete Laplace with ``P(z) ∝ q^|z|``, ``q = exp(-1/t)`` (Dawson et al. 2023,
+  §2; Canonne, Kamath & Steinke 2020): ``E|Z| = 2q / (1 - q²)`` and
+  ``P(|Z| <= k) = 1 - 2q^(k+1) / (1+q)``; discrete Gaussian ``N_Z(0, σ²)`` (Canonne, Kamath
+  & Steinke 2020, Def. 1): its pmf summed; continuous Laplace of scale b: half-width
+  ``b·ln(1/(1-c))``, ``E|Z| = b``; Gaussian σ: ``σ·Φ⁻¹((1+c)/2)``, ``E|Z| = σ·√(2/π)``.
+  With a release, the expected RMSE of the released (post-processed) values per level,
   from their variances (a linear unbiased chain: RMSE² = mean variance);
 * for a points release, the map of its (privately chosen) decomposition, shaded by the
   released density;
@@ -283,7 +284,7 @@ def level_accuracy(mechanism: str, budget: float, l1: float, l2: float, variance
 
     The mechanism is recreated by name and its variance at ``budget`` and the sensitivity
     compared with the recorded ``variance``; when they agree the exact law gives the
-    half-widths (the smallest integer k with P(|Z| <= k) >= c for integer noise) and the
+    half-widths (the smallest integer k with ``P(|Z| <= k) >= c`` for integer noise) and the
     MAE; otherwise a normal law with the recorded variance is used and says so."""
     cache = {} if cache is None else cache
     var = float(variance)

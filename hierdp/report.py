@@ -44,6 +44,7 @@ import hashlib
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -56,7 +57,7 @@ from hierdp._version import __version__
 from hierdp.accounting import zcdp_to_approx_dp
 from hierdp.errors import DataError, HierDPError
 from hierdp.io import write_text
-from hierdp.ledger import Ledger
+from hierdp.ledger import Ledger, LevelSpend, _compact_levels
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.continuous import Gaussian, Laplace
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
@@ -204,7 +205,10 @@ def budget_rows(ledger: Ledger) -> list[dict[str, Any]]:
     one row, as in ``ledger.to_dict()``), with the recorded number, its exact rational and
     its share of the total."""
     total = Fraction(0)
-    entries = ledger.to_dict()["levels"]
+    # the ledger's own compaction of runs of identical levels, on plain dicts (ledger.to_dict()
+    # deep-copies the whole ledger: seconds for a 10⁵-level chain)
+    names = [f.name for f in fields(LevelSpend)]
+    entries = _compact_levels([{k: getattr(ls, k) for k in names} for ls in ledger.levels])
     spends = list(ledger.decomposition.get("spends", []))
     for s in spends:
         total += exact_rational(float(s["amount"]))
@@ -338,11 +342,12 @@ def level_accuracy(mechanism: str, budget: float, l1: float, l2: float, variance
     return out
 
 
-def accuracy_rows(ledger: Ledger) -> list[dict[str, Any]]:
-    """Expected error per measured ledger entry (levels and runs of levels)."""
+def accuracy_rows(ledger: Ledger, budget: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Expected error per measured ledger entry (levels and runs of levels); ``budget``:
+    :func:`budget_rows` of ``ledger`` when already computed."""
     cache: dict[str, Mechanism | None] = {}
     rows = []
-    for r in budget_rows(ledger):
+    for r in budget_rows(ledger) if budget is None else budget:
         if r["kind"] == "structure" or r["budget"] <= 0 and r["variance"] != 0:
             continue
         var = r["variance"]
@@ -380,6 +385,25 @@ def released_rows(result: Any) -> tuple[list[dict[str, Any]], str]:
         rows.append({"level": str(name), "nodes": int(cnt[d]), "rmse": rmse,
                      "undetermined": int(cnt[d] - ok[d])})
     return rows, ""
+
+
+def _level_runs(rows: list[dict[str, Any]], run_min: int = 8) -> list[tuple[str, str, str, str]]:
+    """Rows of the released-values table as shown: ``run_min`` or more consecutive levels
+    whose shown values (nodes, RMSE to 4 digits, undetermined) are equal are one row (a
+    10⁵-level chain is not 10⁵ rows)."""
+    shown = [(r["level"], str(r["nodes"]), _g(r["rmse"]), str(r["undetermined"])) for r in rows]
+    out: list[tuple[str, str, str, str]] = []
+    i = 0
+    while i < len(shown):
+        j = i + 1
+        while j < len(shown) and shown[j][1:] == shown[i][1:]:
+            j += 1
+        if j - i >= run_min:
+            out.append((f"{j - i} levels {shown[i][0]} … {shown[j - 1][0]}", *shown[i][1:]))
+        else:
+            out.extend(shown[i:j])
+        i = j
+    return out
 
 
 # -- provenance ---------------------------------------------------------------------------
@@ -708,7 +732,7 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
 
     # 4. accuracy
     add('<h2 id="accuracy">4. Expected accuracy (from the public noise law)</h2>')
-    acc = accuracy_rows(ledger)
+    acc = accuracy_rows(ledger, rows)
     if acc:
         add('<p class="muted">Computed from each level\'s mechanism, budget and sensitivity only — never from the '
             "data. One measurement's error: its standard deviation (= its RMSE, the noise being unbiased), the "
@@ -717,11 +741,12 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
         add(_table(["Level", "Std = RMSE", "90 % half-width", "95 % half-width", "MAE", "Law"],
                    [[_e(r["name"]), _e(_g(r["std"])), _e(_g(r["hw"].get(0.9))), _e(_g(r["hw"].get(0.95))),
                      _e(_g(r["mae"])), _e(r["law"])] for r in acc], ident="accuracy", numeric=(1, 2, 3, 4)))
-        shown = [r for r in acc if r["std"] is not None][:CHART_MAX_ROWS]
-        add(_bar_chart("Expected error of one measurement per level", [r["name"] for r in shown],
-                       [("std", "#1f5fae", [r["std"] for r in shown]),
-                        ("90 % half-width", "#e69f00", [r["hw"].get(0.9) for r in shown]),
-                        ("95 % half-width", "#b2182b", [r["hw"].get(0.95) for r in shown])]))
+        shown = [r for r in acc if r["std"] is not None]
+        if len(shown) <= CHART_MAX_ROWS:
+            add(_bar_chart("Expected error of one measurement per level", [r["name"] for r in shown],
+                           [("std", "#1f5fae", [r["std"] for r in shown]),
+                            ("90 % half-width", "#e69f00", [r["hw"].get(0.9) for r in shown]),
+                            ("95 % half-width", "#b2182b", [r["hw"].get(0.95) for r in shown])]))
     else:
         add('<p class="muted">No level was measured with noise.</p>')
     if result is not None:
@@ -732,7 +757,7 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
                 "of their mean variance, which the public noise law and the public chain fix (the chain is "
                 "linear and unbiased).</p>")
             add(_table(["Level", "Nodes", "Expected RMSE", "Nodes left undetermined"],
-                       [[_e(r["level"]), _e(r["nodes"]), _e(_g(r["rmse"])), _e(r["undetermined"])] for r in rel],
+                       [[_e(name), _e(nodes), _e(rmse), _e(und)] for name, nodes, rmse, und in _level_runs(rel)],
                        ident="released", numeric=(1, 2, 3)))
             if len(rel) <= CHART_MAX_ROWS:
                 add(_bar_chart("Expected RMSE of the released values per level", [r["level"] for r in rel],

@@ -572,3 +572,11 @@ def test_a_ledger_alone_reports_what_it_holds(releases):
     led = Ledger.from_json(releases["marginals"].ledger.to_json())
     text = rep.report_html(led)
     assert 'id="budget"' in text and 'id="queries"' not in text and 'id="released"' not in text
+
+
+def test_the_released_values_of_a_deep_chain_are_runs_not_one_row_per_level(tmp_path):
+    tree = hierdp.Tree.from_parent(np.arange(-1, 29))          # 30 levels, one node each
+    result = hierdp.release(tree, np.full(30, 3), epsilon=3.0, postprocess=[])
+    table = _parse(_html(result, tmp_path)).tables["released"]
+    std = math.sqrt(result.ledger.levels[0].noise_variance)    # each value is its own measurement
+    assert table["body"] == [["30 levels total … level_29", "1", f"{std:.4g}", "0"]]

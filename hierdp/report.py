@@ -966,22 +966,16 @@ def read_ledger(path: str | Path) -> Ledger:
     the file is not a hierdp ledger."""
     import json
 
-    p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
+    import yaml
 
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except ValueError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = yaml.safe_load(text) if p.suffix.lower() in (".yaml", ".yml") else json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:   # bad JSON, bad YAML, not UTF-8
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise DataError(f"{str(p)!r} is not a hierdp ledger ({first}); give the .ledger.json written beside a "
                         "release") from None
-    except Exception as exc:  # yaml.YAMLError
-        raise DataError(f"{str(p)!r} is not a hierdp ledger ({type(exc).__name__}); give the .ledger.json "
-                        "written beside a release") from None
     if not isinstance(data, dict) or "guarantee" not in data or "levels" not in data:
         raise DataError(f"{str(p)!r} is not a hierdp ledger (no guarantee and levels); give the .ledger.json "
                         "written beside a release")

@@ -475,8 +475,8 @@ def test_cli_report_of_a_seeded_ledger_says_not_for_publication(releases, tmp_pa
     assert "NOT FOR PUBLICATION" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["missing", "not json", "not a ledger", "bad field", "wrong type", "ending",
-                                  "is the ledger", "directory"])
+@pytest.mark.parametrize("case", ["missing", "not json", "not utf-8", "bad yaml", "not a ledger", "bad field",
+                                  "wrong type", "ending", "is the ledger", "directory"])
 def test_cli_report_bad_input_exits_2_with_one_line(case, releases, tmp_path, capsys):
     led = _ledger_file(releases["per_level"], tmp_path)
     args = {"missing": [str(tmp_path / "nope.json")],
@@ -485,6 +485,12 @@ def test_cli_report_bad_input_exits_2_with_one_line(case, releases, tmp_path, ca
             "directory": [str(tmp_path)]}.get(case, [str(led)])
     if case == "not json":
         led.write_text("table,of,csv\n1,2,3\n", encoding="utf-8")
+    elif case == "not utf-8":
+        led.write_bytes(b"\xff\xfe\x00{")
+    elif case == "bad yaml":
+        led = led.rename(tmp_path / "rel.yaml")
+        led.write_text("guarantee: [pure\n", encoding="utf-8")
+        args = [str(led)]
     elif case == "not a ledger":
         led.write_text('{"a": 1}', encoding="utf-8")
     elif case == "bad field":

@@ -6,6 +6,7 @@
                                                               run a release spec
     hierdp validate SPEC [-q] [--debug]                       check a spec, read no private data
     hierdp evaluate SPEC [-o OUT] [-r R] [--seed N] [-q]      NON-PRIVATE error table + PNG plot
+    hierdp report LEDGER [-o OUT.html|OUT.yaml] [-q]          the release report of a saved ledger
     hierdp examples                                           the bundled example specs
     hierdp plugins [--kind KIND]                              everything registered, and its package
     hierdp schema                                             print the spec's JSON Schema
@@ -109,6 +110,19 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("spec", metavar="SPEC", help=spec_help)
     common(v)
 
+    rp = sub.add_parser(
+        "report", help="write the release report (HTML page or registry YAML) of a saved ledger",
+        description="Write the report of a release from its saved ledger (LEDGER.json, written beside every "
+                    "release): the guarantee, invariants, structure provenance, budget per level as recorded and as "
+                    "exact rationals, mechanism and seed status, expected accuracy per level from the public noise "
+                    "law. OUT ending in .html gives one self-contained page, .yaml the OpenDP deployments-registry "
+                    "record. What only the release holds (per-query budgets, released-value accuracy, decomposition "
+                    "map, spec hashes) needs result.report(...) or output.report in the spec.")
+    rp.add_argument("ledger", metavar="LEDGER", help="a ledger file (.ledger.json, or YAML)")
+    rp.add_argument("-o", "--output", metavar="OUT",
+                    help="report file (.html or .yaml; default: <LEDGER name>.report.html beside it)")
+    common(rp)
+
     x = sub.add_parser("examples", help="list the bundled example specs (run one: hierdp release NAME)")
     common(x)
 
@@ -194,6 +208,7 @@ def _compile_notice(quiet: bool, err: TextIO) -> Iterator[None]:
 def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from hierdp import io as hio
     from hierdp.errors import SpecError
+    from hierdp.report import render as render_report
     from hierdp.spec import runner
 
     spec_path = _spec_arg(args.spec)
@@ -208,7 +223,8 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for target in (dest, ledger):
         if target is not None and "\x00" in str(target):
             raise SpecError(f"the output path {str(target)!r} holds a NUL character, which no file name can")
-    local = [Path(p) for p in (dest, ledger) if p not in (None, "-") and not hio.is_url(p)]
+    report = spec_out.get("report")  # written with the table whatever -o says (a local file)
+    local = [Path(p) for p in (dest, ledger, report) if p not in (None, "-") and not hio.is_url(p)]
     if not to_stdout and not hio.is_url(dest) and ledger is None:
         local.append(hio.ledger_path_for(dest))
     runner.check_output_paths(spec, local)  # never replace the spec's own inputs, never write inside a file
@@ -239,17 +255,22 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with contextlib.ExitStack() as staged:
             if ledger is not None and not hio.is_url(ledger):
                 staged.enter_context(hio.atomic_path(ledger)).write_text(ledger_json, encoding="utf-8")
+            if report is not None:
+                staged.enter_context(hio.atomic_path(report)).write_text(
+                    render_report(report, result.ledger, result), encoding="utf-8")
             hio.write_release_to_stream(table, ledger_json, _binary(out), fmt)
         if ledger is not None and hio.is_url(ledger):
             _write_remote_text(ledger, ledger_json)
-        written = ["<stdout>", ledger or "(inside the table)"]
+        written = ["<stdout>", ledger or "(inside the table)"] + ([report] if report is not None else [])
         note = err  # stdout carries the table: the summary goes to stderr
     else:
-        written = [str(p) for p in hio.write_release(table, ledger_json, dest, fmt=fmt, ledger_path=ledger)]
+        written = [str(p) for p in runner.write_release_files(table, result, dest, fmt=fmt, ledger_path=ledger,
+                                                              report_path=report)]
         note = out
     result.meta["written"] = written
     if not args.quiet:
-        note.write(f"wrote {written[0]} ({result.tree.n_nodes:,} nodes) and its ledger {written[1]}\n")
+        note.write(f"wrote {written[0]} ({result.tree.n_nodes:,} nodes) and its ledger {written[1]}"
+                   + (f" and its report {written[2]}" if len(written) > 2 else "") + "\n")
         note.write(str(result.ledger) + "\n")
     return EXIT_OK
 
@@ -301,6 +322,36 @@ def _write_remote_text(url: str, text: str) -> None:
 
     with _fsspec().open(url, "wb") as fh:
         fh.write(text.encode("utf-8"))
+
+
+def _report_path_for(ledger: str) -> Path:
+    """``out/x.ledger.json`` -> ``out/x.report.html``."""
+    p = Path(ledger)
+    name = p.name
+    for ext in (".ledger.json", ".json", ".yaml", ".yml"):
+        if name.lower().endswith(ext):
+            return p.with_name(name[: -len(ext)] + ".report.html")
+    return p.with_name(name + ".report.html")
+
+
+def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from hierdp.errors import SpecError
+    from hierdp.report import read_ledger, report_kind, write_report
+
+    dest = Path(args.output) if args.output is not None else _report_path_for(args.ledger)
+    if args.output == "-" or "://" in str(dest):
+        raise SpecError(f"hierdp report writes a local file; {str(args.output)!r} is not a local file path")
+    report_kind(dest)  # a known ending, before anything is read
+    if Path(args.ledger).exists() and dest.resolve() == Path(args.ledger).resolve():
+        raise SpecError(f"the report {str(dest)!r} is the ledger itself; writing it would replace the ledger; "
+                        "choose another output path")
+    ledger = read_ledger(args.ledger)
+    written = write_report(dest, ledger)
+    if not args.quiet:
+        flag = "" if ledger.for_publication else " (NOT FOR PUBLICATION: " + \
+            "; ".join(ledger.not_for_publication_reasons()) + ")"
+        out.write(f"wrote {written}{flag}\n")
+    return EXIT_OK
 
 
 def _cmd_examples(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -410,7 +461,7 @@ def _cmd_schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"release": _cmd_release, "validate": _cmd_validate, "evaluate": _cmd_evaluate,
+_COMMANDS = {"release": _cmd_release, "validate": _cmd_validate, "evaluate": _cmd_evaluate, "report": _cmd_report,
              "examples": _cmd_examples, "plugins": _cmd_plugins, "schema": _cmd_schema}
 
 

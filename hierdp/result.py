@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -11,6 +13,7 @@ import pandas as pd
 
 from hierdp.ledger import Ledger
 from hierdp.postprocessors.base import Estimate
+from hierdp.report import write_report
 from hierdp.tree import Tree
 from hierdp.uncertainty import DEFAULT_DRAWS, Intervals, release_intervals
 
@@ -211,6 +214,36 @@ class ReleaseResult:
         for key in ("hierdp_version", "created", "trust_model", "accounting"):
             ds.attrs[key] = getattr(self.ledger, key)
         return ds
+
+    def report(self, path: str | Path, *, title: str | None = None, curator: str | None = None,
+               intended_use: str | None = None, region: str | None = None,
+               authors: Sequence[str] | None = None) -> Path:
+        """Write the release report: ``.html`` gives one self-contained page (guarantee,
+        invariants flagged as not protected, structure provenance, the budget per level and
+        per query as recorded and as exact rationals, mechanism and seed status, the expected
+        accuracy per level from the public noise law, plotted, the decomposition map of a
+        points release, provenance); ``.yaml`` the same facts as a draft record of the OpenDP
+        deployments registry. Nothing in it is computed from the true counts. Written
+        atomically. Post-processing: no privacy cost.
+
+        Parameters
+        ----------
+        path : the report file, ending in ``.html`` or ``.yaml``.
+        title, curator, intended_use, region, authors : descriptive fields the ledger cannot
+            know (the YAML record marks them to be completed when left out).
+
+        Returns
+        -------
+        Path
+            ``path``.
+
+        Examples
+        --------
+        >>> result.report("release.html")  # doctest: +SKIP
+        >>> result.report("release.yaml", curator="Statistics Office")  # doctest: +SKIP
+        """
+        return write_report(path, self.ledger, self, title=title, curator=curator, intended_use=intended_use,
+                            region=region, authors=authors)
 
     def __repr__(self) -> str:
         L = self.ledger

@@ -22,12 +22,14 @@ from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, 
 from hierdp.evaluation import evaluate
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
-from hierdp.io import _writer, atomic_write_all, ledger_path_for, write_release
+from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
 from hierdp.readers import csv_header, read_table, read_text_lines
+from hierdp.report import render as render_report
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
 
 __all__ = ["load_spec", "run_spec", "prepare", "release_frame", "release_points_spec", "write_outputs",
+           "write_release_files",
            "evaluate_spec"]
 
 
@@ -496,8 +498,9 @@ def release_frame(spec: ReleaseSpec, result: Any) -> pd.DataFrame:
     return table
 
 
-def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None) -> tuple[Path, Path]:
-    """Write the table and the ledger (atomically); returns their paths."""
+def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None) -> tuple[Path, ...]:
+    """Write the table, the ledger and, when ``output.report`` names one, the report (as one
+    unit, atomically); returns their paths."""
 
     out = spec.output or {}
     dest = path if path is not None else out.get("path")
@@ -505,9 +508,39 @@ def write_outputs(spec: ReleaseSpec, result: Any, path: str | Path | None = None
         raise SpecError("no output path: set output.path in the spec or pass -o/--output")
     fmt = out.get("format") if path is None else None
     ledger = out.get("ledger") if path is None else None
+    report = out.get("report")
+    check_output_paths(spec, [Path(dest), Path(ledger) if ledger else ledger_path_for(dest)]
+                       + ([Path(report)] if report else []))
+    result.meta.setdefault("spec", spec)  # the report hashes the spec's public files
+    return write_release_files(release_frame(spec, result), result, dest, fmt=fmt, ledger_path=ledger,
+                               report_path=report)
 
-    check_output_paths(spec, [Path(dest), Path(ledger) if ledger else ledger_path_for(dest)])
-    return write_release(release_frame(spec, result), result.ledger.to_json(), dest, fmt=fmt, ledger_path=ledger)
+
+def write_release_files(frame: pd.DataFrame, result: Any, dest: str | Path, *, fmt: str | None = None,
+                        ledger_path: str | Path | None = None,
+                        report_path: str | Path | None = None) -> tuple[Path, ...]:
+    """The table ``frame``, ``result``'s ledger and, with ``report_path``, its report
+    (:func:`hierdp.report.render`). Local files land as one unit (:func:`hierdp.io.atomic_write_all`:
+    the ledger, the report, then the table; a failure leaves every file as it was); with a
+    URL table the report, a local file, is written atomically once the table and ledger are."""
+    ledger_json = result.ledger.to_json()
+    if report_path is None:
+        return write_release(frame, ledger_json, dest, fmt=fmt, ledger_path=ledger_path)
+    text = render_report(report_path, result.ledger, result)
+    if is_url(dest) or is_url(ledger_path or ""):
+        written = write_release(frame, ledger_json, dest, fmt=fmt, ledger_path=ledger_path)
+        return (*written, write_text(report_path, text))
+    table = Path(dest)
+    lpath = Path(ledger_path) if ledger_path is not None else ledger_path_for(table)
+    rpath = Path(report_path)
+    if len({table.resolve(), lpath.resolve(), rpath.resolve()}) < 3:
+        raise DataError(f"the table {str(table)!r}, its ledger {str(lpath)!r} and its report {str(rpath)!r} must be "
+                        "three different files; give each its own name")
+    fmt = format_for(table, fmt)
+    atomic_write_all([(lpath, lambda tmp: tmp.write_text(ledger_json, encoding="utf-8")),
+                      (rpath, lambda tmp: tmp.write_text(text, encoding="utf-8")),
+                      (table, _writer(frame, fmt, gzip=table.name.lower().endswith(".gz"), ledger_json=ledger_json))])
+    return table, lpath, rpath
 
 
 def check_output_paths(spec: ReleaseSpec, outputs: list[Path]) -> None:

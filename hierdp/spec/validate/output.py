@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from hierdp.io import ledger_path_for
+from hierdp.report import REPORT_SUFFIXES
 from hierdp.spec.validate.context import format_of, get
 from hierdp.spec.validate.model import ReleaseSpec
 from hierdp.spec.validate.plugins import PluginChecks
@@ -27,6 +28,8 @@ class OutputChecks(PluginChecks):
             led = o.get("ledger")
             outs.append((("output", "ledger") if led else ("output", "path"),
                          Path(led) if led else ledger_path_for(o["path"])))
+        if o.get("report"):
+            outs.append((("output", "report"), Path(o["report"])))
         e = spec.evaluate or {}
         if e.get("output"):
             outs += [(("evaluate", "output"), Path(e["output"])),
@@ -49,7 +52,7 @@ class OutputChecks(PluginChecks):
             return None
         out = {"path": get(o, "path", str), "format": get(o, "format", str),
                "columns": get(o, "columns", list, ["estimate", "std"]), "ci_level": get(o, "ci_level", float, 0.95),
-               "ledger": get(o, "ledger", str)}
+               "ledger": get(o, "ledger", str), "report": get(o, "report", str)}
         if out["path"] is not None and out["format"] is None:
             fmt = format_of(Path(out["path"]))
             if fmt is None or Path(out["path"]).suffix.lower() in (".txt", ".tsv"):
@@ -66,9 +69,31 @@ class OutputChecks(PluginChecks):
             self.err(("output", "ledger"), "output.ledger is the same file as output.path: the ledger would be "
                                            "overwritten by the table; give it its own name, or drop it for "
                                            "the default <name>.ledger.json")
+        if out["report"] is not None:
+            self._check_report(out)
         if "ci_level" in o and "ci" not in out["columns"]:
             self.warnings.append("output.ci_level is set but output.columns has no 'ci'; no interval is written")
         return out
+
+    def _check_report(self, out: dict[str, Any]) -> None:
+        """``output.report``: a local .html or .yaml file, not the table nor the ledger."""
+        rep = out["report"]
+        if "\x00" in rep:
+            return  # said by check_outputs_spare_inputs
+        if "://" in rep:
+            self.err(("output", "report"), f"the report is written to a local file; {rep!r} is a URL: give a path "
+                                           "such as out/release.html")
+            return
+        if Path(rep).suffix.lower() not in REPORT_SUFFIXES:
+            self.err(("output", "report"), f"cannot tell the report format from {rep!r}; end it in .html (the "
+                                           "report page) or .yaml (the OpenDP deployments-registry record)")
+        others = [("output.path", out["path"]), ("output.ledger", out["ledger"] or (
+            str(ledger_path_for(out["path"])) if out["path"] and "://" not in out["path"] else None))]
+        for key, other in others:
+            if other is not None and "://" not in other and "\x00" not in other \
+                    and Path(rep).resolve() == Path(other).resolve():
+                self.err(("output", "report"), f"output.report is the same file as {key}: one would overwrite the "
+                                               "other; give the report its own name, e.g. release.html")
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(self, priv: dict) -> dict[str, Any] | None:

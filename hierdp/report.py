@@ -1,0 +1,1024 @@
+"""The release report: what a privacy officer signs off and a data user reads.
+
+``result.report("release.html")`` writes one self-contained HTML page (styles and SVG
+figures inline; no script, no font, no URL: it opens offline and its Content-Security-
+Policy refuses any network request); ``result.report("release.yaml")`` writes the same
+facts as a draft record of the OpenDP deployments registry. ``hierdp report
+LEDGER.json`` writes either from a saved ledger alone (what the ledger holds).
+
+What the report shows, and from where
+-------------------------------------
+* the guarantee (ε / ρ / (ε, δ)), the neighbour relation, the privacy unit and its bound,
+  the **invariants, in bold as not protected**, and where each level's structure came
+  from (declared, observed, private output) — the ledger;
+* the budget per level (and per structure spend, and per marginal query of plan
+  ``marginals``) as recorded, as an exact rational and as a share of the total, and the
+  loss each level implies alone (ρ converted to ε at the release's δ with Canonne,
+  Kamath & Steinke 2020, Cor. 13, as :func:`hierdp.accounting.zcdp_to_approx_dp`);
+* mechanism, plan, post-processing chain, randomness source and seed status (a seeded or
+  non-private release carries a NOT FOR PUBLICATION banner);
+* the expected accuracy of each level's measurement **from the public noise law only**:
+  standard deviation, the half-widths of the 90 % and 95 % intervals, the expected RMSE
+  and MAE. Discrete Laplace with ``P(z) ∝ q^|z|``, ``q = exp(-1/t)`` (Dawson et al. 2023,
+  §2; Canonne, Kamath & Steinke 2020): ``E|Z| = 2q / (1 - q²)`` and
+  ``P(|Z| <= k) = 1 - 2q^(k+1) / (1+q)``; discrete Gaussian ``N_Z(0, σ²)`` (Canonne, Kamath
+  & Steinke 2020, Def. 1): its pmf summed; continuous Laplace of scale b: half-width
+  ``b·ln(1/(1-c))``, ``E|Z| = b``; Gaussian σ: ``σ·Φ⁻¹((1+c)/2)``, ``E|Z| = σ·√(2/π)``.
+  With a release, the expected RMSE of the released (post-processed) values per level,
+  from their variances (a linear unbiased chain: RMSE² = mean variance);
+* for a points release, the map of its (privately chosen) decomposition, shaded by the
+  released density;
+* provenance: hierdp version, release id and time, and for a release made from a spec the
+  SHA-256 of the spec and of its public input files (domains, paths, prior).
+
+Nothing is computed from the true counts: the report reads the ledger (public), the
+released estimates and their variances (post-processing), the public structure and the
+spec's public files. The private source file is not hashed: a hash is an exact function
+of the private data (anyone holding a guess of the data could test it), so it would not be
+differentially private; the report says so. ``ledger.private_notes`` are never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hierdp import registry, rules
+from hierdp._version import __version__
+from hierdp.accounting import zcdp_to_approx_dp
+from hierdp.errors import DataError, HierDPError
+from hierdp.io import write_text
+from hierdp.ledger import Ledger, LevelSpend, _compact_levels
+from hierdp.mechanisms.base import Mechanism, Sensitivity
+from hierdp.mechanisms.continuous import Gaussian, Laplace
+from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
+from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
+from hierdp.uncertainty import exact_halfwidth
+
+__all__ = ["write_report", "report_html", "registry_record", "registry_yaml", "report_kind", "exact_rational",
+           "level_accuracy", "REPORT_SUFFIXES", "REGISTRY_SCHEMA"]
+
+#: the report formats by file ending
+REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".yaml": "yaml", ".yml": "yaml"}
+#: where the YAML record's field names come from
+REGISTRY_SCHEMA = ("opendp/deployments-registry-data, schemas/deployments-schema.yaml "
+                   "(commit 3e9c812a924cf01d228f26f6c462c59c391c3f2a, 2026-07-15)")
+#: confidence levels of the accuracy table
+LEVELS_CI = (0.9, 0.95)
+#: the largest denominator tried when the recorded decimal is read back as a simple fraction
+_MAX_DENOMINATOR = 10**6
+#: the decomposition map draws at most this many leaf cells (each ~90 bytes of SVG)
+MAP_MAX_CELLS = 20_000
+#: the accuracy chart draws at most this many rows
+CHART_MAX_ROWS = 60
+_TODO = "TO BE COMPLETED by the curator"
+
+
+def report_kind(path: str | Path) -> str:
+    """``"html"`` or ``"yaml"`` from the ending of ``path``; :class:`DataError` otherwise."""
+    suffix = Path(str(path)).suffix.lower()
+    if suffix not in REPORT_SUFFIXES:
+        raise DataError(f"cannot tell the report format from {str(path)!r}; end it in .html (the report page) or "
+                        ".yaml (the OpenDP deployments-registry record)")
+    return REPORT_SUFFIXES[suffix]
+
+
+# -- numbers ------------------------------------------------------------------------------
+def exact_rational(x: float) -> Fraction:
+    """The rational a recorded budget stands for: the simplest fraction (denominator up to
+    10⁶) whose nearest double is ``x`` (``1/3`` for ``0.3333333333333333``), else the exact
+    binary fraction of the double itself. Equal to ``x`` when converted back to a float."""
+    f = Fraction(float(x))
+    simple = f.limit_denominator(_MAX_DENOMINATOR)
+    return simple if float(simple) == float(x) else f
+
+
+def _frac(f: Fraction) -> str:
+    return str(f.numerator) if f.denominator == 1 else f"{f.numerator}/{f.denominator}"
+
+
+def _num(x: Any) -> str:
+    """A recorded number exactly as the ledger's JSON writes it (``repr`` of the float)."""
+    if x is None:
+        return ""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+    return repr(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def _g(x: float | None, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if math.isinf(x):
+        return "∞"
+    return f"{x:.{digits}g}"
+
+
+# -- the guarantee ------------------------------------------------------------------------
+def _variant(ledger: Ledger) -> str:
+    return {"pure": "Pure DP", "zcdp": "Zero-concentrated DP", "approx": "Approximate DP"}.get(ledger.guarantee,
+                                                                                             "Custom")
+
+
+def guarantee_text(ledger: Ledger) -> str:
+    """The guarantee in one line, e.g. ``ε-DP with ε = 1``."""
+    if ledger.guarantee == "pure":
+        return f"ε-differential privacy with ε = {_num(ledger.epsilon)}"
+    if ledger.guarantee == "zcdp":
+        out = f"ρ-zero-concentrated differential privacy with ρ = {_num(ledger.rho)}"
+        if ledger.epsilon is not None and ledger.delta is not None:
+            out += f", which implies (ε, δ)-DP with ε = {_num(ledger.epsilon)}, δ = {_num(ledger.delta)}"
+        return out
+    out = f"(ε, δ)-differential privacy with ε = {_num(ledger.epsilon)}, δ = {_num(ledger.delta)}"
+    if ledger.rho is not None:
+        out += f" (accounted as ρ-zCDP, ρ = {_num(ledger.rho)})"
+    return out
+
+
+def _unit_bound(ledger: Ledger) -> str:
+    if ledger.max_contributions is None:
+        return "one row per privacy unit"
+    return f"at most {ledger.max_contributions} rows per privacy unit (contributions bounded before the noise)"
+
+
+def _neighbours(ledger: Ledger) -> str:
+    try:
+        return rules.neighbours_text(ledger.neighbours)
+    except KeyError:
+        return str(ledger.neighbours)
+
+
+def _structure_runs(structure: dict[str, str]) -> list[tuple[str, str]]:
+    """``(levels, provenance)`` with consecutive levels of the same provenance (three or
+    more) as one entry ``"a … z (n levels)"``."""
+    items = list(structure.items())
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(items):
+        j = i + 1
+        while j < len(items) and items[j][1] == items[i][1]:
+            j += 1
+        if j - i >= 3:
+            out.append((f"{items[i][0]} … {items[j - 1][0]} ({j - i} levels)", items[i][1]))
+        else:
+            out.extend(items[i:j])
+        i = j
+    return out
+
+
+def _provenance_kind(text: str) -> str:
+    low = text.lower()
+    if "private output" in low:
+        return "private (chosen from the data, paid from the budget)"
+    if "observed" in low:
+        return "observed (values seen in the data, asserted public by the user)"
+    return "declared (public)"
+
+
+# -- the budget ---------------------------------------------------------------------------
+def _implied(ledger: Ledger, unit: str, budget: float, delta: float) -> str:
+    """The loss one level implies alone."""
+    if budget <= 0:
+        return "none"
+    if unit == "epsilon":
+        return f"ε = {_g(budget, 6)}" + (f", δ = {_g(delta, 6)}" if delta else "")
+    text = f"ρ = {_g(budget, 6)}"
+    if ledger.delta:  # the (ε, δ) this ρ alone would give at the release's δ
+        try:
+            text += f"; alone ⇒ ε = {_g(zcdp_to_approx_dp(budget, float(ledger.delta)), 6)} at δ = {_num(ledger.delta)}"
+        except (HierDPError, ValueError, OverflowError):
+            pass
+    return text
+
+
+def budget_rows(ledger: Ledger) -> list[dict[str, Any]]:
+    """One row per structure spend and per ledger level entry (a run of identical levels is
+    one row, as in ``ledger.to_dict()``), with the recorded number, its exact rational and
+    its share of the total."""
+    total = Fraction(0)
+    # the ledger's own compaction of runs of identical levels, on plain dicts (ledger.to_dict()
+    # deep-copies the whole ledger: seconds for a 10⁵-level chain)
+    names = [f.name for f in fields(LevelSpend)]
+    entries = _compact_levels([{k: getattr(ls, k) for k in names} for ls in ledger.levels])
+    spends = list(ledger.decomposition.get("spends", []))
+    for s in spends:
+        total += exact_rational(float(s["amount"]))
+    for e in entries:
+        body = e.get("run", e)
+        count = len(body["names"]) if "run" in e else 1
+        total += exact_rational(float(body["budget"])) * count
+    rows = []
+    for s in spends:
+        amount = float(s["amount"])
+        rows.append({"kind": "structure", "name": str(s["label"]), "names": [str(s["label"])], "depth": "",
+                     "nodes": "", "unit": str(s["unit"]), "budget": amount, "rational": exact_rational(amount),
+                     "share": exact_rational(amount) / total if total else None, "delta": 0.0,
+                     "mechanism": str(ledger.decomposition.get("name", "")), "l1": None, "l2": None,
+                     "variance": None, "implied": _implied(ledger, str(s["unit"]), amount, 0.0)})
+    for e in entries:
+        run = "run" in e
+        body = e["run"] if run else e
+        names = [str(n) for n in body["names"]] if run else [str(body["level"])]
+        budget = float(body["budget"])
+        depth = f"{body['first_depth']}–{body['first_depth'] + len(names) - 1}" if run else str(body["depth"])
+        rat = exact_rational(budget)
+        var = body["noise_variance"]
+        rows.append({"kind": "run" if run else "level", "name": names[0] if not run else
+                     f"{len(names)} levels {names[0]} … {names[-1]}", "names": names, "depth": depth,
+                     "nodes": body["n_nodes"], "unit": str(body["unit"]), "budget": budget, "rational": rat,
+                     "share": rat / total if total else None, "delta": float(body.get("delta", 0.0) or 0.0),
+                     "mechanism": str(body["mechanism"]), "l1": body.get("sensitivity_l1"),
+                     "l2": body.get("sensitivity_l2"), "variance": var,
+                     "implied": ("published exactly (invariant), no budget" if budget <= 0 and var == 0 else
+                                 "not measured" if budget <= 0 else
+                                 _implied(ledger, str(body["unit"]), budget,
+                                          float(body.get("delta", 0.0) or 0.0)))})
+    return rows
+
+
+def query_rows(result: Any) -> list[dict[str, Any]]:
+    """Per-query budgets of plan ``marginals`` (its public strategy), from the release."""
+    info = getattr(getattr(result, "estimate", None), "info", None) or {}
+    marg = info.get("marginals") or {}
+    rows: list[dict[str, Any]] = []
+    if not isinstance(marg, dict):
+        return rows
+    for level, queries in marg.items():
+        for q in queries or []:
+            dims = q.get("dims", [])
+            rows.append({"level": str(level), "query": " × ".join(map(str, dims)) if dims else "total",
+                         "share": float(q.get("share", float("nan"))), "budget": float(q.get("budget", 0.0)),
+                         "variance": q.get("noise_variance")})
+    return rows
+
+
+# -- accuracy from the public noise law ----------------------------------------------------
+def _mechanism(name: str, cache: dict[str, Mechanism | None]) -> Mechanism | None:
+    if name not in cache:
+        try:
+            cache[name] = registry.create("mechanism", name)
+        except (HierDPError, TypeError):
+            cache[name] = None
+    return cache[name]
+
+
+def _dgauss_mae(sigma2: float) -> float:
+    sigma = math.sqrt(sigma2)
+    if sigma > 2.0**18:
+        return sigma * math.sqrt(2.0 / math.pi)
+    kmax = int(math.ceil(12.0 * sigma)) + 2
+    y = np.arange(1, kmax + 1, dtype=np.float64)
+    w = np.exp(-(y * y) / (2.0 * sigma2))
+    return float(2.0 * np.sum(y * w) / (1.0 + 2.0 * np.sum(w)))
+
+
+def level_accuracy(mechanism: str, budget: float, l1: float, l2: float, variance: float,
+                   cache: dict[str, Mechanism | None] | None = None) -> dict[str, Any]:
+    """Expected error of one measurement from the public noise law: ``std``, ``rmse``,
+    ``mae``, ``hw`` (confidence -> half-width) and ``law`` (which law, in words).
+
+    The mechanism is recreated by name and its variance at ``budget`` and the sensitivity
+    compared with the recorded ``variance``; when they agree the exact law gives the
+    half-widths (the smallest integer k with ``P(|Z| <= k) >= c`` for integer noise) and the
+    MAE; otherwise a normal law with the recorded variance is used and says so."""
+    cache = {} if cache is None else cache
+    var = float(variance)
+    out: dict[str, Any] = {"std": math.sqrt(var) if var >= 0 else float("nan"), "hw": {}, "mae": None, "law": ""}
+    out["rmse"] = out["std"]
+    if var == 0:
+        out.update(mae=0.0, hw={c: 0.0 for c in LEVELS_CI}, law="exact (published without noise)")
+        return out
+    if not math.isfinite(var) or budget <= 0:
+        out.update(std=None, rmse=None, law="no single per-cell noise law recorded for this level")
+        return out
+    mech = _mechanism(mechanism, cache)
+    sens = Sensitivity(l1=float(l1), l2=float(l2), linf=min(float(l1), float(l2)))
+    matches = False
+    if mech is not None:
+        try:
+            matches = math.isclose(float(mech.variance(budget, sens)), var, rel_tol=1e-9)
+        except (HierDPError, ValueError, ZeroDivisionError):
+            matches = False
+    if matches and isinstance(mech, DiscreteLaplace):
+        scale = float(mech.scale(budget, sens))
+        q = math.exp(-1.0 / scale)
+        out["mae"] = 2.0 * q / -math.expm1(-2.0 / scale)
+        out["hw"] = {c: exact_halfwidth(mech, budget, sens, c) for c in LEVELS_CI}
+        out["law"] = f"discrete Laplace, scale {scale:.6g} (exact)"
+    elif matches and isinstance(mech, DiscreteGaussian):
+        sigma2 = float(mech.params(budget, sens).sigma2)
+        out["mae"] = _dgauss_mae(sigma2)
+        out["hw"] = {c: exact_halfwidth(mech, budget, sens, c) for c in LEVELS_CI}
+        out["law"] = f"discrete Gaussian, σ² = {sigma2:.6g} (exact)"
+    elif matches and isinstance(mech, Laplace):
+        b = math.sqrt(var / 2.0)
+        out["mae"] = b
+        out["hw"] = {c: b * math.log(1.0 / (1.0 - c)) for c in LEVELS_CI}
+        out["law"] = f"Laplace, scale {b:.6g} (continuous law; the noise lies on a fine grid)"
+    elif matches and isinstance(mech, Gaussian):
+        from scipy.stats import norm
+
+        s = math.sqrt(var)
+        out["mae"] = s * math.sqrt(2.0 / math.pi)
+        out["hw"] = {c: s * float(norm.ppf(0.5 + c / 2.0)) for c in LEVELS_CI}
+        out["law"] = f"Gaussian, σ = {s:.6g} (continuous law; the noise lies on a fine grid)"
+    else:
+        from scipy.stats import norm
+
+        s = math.sqrt(var)
+        out["mae"] = s * math.sqrt(2.0 / math.pi)
+        out["hw"] = {c: s * float(norm.ppf(0.5 + c / 2.0)) for c in LEVELS_CI}
+        out["law"] = ("normal approximation from the recorded variance (the law of "
+                      f"{mechanism!r} at this budget is not rebuilt here)")
+    return out
+
+
+def accuracy_rows(ledger: Ledger, budget: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Expected error per measured ledger entry (levels and runs of levels); ``budget``:
+    :func:`budget_rows` of ``ledger`` when already computed."""
+    cache: dict[str, Mechanism | None] = {}
+    rows = []
+    for r in budget_rows(ledger) if budget is None else budget:
+        if r["kind"] == "structure" or r["budget"] <= 0 and r["variance"] != 0:
+            continue
+        var = r["variance"]
+        var = float("inf") if var in ("inf", None) else float(var)
+        acc = level_accuracy(r["mechanism"], r["budget"], r["l1"] or 1.0, r["l2"] or 1.0, var, cache)
+        rows.append({"name": r["name"], "names": r["names"], **acc})
+    return rows
+
+
+def released_rows(result: Any) -> tuple[list[dict[str, Any]], str]:
+    """Expected RMSE of the released values per level of the tree (a linear, unbiased
+    chain: the square root of the mean variance over the level's nodes and cells), or
+    ``([], why not)``."""
+    est = getattr(result, "estimate", None)
+    tree = getattr(result, "tree", None)
+    if est is None or tree is None or est.variance is None:
+        return [], "the post-processing chain does not track the variances of the released values"
+    if not est.linear:
+        return [], ("the chain ends in a non-linear step (e.g. nonneg, round): the released values' error has no "
+                    "closed form; result.intervals() gives intervals with their coverage")
+    var = np.asarray(est.variance, dtype=np.float64)
+    var = var.reshape(var.shape[0], -1)
+    depth = np.asarray(tree.depth, dtype=np.int64)
+    names = list(tree.level_names)
+    k = var.shape[1]
+    finite = np.asarray(np.isfinite(var).all(axis=1), dtype=bool)
+    cnt = np.bincount(depth, minlength=len(names))
+    ok = np.bincount(depth, weights=finite.astype(np.float64), minlength=len(names))
+    s = np.bincount(depth, weights=np.where(finite.reshape(-1, 1), var, 0.0).sum(axis=1), minlength=len(names))
+    rows = []
+    for d, name in enumerate(names):
+        if cnt[d] == 0:
+            continue
+        rmse = math.sqrt(s[d] / (ok[d] * k)) if ok[d] else float("inf")
+        rows.append({"level": str(name), "nodes": int(cnt[d]), "rmse": rmse,
+                     "undetermined": int(cnt[d] - ok[d])})
+    return rows, ""
+
+
+def _level_runs(rows: list[dict[str, Any]], run_min: int = 8) -> list[tuple[str, str, str, str]]:
+    """Rows of the released-values table as shown: ``run_min`` or more consecutive levels
+    whose shown values (nodes, RMSE to 4 digits, undetermined) are equal are one row (a
+    10⁵-level chain is not 10⁵ rows)."""
+    shown = [(r["level"], str(r["nodes"]), _g(r["rmse"]), str(r["undetermined"])) for r in rows]
+    out: list[tuple[str, str, str, str]] = []
+    i = 0
+    while i < len(shown):
+        j = i + 1
+        while j < len(shown) and shown[j][1:] == shown[i][1:]:
+            j += 1
+        if j - i >= run_min:
+            out.append((f"{j - i} levels {shown[i][0]} … {shown[j - 1][0]}", *shown[i][1:]))
+        else:
+            out.extend(shown[i:j])
+        i = j
+    return out
+
+
+# -- provenance ---------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def spec_files(result: Any) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """``([(role, file name, sha256)], [private file names])`` for a release made from a
+    spec (``result.meta["spec"]``): the spec and its public inputs are hashed, the private
+    source is named only."""
+    spec = (getattr(result, "meta", None) or {}).get("spec")
+    if spec is None or not hasattr(spec, "input_files"):
+        return [], []
+    private = {Path(p).resolve() for p in getattr(spec, "source_files", [])}
+    spec_file = Path(spec.filename).resolve() if getattr(spec, "filename", None) else None
+    rows = []
+    for p in spec.input_files():
+        if p in private or not p.is_file():
+            continue
+        role = "spec" if p == spec_file else "public input"
+        try:
+            rows.append((role, p.name, _sha256(p)))
+        except OSError:
+            rows.append((role, p.name, "unreadable at report time"))
+    return rows, sorted(p.name for p in private)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# -- HTML ---------------------------------------------------------------------------------
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+_CSS = """
+:root{--ink:#1d2330;--muted:#5b6472;--line:#d9dde3;--bg:#fff;--warn:#9b1c1c;--accent:#1f5fae}
+*{box-sizing:border-box}
+html{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:var(--ink);
+background:var(--bg);line-height:1.45}
+body{margin:0}
+main{max-width:1200px;margin:0 auto;padding:24px 20px 48px}
+h1{font-size:1.6rem;margin:.2rem 0 .4rem}
+h2{font-size:1.2rem;margin:2rem 0 .6rem;border-bottom:2px solid var(--line);padding-bottom:.2rem}
+h3{font-size:1rem;margin:1.2rem 0 .4rem}
+p,li,dd,dt{overflow-wrap:anywhere}
+td,th{overflow-wrap:break-word}
+.muted{color:var(--muted)}
+.banner{border:3px solid var(--warn);color:var(--warn);background:#fdf1f1;padding:12px 16px;margin:12px 0;
+font-weight:700}
+.banner ul{margin:.3rem 0 0 1.2rem;font-weight:400}
+.invariant{color:var(--warn);font-weight:700}
+dl.facts{display:grid;grid-template-columns:minmax(10rem,16rem) 1fr;gap:.3rem 1rem;margin:0}
+dl.facts dt{font-weight:600}
+dl.facts dd{margin:0}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;font-size:.88rem;margin:.4rem 0}
+th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
+th{background:#f3f5f8}
+td.num{font-variant-numeric:tabular-nums;text-align:right;white-space:nowrap}
+tfoot td{font-weight:700}
+details summary{cursor:pointer;color:var(--accent)}
+svg{max-width:100%;height:auto;display:block}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85em}
+footer{margin-top:2.5rem;font-size:.85rem;color:var(--muted)}
+@media print{main{max-width:none;padding:0}.scroll{overflow:visible}h2{break-after:avoid}
+table{break-inside:auto}tr{break-inside:avoid}}
+"""
+
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+
+def _facts(items: Sequence[tuple[str, str]]) -> str:
+    """A definition list; values are HTML already escaped by the caller."""
+    return '<dl class="facts">' + "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], *, ident: str = "", numeric: Sequence[int] = (),
+           foot: Sequence[str] | None = None) -> str:
+    """A table in a horizontally scrolling box; cells are HTML already escaped by the caller."""
+    num = set(numeric)
+    out = [f'<div class="scroll"><table{f" id={chr(34)}{ident}{chr(34)}" if ident else ""}><thead><tr>']
+    out += [f"<th>{_e(h)}</th>" for h in head]
+    out.append("</tr></thead><tbody>")
+    for r in rows:
+        out.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>")
+    out.append("</tbody>")
+    if foot is not None:
+        out.append("<tfoot><tr>" + "".join(f"<td>{c}</td>" for c in foot) + "</tr></tfoot>")
+    out.append("</table></div>")
+    return "".join(out)
+
+
+def _names_cell(row: dict[str, Any]) -> str:
+    if row["kind"] != "run":
+        return _e(row["name"])
+    names = row["names"]
+    return (f"{_e(row['name'])}<details><summary>the {len(names)} levels</summary>"
+            f"{_e(', '.join(names))}</details>")
+
+
+def _bar_chart(title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]],
+               unit: str = "") -> str:
+    """A horizontal grouped bar chart as inline SVG (log scale when the values span more
+    than a factor 50); every text is escaped."""
+    vals = [v for _, _, vs in series for v in vs if v is not None and math.isfinite(v) and v > 0]
+    if not labels or not vals:
+        return ""
+    log = max(vals) / min(vals) > 50
+    lo = math.log10(min(vals)) - 0.3 if log else 0.0
+    hi = math.log10(max(vals)) + 0.1 if log else max(vals) * 1.08
+
+    def pos(v: float) -> float:
+        x = (math.log10(v) - lo) / (hi - lo) if log else v / hi
+        return max(0.0, min(1.0, x))
+
+    width, left, right, bar, gap = 900, 200, 90, 11, 10
+    per = bar * len(series) + gap
+    top = 34
+    height = top + per * len(labels) + 30
+    plot_w = width - left - right
+    out = [f'<svg role="img" aria-label="{_e(title)}" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" font-size="12" font-family="system-ui,sans-serif">',
+           f'<text x="{left}" y="16" font-weight="600">{_e(title)}{_e(" (log scale)" if log else "")}</text>']
+    lx = left
+    for name, color, _ in series:  # legend
+        out.append(f'<rect x="{lx}" y="22" width="10" height="10" fill="{color}"/>'
+                   f'<text x="{lx + 14}" y="31">{_e(name)}</text>')
+        lx += 14 + 8 * len(name) + 18
+    for i, lab in enumerate(labels):
+        y0 = top + 8 + i * per
+        short = lab if len(lab) <= 28 else lab[:27] + "…"
+        out.append(f'<text x="{left - 6}" y="{y0 + per / 2 - 2:.1f}" text-anchor="end">{_e(short)}</text>')
+        for j, (_, color, vs) in enumerate(series):
+            v = vs[i]
+            y = y0 + j * bar
+            if v is None or not math.isfinite(v):
+                continue
+            w = pos(v) * plot_w if v > 0 else 0.0
+            out.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar - 2}" fill="{color}"/>'
+                       f'<text x="{left + w + 4:.1f}" y="{y + bar - 3:.1f}" font-size="10">{_e(_g(v))}{_e(unit)}'
+                       "</text>")
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - 24}" stroke="#888"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+_VIRIDIS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+
+
+def _ramp(t: np.ndarray) -> list[str]:
+    t = np.clip(np.nan_to_num(t, nan=0.0), 0.0, 1.0) * (len(_VIRIDIS) - 1)
+    i = np.minimum(t.astype(np.int64), len(_VIRIDIS) - 2)
+    f = t - i
+    a, b = np.asarray(_VIRIDIS)[i], np.asarray(_VIRIDIS)[i + 1]
+    c = (a + (b - a) * f[:, None]).round().astype(np.int64)
+    return [f"#{r:02x}{g:02x}{bb:02x}" for r, g, bb in c]
+
+
+def decomposition_svg(result: Any) -> str:
+    """The leaf cells of a points release over its public box (two first coordinates),
+    shaded by released density (estimate / area, clipped at 0, log scale); ``""`` when the
+    result has no spatial structure, a note when it has too many cells to draw."""
+    st = getattr(result, "structure", None)
+    if st is None or getattr(st, "lows", None) is None or getattr(st, "bounds", None) is None:
+        return ""
+    leaves = np.flatnonzero(np.asarray(st.is_leaf))
+    if leaves.size > MAP_MAX_CELLS:
+        return f'<p class="muted">The map is not drawn: {leaves.size:,} leaf cells (more than {MAP_MAX_CELLS:,}).</p>'
+    bounds = np.asarray(st.bounds, dtype=np.float64)
+    d = bounds.shape[0]
+    lo = np.asarray(st.lows, dtype=np.float64)[leaves]
+    hi = np.asarray(st.highs, dtype=np.float64)[leaves]
+    jx, jy = 0, (1 if d > 1 else None)
+    size = 560.0
+    bx0, bx1 = bounds[jx]
+    sx = size / (bx1 - bx0)
+    x0 = (lo[:, jx] - bx0) * sx
+    w = (hi[:, jx] - lo[:, jx]) * sx
+    if jy is None:
+        y0, h = np.zeros_like(x0), np.full_like(x0, size)
+    else:
+        by0, by1 = bounds[jy]
+        sy = size / (by1 - by0)
+        y0 = size - (hi[:, jy] - by0) * sy   # y grows upwards on the map
+        h = (hi[:, jy] - lo[:, jy]) * sy
+    area = np.prod(hi - lo, axis=1)
+    est = np.asarray(result.estimate.values, dtype=np.float64)
+    est = est.reshape(est.shape[0], -1).sum(axis=1)[leaves]
+    dens = np.log1p(np.clip(est, 0, None) / np.where(area > 0, area, np.inf))
+    top = float(dens.max()) if dens.size and dens.max() > 0 else 1.0
+    colors = _ramp(dens / top)
+    cells = "".join(f'<rect x="{a:.2f}" y="{b:.2f}" width="{c:.2f}" height="{e:.2f}" fill="{f}"/>'
+                    for a, b, c, e, f in zip(x0, y0, w, h, colors))
+    cols = list(getattr(st, "columns", [])) or ["x", "y"]
+    ylab = cols[jy] if jy is not None and jy < len(cols) else ""
+    title = f"{getattr(st, 'method', '') or 'decomposition'}: {leaves.size:,} leaf cells"
+    return (f'<svg role="img" aria-label="{_e(title)}" viewBox="-50 -30 {size + 70:.0f} {size + 80:.0f}" '
+            f'width="{size + 120:.0f}" height="{size + 110:.0f}" font-size="12" font-family="system-ui,sans-serif">'
+            f'<text x="0" y="-12" font-weight="600">{_e(title)}</text>'
+            f'<g stroke="#ffffff" stroke-width="0.3">{cells}</g>'
+            f'<rect x="0" y="0" width="{size:.0f}" height="{size:.0f}" fill="none" stroke="#333"/>'
+            f'<text x="{size / 2:.0f}" y="{size + 22:.0f}" text-anchor="middle">{_e(cols[jx])} '
+            f'[{_e(_g(bx0))}, {_e(_g(bx1))}]</text>'
+            f'<text x="-12" y="{size / 2:.0f}" text-anchor="middle" transform="rotate(-90 -12 {size / 2:.0f})">'
+            f'{_e(ylab)}</text></svg>'
+            '<p class="muted">Shade: log(1 + released count / area), from the released (noisy) estimates; '
+            "the cells themselves are a private output paid from the budget.</p>")
+
+
+def _registry_defaults(ledger: Ledger, title: str | None, curator: str | None, intended_use: str | None,
+                       region: str | None, authors: Sequence[str] | None) -> dict[str, Any]:
+    return {"title": title or f"hierdp release {ledger.release_id or '(no id)'}",
+            "curator": curator or _TODO, "intended_use": intended_use or _TODO, "region": region or _TODO,
+            "authors": list(authors) if authors else [f"generated by hierdp {__version__}"]}
+
+
+def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None, curator: str | None = None,
+                intended_use: str | None = None, region: str | None = None) -> str:
+    """The report page (one self-contained HTML document) of ``ledger`` and, when given,
+    its release ``result`` (per-query budgets, released-value accuracy, decomposition map,
+    spec hashes). Every string from the ledger or the data is HTML-escaped."""
+    meta = _registry_defaults(ledger, title, curator, intended_use, region, None)
+    parts: list[str] = []
+    add = parts.append
+    add(f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="hierdp {_e(__version__)}">'
+        f"<title>{_e(meta['title'])}</title><style>{_CSS}</style></head><body><main>")
+    add(f"<h1>{_e(meta['title'])}</h1>")
+    add(f'<p class="muted">Differential-privacy release report · release <code>{_e(ledger.release_id or "—")}</code>'
+        f" · {_e(ledger.created or 'time unknown')} · hierdp {_e(ledger.hierdp_version or 'version unknown')}</p>")
+    reasons = ledger.not_for_publication_reasons()
+    if reasons:
+        add('<div class="banner" id="not-for-publication">NOT FOR PUBLICATION<ul>'
+            + "".join(f"<li>{_e(r)}</li>" for r in reasons) + "</ul></div>")
+
+    # 1. guarantee
+    add('<h2 id="guarantee">1. Guarantee</h2>')
+    if ledger.invariants:
+        inv = ('<ul class="invariants">' + "".join(
+            f'<li><strong class="invariant">NOT PROTECTED (published exactly, no noise, no budget): {_e(i)}</strong>'
+            "</li>" for i in ledger.invariants)
+            + "</ul><strong class=\"invariant\">The guarantee holds only for neighbouring data sets that leave "
+              "these invariants unchanged.</strong>")
+    else:
+        inv = "none: every published value carries noise"
+    facts = [("Guarantee", _e(guarantee_text(ledger))), ("Neighbouring data sets", _e(_neighbours(ledger))),
+             ("Privacy unit", _e(ledger.privacy_unit)), ("Bound per unit", _e(_unit_bound(ledger))),
+             ("Invariants", inv), ("Composition", _e(ledger.accounting or "—")),
+             ("Trust model", _e(ledger.trust_model or "—"))]
+    add(_facts(facts))
+    add("<h3>Where the structure came from</h3>")
+    srows = [[_e(name), _e(_provenance_kind(text)), _e(text)] for name, text in _structure_runs(ledger.structure)]
+    if ledger.decomposition:
+        d = ledger.decomposition
+        kind = "private output" if d.get("private_structure") else "public"
+        srows.insert(0, [_e("(decomposition)"), _e(kind), _e(d.get("description") or d.get("name", ""))])
+    add(_table(["Level", "Source", "As recorded"], srows, ident="structure") if srows
+        else '<p class="muted">The ledger records no structure provenance.</p>')
+
+    # 2. budget
+    add('<h2 id="budget-allocation">2. Budget allocation</h2>')
+    rows = budget_rows(ledger)
+    unit_sym = {"epsilon": "ε", "rho": "ρ"}
+    body = [[_names_cell(r), _e(r["depth"]), _e(r["nodes"]), _e(unit_sym.get(r["unit"], r["unit"])),
+             _e(_num(r["budget"])), _e(_frac(r["rational"])),
+             _e("" if r["share"] is None else f"{_frac(r['share'])} ({100 * float(r['share']):.4g} %)"),
+             _e(_num(r["delta"]) if r["delta"] else ""), _e(r["mechanism"]),
+             _e("" if r["l1"] is None else f"{_num(r['l1'])} / {_num(r['l2'])}"),
+             _e("" if r["variance"] is None else _g(float(r["variance"]), 6)),
+             _e(r["implied"])] for r in rows]
+    total_unit = {"pure": "ε", "zcdp": "ρ"}.get(ledger.guarantee, "ρ")
+    add(_table(["Level", "Depth", "Nodes", "Unit", "Budget (as recorded)", "Exact rational", "Share of total", "δ",
+                "Mechanism", "Sensitivity L1 / L2", "Noise variance per cell", "Loss implied alone"],
+               body, ident="budget", numeric=(2, 4, 5, 6, 7, 9, 10),
+               foot=["Total", "", "", _e(total_unit), _e(_num(ledger.spent)),
+                     _e(_frac(sum((r["rational"] * (len(r["names"]) if r["kind"] == "run" else 1) for r in rows),
+                                  Fraction(0)))), "1", "", "", "", "", ""]))
+    add('<p class="muted">Budget (as recorded): the number in the ledger, digit for digit. Exact rational: the '
+        "simplest fraction (denominator up to 10⁶) whose nearest double is that number, else the double's exact "
+        "binary fraction. Levels compose by basic composition (the budgets add up); the nodes of one level are "
+        "disjoint (parallel composition). A run of identical levels is one row.</p>")
+    q = query_rows(result) if result is not None else []
+    if q:
+        add("<h3>Budget per query (plan marginals)</h3>")
+        add(_table(["Level", "Query (marginal)", "Share of the level", "Budget", "Exact rational",
+                    "Noise variance per cell"],
+                   [[_e(r["level"]), _e(r["query"]), _e(_num(r["share"])), _e(_num(r["budget"])),
+                     _e(_frac(exact_rational(r["budget"]))), _e(_num(r["variance"]))] for r in q],
+                   ident="queries", numeric=(2, 3, 4, 5)))
+    measured = [r for r in rows if r["budget"] > 0]
+    if measured and len(measured) <= CHART_MAX_ROWS:
+        add(_bar_chart("Budget per level", [r["name"] for r in measured],
+                       [(f"budget ({unit_sym.get(measured[0]['unit'], measured[0]['unit'])})", "#1f5fae",
+                         [r["budget"] for r in measured])]))
+
+    # 3. mechanism
+    add('<h2 id="mechanism">3. Mechanism, plan and processing</h2>')
+    chain = " → ".join(ledger.postprocess) or "none"
+    info = getattr(getattr(result, "estimate", None), "info", None) or {}
+    if isinstance(info.get("method"), str) and info["method"] and info["method"] not in ledger.postprocess:
+        chain += f" (the plan's own estimate: {info['method']})"
+    seeded = ledger.seed is not None or not ledger.secure_randomness
+    mfacts = [("Mechanism", _e(ledger.mechanism or "—")), ("Plan", _e(ledger.plan or "—")),
+              ("Budget strategy", _e(ledger.budget_strategy or "—")),
+              ("Post-processing (no privacy cost)", _e(chain)),
+              ("Randomness", _e(ledger.randomness or ("secure" if ledger.secure_randomness else "not secure"))),
+              ("Seed", f'<strong class="invariant">seeded (seed = {_e(ledger.seed)}): NOT FOR PUBLICATION</strong>'
+               if seeded else "none: a cryptographically secure source")]
+    if ledger.non_private:
+        mfacts.append(("NOT PRIVATE", "<br>".join(f'<strong class="invariant">{_e(r)}</strong>'
+                                                  for r in ledger.non_private)))
+    add(_facts(mfacts))
+    if ledger.notes:
+        add("<h3>Notes recorded with the release</h3><ul>" + "".join(f"<li>{_e(n)}</li>" for n in ledger.notes)
+            + "</ul>")
+
+    # 4. accuracy
+    add('<h2 id="accuracy">4. Expected accuracy (from the public noise law)</h2>')
+    acc = accuracy_rows(ledger, rows)
+    if acc:
+        add('<p class="muted">Computed from each level\'s mechanism, budget and sensitivity only — never from the '
+            "data. One measurement's error: its standard deviation (= its RMSE, the noise being unbiased), the "
+            "half-width h of the interval [x − h, x + h] holding the truth with probability at least 90 % and "
+            "95 %, and the mean absolute error.</p>")
+        add(_table(["Level", "Std = RMSE", "90 % half-width", "95 % half-width", "MAE", "Law"],
+                   [[_e(r["name"]), _e(_g(r["std"])), _e(_g(r["hw"].get(0.9))), _e(_g(r["hw"].get(0.95))),
+                     _e(_g(r["mae"])), _e(r["law"])] for r in acc], ident="accuracy", numeric=(1, 2, 3, 4)))
+        shown = [r for r in acc if r["std"] is not None]
+        if len(shown) <= CHART_MAX_ROWS:
+            add(_bar_chart("Expected error of one measurement per level", [r["name"] for r in shown],
+                           [("std", "#1f5fae", [r["std"] for r in shown]),
+                            ("90 % half-width", "#e69f00", [r["hw"].get(0.9) for r in shown]),
+                            ("95 % half-width", "#b2182b", [r["hw"].get(0.95) for r in shown])]))
+    else:
+        add('<p class="muted">No level was measured with noise.</p>')
+    if result is not None:
+        rel, why = released_rows(result)
+        add("<h3>Released values</h3>")
+        if rel:
+            add('<p class="muted">Expected RMSE of the released (post-processed) values per level: the square root '
+                "of their mean variance, which the public noise law and the public chain fix (the chain is "
+                "linear and unbiased).</p>")
+            add(_table(["Level", "Nodes", "Expected RMSE", "Nodes left undetermined"],
+                       [[_e(name), _e(nodes), _e(rmse), _e(und)] for name, nodes, rmse, und in _level_runs(rel)],
+                       ident="released", numeric=(1, 2, 3)))
+            if len(rel) <= CHART_MAX_ROWS:
+                add(_bar_chart("Expected RMSE of the released values per level", [r["level"] for r in rel],
+                               [("RMSE", "#21918c", [r["rmse"] for r in rel])]))
+        else:
+            add(f'<p class="muted">Not shown: {_e(why)}.</p>')
+        m = decomposition_svg(result)
+        if m:
+            add('<h2 id="decomposition">Decomposition map</h2>' + m)
+
+    # 5. provenance
+    add('<h2 id="provenance">5. Provenance</h2>')
+    pfacts = [("Release id", f"<code>{_e(ledger.release_id or '—')}</code>"),
+              ("Released", _e(ledger.created or "—")),
+              ("Released with", _e(f"hierdp {ledger.hierdp_version or 'version unknown'}")),
+              ("Report written", _e(f"{_now()} by hierdp {__version__}")),
+              ("Curator", _e(meta["curator"]))]
+    if result is not None:
+        hashed, private = spec_files(result)
+        for role, name, digest in hashed:
+            pfacts.append((f"{role.capitalize()}: {name}", f"sha256 <code>{_e(digest)}</code> (at report time)"))
+        for name in private:
+            pfacts.append((f"Private source: {name}", "not hashed: a hash is an exact function of the private data "
+                                                      "and would let anyone test a guess of it"))
+    add(_facts(pfacts))
+    add("<h2 id=\"evaluation\">6. Evaluation</h2><p class=\"muted\">None: this report holds no value computed from the "
+        "true counts.</p>")
+    add(f'<footer>Generated by hierdp {_e(__version__)}. Self-contained: no script, font or network request. '
+        "Print to PDF from the browser for a signed copy.</footer></main></body></html>\n")
+    return "".join(parts)
+
+
+# -- the OpenDP deployments-registry record --------------------------------------------------
+def _bullets(lines: Sequence[str]) -> str:
+    return "\n".join(f"- {x}" for x in lines)
+
+
+def registry_record(ledger: Ledger, result: Any = None, *, title: str | None = None, curator: str | None = None,
+                    intended_use: str | None = None, region: str | None = None,
+                    authors: Sequence[str] | None = None) -> dict[str, Any]:
+    """The release as a draft record of the OpenDP deployments registry (field names from
+    :data:`REGISTRY_SCHEMA`): ``status: Draft``, ``tier: 3``; what the ledger cannot know
+    (curator, intended use, region) is marked to be completed unless given."""
+    meta = _registry_defaults(ledger, title, curator, intended_use, region, authors)
+    rows = budget_rows(ledger)
+    levels = " > ".join(r["name"] for r in rows if r["kind"] != "structure")
+    params: dict[str, Any] = {}
+    if ledger.epsilon is not None:
+        params["epsilon"] = float(ledger.epsilon)
+    if ledger.delta is not None:
+        params["delta"] = float(ledger.delta)
+    if ledger.rho is not None:
+        params["rho"] = float(ledger.rho)
+    budget_lines = [f"{r['name']}: {r['unit']} = {_num(r['budget'])} (exact {_frac(r['rational'])}"
+                    + (f", {_frac(r['share'])} of the total" if r["share"] is not None else "")
+                    + f"); loss implied alone: {r['implied']}" for r in rows]
+    budget_lines += [f"query {q['level']} / {q['query']}: budget {_num(q['budget'])} "
+                     f"(exact {_frac(exact_rational(q['budget']))})" for q in query_rows(result)]
+    structure = [f"{lv}: {_provenance_kind(t)}; {t}" for lv, t in ledger.structure.items()]
+    notes = []
+    if ledger.not_for_publication_reasons():
+        notes.append("NOT FOR PUBLICATION: " + "; ".join(ledger.not_for_publication_reasons()))
+    notes += [f"hierdp release id {ledger.release_id}, released {ledger.created} with hierdp "
+              f"{ledger.hierdp_version}", *ledger.notes]
+    mechanisms = [f"mechanism: {ledger.mechanism}; plan: {ledger.plan}; budget strategy: {ledger.budget_strategy}",
+                  f"implementation: hierdp {ledger.hierdp_version} (exact integer samplers; the noise of real "
+                  "values on a fine integer grid)",
+                  f"randomness: {ledger.randomness or 'unknown'}"
+                  + ("; SEEDED: reproducible, not private" if ledger.seed is not None or not ledger.secure_randomness
+                     else "; cryptographically secure source")]
+    if result is not None:
+        hashed, private = spec_files(result)
+        mechanisms += [f"{role} {name}: sha256 {digest}" for role, name, digest in hashed]
+        mechanisms += [f"private source {name}: not hashed (a hash of private data is not private)"
+                       for name in private]
+    pre = [f"contributions: {_unit_bound(ledger)}"]
+    pre += [f"NOT PRIVATE: {r}" for r in ledger.non_private]
+    record = {
+        "url_slug": f"hierdp-release-{ledger.release_id}" if ledger.release_id else "hierdp-release",
+        "status": "Draft",
+        "tier": 3,
+        "deployment": {
+            "basic": {
+                "name": meta["title"],
+                "data_curators": [meta["curator"]],
+                "intended_use": meta["intended_use"],
+                "data_product_type": "Summary statistics",
+                "data_product_region": meta["region"],
+                "description": f"Hierarchical counts ({levels}) released with differential privacy by hierdp: "
+                               f"{guarantee_text(ledger)}.",
+                "publication_date": (ledger.created or _now())[:10],
+            },
+            "dp_variant": {
+                "variant_name": _variant(ledger),
+                "data_domain": _bullets(structure) if structure else "the release's declared tree",
+                "unprotected_quantities": _bullets([f"{i}: published exactly, NOT protected"
+                                                    for i in ledger.invariants]) if ledger.invariants else "None",
+            },
+            "privacy_loss": {
+                "privacy_unit": ledger.privacy_unit,
+                "privacy_unit_details": f"Neighbouring data sets: {_neighbours(ledger)}. Bound: "
+                                        f"{_unit_bound(ledger)}.",
+                "privacy_parameters": params,
+                "privacy_parameters_details": _bullets(budget_lines),
+            },
+            "deployment_model": {
+                "model_name": "Central" if (ledger.trust_model or "central") == "central" else "Varies",
+                "release_type": "One release",
+                "release_type_details": "This record describes one hierdp release (one ledger); releases drawing on "
+                                        "the same data compose, and their budgets add up.",
+                "data_source_type": "Static",
+                "access_type": "Non-interactive",
+            },
+            "accounting": {
+                "post_processing": " -> ".join(ledger.postprocess) or "none",
+                "composition": ledger.accounting or "basic composition",
+            },
+            "implementation": {
+                "preprocessing_and_hyperparameter_tuning": _bullets(pre),
+                "mechanisms": _bullets(mechanisms),
+            },
+            "administrative": {
+                "notes": _bullets(notes),
+                "registry_authors": meta["authors"],
+            },
+        },
+    }
+    return record
+
+
+class _BlockDumper:
+    """A yaml SafeDumper writing multi-line strings as literal blocks (``|``), as the
+    registry's own checks ask."""
+
+    @staticmethod
+    def make() -> Any:
+        import yaml
+
+        class Dumper(yaml.SafeDumper):
+            pass
+
+        def text(dumper: Any, data: str) -> Any:
+            style = "|" if "\n" in data else None
+            return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+        Dumper.add_representer(str, text)
+        return Dumper
+
+
+def registry_yaml(ledger: Ledger, result: Any = None, **fields: Any) -> str:
+    """:func:`registry_record` as YAML, with a header comment naming the schema."""
+    import yaml
+
+    record = registry_record(ledger, result, **fields)
+    head = (f"# Draft record for the OpenDP deployments registry; field names from {REGISTRY_SCHEMA}.\n"
+            f"# Written by hierdp {__version__} from release {ledger.release_id or '(no id)'}; "
+            f"fields marked '{_TODO}' need the curator.\n")
+    if ledger.not_for_publication_reasons():
+        head += "# NOT FOR PUBLICATION: " + "; ".join(ledger.not_for_publication_reasons()) + "\n"
+    return head + yaml.dump(record, Dumper=_BlockDumper.make(), sort_keys=False, allow_unicode=True, width=100)
+
+
+def render(path: str | Path, ledger: Ledger, result: Any = None, **fields: Any) -> str:
+    """The text of the report ``path`` names (``.html`` or ``.yaml``)."""
+    kind = report_kind(path)
+    if kind == "html":
+        fields.pop("authors", None)
+        return report_html(ledger, result, **fields)
+    return registry_yaml(ledger, result, **fields)
+
+
+def write_report(path: str | Path, ledger: Ledger, result: Any = None, *, title: str | None = None,
+                 curator: str | None = None, intended_use: str | None = None, region: str | None = None,
+                 authors: Sequence[str] | None = None) -> Path:
+    """Write the report of ``ledger`` (and its ``result``, when given) to ``path``,
+    atomically (a temporary file beside it, then renamed: never a half-written report).
+
+    Parameters
+    ----------
+    path : ``.html`` (the report page) or ``.yaml`` (the OpenDP deployments-registry record).
+    ledger : the release's :class:`~hierdp.ledger.Ledger`.
+    result : the :class:`~hierdp.result.ReleaseResult`, for what only the release holds
+        (per-query budgets, the released values' accuracy, the decomposition map, the spec's
+        file hashes).
+    title, curator, intended_use, region, authors : the record's descriptive fields (the
+        ledger cannot know them); left out, the YAML marks them to be completed.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    if not isinstance(ledger, Ledger):
+        raise DataError(f"a report needs a hierdp Ledger, got {type(ledger).__name__}")
+    text = render(path, ledger, result, title=title, curator=curator, intended_use=intended_use, region=region,
+                  authors=authors)
+    dest = Path(path)
+    if dest.is_dir():
+        raise DataError(f"cannot write the report {str(dest)!r}: it is a directory; give a file name such as "
+                        "release.html")
+    return write_text(dest, text)
+
+
+def read_ledger(path: str | Path) -> Ledger:
+    """A ledger saved as JSON (``*.ledger.json``) or YAML; one-line :class:`DataError` when
+    the file is not a hierdp ledger."""
+    import json
+
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = yaml.safe_load(text) if p.suffix.lower() in (".yaml", ".yml") else json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:   # bad JSON, bad YAML, not UTF-8
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{str(p)!r} is not a hierdp ledger ({first}); give the .ledger.json written beside a "
+                        "release") from None
+    if not isinstance(data, dict) or "guarantee" not in data or "levels" not in data:
+        raise DataError(f"{str(p)!r} is not a hierdp ledger (no guarantee and levels); give the .ledger.json "
+                        "written beside a release")
+    try:
+        ledger = Ledger.from_dict(data)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise DataError(f"{str(p)!r} is not a readable hierdp ledger ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); give the .ledger.json written beside a "
+                        "release") from None
+    problem = _ledger_problem(ledger)
+    if problem:
+        raise DataError(f"{str(p)!r} is not a readable hierdp ledger ({problem}); give the .ledger.json written "
+                        "beside a release")
+    return ledger
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _ledger_problem(ledger: Ledger) -> str:
+    """What makes a ledger read from a file unfit to report (wrong types), or ``""``."""
+    if ledger.guarantee not in ("pure", "zcdp", "approx"):
+        return f"guarantee {str(ledger.guarantee)!r:.40} is not pure, zcdp or approx"
+    for key in ("epsilon", "delta", "rho"):
+        v = getattr(ledger, key)
+        if v is not None and not _is_number(v):
+            return f"{key} is not a number"
+    for key in ("structure", "decomposition", "private_notes"):
+        if not isinstance(getattr(ledger, key), dict):
+            return f"{key} is not a mapping"
+    for key in ("postprocess", "notes", "non_private", "invariants"):
+        if not isinstance(getattr(ledger, key), list):
+            return f"{key} is not a list"
+    for ls in ledger.levels:
+        for key in ("budget", "noise_variance", "sensitivity_l1", "sensitivity_l2", "delta"):
+            if not _is_number(getattr(ls, key)):
+                return f"level {str(ls.level)!r:.40}: {key} is not a number"
+        if not isinstance(ls.n_nodes, int) or isinstance(ls.n_nodes, bool) or not isinstance(ls.depth, int):
+            return f"level {str(ls.level)!r:.40}: n_nodes and depth must be integers"
+    for s in ledger.decomposition.get("spends", []) or []:
+        if not isinstance(s, dict) or not _is_number(s.get("amount")) or "label" not in s or "unit" not in s:
+            return "decomposition spends need a label, a unit and a numeric amount"
+    if not _is_number(ledger.decomposition.get("spent", 0.0)):
+        return "decomposition spent is not a number"
+    return ""

@@ -165,7 +165,8 @@ def measure(
     tree: Tree, values_internal: np.ndarray, budgets: Mapping[str, float], mechanism: Mechanism,
     sensitivity: Sensitivity, rng: Any, node_ids: np.ndarray | None = None, measurement: int = MEASUREMENT,
 ) -> tuple[np.ndarray, np.ndarray, list[LevelSpend]]:
-    """Noisy values and per-node variances (internal order), one mechanism call per level.
+    """Noisy values and per-node variances (internal order): one mechanism call per level,
+    or, with keyed noise, one per distinct budget.
 
     ``rng``: a :class:`~hierdp.keyed_noise.NoiseKey` (what releases use) draws noise keyed
     per node (:meth:`Mechanism.sample_keyed`): node ``u``'s noise depends only on the key,
@@ -186,6 +187,7 @@ def measure(
     variances: dict[float, float] = {}
     samplers: dict[float, Callable[..., np.ndarray]] = {}
     many = len(tree.level_names) >= MANY_LEVELS
+    level_budget = np.zeros(len(tree.level_names))
     for d, name in enumerate(tree.level_names):
         b = float(budgets.get(name, 0.0))
         idx = tree.internal.level_index[d]
@@ -194,20 +196,29 @@ def measure(
             var = variances.get(b)
             if var is None:
                 var = variances[b] = float(mechanism.variance(b, sensitivity))
-            if b not in samplers:
-                samplers[b] = (mechanism.keyed_sampler(b, sensitivity) if keyed
-                               else mechanism.sampler(b, sensitivity, many_calls=many))
-            sample = samplers[b]
-            if keyed:
-                noisy[idx] = sample(values_internal[idx], rng, cast(np.ndarray, ids)[idx], measurement)
+            if keyed:  # drawn below, all levels of one budget in one call
+                level_budget[d] = b
             else:
-                noisy[idx] = sample(values_internal[idx], rng)
-            variance[idx] = var
+                if b not in samplers:
+                    samplers[b] = mechanism.sampler(b, sensitivity, many_calls=many)
+                noisy[idx] = samplers[b](values_internal[idx], rng)
+                variance[idx] = var
         else:
             var = math.inf
         spends.append(LevelSpend(level=name, depth=d, budget=b, unit=mechanism.budget_unit,
                                  mechanism=mechanism.name, n_nodes=n_level, noise_variance=var,
                                  sensitivity_l1=sensitivity.l1, sensitivity_l2=sensitivity.l2))
+    if keyed and n:
+        # Keyed noise depends on (key, measurement, node, cell) only, not on which call draws
+        # it: the nodes of every level with one budget are drawn together (a path of 10⁵
+        # levels is one call, not 10⁵).
+        node_budget = level_budget[tree.internal.depth]
+        for b, var in variances.items():
+            rows = np.flatnonzero(node_budget == b)
+            if rows.size:
+                sample = mechanism.keyed_sampler(b, sensitivity)
+                noisy[rows] = sample(values_internal[rows], rng, cast(np.ndarray, ids)[rows], measurement)
+                variance[rows] = var
     return noisy, variance, spends
 
 
@@ -232,13 +243,14 @@ def measure_nodes(
     out_dtype = np.int64 if (mechanism.integer and np.issubdtype(values.dtype, np.integer)) else np.float64
     noisy = np.zeros(values.shape, dtype=out_dtype)
     variance = np.full(ids.size, np.inf)
-    for d, name in enumerate(tree.level_names):
-        b = float(budgets.get(name, 0.0))
-        rows = np.flatnonzero(depth == d)
-        if b <= 0 or rows.size == 0:
+    level_budget = np.array([float(budgets.get(name, 0.0)) for name in tree.level_names])
+    node_budget = level_budget[depth]
+    for b in np.unique(level_budget[level_budget > 0]):  # one call per budget: keyed noise does not
+        rows = np.flatnonzero(node_budget == b)          # depend on which call draws it
+        if rows.size == 0:
             continue
-        noisy[rows] = mechanism.sample_keyed(values[rows], b, sensitivity, key, ids[rows], measurement)
-        variance[rows] = float(mechanism.variance(b, sensitivity))
+        noisy[rows] = mechanism.sample_keyed(values[rows], float(b), sensitivity, key, ids[rows], measurement)
+        variance[rows] = float(mechanism.variance(float(b), sensitivity))
     return noisy, variance
 
 

@@ -57,6 +57,18 @@ who can read the process's memory can read the true counts too (and the up to
 :data:`BUFFER_WORDS` words the buffer still holds, which is why served ones are zeroed
 there: they are the noise of a published release).
 
+*Noise keyed per node.* The counts of ``per_level``, ``leaves`` and ``marginals``
+releases get their noise from :mod:`hierdp.keyed_noise`, not from a running stream: a
+256-bit release key (from ``os.urandom``, or SHA-256 of a tag and the seed for tests) and
+ChaCha20 address every draw's words by its public identity (measurement, node index in
+the full tree, cell), so a release measured subtree by subtree, in any order and on any
+thread count, adds exactly the in-memory noise. The argument above carries over: the
+nonce (kind, measurement, high block bits or draw index) and the counter are unique for
+each block, so under a secret key the words are independent uniform bits. A key never
+serves two releases (the release path draws a fresh one each time). The sources in this
+module serve the data-dependent structures (PrivTree, suffix trees), the ``ghazi`` plan
+and contribution bounding.
+
 *Fork safety.* A child process created by ``os.fork`` starts with a copy of the parent's
 memory, key, counter and buffer included, and would replay the parent's stream. Two
 checks prevent this: every reservation compares ``os.getpid()`` with the process id

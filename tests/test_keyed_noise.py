@@ -24,7 +24,7 @@ from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
 from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
 from hierdp.mechanisms.truncated_laplace import TruncatedLaplace
 from hierdp.plans import per_level
-from hierdp.rng import SeededRandom, chacha20_fill
+from hierdp.rng import SeededRandom, _WordSource, chacha20_fill
 from tests.test_samplers import _chi2_by_cdf, _dg_cdf, _dlap_cdf
 
 N = 1_000_000
@@ -453,3 +453,40 @@ def test_marginals_key_each_marginal_separately():
     a = mech.sample_keyed(np.zeros((tree.n_nodes, 2), dtype=np.int64), 0.5, SENS, KEY, ids, 16)
     b = mech.sample_keyed(np.zeros((tree.n_nodes, 2), dtype=np.int64), 0.5, SENS, KEY, ids, 17)
     assert not np.array_equal(a, b)
+
+
+class _Concatenated(_WordSource):
+    """A word stream: ``head`` first, then ``tail`` (served in order, nothing skipped)."""
+
+    def __init__(self, head: np.ndarray, tail: np.ndarray) -> None:
+        self._words = np.concatenate((head, tail)).astype(np.uint64)
+        self._pos = 0
+
+    def words(self, size: int) -> np.ndarray:
+        out = self._words[self._pos:self._pos + size]
+        assert out.size == size, "the reference stream ran out"
+        self._pos += size
+        return out.copy()
+
+
+@pytest.mark.parametrize("seg, scale", [(1, 1e5), (2, 1e9)])
+def test_a_draw_continues_on_its_extension_exactly_where_its_segment_stopped(monkeypatch, seg, scale):
+    """Brute-force reference: a keyed draw is the plain stream sampler run on the draw's
+    segment words followed by its extension stream (kind 2), so a draw that runs out of
+    its segment resumes mid-draw instead of starting again (a restart would be a biased
+    rejection of long draws, too rare for the pmf tests to see)."""
+    monkeypatch.setattr(S, "_SEG_WORDS", seg)
+    monkeypatch.setattr(S, "_FAST_PATH", False)
+    p = S.dlap_params(scale)  # ~J + 1 coins of ~4.3 bits each (J = 20, 30): the segment runs out
+    draws = np.arange(400, dtype=np.int64)
+    got = S.sample_discrete_laplace_keyed(p, KEY, draws)
+    w = S.segment_length(0, p.s, p.t)
+    extended = 0
+    for d in draws:
+        head = K.segment_words(KEY, K.nonce_word(K.KIND_SEGMENT, 0), np.array([d]), w)
+        tail = K.KeyedStream(KEY, K.nonce_word(K.KIND_EXTENSION, 0), int(d)).words(1 << 12)
+        want = S.sample_discrete_laplace(p, 1, _Concatenated(head, tail))[0]
+        assert got[d] == want, f"draw {d}"
+        # a draw reached its extension iff another tail changes its value (up to coincidence)
+        extended += S.sample_discrete_laplace(p, 1, _Concatenated(head, tail[::-1].copy()))[0] != want
+    assert extended > 20  # the comparison covered many draws that went on to their extension

@@ -125,7 +125,7 @@ def _by_steps(tree, values, *, session=None, structure=None, **kw):
     rng = make_rng(kw.get("seed"))
     internal = tree.to_internal(vals)
     acc, decomposition = pipeline.open_account(r, tree, structure)
-    meas = pipeline.measure(r, tree, internal, total=r.total - acc.total, rng=rng)
+    meas = pipeline.measure(r, tree, internal, total=r.total - acc.total, rng=rng, key=pipeline.noise_key(kw.get("seed")))
     guarantee = pipeline.account(r, acc, meas)
     est = pipeline.post_process(r, tree, meas, internal[r.invariants] if r.invariant_names else None)
     ledger = pipeline.build_ledger(r, tree, meas, guarantee, structure=structure, decomposition=decomposition, rng=rng)

@@ -180,7 +180,7 @@ def test_the_cli_prints_the_same_sentence(tmp_path, capsys):
 # ------------------------------------------------------------------ declarations
 def test_parameters_are_read_along_the_constructor_chain():
     """Greedy(*, prior, **params) passes the rest on to its base: both count."""
-    assert declaration(Greedy).names == ["prior", "tau", "phases", "gamma", "postprocessed"]
+    assert declaration(Greedy).names == ["prior", "tau", "phases", "gamma", "postprocessed", "max_levels"]
     assert not declaration(Greedy).open
     d = declaration(GMC)
     assert d.names == ["formula"] and d.params["formula"].annotation is int and not d.params["formula"].required

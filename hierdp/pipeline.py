@@ -704,15 +704,31 @@ class SplitRun:
 
 
 def _split_setup(tree: Tree, n_cells: int, split: Any, keywords: dict[str, Any]
-                 ) -> tuple[Resolved, subtrees.Partition, PostProcessor | None]:
-    """Resolve a split release (plan ``per_level`` only; a chain of one GLS step or none)
-    and cut the tree; refusals before any count is read or noise drawn."""
+                 ) -> tuple[Resolved, subtrees.Partition, PostProcessor | None, list[PostProcessor]]:
+    """Resolve a split release (plan ``per_level`` only; a chain of one GLS step or none,
+    then top-down ``nonneg``/``round``) and cut the tree; refusals before any count is read
+    or noise drawn."""
     r = resolve(tree, n_cells=n_cells, **keywords)
     if not isinstance(r.plan, PerLevel):
         raise PluginError(f"plan {r.plan.name!r} cannot run by subtree (split=): only plan 'per_level' measures "
                           "node by node with a budget fixed on the whole tree; leave split out")
-    step = subtrees.split_steps(r.postprocessors)
-    return r, subtrees.partition(tree, split, n_cells=n_cells), step
+    step, tail = subtrees.split_chain(r.postprocessors)
+    part = subtrees.partition(tree, split, n_cells=n_cells)
+    if tail:  # refuses invariants below the split before anything is read
+        subtrees.SplitTopDown(part, tail, r.invariants if r.invariant_names else None)
+    return r, part, step, tail
+
+
+def _chain_result(r: Resolved, step: PostProcessor | None, tail: list[PostProcessor], variances: np.ndarray
+                  ) -> Estimate:
+    """The in-memory chain run on one node measured with each of ``variances``' distinct
+    values: its ``info``, flags and dtype are what the whole chain returns (they depend
+    on the steps and the kinds of variance, not on the values)."""
+    steps = ([step] if step is not None else []) + tail
+    v = np.asarray(variances, dtype=np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    one = Tree.from_parent(np.full(1, -1))
+    return run_chain(one, Measurements(np.zeros(1), np.full(1, float(v[0]) if v.size else 1.0)), steps)
 
 
 def _part_count_problem(parent: np.ndarray, vals: np.ndarray, check: Any) -> str | None:
@@ -824,7 +840,8 @@ def _top_task(part: subtrees.Partition) -> subtrees.SubtreeTask:
                                 external=None if perm is None else perm[part.top])
 
 
-def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, n_cells: int,
+def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, tail: list[PostProcessor],
+               n_cells: int,
                counts_of: Callable[[subtrees.SubtreeTask], Any],
                sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None], *, total: float,
                key: NoiseKey, check_counts: Any, store: Any) -> Measurements:
@@ -844,6 +861,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
     level_var = np.array([ls.noise_variance for ls in levels if ls.n_nodes] + ([0.0] if inv is not None else []))
     step_info = subtrees.gls_info(step, level_var) if step is not None else {}
+    tail_est = _chain_result(r, step, tail, level_var) if tail else None
     z_all: list[np.ndarray] = []
     u_all: list[np.ndarray] = []
     root_counts: list[np.ndarray] = []
@@ -884,6 +902,9 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         meas = Measurements(noisy, var, info=dict(info))
         if step is None:  # postprocess=[]: the measurements are the estimate
             est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
+        elif tail_est is not None:
+            est = Estimate(np.asarray(x, dtype=tail_est.values.dtype), cast(np.ndarray, xv)[:, 0],
+                           dict(tail_est.info), var, tail_est.linear, True)
         else:
             est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], dict(step_info), var, True, True)
         if task.index in exact:
@@ -901,14 +922,20 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
                                                     np.concatenate(z_all), np.concatenate(u_all))
         del z_all, u_all
+        fixed: list[np.ndarray] = []
+        if tail:  # the top-down steps: the top part first, then each task under its roots' values
+            down = subtrees.SplitTopDown(part, tail, inv)
+            x_top_final, fixed = down.top(x_top, v_top, x_roots, v_roots)
         if top.n_nodes:
-            finish(top, tnoisy, tvar, x_top, v_top)
+            finish(top, tnoisy, tvar, x_top_final if tail else x_top, v_top)
         first = 0
         for task in part.tasks():
             noisy, var = store.get(task)
             m = task.roots.size
             x, xv = engine.down(task, noisy.astype(np.float64), var.reshape(-1, 1), x_roots[first:first + m],
                                 v_roots[first:first + m])
+            if tail:
+                x = down.down(task, x, xv, [f[first:first + m] for f in fixed])
             first += m
             finish(task, noisy, var, x, xv)
     return Measurements(values=np.zeros((0, n_cells)), variance=None, spends=spends, levels=levels, info=info)
@@ -924,7 +951,7 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
                    session: Session | Reservation | None, check_counts: Any, **keywords: Any) -> ReleaseResult:
     """:func:`release` with ``split``: the result assembled in memory from the tasks."""
     n_cells = vals.shape[1] if vals.ndim == 2 else 1
-    r, part, step = _split_setup(tree, n_cells, split, keywords)
+    r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
     check(r, session)
     rng = make_rng(r.seed)
     vals_internal = tree.to_internal(vals).reshape(tree.n_nodes, n_cells)
@@ -935,18 +962,22 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
     x_full = np.empty((tree.n_nodes, n_cells))
     v_full = np.empty(tree.n_nodes)
     infos: list[dict[str, Any]] = []
+    last: list[Estimate] = []
 
     def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Measurements) -> None:
         x_full[task.nodes] = est.values
         v_full[task.nodes] = est.variance
         infos.append(est.info)
+        last[:] = [est]
 
-    meas = _run_split(r, part, step, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
+    meas = _run_split(r, part, step, tail, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
                       total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
     if step is None:
         est = _unmeasured_missing(Estimate(noisy, var, dict(meas.info), var, True, False), [])
+    elif tail:  # the top-down steps' values, info and flags (as every part's)
+        est = Estimate(x_full.astype(last[0].values.dtype), v_full, dict(last[0].info), var, last[0].linear, True)
     else:
         est = Estimate(x_full, v_full, subtrees.gls_info(step, var), var, True, True)
     if vals.ndim == 1:
@@ -1002,14 +1033,14 @@ def release_by_subtree(
     folder by default); they are removed at the end. ``keywords``: those of :func:`release`
     (``epsilon``, ``plan``, ``postprocess``, ``invariants``, ``seed``, ...); ``split`` as there.
     """
-    r, part, step = _split_setup(tree, n_cells, split, keywords)
+    r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
     check(r, session)
     rng = make_rng(r.seed)
     acc, decomposition = open_account(r, tree, None)
     ticket, session = _reserve(session, r)
     store = _DiskStore(workdir)
     try:
-        meas = _run_split(r, part, step, n_cells, counts_of, sink, total=r.total - acc.total,
+        meas = _run_split(r, part, step, tail, n_cells, counts_of, sink, total=r.total - acc.total,
                           key=noise_key(r.seed), check_counts=check_counts, store=store)
     finally:
         store.close()

@@ -28,8 +28,10 @@ form (Dawson et al., Alg. 1-2) gives the split directly:
 
 The result equals the in-memory estimate of the same measurements up to floating-point
 round-off (tests: ``tests/test_split.py``, <= 1e-9 relative). Estimators that are not a
-GLS (``nonneg``'s global projection, ``round``, the baselines, plan ``ghazi``) are refused
-by a split release; a post-processor declares that it can run by subtree through
+GLS run after it top-down (:class:`SplitTopDown`: ``nonneg``'s top-down method and
+``round``'s, per subtree from its root's final value); the rest (``nonneg``'s global
+projection, ``round``'s remainder rule, the baselines, plan ``ghazi``) are refused by a
+split release; a post-processor declares that it can run by subtree through
 :attr:`hierdp.postprocessors.base.PostProcessor.split_mode`.
 
 Memory: a task holds about :data:`BYTES_PER_NODE_CELL` bytes per node-cell at its peak
@@ -55,6 +57,7 @@ from hierdp.errors import DataError, PluginError, did_you_mean
 from hierdp.ledger import LevelSpend
 from hierdp.plans import per_level as PL
 from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.postprocessors.topdown import topdown_nonneg, topdown_round
 from hierdp.rules import delta_mechanism_problem, enforce
 from hierdp.tree import Tree
 
@@ -64,7 +67,7 @@ if TYPE_CHECKING:
     from hierdp.postprocessors.base import PostProcessor
 
 __all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "SPLIT_KEYS", "Partition", "SubtreeTask", "SplitGLS",
-           "partition", "parse_memory", "split_steps", "per_level_allocation"]
+           "partition", "parse_memory", "split_steps", "split_chain", "SplitTopDown", "per_level_allocation"]
 
 #: peak bytes per node-cell of a release (counts, measurements, estimate and working
 #: arrays; ``docs/scale.md``, "Memory per node and per cell": 50-80 B measured)
@@ -369,8 +372,10 @@ def split_steps(steps: Sequence[PostProcessor]) -> PostProcessor | None:
     for pp in steps:
         mode = getattr(pp, "split_mode", None)
         if mode is None:
-            raise PluginError(f"post-processor {pp.name!r} cannot run by subtree (split=): it is not a linear "
-                              "least-squares step; leave split out, or use postprocess=['blue'] or ['gmc']")
+            hint = {"nonneg": " (its top-down method does: {'name': 'nonneg', 'method': 'topdown'})",
+                    "round": " (its top-down method does: {'name': 'round', 'method': 'topdown'})"}.get(pp.name, "")
+            raise PluginError(f"post-processor {pp.name!r} cannot run by subtree (split=){hint}; leave split out, "
+                              "or use postprocess=['blue'] or ['gmc'], then top-down 'nonneg' and 'round'")
         if mode != "gls":
             raise PluginError(f"post-processor {pp.name!r} declares split_mode={mode!r}, which the split release "
                               "does not run yet; leave split out")
@@ -536,3 +541,100 @@ def per_level_allocation(plan: Plan, tree: Tree, total: float, *, sensitivity: S
     return alloc, levels, spends, {"budget_strategy": desc}
 
 
+
+
+# ---------------------------------------------------------------------------- top-down steps by subtree
+def split_chain(steps: Sequence[PostProcessor]) -> tuple[PostProcessor | None, list[PostProcessor]]:
+    """The chain's GLS step (or ``None``) and the top-down steps after it (``nonneg`` with
+    ``method="topdown"``, ``round``), or a one-line :class:`~hierdp.errors.PluginError`
+    for a chain a split release cannot run exactly."""
+    steps = list(steps)
+    cut = next((i for i, pp in enumerate(steps) if getattr(pp, "split_mode", None) == "top_down"), len(steps))
+    head, tail = steps[:cut], steps[cut:]
+    for pp in tail:
+        if getattr(pp, "split_mode", None) != "top_down":
+            raise PluginError(f"post-processor {pp.name!r} cannot run by subtree after a top-down step (split=); "
+                              "leave split out, or end the chain with 'nonneg' and {'name': 'round', "
+                              "'method': 'topdown'}")
+    if tail and not head:
+        raise PluginError(f"a split release runs {tail[0].name!r} top-down from a least-squares estimate; put "
+                          "'blue' (or 'gmc') first in postprocess")
+    return split_steps(head), tail
+
+
+def _per_node(v: np.ndarray, n: int) -> np.ndarray:
+    """Per-node variances (n,) from (n,) or (n, 1) (the split GLS's shape)."""
+    return np.asarray(v, dtype=np.float64).reshape(n, -1)[:, 0] if n else np.zeros(0)
+
+
+class SplitTopDown:
+    """The top-down steps (:func:`hierdp.postprocessors.topdown.topdown_nonneg`,
+    :func:`~hierdp.postprocessors.topdown.topdown_round`) of a split release.
+
+    Top-down, each parent's released value is fixed and its children are solved under it
+    from their own GLS values and variances only, so a subtree needs only its root's final
+    value: :meth:`top` runs the steps on the top part with the subtree roots as its leaves
+    (their values there are the full tree's: their parents are in the top part), and
+    :meth:`down` runs them on a task with its roots held at those values (variance 0 under
+    the task's stand-in root, which keeps them). Equal to the in-memory chain up to the
+    GLS values' round-off. Nodes known exactly below the split (invariants) would bound the
+    top part from below through the subtrees, so they are refused (invariants above and at
+    the split level are fine).
+    """
+
+    def __init__(self, part: Partition, tail: Sequence[PostProcessor], invariants: np.ndarray | None) -> None:
+        if invariants is not None and bool(np.any(invariants & (part.tree.internal.depth > part.depth))):
+            raise PluginError("a split release with 'nonneg'/'round' needs its invariants at or above the split "
+                              f"level {part.level!r}; split lower, or leave split out")
+        self.part = part
+        self.tail = list(tail)
+
+    def _run(self, tree: Tree, x: np.ndarray, v: np.ndarray, held: np.ndarray | None,
+             fixed: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The steps on ``tree`` (values ``x`` (n, k), variances ``v`` (n,), in ``tree``'s
+        external order); ``held`` rows take ``fixed[j]`` before step ``j`` (variance 0) and
+        the root then takes their sum. Returns the last step's values and every step's."""
+        y = np.asarray(x, dtype=np.float64)
+        outs: list[np.ndarray] = []
+        for j, pp in enumerate(self.tail):
+            weighted = pp.name == "nonneg" or getattr(pp, "method", "") == "topdown"
+            var = np.array(v, dtype=np.float64) if weighted else np.ones(tree.n_nodes)
+            root = None
+            if held is not None and fixed is not None:
+                y = y.copy()
+                y[held] = fixed[j]
+                var[held] = 0.0
+                root = fixed[j].sum(axis=0)
+            yi, vi = tree.to_internal(y), tree.to_internal(var)
+            if pp.name == "nonneg":
+                out = topdown_nonneg(tree, yi, vi, fixed_root=root)
+            else:
+                out = topdown_round(tree, yi, vi, fixed_root=None if root is None else np.rint(root))
+            y = tree.to_external(out)
+            outs.append(y)
+        return y, outs
+
+    def top(self, x_top: np.ndarray, v_top: np.ndarray, x_roots: np.ndarray, v_roots: np.ndarray
+            ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The top part's final values and, per step, the subtree roots' values (in
+        ``part.roots`` order)."""
+        part = self.part
+        par = part.tree.internal.parent
+        top_par = np.where(par[part.top] >= 0, np.searchsorted(part.top, par[part.top]), -1)
+        root_par = np.where(par[part.roots] >= 0, np.searchsorted(part.top, par[part.roots]), -1)
+        t2 = Tree.from_parent(np.concatenate((top_par, root_par)).astype(np.int64))
+        k = x_roots.shape[1]
+        x2 = np.concatenate((np.reshape(x_top, (part.top.size, k)), np.reshape(x_roots, (part.roots.size, k))))
+        v2 = np.concatenate((_per_node(v_top, part.top.size), _per_node(v_roots, part.roots.size)))
+        last, outs = self._run(t2, x2, v2, None, None)
+        return last[: part.top.size], [o[part.top.size:] for o in outs]
+
+    def down(self, task: SubtreeTask, x: np.ndarray, xv: np.ndarray, fixed: list[np.ndarray]) -> np.ndarray:
+        """The task's final values (``task.nodes`` order) given its roots' values per step."""
+        k = x.shape[1]
+        tt = task.tree()
+        x2 = np.concatenate((np.zeros((1, k)), x))
+        v2 = np.concatenate(([np.inf], _per_node(xv, x.shape[0])))
+        held = 1 + task.root_pos
+        last, _ = self._run(tt, x2, v2, held, [f.reshape(-1, k) for f in fixed])
+        return last[1:]

@@ -355,7 +355,12 @@ def test_a_split_release_with_real_noise_is_consistent_and_unbiased_in_shape() -
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"postprocess": ["blue", "nonneg"]}, r"post-processor 'nonneg' cannot run by subtree"),
+    ({"postprocess": ["blue", {"name": "nonneg", "method": "global"}]},
+     r"post-processor 'nonneg' cannot run by subtree \(split=\) \(its top-down method does"),
+    ({"postprocess": ["blue", "nonneg", "round"]}, r"post-processor 'round' cannot run by subtree after a top-down"),
+    ({"postprocess": ["nonneg"]}, r"put 'blue' \(or 'gmc'\) first"),
+    ({"postprocess": ["blue", "nonneg"], "invariants": ["L3"], "neighbours": "substitute"},
+     r"invariants at or above the split level"),
     ({"postprocess": ["blue", "round"]}, r"post-processor 'round' cannot run by subtree"),
     ({"plan": {"name": "ghazi", "alpha": 0.5}, "delta": 1e-6}, r"plan 'ghazi' cannot run by subtree"),
     ({"budget": "optimal_oracle"}, r"reads true counts"),
@@ -500,3 +505,63 @@ def test_a_streamed_release_draws_the_in_memory_noise_in_any_task_order() -> Non
         release_by_subtree(t, lambda task: vals[task.nodes], sink, split={"level": "L2", "memory": block},
                            n_cells=16, **kw)
         np.testing.assert_array_equal(got, ref)
+
+
+
+# ---------------------------------------------------------------------------- top-down steps by subtree
+def _sparse_values(t: hierdp.Tree, k: int, seed: int) -> np.ndarray:
+    r = np.random.default_rng(seed)
+    return t.aggregate(r.integers(0, 4, size=(t.n_leaves, k)) * (r.random((t.n_leaves, k)) < 0.35))
+
+
+@pytest.mark.parametrize("gls", ["blue", "gmc"])
+def test_a_split_release_runs_top_down_nonneg_as_in_memory(gls: str) -> None:
+    """Top-down nonneg needs only each subtree root's final value: split at every level
+    (and in blocks), the values equal the in-memory release's to round-off (issue 30 item 3)."""
+    t = random_tree(6000, 5, seed=21)
+    vals = _sparse_values(t, 4, 1)
+    kw: dict[str, Any] = dict(epsilon=1.0, seed=5, postprocess=[gls, "nonneg"], invariants=["L0", "L1"],
+                              neighbours="substitute", invariants_cover="cells")
+    ref = release(t, vals, **kw)
+    for split in ("L1", "L2", "L4", {"level": "L3", "memory": 60 * 4 * 3500}):  # invariants at or above
+        got = release(t, vals, split=split, **kw)
+        assert_same(got.estimate.values, ref.estimate.values)
+        assert_same(got.estimate.variance, ref.estimate.variance)
+        assert got.estimate.info == ref.estimate.info
+        assert (got.estimate.values >= -1e-9).all()
+    kw.pop("invariants")
+    for split in ("L0", "L2"):  # without invariants, from the root level too
+        assert_same(release(t, vals, split=split, **kw).estimate.values, release(t, vals, **kw).estimate.values)
+
+
+def test_a_split_release_rounds_top_down_to_consistent_non_negative_integers() -> None:
+    """Top-down rounding per subtree: consistent non-negative integers in every cell,
+    within 1 of the in-memory release's (they differ only where round-off in the GLS
+    values breaks a tie between siblings differently)."""
+    t = random_tree(6000, 5, seed=22)
+    vals = _sparse_values(t, 4, 2)
+    kw: dict[str, Any] = dict(epsilon=1.0, seed=6, postprocess=["blue", "nonneg", {"name": "round",
+                                                                                 "method": "topdown"}])
+    ref = release(t, vals, **kw)
+    for split in ("L0", "L2", "L4"):
+        got = release(t, vals, split=split, **kw)
+        x = got.estimate.values
+        assert x.dtype == np.int64 and (x >= 0).all()
+        assert all(t.is_consistent(x[:, c]) for c in range(4))
+        assert np.abs(x - ref.estimate.values).max() <= 1
+        assert got.estimate.info == ref.estimate.info and got.estimate.linear == ref.estimate.linear
+
+
+def test_streaming_runs_the_top_down_steps_per_task() -> None:
+    t = random_tree(4000, 4, seed=23)
+    vals = t.to_internal(_sparse_values(t, 3, 3))
+    kw: dict[str, Any] = dict(epsilon=1.0, seed=7, postprocess=["blue", "nonneg"])
+    want = t.to_internal(release(t, t.to_external(vals), **kw).estimate.values)
+    got = np.full(want.shape, np.nan)
+
+    def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Any) -> None:
+        got[task.nodes] = est.values
+
+    release_by_subtree(t, lambda task: vals[task.nodes], sink, split={"level": "L2", "memory": 60 * 3 * 2500},
+                       n_cells=3, **kw)
+    assert_same(got, want)

@@ -107,9 +107,11 @@ class PostProcessor(ABC):
     #: how a release cut into subtree tasks (``split=``, :mod:`hierdp.subtrees`) runs this
     #: step: ``None`` (it cannot: the split release refuses it), ``"gls"`` (a weighted
     #: least-squares consistent estimate with the measurements' variances, solved exactly by
-    #: the split engine's passes up, top and down: ``blue``, ``gmc``). ``"top_down"`` is
-    #: reserved for a step run per subtree once each subtree root's value is fixed.
-    split_mode: ClassVar[str | None] = None
+    #: the split engine's passes up, top and down: ``blue``, ``gmc``), ``"top_down"`` (run
+    #: on the top part, then per subtree from its root's final value: ``nonneg`` with
+    #: ``method="topdown"``, ``round``; :class:`hierdp.subtrees.SplitTopDown`). An instance
+    #: may set it from its parameters.
+    split_mode: str | None = None
 
     def __init__(self, **params: Any) -> None:
         if params:

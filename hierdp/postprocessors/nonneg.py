@@ -486,6 +486,8 @@ class NonNegative(PostProcessor):
         self.max_iter = int(max_iter)
         self.tol = float(tol)
         self.method = method
+        # top-down runs per subtree from its root's value; the global projection cannot
+        self.split_mode = "top_down" if method == "topdown" else None
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         if self.method == "topdown":

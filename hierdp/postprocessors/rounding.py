@@ -124,6 +124,9 @@ class ControlledRounding(PostProcessor):
             raise DataError(f"round: unknown method {method!r}; use one of {', '.join(map(repr, METHODS))}")
         self.atol = float(atol)
         self.method = method
+        # a split release runs the top-down integer step per subtree (method "topdown"); the
+        # remainder rule breaks ties among siblings its own way, so it is not offered there
+        self.split_mode = "top_down" if method == "topdown" else None
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         var = checked_variance(tree, estimate.variance, np.shape(estimate.values))

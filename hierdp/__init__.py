@@ -66,6 +66,15 @@ def _interrupt_phase(phase: str) -> None:
     (never back from "done", which an interrupt being handled has set)."""
     if _interrupts["phase"] in ("starting", "working"):
         _interrupts["phase"] = phase
+    if _interrupts["phase"] == "done":
+        # The interpreter's finalization puts a Python-level SIGINT handler back to the
+        # default action (the process would die by SIGINT, exit -2, while it tears down
+        # its modules after a complete release); an ignored signal stays ignored.
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _on_interrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if _started_as_command():

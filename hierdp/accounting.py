@@ -40,6 +40,7 @@ from hierdp.accountants import (
     GRID_DELTA_MARGIN,
     ZCDP,
     accounting_text,
+    cks_epsilon,
     cks_rho,
     gaussian_epsilon,
     gaussian_mu,
@@ -183,10 +184,6 @@ def pure_to_zcdp(epsilon: float) -> float:
     return check_epsilon(epsilon) ** 2 / 2.0
 
 
-def _cks_eps(rho: float, log_inv_delta: float, alpha: float) -> float:
-    return alpha * rho + (log_inv_delta + (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)) / (alpha - 1)
-
-
 def zcdp_to_approx_dp(rho: float, delta: float, method: str = "cks20") -> float:
     """ε such that ρ-zCDP implies (ε, δ)-DP (formulas in the module docstring)."""
     return _zcdp_to_approx_dp(check_rho(rho), check_delta(delta), method)
@@ -199,24 +196,7 @@ def _zcdp_to_approx_dp(rho: float, delta: float, method: str) -> float:
         return rho + 2.0 * math.sqrt(rho * L)
     if method != "cks20":
         raise BudgetError(f"unknown conversion {method!r}; expected one of 'bs16', 'cks20'")
-    # the objective is convex in α on (1, ∞): golden-section search on log(α - 1)
-    def f(la: float) -> float:
-        return _cks_eps(rho, L, 1.0 + math.exp(la))
-
-    lo, hi = -30.0, 40.0
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = f(a), f(b)
-    for _ in range(200):
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = f(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = f(b)
-    return min(fa, fb, rho + 2.0 * math.sqrt(rho * L))
+    return cks_epsilon(rho, delta)  # the golden-section search over α (hierdp.accountants)
 
 
 def zcdp_delta(rho: float, epsilon: float) -> float:

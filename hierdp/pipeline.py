@@ -947,6 +947,21 @@ def _split_note(part: subtrees.Partition) -> str:
             "the same measurements")
 
 
+def _settle_split(r: Resolved, ledger: Ledger, part: subtrees.Partition, check_counts: Any,
+                  session: Session | None, ticket: int | None) -> None:
+    """The end of a split release, in memory or streamed: the ledger's notes, the session's
+    charge and the seeded-release warning."""
+    if check_counts is False:
+        ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
+                            "non-negative counts that add up from the leaves")
+    ledger.notes.append(_split_note(part))
+    if session is not None:
+        session.settle(cast(int, ticket), ledger)
+    if r.seed is not None:
+        warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
+             "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
+
+
 def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Structure | None,
                    session: Session | Reservation | None, check_counts: Any, **keywords: Any) -> ReleaseResult:
     """:func:`release` with ``split``: the result assembled in memory from the tasks."""
@@ -988,15 +1003,7 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
             (-1,) + vals.shape[1:]), r.invariants, r.postprocessors, r.cover)
     meas_full = Measurements(noisy, var, meas.spends, meas.levels, meas.info)
     ledger = build_ledger(r, tree, meas_full, guarantee, structure=structure, decomposition=decomposition, rng=rng)
-    if check_counts is False:
-        ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
-                            "non-negative counts that add up from the leaves")
-    ledger.notes.append(_split_note(part))
-    if session is not None:
-        session.settle(cast(int, ticket), ledger)
-    if r.seed is not None:
-        warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
-             "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
+    _settle_split(r, ledger, part, check_counts, session, ticket)
     return ReleaseResult(
         tree=tree,
         estimate=external_estimate(tree, est),
@@ -1046,13 +1053,5 @@ def release_by_subtree(
         store.close()
     guarantee = account(r, acc, meas)
     ledger = build_ledger(r, tree, meas, guarantee, decomposition=decomposition, rng=rng)
-    if check_counts is False:
-        ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
-                            "non-negative counts that add up from the leaves")
-    ledger.notes.append(_split_note(part))
-    if session is not None:
-        session.settle(cast(int, ticket), ledger)
-    if r.seed is not None:
-        warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
-             "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
+    _settle_split(r, ledger, part, check_counts, session, ticket)
     return SplitRun(ledger=ledger, partition=part)

@@ -840,65 +840,109 @@ def _top_task(part: subtrees.Partition) -> subtrees.SubtreeTask:
                                 external=None if perm is None else perm[part.top])
 
 
-def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, tail: list[PostProcessor],
-               n_cells: int,
-               counts_of: Callable[[subtrees.SubtreeTask], Any],
-               sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None], *, total: float,
-               key: NoiseKey, check_counts: Any, store: Any) -> Measurements:
-    """The three stages of a split release (:mod:`hierdp.subtrees`); returns the plan's
-    spends, levels and info as :class:`~hierdp.measurements.Measurements` without values.
+class _SplitStages:
+    """The stages of a split release (:mod:`hierdp.subtrees`) as separate steps, so that the
+    in-memory and streamed releases (:func:`_run_split`) and the out-of-core runner
+    (:mod:`hierdp.outofcore`, tasks on workers, state spilled between stages) run one code
+    path: :meth:`up` per task (measure, pass up), :meth:`top` once (the levels above the
+    split, in memory), :meth:`down` per task (pass down, top-down steps, the part's
+    estimate). Thread-safe once built: the methods only read the shared state (``exact``
+    is written per task index).
 
     Every node's noise is keyed by ``key``, its id in the full tree and its cell
     (:func:`hierdp.plans.per_level.measure_nodes`), so it is the noise the in-memory release
     with the same key draws, whatever the split, the task order or the thread count."""
-    tree = part.tree
-    plan = cast(PerLevel, r.plan)
-    alloc, levels, spends, info = subtrees.per_level_allocation(
-        plan, tree, total, sensitivity=r.sensitivity, delta=r.loss.delta,
-        invariants=r.invariants if r.invariant_names else None)
-    mech, sens, inv = plan.mechanism, r.sensitivity, r.invariants if r.invariant_names else None
-    engine = subtrees.SplitGLS(part)
-    # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
-    level_var = np.array([ls.noise_variance for ls in levels if ls.n_nodes] + ([0.0] if inv is not None else []))
-    step_info = subtrees.gls_info(step, level_var) if step is not None else {}
-    tail_est = _chain_result(r, step, tail, level_var) if tail else None
-    z_all: list[np.ndarray] = []
-    u_all: list[np.ndarray] = []
-    root_counts: list[np.ndarray] = []
-    exact: dict[int, np.ndarray] = {}  # invariant values per task (published exactly)
 
-    def measured(task: subtrees.SubtreeTask, vals: np.ndarray, budgets: Mapping[str, float]
+    def __init__(self, r: Resolved, part: subtrees.Partition, step: PostProcessor | None,
+                 tail: list[PostProcessor], n_cells: int, *, total: float, key: NoiseKey, check_counts: Any) -> None:
+        self.r, self.part, self.step, self.tail, self.n_cells = r, part, step, tail, n_cells
+        self.key, self.check_counts = key, check_counts
+        self.tree = tree = part.tree
+        self.plan = plan = cast(PerLevel, r.plan)
+        self.alloc, self.levels, self.spends, self.info = subtrees.per_level_allocation(
+            plan, tree, total, sensitivity=r.sensitivity, delta=r.loss.delta,
+            invariants=r.invariants if r.invariant_names else None)
+        self.mech, self.sens = plan.mechanism, r.sensitivity
+        self.inv = r.invariants if r.invariant_names else None
+        self.engine = subtrees.SplitGLS(part)
+        # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
+        level_var = np.array([ls.noise_variance for ls in self.levels if ls.n_nodes]
+                             + ([0.0] if self.inv is not None else []))
+        self.step_info = subtrees.gls_info(step, level_var) if step is not None else {}
+        self.tail_est = _chain_result(r, step, tail, level_var) if tail else None
+        self.down_steps = subtrees.SplitTopDown(part, tail, self.inv) if tail else None
+        self.exact: dict[int, np.ndarray] = {}  # invariant values per task (published exactly)
+
+    def summary(self) -> Measurements:
+        """The plan's spends, levels and info as :class:`~hierdp.measurements.Measurements`
+        without values (known before any noise is drawn)."""
+        return Measurements(values=np.zeros((0, self.n_cells)), variance=None, spends=self.spends,
+                            levels=self.levels, info=self.info)
+
+    def measured(self, task: subtrees.SubtreeTask, vals: np.ndarray, budgets: Mapping[str, float]
                  ) -> tuple[np.ndarray, np.ndarray]:
+        tree, mech, sens, key, inv, exact = self.tree, self.mech, self.sens, self.key, self.inv, self.exact
         noisy, var = PL.measure_nodes(tree, vals, task.nodes, budgets, mech, sens, key)
         if inv is not None and inv[task.nodes].any():
             noisy, var = PL.apply_invariants(vals, noisy, var, inv[task.nodes])
             exact[task.index] = vals[inv[task.nodes]]
         return noisy, var
 
-    for task in part.tasks():  # measure, then the pass up
-        vals = _task_counts(task, counts_of(task), n_cells)
-        rules.enforce(_part_count_problem(task.parent[1:] - 1, vals, check_counts), DataError)
-        noisy, var = measured(task, vals, alloc)
-        store.put(task, noisy, var)
-        root_counts.append(vals[task.root_pos])
-        if step is not None:
-            z, u = engine.up(task, noisy.astype(np.float64), var.reshape(-1, 1))
-            z_all.append(z)
-            u_all.append(u)
-    top = _top_task(part)
-    roots_vals = np.concatenate(root_counts)
-    if top.n_nodes:
-        tvals = _task_counts(top, counts_of(top), n_cells)
-        both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
-        rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), check_counts), DataError)
-        tnoisy, tvar = measured(top, tvals, alloc)
-        store.put(top, tnoisy, tvar)
-    else:
-        tnoisy, tvar = np.zeros((0, n_cells)), np.zeros(0)
-    del roots_vals, root_counts
+    def up(self, task: subtrees.SubtreeTask, counts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                   np.ndarray | None, np.ndarray | None]:
+        """Stage 1 of a task: its counts checked and measured, then its pass up. Returns the
+        noisy values and variances (``task.nodes`` order), the roots' true counts (for the
+        top part's check; never written out of the work folder) and ``(z, u)`` of each
+        root (``None`` without a GLS step)."""
+        vals = _task_counts(task, counts, self.n_cells)
+        rules.enforce(_part_count_problem(task.parent[1:] - 1, vals, self.check_counts), DataError)
+        noisy, var = self.measured(task, vals, self.alloc)
+        z = u = None
+        if self.step is not None:
+            z, u = self.engine.up(task, noisy.astype(np.float64), var.reshape(-1, 1))
+        return noisy, var, vals[task.root_pos], z, u
 
-    def finish(task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, x: np.ndarray | None,
-               xv: np.ndarray | None) -> None:
+    def top_measured(self, top: subtrees.SubtreeTask, counts: Any, roots_vals: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Stage 2, measuring: the top part's counts checked (with the roots' counts of every
+        task, ``part.roots`` order) and measured."""
+        part, tree = self.part, self.tree
+        if not top.n_nodes:
+            return np.zeros((0, self.n_cells)), np.zeros(0)
+        tvals = _task_counts(top, counts, self.n_cells)
+        both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
+        rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), self.check_counts), DataError)
+        return self.measured(top, tvals, self.alloc)
+
+    def top(self, tnoisy: np.ndarray, tvar: np.ndarray, z: np.ndarray | None, u: np.ndarray | None
+            ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Stage 2, solving: the top part's final values and variances (``None`` without a
+        GLS step), the roots' values and variances (``part.roots`` order) and, per top-down
+        step, the roots' values each task is held to."""
+        if self.step is None:
+            return None, None, np.zeros((0, self.n_cells)), np.zeros((0, 1)), []
+        x_top, v_top, x_roots, v_roots = self.engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
+                                                         cast(np.ndarray, z), cast(np.ndarray, u))
+        fixed: list[np.ndarray] = []
+        if self.down_steps is not None:  # the top-down steps: the top part first, then each task under its roots
+            x_top, fixed = self.down_steps.top(x_top, v_top, x_roots, v_roots)
+        return x_top, v_top, x_roots, v_roots, fixed
+
+    def down(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, x_roots: np.ndarray,
+             v_roots: np.ndarray, fixed: list[np.ndarray]) -> tuple[Estimate, Measurements]:
+        """Stage 3 of a task: its pass down from its roots' values (the task's roots, in
+        order; ``fixed``: per top-down step), then the top-down steps; the part's estimate."""
+        if self.step is None:
+            return self.finish(task, noisy, var, None, None)
+        x, xv = self.engine.down(task, noisy.astype(np.float64), var.reshape(-1, 1), x_roots, v_roots)
+        if self.down_steps is not None:
+            x = self.down_steps.down(task, x, xv, fixed)
+        return self.finish(task, noisy, var, x, xv)
+
+    def finish(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, x: np.ndarray | None,
+               xv: np.ndarray | None) -> tuple[Estimate, Measurements]:
+        step, tail_est, info, step_info, exact, inv, r = (self.step, self.tail_est, self.info, self.step_info,
+                                                          self.exact, self.inv, self.r)
         meas = Measurements(noisy, var, info=dict(info))
         if step is None:  # postprocess=[]: the measurements are the estimate
             est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
@@ -910,35 +954,47 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         if task.index in exact:
             est = _check_invariants_kept(est, exact[task.index], inv[task.nodes],  # type: ignore[index]
                                          r.postprocessors, r.cover)
-        sink(task, est, meas)
+        return est, meas
 
-    if step is None:
-        if top.n_nodes:
-            finish(top, tnoisy, tvar, None, None)
-        for task in part.tasks():
-            noisy, var = store.get(task)
-            finish(task, noisy, var, None, None)
-    else:
-        x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
-                                                    np.concatenate(z_all), np.concatenate(u_all))
-        del z_all, u_all
-        fixed: list[np.ndarray] = []
-        if tail:  # the top-down steps: the top part first, then each task under its roots' values
-            down = subtrees.SplitTopDown(part, tail, inv)
-            x_top_final, fixed = down.top(x_top, v_top, x_roots, v_roots)
-        if top.n_nodes:
-            finish(top, tnoisy, tvar, x_top_final if tail else x_top, v_top)
-        first = 0
-        for task in part.tasks():
-            noisy, var = store.get(task)
-            m = task.roots.size
-            x, xv = engine.down(task, noisy.astype(np.float64), var.reshape(-1, 1), x_roots[first:first + m],
-                                v_roots[first:first + m])
-            if tail:
-                x = down.down(task, x, xv, [f[first:first + m] for f in fixed])
-            first += m
-            finish(task, noisy, var, x, xv)
-    return Measurements(values=np.zeros((0, n_cells)), variance=None, spends=spends, levels=levels, info=info)
+
+def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, tail: list[PostProcessor],
+               n_cells: int,
+               counts_of: Callable[[subtrees.SubtreeTask], Any],
+               sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None], *, total: float,
+               key: NoiseKey, check_counts: Any, store: Any) -> Measurements:
+    """The three stages of a split release (:class:`_SplitStages`), one task after another
+    in this process; returns the plan's spends, levels and info as
+    :class:`~hierdp.measurements.Measurements` without values."""
+    st = _SplitStages(r, part, step, tail, n_cells, total=total, key=key, check_counts=check_counts)
+    z_all: list[np.ndarray] = []
+    u_all: list[np.ndarray] = []
+    root_counts: list[np.ndarray] = []
+    for task in part.tasks():  # measure, then the pass up
+        noisy, var, roots_vals, z, u = st.up(task, counts_of(task))
+        store.put(task, noisy, var)
+        root_counts.append(roots_vals)
+        if z is not None and u is not None:
+            z_all.append(z)
+            u_all.append(u)
+    top = _top_task(part)
+    roots_vals = np.concatenate(root_counts)
+    tnoisy, tvar = st.top_measured(top, counts_of(top) if top.n_nodes else None, roots_vals)
+    if top.n_nodes:
+        store.put(top, tnoisy, tvar)
+    del roots_vals, root_counts
+    x_top, v_top, x_roots, v_roots, fixed = st.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
+                                                   np.concatenate(u_all) if u_all else None)
+    del z_all, u_all
+    if top.n_nodes:
+        sink(top, *st.finish(top, tnoisy, tvar, x_top, v_top))
+    first = 0
+    for task in part.tasks():
+        noisy, var = store.get(task)
+        m = task.roots.size if step is not None else 0
+        sink(task, *st.down(task, noisy, var, x_roots[first:first + m], v_roots[first:first + m],
+                            [f[first:first + m] for f in fixed]))
+        first += m
+    return st.summary()
 
 
 def _split_note(part: subtrees.Partition) -> str:

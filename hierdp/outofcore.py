@@ -1,0 +1,632 @@
+"""Out-of-core split releases to a partitioned Parquet dataset: parallel, resumable, crash-safe.
+
+:func:`release_to_dataset` runs a split release (:mod:`hierdp.subtrees`, the stages of
+:class:`hierdp.pipeline._SplitStages`, the one code path :func:`hierdp.release_by_subtree`
+runs too) in three stages:
+
+1. **up**, per task on ``workers`` threads: the task's counts (``counts_of(task)``, the only
+   way data come in), their measurement and the pass up; the task's state (noisy values,
+   variances, the roots' ``(z, u)``) is spilled to the work folder;
+2. **top**, in memory: the levels above the split, solved from every root's ``(z, u)``;
+   the top part is written;
+3. **down**, per task on ``workers`` threads: the pass down (and top-down ``nonneg`` /
+   ``round``) from the spilled state; the task's part is written.
+
+Memory is bounded by ``workers`` tasks (the largest) plus the top solve.
+
+*Spill or recompute.* Stage 3 needs a task's noisy measurements again. They are spilled
+(``np.save`` of the noisy values and variances, ~16 B per node-cell) rather than
+recomputed from the keyed noise, because recomputing means calling ``counts_of`` a second
+time (reading and counting the task's records again, the dearest step once the input is a
+dataset on disk) and drawing every node-cell's noise again; writing and reading the spill
+costs less than either (``benchmarks/bench_outofcore.py`` prints both). A spilled
+measurement is noisy; the one true-count-derived array spilled is each task's subtree-root
+counts, kept only so that a resumed run can still check the top part's counts add up
+(``check_counts``). The work folder also holds the release key, so until the release
+completes it is **as sensitive as the data** (with the key the noisy values give back the
+true ones): it is created owner-only (0700, the key file 0600) and the key, the spills and
+the root counts are deleted when the release completes.
+
+*Output.* ``out/part-00000.parquet`` is the top part, ``out/part-NNNNN.parquet`` task
+``NNNNN - 1``; columns ``level``, the level names (each node's path labels, null below its
+level; ``node`` for an unlabelled tree), the cell columns (``cell`` when unlabelled),
+``estimate`` and ``std`` (when asked). Integer output is sparse by default (only non-zero
+cells; ``dense=True`` for all). Every part carries the ledger in its Parquet key-value
+metadata (``hierdp.ledger``, ``hierdp.release_id``); ``out/_ledger.json`` and then
+``out/_SUCCESS`` are written last: the dataset is complete only when ``_SUCCESS`` exists.
+Each file is written to a hidden temporary name in the same folder, synced, then renamed,
+so a half-written part is never visible (Parquet readers skip names starting with ``.``).
+
+*Resuming.* The work folder holds a journal (one fsync'd line per finished step), the
+release's fingerprint (arguments, tree, ``source_id``: the input's identity), the ledger
+and the key. The same call with ``resume=True`` after any interruption (SIGKILL, power
+loss, a full disk) skips what the journal says is done and, the noise being keyed per node,
+gives a dataset bit-identical to an uninterrupted run. The budget is charged (a
+``session``) once, before any noise is drawn; a resumed run does not charge it again and
+writes the same ledger. A work folder of another release is refused: one key must never
+serve two releases of different data. Rerunning a finished release does nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import resource
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO, cast
+from warnings import warn
+
+import numpy as np
+import pandas as pd
+
+from hierdp import subtrees
+from hierdp.errors import DataError, MissingDependencyError, NotForPublicationWarning
+from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
+from hierdp.keyed_noise import NoiseKey
+from hierdp.ledger import Ledger
+from hierdp.pipeline import (
+    _reserve,
+    _settle_split,
+    _split_setup,
+    _SplitStages,
+    _top_task,
+    account,
+    build_ledger,
+    check,
+    noise_key,
+    open_account,
+)
+from hierdp.rng import make_rng
+from hierdp.tree import Tree
+
+if TYPE_CHECKING:
+    from hierdp.measurements import Estimate
+    from hierdp.session import Reservation, Session
+
+__all__ = ["release_to_dataset", "WorkFolderError", "part_name", "SUCCESS", "LEDGER_NAME", "KILL_ENV"]
+
+#: the marker written last: the dataset is complete
+SUCCESS = "_SUCCESS"
+#: the ledger beside the parts
+LEDGER_NAME = "_ledger.json"
+#: test hook: SIGKILL this process at the N-th checkpoint (crash-safety tests only)
+KILL_ENV = "HIERDP_TEST_KILL_AT_CHECKPOINT"
+_FORMAT = 1
+_JOURNAL, _KEY, _RELEASE, _LEDGER, _SPILL = "journal", "release.key", "release.json", "ledger.json", "spill"
+_TMP = ".tmp-"
+
+
+class WorkFolderError(DataError):
+    """A work folder that cannot serve this release (another release's, unfinished, ...)."""
+
+
+def part_name(index: int) -> str:
+    """The file name of task ``index``'s part (``-1``: the top part)."""
+    return f"part-{index + 1:05d}.parquet"
+
+
+# ---------------------------------------------------------------------------- files
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _disk_full(path: Path, where: str) -> DataError:
+    return DataError(f"no space left on the device writing {path} ({where}): free some space or choose another "
+                     "folder, then run the same release again with resume=True (--resume): the work folder is "
+                     "resumable")
+
+
+@contextmanager
+def _atomic(path: Path, where: str, mode: int = 0o600) -> Iterator[Path]:
+    """A hidden temporary file beside ``path``, synced and renamed onto it on success;
+    removed on failure. ENOSPC becomes one line naming the file."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}{_TMP}", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    os.chmod(tmp, mode)
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise _disk_full(path, where) from None
+        raise
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_text(path: Path, text: str, where: str, mode: int = 0o600) -> None:
+    with _atomic(path, where, mode) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _remove_temporaries(folder: Path) -> None:
+    """Leftovers of an interrupted write (hidden temporary names) in ``folder``."""
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.name.startswith(".") and _TMP in p.name:
+                p.unlink(missing_ok=True)
+
+
+class _Checkpoints:
+    """The crash-test hook: with :data:`KILL_ENV` set to ``N``, the process SIGKILLs itself
+    at its ``N``-th checkpoint (a point between two durable writes)."""
+
+    def __init__(self) -> None:
+        text = os.environ.get(KILL_ENV, "")
+        self.at = int(text) if text.strip().isdigit() else 0
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        if not self.at:
+            return
+        with self.lock:
+            self.count += 1
+            if self.count == self.at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Journal:
+    """Append-only lines, each written whole and fsync'd: the steps that are done."""
+
+    def __init__(self, path: Path, checkpoint: _Checkpoints) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.checkpoint = checkpoint
+        self.done: set[str] = set()
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            lines = text.split("\n")
+            self.done = {ln for ln in lines[:-1] if ln}  # a last line without its newline was cut by a crash
+
+    def add(self, line: str) -> None:
+        with self.lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    os.write(fd, (line + "\n").encode())
+                    os.fsync(fd)
+                except OSError as exc:
+                    os.ftruncate(fd, size)  # no half line
+                    if exc.errno == errno.ENOSPC:
+                        raise _disk_full(self.path, "the journal") from None
+                    raise
+            finally:
+                os.close(fd)
+            self.done.add(line)
+        self.checkpoint()
+
+    def __contains__(self, line: str) -> bool:
+        return line in self.done
+
+
+# ---------------------------------------------------------------------------- fingerprint and key
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, np.ndarray):
+        return hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+    return repr(value)
+
+
+def _tree_digest(tree: Tree) -> str:
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(tree.parent, dtype=np.int64).tobytes())
+    h.update(json.dumps(list(tree.level_names)).encode())
+    if tree.has_labels:
+        for d in range(tree.n_levels):
+            h.update(pd.util.hash_pandas_object(pd.Index(tree.level_labels(d)), index=False).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+def _fingerprint(tree: Tree, settings: dict[str, Any]) -> dict[str, Any]:
+    body = {"format": _FORMAT, "tree": _tree_digest(tree), **_canonical(settings)}
+    body["id"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return body
+
+
+def _save_key(path: Path, key: NoiseKey) -> None:
+    _, (raw, secure, seed) = key.export().__reduce__()  # the explicit, shippable form of the key
+    text = json.dumps({"key": bytes(raw).hex(), "secure": bool(secure), "seed": seed})
+    _write_text(path, text, "the release key", mode=0o600)
+
+
+def _load_key(path: Path) -> NoiseKey:
+    d = json.loads(path.read_text(encoding="utf-8"))
+    return NoiseKey(bytes.fromhex(d["key"]), secure=bool(d["secure"]), seed=d["seed"])
+
+
+# ---------------------------------------------------------------------------- the parts
+def _pyarrow() -> Any:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - the parquet extra
+        raise MissingDependencyError("pyarrow", "parquet") from None
+    return pa, pq
+
+
+def _label_arrays(tree: Tree, nodes: np.ndarray) -> dict[str, Any]:
+    """Per level below the root, the label of each node's ancestor at that level (null
+    below the node's level), for ``nodes`` (internal ids); one vectorised step per level."""
+    pa, _ = _pyarrow()
+    ti = tree.internal
+    if not tree.has_labels:
+        ext = ti.perm[nodes] if ti.perm is not None else nodes
+        return {"node": pa.array(np.asarray(ext, dtype=np.int64))}
+    depth = ti.depth[nodes]
+    codes = cast(np.ndarray, ti.codes)
+    anc = nodes.copy()
+    cols: dict[str, Any] = {}
+    for d in range(tree.n_levels - 1, 0, -1):
+        up = ti.depth[anc] > d
+        while up.any():
+            anc[up] = ti.parent[anc[up]]
+            up = ti.depth[anc] > d
+        has = depth >= d
+        labels = pd.Index(tree.level_labels(d))
+        typ = pa.array(labels[:1].to_numpy()).type if labels.size else pa.string()  # the same in every part
+        vals = labels.take(np.where(has, codes[anc], 0)).to_numpy() if labels.size else np.zeros(0, object)
+        cols[tree.level_names[d]] = pa.array(vals, type=typ, mask=~has)
+    return dict(reversed(list(cols.items())))
+
+
+def _part_table(tree: Tree, task: subtrees.SubtreeTask, est: Estimate, cells: dict[str, Any] | None,
+                n_cells: int, dense: bool, with_std: bool) -> Any:
+    pa, _ = _pyarrow()
+    nodes = task.nodes
+    m = nodes.size
+    vals = np.asarray(est.values).reshape(m, n_cells)
+    integer = np.issubdtype(vals.dtype, np.integer)
+    keep = np.ones((m, n_cells), bool) if dense or not integer else vals != 0
+    row_node, row_cell = np.nonzero(keep)  # row-major: node by node, cells in order
+    names = tree.level_names
+    cols: dict[str, Any] = {"level": pa.array(np.asarray(names, dtype=object)[tree.internal.depth[nodes[row_node]]])}
+    for name, arr in _label_arrays(tree, nodes).items():
+        cols[name] = arr.take(pa.array(row_node))
+    if n_cells > 1:
+        axes = {str(k): pd.Index(v) for k, v in (cells or {}).items()}
+        if not axes or int(np.prod([len(ix) for ix in axes.values()])) != n_cells:
+            cols["cell"] = pa.array(row_cell.astype(np.int64))
+        else:
+            sizes = [len(ix) for ix in axes.values()]
+            rest = row_cell.copy()
+            for i, (name, ix) in enumerate(axes.items()):
+                inner = int(np.prod(sizes[i + 1:]))
+                typ = pa.array(ix[:1].to_numpy()).type
+                cols[name] = pa.array(ix.take(rest // inner).to_numpy(), type=typ)
+                rest = rest % inner
+    cols["estimate"] = pa.array(vals[row_node, row_cell])
+    if with_std:
+        var = np.asarray(est.variance, dtype=np.float64).reshape(m, -1) if est.variance is not None \
+            else np.full((m, 1), np.nan)
+        if not est.linear:
+            var = np.where(var == 0, 0.0, np.nan)
+        var = np.broadcast_to(var, (m, n_cells))
+        cols["std"] = pa.array(np.sqrt(var[row_node, row_cell]))
+    return pa.table(cols)
+
+
+def _write_part(path: Path, table: Any, ledger_json: str, release_id: str) -> None:
+    pa, pq = _pyarrow()
+    meta = {LEDGER_METADATA_KEY.encode(): ledger_json.encode(), RELEASE_ID_METADATA_KEY.encode(): release_id.encode()}
+    table = table.replace_schema_metadata(meta)
+    with _atomic(path, f"part {path.name}", mode=0o644) as tmp:
+        try:
+            pq.write_table(table, tmp)
+        except pa.ArrowException as exc:  # pyarrow's own writer wraps the OS error
+            if "No space left" in str(exc):
+                raise OSError(errno.ENOSPC, "No space left on device") from None
+            raise
+
+
+# ---------------------------------------------------------------------------- the runner
+def _peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+def _check_out(out: Path) -> None:
+    """The output folder exists (its parent must) and a file can be written in it."""
+    if out.exists() and not out.is_dir():
+        raise DataError(f"output {str(out)!r} is a file; the dataset goes to a folder: give a folder path")
+    if not out.exists() and not out.parent.is_dir():
+        raise DataError(f"the output folder's parent {str(out.parent)!r} does not exist; create it first")
+    try:
+        out.mkdir(exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".probe{_TMP}", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise DataError(f"the output folder {str(out)!r} is not writable ({exc.strerror}); choose a folder you can "
+                        "write to") from None
+
+
+def _bar(total: int, desc: str, enabled: bool, stream: TextIO) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task", disable=not enabled, file=stream, leave=True,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+def release_to_dataset(
+    tree: Tree,
+    counts_of: Callable[[subtrees.SubtreeTask], Any],
+    out: str | os.PathLike[str],
+    *,
+    workdir: str | os.PathLike[str],
+    split: Any,
+    n_cells: int = 1,
+    cells: dict[str, Any] | None = None,
+    source_id: str | None = None,
+    workers: int = 2,
+    resume: bool = False,
+    dense: bool = False,
+    std: bool = False,
+    progress: bool = True,
+    session: Session | Reservation | None = None,
+    check_counts: bool | str = True,
+    stream: TextIO | None = None,
+    **keywords: Any,
+) -> Ledger:
+    """Release ``tree``'s counts by subtree into the Parquet dataset ``out/``, out of core.
+
+    A split release (:func:`hierdp.release_by_subtree`, exact split GLS of Dawson et al.
+    2023, Alg. 1-2, then top-down ``nonneg``/``round``) run in three stages on ``workers``
+    threads with its state between stages in ``workdir``, resumable after any interruption
+    (module docstring). It equals :func:`hierdp.release` with ``split`` and the same key
+    (``seed``) bit for bit.
+
+    Parameters
+    ----------
+    tree : the public tree.
+    counts_of : ``counts_of(task)`` returns the true counts of ``task.nodes`` (the full
+        tree's internal ids, in that order; ``(m,)`` or ``(m, n_cells)``), as for
+        :func:`hierdp.release_by_subtree`; ``task.index == -1`` is the top part. It is
+        called from ``workers`` threads at once: it must be thread-safe.
+    out : the dataset folder (created; its parent must exist).
+    workdir : the work folder (created owner-only). Until the release completes it holds
+        the secret release key: it is as sensitive as the data.
+    split, n_cells, check_counts, session : as for :func:`hierdp.release_by_subtree`.
+    cells : ``{name: labels}`` of the ``n_cells`` cells (row-major), for the cell columns.
+    source_id : the input's identity (e.g. its files' names, sizes and mtimes), recorded in
+        the release's fingerprint; needed to resume.
+    workers : tasks run at once (threads: the compiled kernels release the GIL).
+    resume : continue the unfinished release in ``workdir`` (same arguments and input).
+    dense : write every cell of integer output (default: only non-zero cells).
+    std : add the ``std`` column (NaN after a non-linear step, as ``ReleaseResult.frame``).
+    progress : progress bars per stage and a summary on ``stream`` (stderr).
+    keywords : those of :func:`hierdp.release` (``epsilon``, ``postprocess``, ``seed``, ...).
+
+    Returns
+    -------
+    Ledger
+        The release's ledger (also in ``out/_ledger.json`` and in every part).
+    """
+    t_start = time.perf_counter()
+    err = stream if stream is not None else sys.stderr
+    out, work = Path(out), Path(workdir)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise DataError(f"workers must be a positive integer, got {workers!r:.40}")
+    _check_out(out)
+    if resume and source_id is None:
+        raise WorkFolderError("resume needs source_id= (the input's identity, e.g. its files' names, sizes and "
+                              "mtimes) so the work folder can show it holds this input's release")
+    r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
+    _pyarrow()
+    settings = {"split": split, "n_cells": n_cells, "cells": {k: [str(x) for x in v] for k, v in (cells or {}).items()},
+                "source_id": source_id, "dense": dense, "std": std, "check_counts": check_counts,
+                "keywords": keywords, "partition": [part.depth, part.n_tasks]}
+    fp = _fingerprint(tree, settings)
+    checkpoint = _Checkpoints()
+    say = (lambda text: err.write(text + "\n")) if progress else (lambda text: None)
+
+    # ---- the work folder: new, resumed, or finished
+    release_file = work / _RELEASE
+    if work.exists() and not work.is_dir():
+        raise WorkFolderError(f"work folder {str(work)!r} is a file; give a folder")
+    if release_file.exists():
+        stored = json.loads(release_file.read_text(encoding="utf-8"))
+        if stored.get("id") != fp["id"]:
+            raise WorkFolderError(f"work folder {str(work)!r} holds another release (different arguments, tree or "
+                                  "input): its key must not serve this one; choose an empty work folder")
+        journal = _Journal(work / _JOURNAL, checkpoint)
+        if "done" in journal:
+            if not (out / SUCCESS).exists():
+                raise WorkFolderError(f"work folder {str(work)!r} records a finished release but {str(out)!r} has no "
+                                      f"{SUCCESS}; a finished release is not made again (its key is gone): use an "
+                                      "empty work folder for a new release")
+            say(f"release already complete in {out} (work folder {work}): nothing to do")
+            return Ledger.from_json((out / LEDGER_NAME).read_text(encoding="utf-8"))
+        if "charged" in journal and not resume:
+            raise WorkFolderError(f"work folder {str(work)!r} holds this release unfinished: pass resume=True "
+                                  "(--resume) to continue it, or choose an empty work folder")
+        if "charged" not in journal:  # stopped before any noise: start afresh
+            for p in work.iterdir():
+                if p.is_file() and p.name != _RELEASE:
+                    p.unlink()
+    elif work.is_dir() and any(work.iterdir()):
+        raise WorkFolderError(f"work folder {str(work)!r} is not empty and holds no hierdp release; choose an empty "
+                              "or new folder")
+    elif resume:
+        raise WorkFolderError(f"work folder {str(work)!r} holds no release to resume; run without resume")
+    try:
+        work.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create the work folder {str(work)!r} ({exc.strerror}); choose a writable folder") \
+            from None
+    os.chmod(work, 0o700)
+    spill = work / _SPILL
+    spill.mkdir(mode=0o700, exist_ok=True)
+    _remove_temporaries(work)
+    _remove_temporaries(spill)
+    journal = _Journal(work / _JOURNAL, checkpoint)
+    if not release_file.exists():
+        _write_text(release_file, json.dumps(fp, indent=1), "the release's fingerprint")
+        checkpoint()
+
+    # ---- the key and the ledger: made and charged once, before any noise
+    if "charged" not in journal:
+        check(r, session)
+        key = noise_key(r.seed)
+        _save_key(work / _KEY, key)
+        checkpoint()
+        acc, decomposition = open_account(r, tree, None)
+        stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
+                              check_counts=check_counts)
+        ticket, sess = _reserve(session, r)
+        meas = stages.summary()
+        ledger = build_ledger(r, tree, meas, account(r, acc, meas), decomposition=decomposition,
+                              rng=make_rng(r.seed))
+        _settle_split(r, ledger, part, check_counts, sess, ticket)
+        _write_text(work / _LEDGER, ledger.to_json(), "the ledger")
+        journal.add("charged")
+    else:
+        if not (work / _KEY).exists():
+            raise WorkFolderError(f"work folder {str(work)!r} has lost its release key; the release cannot be "
+                                  "resumed: use an empty work folder for a new release")
+        key = _load_key(work / _KEY)
+        acc, _ = open_account(r, tree, None)
+        stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
+                              check_counts=check_counts)
+        ledger = Ledger.from_json((work / _LEDGER).read_text(encoding="utf-8"))
+        if r.seed is not None:
+            warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
+                 "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning, stacklevel=2)
+        say(f"resuming the release in {work}")
+    ledger_json = ledger.to_json()
+    _remove_temporaries(out)
+    times: dict[str, float] = {}
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hierdp-outofcore")
+
+    def run(name: str, todo: list[int], job: Callable[[int], None]) -> None:
+        t0 = time.perf_counter()
+        with _bar(len(todo), name, progress, err) as bar:
+            for _ in pool.map(job, todo):  # results in order; the first error stops the stage
+                bar.update(1)
+        times[name] = time.perf_counter() - t0
+
+    def spill_of(t: int) -> Path:
+        return spill / f"task-{t:05d}.npz"
+
+    # ---- stage 1: measure and pass up, per task
+    def up(t: int) -> None:
+        task = part.task(t)
+        noisy, var, roots_vals, z, u = stages.up(task, counts_of(task))
+        arrays = {"noisy": noisy, "var": var, "roots": roots_vals}
+        if z is not None and u is not None:
+            arrays.update(z=z, u=u)
+        exact = stages.exact.pop(t, None)
+        if exact is not None:
+            arrays["exact"] = exact
+        with _atomic(spill_of(t), f"task {t}'s state") as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **cast(Any, arrays))
+        checkpoint()
+        journal.add(f"up {t}")
+
+    try:
+        run("measure + pass up", [t for t in range(part.n_tasks) if f"up {t}" not in journal], up)
+
+        # ---- stage 2: the top, in memory
+        t0 = time.perf_counter()
+        top = _top_task(part)
+        top_file = work / "top.npz"
+        if "top" not in journal:
+            z_all, u_all, roots_all = [], [], []
+            for t in range(part.n_tasks):
+                with np.load(spill_of(t)) as f:
+                    roots_all.append(f["roots"])
+                    if step is not None:
+                        z_all.append(f["z"])
+                        u_all.append(f["u"])
+            tnoisy, tvar = stages.top_measured(top, counts_of(top) if top.n_nodes else None,
+                                               np.concatenate(roots_all))
+            del roots_all
+            x_top, v_top, x_roots, v_roots, fixed = stages.top(
+                tnoisy, tvar, np.concatenate(z_all) if z_all else None, np.concatenate(u_all) if u_all else None)
+            del z_all, u_all
+            if top.n_nodes:
+                est, _ = stages.finish(top, tnoisy, tvar, x_top, v_top)
+                _write_part(out / part_name(-1), _part_table(tree, top, est, cells, n_cells, dense, std),
+                            ledger_json, ledger.release_id)
+                checkpoint()
+            stages.exact.pop(-1, None)
+            with _atomic(top_file, "the top's state") as tmp:
+                with open(tmp, "wb") as fh:
+                    state = {"x_roots": x_roots, "v_roots": v_roots, **{f"fixed{j}": fx for j, fx in enumerate(fixed)}}
+                    np.savez(fh, **cast(Any, state))
+            checkpoint()
+            journal.add("top")
+        with np.load(top_file) as f:
+            x_roots, v_roots = f["x_roots"], f["v_roots"]
+            fixed = [f[f"fixed{j}"] for j in range(len(tail))]
+        times["top"] = time.perf_counter() - t0
+
+        # ---- stage 3: pass down, top-down steps, the parts
+        def down(t: int) -> None:
+            task = part.task(t)
+            with np.load(spill_of(t)) as f:
+                noisy, var = f["noisy"], f["var"]
+                if "exact" in f.files:
+                    stages.exact[t] = f["exact"]
+            a = int(np.searchsorted(part.roots, task.roots[0])) if task.roots.size else 0
+            b = a + task.roots.size
+            est, _ = stages.down(task, noisy, var, x_roots[a:b], v_roots[a:b], [fx[a:b] for fx in fixed])
+            stages.exact.pop(t, None)
+            _write_part(out / part_name(t), _part_table(tree, task, est, cells, n_cells, dense, std), ledger_json,
+                        ledger.release_id)
+            checkpoint()
+            journal.add(f"down {t}")
+
+        run("pass down + write", [t for t in range(part.n_tasks) if f"down {t}" not in journal], down)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    # ---- the end: ledger, then _SUCCESS; the secrets go
+    _write_text(out / LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
+    checkpoint()
+    _write_text(out / SUCCESS, "", "the success marker", mode=0o644)
+    checkpoint()
+    journal.add("done")
+    (work / _KEY).unlink(missing_ok=True)
+    for p in spill.iterdir():
+        p.unlink(missing_ok=True)
+    spill.rmdir()
+    top_file.unlink(missing_ok=True)
+    _fsync_dir(work)
+    if progress:
+        cells_total = tree.n_nodes * n_cells
+        total = time.perf_counter() - t_start
+        stage_text = ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
+        say(f"released {cells_total:,} node-cells in {part.n_tasks:,} tasks + the top to {out} in {total:.2f} s "
+            f"({cells_total / max(total, 1e-9):,.0f} node-cells/s; {stage_text}); peak RSS "
+            f"{_peak_rss_bytes() / 1024**2:,.0f} MiB")
+    return ledger

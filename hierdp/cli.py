@@ -4,6 +4,7 @@
 
     hierdp release SPEC [-o OUT|-] [--format F] [--ledger PATH] [--seed N] [-q] [--debug]
                                                               run a release spec
+    hierdp release SPEC -o DIR/ [--resume] [--seed N] [-q]    out of core, into a Parquet dataset
     hierdp validate SPEC [-q] [--debug]                       check a spec, read no private data
     hierdp evaluate SPEC [-o OUT] [-r R] [--seed N] [-q]      NON-PRIVATE error table + PNG plot
     hierdp report LEDGER [-o OUT.html|OUT.yaml] [-q]          the release report of a saved ledger
@@ -40,7 +41,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_USER", "EXIT_INTERRUPTED"]
 
@@ -93,7 +94,11 @@ def _parser() -> argparse.ArgumentParser:
                     f"output: {_listed([f.name for f in outside])} then needs --ledger PATH "
                     f"({_listed([f'a {f.title}' for f in outside])} cannot carry its ledger); "
                     f"{_listed([f.name for f in inside])} embed it. OUT may be a URL such as s3://bucket/x.csv "
-                    "(needs `pip install 'hierdp[remote]'` and the file system's package, e.g. s3fs).")
+                    "(needs `pip install 'hierdp[remote]'` and the file system's package, e.g. s3fs). "
+                    "With -o DIR/ (a folder: a trailing /) or a spec with execution:, the release runs by subtree "
+                    "out of core into a Parquet dataset DIR/ (part-NNNNN.parquet, _ledger.json, _SUCCESS last), "
+                    "its resumable state in execution.workdir (default DIR.work/, as sensitive as the data until "
+                    "the release completes); after an interruption the same command with --resume continues it.")
     r.add_argument("spec", metavar="SPEC", help=spec_help)
     r.add_argument("-o", "--output", metavar="OUT",
                    help=f"output file ({', '.join(f.extensions[0] for f in TABLE_FORMATS.values())}), URL, "
@@ -103,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--ledger", metavar="PATH", help="ledger file (default: <OUT name>.ledger.json beside OUT)")
     r.add_argument("--seed", type=int, metavar="N",
                    help="fixed seed for tests: the ledger marks the release NOT FOR PUBLICATION")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the interrupted dataset release (-o DIR/) from its work folder")
     threads_arg(r)
     common(r)
 
@@ -218,6 +225,8 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     dest = args.output if args.output is not None else spec_out.get("path")
     if dest is None:
         raise SpecError(f"{args.spec}: no output path; set output.path in the spec or pass -o OUT")
+    if spec.execution is not None or str(dest).endswith(("/", os.sep)) or args.resume:
+        return _release_dataset(args, spec, str(dest), out, err)
     to_stdout = dest == "-"
     ledger = args.ledger if args.ledger is not None else (spec_out.get("ledger") if args.output is None else None)
     for target in (dest, ledger):
@@ -272,6 +281,27 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         note.write(f"wrote {written[0]} ({result.tree.n_nodes:,} nodes) and its ledger {written[1]}"
                    + (f" and its report {written[2]}" if len(written) > 2 else "") + "\n")
         note.write(str(result.ledger) + "\n")
+    return EXIT_OK
+
+
+def _release_dataset(args: argparse.Namespace, spec: Any, dest: str, out: TextIO, err: TextIO) -> int:
+    """``hierdp release SPEC -o DIR/ [--resume]``: the out-of-core release into a dataset."""
+    from hierdp import io as hio
+    from hierdp.errors import SpecError
+    from hierdp.spec import runner
+
+    if hio.is_url(dest) or dest == "-":
+        raise SpecError(f"a dataset release writes a local folder, not {dest!r}; give -o DIR/")
+    if args.format not in (None, "parquet") or args.ledger is not None:
+        raise SpecError("a dataset release writes Parquet parts with the ledger inside and DIR/_ledger.json; "
+                        "leave out --format and --ledger")
+    folder = Path(dest.rstrip("/" + os.sep) or dest)
+    runner.check_output_paths(spec, [folder])
+    with _compile_notice(args.quiet, err):
+        ledger = runner.release_dataset_spec(spec, folder, resume=args.resume, progress=not args.quiet, stream=err)
+    if not args.quiet:
+        out.write(f"wrote the dataset {folder}/ and its ledger {folder / '_ledger.json'}\n")
+        out.write(str(ledger) + "\n")
     return EXIT_OK
 
 

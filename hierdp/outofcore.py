@@ -248,9 +248,10 @@ def _tree_digest(tree: Tree) -> str:
 
 
 def _fingerprint(tree: Tree, settings: dict[str, Any]) -> dict[str, Any]:
+    """The release's identity: a digest of the tree and the settings (only the digest is
+    written: the keywords may hold private notes)."""
     body = {"format": _FORMAT, "tree": _tree_digest(tree), **_canonical(settings)}
-    body["id"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    return body
+    return {"format": _FORMAT, "id": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
 
 
 def _save_key(path: Path, key: NoiseKey) -> None:
@@ -435,11 +436,11 @@ def release_to_dataset(
     out, work = Path(out), Path(workdir)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise DataError(f"workers must be a positive integer, got {workers!r:.40}")
-    _check_out(out)
     if resume and source_id is None:
         raise WorkFolderError("resume needs source_id= (the input's identity, e.g. its files' names, sizes and "
                               "mtimes) so the work folder can show it holds this input's release")
     r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
+    _check_out(out)
     _pyarrow()
     settings = {"split": split, "n_cells": n_cells, "cells": {k: [str(x) for x in v] for k, v in (cells or {}).items()},
                 "source_id": source_id, "dense": dense, "std": std, "check_counts": check_counts,

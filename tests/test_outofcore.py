@@ -323,3 +323,79 @@ def test_disk_full_in_a_spill_of_stage_one(tmp_path, reference, monkeypatch):
     monkeypatch.setattr(outofcore.np, "savez", real)
     run(tmp_path / "out", tmp_path / "work", resume=True)
     assert _long(pd.read_parquet(tmp_path / "out")).equals(_long(pd.read_parquet(reference["dir"] / "out")))
+
+
+# ---------------------------------------------------------------------------- spec and command line
+SPEC = """hierdp: 1
+source:
+  demo: census
+hierarchy:
+  root: total
+  paths:
+    demo: census
+  levels:
+    - name: state
+    - name: county
+    - name: tract
+privacy:
+  epsilon: 1.0
+postprocess: [blue, {name: nonneg, params: {method: topdown}}, {name: round, params: {method: topdown}}]
+"""
+EXECUTION = "execution:\n  split: county\n  workers: 2\n  memory: 9kB\n"
+
+
+def _cli(args: list[str], cwd: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(KILL_ENV, None)
+    if kill_at is not None:
+        env[KILL_ENV] = str(kill_at)
+    return subprocess.run([sys.executable, "-m", "hierdp", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_writes_the_dataset_of_the_in_memory_spec_release_and_resumes(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SPEC + EXECUTION)
+    killed = _cli(["release", "spec.yaml", "-o", "out/", "--seed", "3", "-q"], tmp_path, kill_at=9)
+    assert killed.returncode == -9
+    assert not (tmp_path / "out" / SUCCESS).exists()
+    again = _cli(["release", "spec.yaml", "-o", "out/", "--seed", "3", "-q"], tmp_path)
+    assert again.returncode == 2 and "--resume" in again.stderr and again.stderr.count("\n") == 1
+    done = _cli(["release", "spec.yaml", "-o", "out/", "--seed", "3", "--resume"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stderr and "peak RSS" in done.stderr
+    assert (tmp_path / "out" / SUCCESS).exists() and not (tmp_path / "out.work" / "release.key").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+        mem = hierdp.run_spec(SPEC, seed=3, write=False, split={"level": "county", "memory": "9kB"})
+    levels = ["state", "county", "tract"]
+
+    def keyed(frame):
+        key = frame[levels].astype("string").fillna("-").agg("/".join, axis=1)
+        return pd.Series(frame["estimate"].to_numpy(), index=key.to_numpy()).sort_index()
+
+    want = keyed(mem.frame)
+    got = keyed(pd.read_parquet(tmp_path / "out"))
+    assert got.equals(want[want != 0])
+    parts = list((tmp_path / "out").glob("part-*.parquet"))
+    assert len(parts) >= 3
+    rerun = _cli(["release", "spec.yaml", "-o", "out/", "--seed", "3"], tmp_path)
+    assert rerun.returncode == 0 and "nothing to do" in rerun.stderr
+    other = _cli(["release", "spec.yaml", "-o", "out/", "--seed", "4"], tmp_path)
+    assert other.returncode == 2 and "holds another release" in other.stderr
+
+
+def test_spec_execution_is_validated(tmp_path):
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_spec
+
+    spec = load_spec(SPEC + EXECUTION)
+    assert spec.execution == {"split": {"level": "county", "memory": "9kB"}, "workers": 2, "workdir": None}
+    assert load_spec(SPEC + "execution: {workers: 1}\n").execution["split"] == "auto"
+    with pytest.raises(SpecError, match="unknown split level 'countie'"):
+        load_spec(SPEC + "execution: {split: countie}\n")
+    with pytest.raises(SpecError, match="give the split once"):
+        load_spec(SPEC + "split: county\nexecution: {split: county}\n")
+    with pytest.raises(SpecError, match="workers"):
+        load_spec(SPEC + "execution: {workers: 0}\n")
+    with pytest.raises(SpecError, match="memory"):
+        load_spec(SPEC + "execution: {memory: lots}\n")

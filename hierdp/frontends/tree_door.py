@@ -184,6 +184,32 @@ class TreeDoor(ABC):
         >>> r.frame.columns.tolist()
         ['level', 'state', 'county', 'estimate', 'std']
         """
+        values, keywords = self.release_inputs(
+            epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed, neighbours=neighbours,
+            invariants=invariants, postprocess=postprocess, plan=plan, mechanism=mechanism, budget=budget,
+            sensitivity=sensitivity, invariants_cover=invariants_cover,
+            allow_invariants_with_add_remove=allow_invariants_with_add_remove, notes=notes, split=split, **older)
+        result = release_path(self.tree, values, **keywords)
+        if self.cells:
+            result.meta["cells"] = dict(self.cells)  # the labels of the k cells, for .frame and .to_xarray()
+        led = result.ledger
+        record_release(self._spent, led)
+        if len(self._spent) > 1:
+            led.notes.append(f"release {len(self._spent)} of the same DataFrame object in this process: together "
+                             f"they spend {self.spent_text()} under basic composition (copies and data loaded "
+                             "again are not counted; use hierdp.Session for a budget several releases draw from)")
+        return result
+
+    def release_inputs(self, epsilon: float | None = None, *, delta: float | None = None, rho: float | None = None,
+                       session: Session | None = None, seed: int | None = None, neighbours: str = "add_remove",
+                       invariants: Any = None, postprocess: Any = PLAN_DEFAULT, plan: Any = "per_level",
+                       mechanism: Any = None, budget: Any = None, sensitivity: Sensitivity | None = None,
+                       invariants_cover: str = "total", allow_invariants_with_add_remove: bool = False,
+                       notes: Sequence[str] = (), split: Any = None, **older: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        """What :meth:`release` hands to :func:`hierdp.release`: the true node counts (external
+        order; private) and the release keywords (checked, with the door's sensitivity,
+        notes and cell plan), for a runner that releases them another way (e.g.
+        :func:`hierdp.outofcore.release_to_dataset`). Reads the data; draws no noise."""
         where = f"{self._accessor}.dptree(...).release()"
         kwargs: dict[str, Any] = canonical_keywords(where, older, ("privacy_unit", "max_contributions"),
                                                      type(self).release)
@@ -211,21 +237,12 @@ class TreeDoor(ABC):
             kwargs.setdefault(key, value)
         if postprocess is not PLAN_DEFAULT:
             kwargs["postprocess"] = postprocess
-        result = release_path(self.tree, values, epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed,
-                              neighbours=neighbours, invariants=invariants, plan=plan, mechanism=mechanism,
-                              budget=budget, invariants_cover=invariants_cover,
-                              allow_invariants_with_add_remove=allow_invariants_with_add_remove,
-                              notes=all_notes, private_notes=private_notes, split=split,
-                              **{k: v for k, v in kwargs.items() if k != "neighbours"})
-        if self.cells:
-            result.meta["cells"] = dict(self.cells)  # the labels of the k cells, for .frame and .to_xarray()
-        led = result.ledger
-        record_release(self._spent, led)
-        if len(self._spent) > 1:
-            led.notes.append(f"release {len(self._spent)} of the same DataFrame object in this process: together "
-                             f"they spend {self.spent_text()} under basic composition (copies and data loaded "
-                             "again are not counted; use hierdp.Session for a budget several releases draw from)")
-        return result
+        return values, dict(epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed,
+                            neighbours=neighbours, invariants=invariants, plan=plan, mechanism=mechanism,
+                            budget=budget, invariants_cover=invariants_cover,
+                            allow_invariants_with_add_remove=allow_invariants_with_add_remove,
+                            notes=all_notes, private_notes=private_notes, split=split,
+                            **{k: v for k, v in kwargs.items() if k != "neighbours"})
 
     def privtree_taxonomy(self, epsilon: float | None = None, *, delta: float | None = None,
                           rho: float | None = None, session: Session | None = None, seed: int | None = None,

@@ -28,7 +28,7 @@ from hierdp.report import render as render_report
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
 
-__all__ = ["load_spec", "run_spec", "prepare", "release_frame", "release_points_spec", "write_outputs",
+__all__ = ["load_spec", "run_spec", "release_dataset_spec", "source_identity", "prepare", "release_frame", "release_points_spec", "write_outputs",
            "write_release_files",
            "evaluate_spec"]
 
@@ -604,6 +604,59 @@ def run_spec(spec: Any, *, seed: int | None = None, output: str | Path | None = 
         steps.close()
     result.meta["spec"] = rs
     return result
+
+
+# ------------------------------------------------------------------------ out of core
+def source_identity(spec: ReleaseSpec) -> str:
+    """The input's identity for a resumable release: the spec's text and every file it reads
+    (resolved name, size, modification time), or the bundled demo's name."""
+    parts = [f"demo:{spec.source_demo}"] if spec.source_demo is not None else []
+    for f in sorted(set(spec.input_files())):
+        try:
+            st = f.stat()
+            parts.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{f}:missing")
+    return "\n".join(parts)
+
+
+def default_workdir(out: str | Path) -> Path:
+    """The work folder beside the dataset ``out/``: ``out.work/``."""
+    p = Path(out)
+    return p.with_name(p.name + ".work")
+
+
+def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, progress: bool = False,
+                         seed: int | None = None, stream: Any = None) -> Any:
+    """Run a release spec out of core into the Parquet dataset ``out/``
+    (:func:`hierdp.outofcore.release_to_dataset`; the spec's ``execution:`` gives the split,
+    the workers and the work folder, by default ``out.work/`` beside it). The counts come
+    from the spec's source read as today (in memory), handed to the runner task by task.
+    Returns the :class:`~hierdp.ledger.Ledger`."""
+    from hierdp.outofcore import release_to_dataset
+
+    rs = load_spec(spec, **({"seed": seed} if seed is not None else {}))
+    if rs.decomposition is not None or rs.plan is not None or rs.engine != "pandas":
+        raise SpecError("a dataset output (-o DIR/) runs a per_level release on a declared hierarchy read with "
+                        "pandas; remove the decomposition, the plan or engine: dask, or write one table (-o FILE)")
+    ex = rs.execution or {"split": rs.split if rs.split is not None else "auto", "workers": 2, "workdir": None}
+    source_id = source_identity(rs)
+    dpt = prepare(rs, read_source(rs))
+    how = {"mechanism": {"name": rs.mechanism[0], "params": dict(rs.mechanism[1])}, "budget": _budget_arg(rs, dpt)}
+    with _source_errors(rs):
+        values, keywords = dpt.release_inputs(
+            epsilon=rs.epsilon, delta=rs.delta, rho=rs.rho,
+            postprocess=[{"name": n, "params": dict(p)} for n, p in rs.postprocess], seed=rs.seed,
+            **how, **_privacy_relation(rs))
+    for k in ("split", "session"):
+        keywords.pop(k, None)
+    tree = dpt.tree
+    n_cells = int(dpt.n_cells)
+    internal = tree.to_internal(values).reshape(tree.n_nodes, n_cells)
+    workdir = ex["workdir"] if ex["workdir"] is not None else default_workdir(out)
+    return release_to_dataset(tree, lambda task: internal[task.nodes], out, workdir=workdir, split=ex["split"],
+                              n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None, source_id=source_id,
+                              workers=ex["workers"], resume=resume, progress=progress, stream=stream, **keywords)
 
 
 # ------------------------------------------------------------------------ evaluate

@@ -128,6 +128,48 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
                 self.err(("split", "memory"), str(exc))
         return raw
 
+    def execution(self, levels: Any, root: Any, per_level: bool, split: Any) -> dict[str, Any] | None:
+        """``execution:`` (``split``, ``workers``, ``workdir``, ``memory``): the out-of-core
+        run (:func:`hierdp.outofcore.release_to_dataset`). Its split is checked as ``split:``
+        (one of the two, not both); ``memory`` sizes the tasks (``{level, memory}``); the work
+        folder is relative to the spec."""
+        raw = self.data.get("execution")
+        if not isinstance(raw, dict):
+            return None
+        if not per_level:
+            self.err(("execution",), "execution runs a per_level release on a declared hierarchy by subtree; a "
+                                     "decomposition or another plan cannot: remove execution")
+            return None
+        if "split" in raw and split is not None:
+            self.err(("execution", "split"), "give the split once: in execution.split or in split, not both")
+            return None
+        chosen = raw.get("split", split)
+        if "split" in raw:  # the same checks as split:
+            saved = self.data.get("split")
+            self.data["split"] = raw["split"]
+            try:
+                chosen = self.split(levels, root, per_level)
+            finally:
+                if saved is None:
+                    self.data.pop("split")
+                else:
+                    self.data["split"] = saved
+        memory = raw.get("memory")
+        if memory is not None:
+            try:
+                parse_memory(memory)
+            except DataError as exc:
+                self.err(("execution", "memory"), str(exc))
+            if isinstance(chosen, dict) and "memory" in chosen:
+                self.err(("execution", "memory"), "give the memory once: in execution.memory or in the split")
+            chosen = ({**chosen, "memory": memory} if isinstance(chosen, dict)
+                      else {"memory": memory} if chosen in (None, "auto") else {"level": chosen, "memory": memory})
+        if chosen is None:
+            chosen = "auto"
+        workdir = raw.get("workdir")
+        return {"split": chosen, "workers": int(raw.get("workers", 2)),
+                "workdir": None if workdir is None else (self.base_dir / workdir)}
+
     def run(self, fname: str | None) -> ReleaseSpec | None:
         """Every section in order; the normalised spec, or ``None`` when a problem was found."""
         d = self.data
@@ -161,6 +203,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
             pps = list(RELEASE_CHAINS[decomposition[0]](decomposition[1]))
         budget = self.budget(levels, root, priv, mech) if per_level else None
         split = self.split(levels, root, per_level)
+        execution = self.execution(levels, root, per_level, split)
         output = self.output()
         evaluate = self.evaluate(priv)
         eps = priv.get("epsilon")
@@ -183,7 +226,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
             cells=cells, engine=src["engine"],
             neighbours=priv.get("neighbours", "add_remove"), invariants=list(priv.get("invariants", [])),
             allow_invariants_with_add_remove=bool(priv.get("allow_invariants_with_add_remove", False)),
-            split=split,
+            split=split, execution=execution,
         )
         self.check_outputs_spare_inputs(spec)
         return None if self.issues else spec

@@ -67,6 +67,8 @@ class ReleaseSpec:
     invariants: list[Any] = field(default_factory=list)  # level names (str) or label paths (tuples)
     allow_invariants_with_add_remove: bool = False
     split: Any = None  # split: a level name, "auto" or {level, memory} (hierdp.subtrees)
+    #: execution: out of core into a Parquet dataset (hierdp.outofcore): {split, workers, workdir (Path or None)}
+    execution: dict[str, Any] | None = None
 
     def input_files(self) -> list[Path]:
         """Every file this spec reads (spec, source, domain and paths files, a prior file),

@@ -49,6 +49,7 @@ from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans import per_level as PL
 from hierdp.plans.base import Plan
+from hierdp.plans.marginals import Marginals, MarginalsDesign
 from hierdp.plans.per_level import PerLevel
 from hierdp.postprocessors.base import PostProcessor, node_values, node_variance
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
@@ -705,30 +706,34 @@ class SplitRun:
 
 def _split_setup(tree: Tree, n_cells: int, split: Any, keywords: dict[str, Any]
                  ) -> tuple[Resolved, subtrees.Partition, PostProcessor | None, list[PostProcessor]]:
-    """Resolve a split release (plan ``per_level`` only; a chain of one GLS step or none,
-    then top-down ``nonneg``/``round``) and cut the tree; refusals before any count is read
-    or noise drawn."""
+    """Resolve a split release (plan ``per_level``: a chain of one GLS step or none, then
+    top-down ``nonneg``/``round``; plan ``marginals``: its own GLS, then those top-down
+    steps) and cut the tree; refusals before any count is read or noise drawn."""
     r = resolve(tree, n_cells=n_cells, **keywords)
-    if not isinstance(r.plan, PerLevel):
-        raise PluginError(f"plan {r.plan.name!r} cannot run by subtree (split=): only plan 'per_level' measures "
-                          "node by node with a budget fixed on the whole tree; leave split out")
-    step, tail = subtrees.split_chain(r.postprocessors)
+    if not isinstance(r.plan, (PerLevel, Marginals)):
+        raise PluginError(f"plan {r.plan.name!r} cannot run by subtree (split=): only plans 'per_level' and "
+                          "'marginals' measure node by node with a budget fixed on the whole tree; leave split out")
+    if isinstance(r.plan, Marginals):
+        subtrees.check_marginals(r.plan)
+    step, tail = subtrees.split_chain(r.postprocessors, plan_gls=isinstance(r.plan, Marginals))
     part = subtrees.partition(tree, split, n_cells=n_cells)
     if tail:  # refuses invariants below the split before anything is read
         subtrees.SplitTopDown(part, tail, r.invariants if r.invariant_names else None)
     return r, part, step, tail
 
 
-def _chain_result(r: Resolved, step: PostProcessor | None, tail: list[PostProcessor], variances: np.ndarray
-                  ) -> Estimate:
+def _chain_result(r: Resolved, step: PostProcessor | None, tail: list[PostProcessor], variances: np.ndarray,
+                  info: Mapping[str, Any] | None = None) -> Estimate:
     """The in-memory chain run on one node measured with each of ``variances``' distinct
     values: its ``info``, flags and dtype are what the whole chain returns (they depend
-    on the steps and the kinds of variance, not on the values)."""
+    on the steps and the kinds of variance, not on the values). ``info``: the plan's
+    measurement info (its ``consistent``/``linear`` flags, e.g. ``marginals``' estimate)."""
     steps = ([step] if step is not None else []) + tail
     v = np.asarray(variances, dtype=np.float64)
     v = v[np.isfinite(v) & (v > 0)]
     one = Tree.from_parent(np.full(1, -1))
-    return run_chain(one, Measurements(np.zeros(1), np.full(1, float(v[0]) if v.size else 1.0)), steps)
+    return run_chain(one, Measurements(np.zeros(1), np.full(1, float(v[0]) if v.size else 1.0),
+                                       info=dict(info or {})), steps)
 
 
 def _part_count_problem(parent: np.ndarray, vals: np.ndarray, check: Any) -> str | None:
@@ -809,10 +814,11 @@ class _DiskStore:
 class _MemoryStore:
     """The measurements of every node, assembled in full arrays (the in-memory result)."""
 
-    def __init__(self, part: subtrees.Partition, n_cells: int, dtype: Any) -> None:
+    def __init__(self, part: subtrees.Partition, n_cells: int, dtype: Any, var_cells: int = 1) -> None:
         self.part = part
         self.noisy = np.zeros((part.tree.n_nodes, n_cells), dtype=dtype)
-        self.var = np.full(part.tree.n_nodes, np.inf)
+        n = part.tree.n_nodes
+        self.var = np.full(n, np.inf) if var_cells == 1 else np.full((n, var_cells), np.inf)
 
     def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
         nodes = task.nodes
@@ -849,19 +855,37 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     spends, levels and info as :class:`~hierdp.measurements.Measurements` without values.
 
     Every node's noise is keyed by ``key``, its id in the full tree and its cell
-    (:func:`hierdp.plans.per_level.measure_nodes`), so it is the noise the in-memory release
-    with the same key draws, whatever the split, the task order or the thread count."""
+    (:func:`hierdp.plans.per_level.measure_nodes`; for ``marginals`` the marginal and its
+    cell, :meth:`hierdp.plans.marginals.Marginals.measure_rotated`), so it is the noise the
+    in-memory release with the same key draws, whatever the split, the task order or the
+    thread count. ``marginals`` runs its GLS as the split GLS over the rotated columns
+    (each node's cells rotated by the Helmert basis: ``k`` independent tree problems, one
+    two-pass BLUE over ``(n, k)``), then rotates each part back."""
     tree = part.tree
-    plan = cast(PerLevel, r.plan)
-    alloc, levels, spends, info = subtrees.per_level_allocation(
-        plan, tree, total, sensitivity=r.sensitivity, delta=r.loss.delta,
-        invariants=r.invariants if r.invariant_names else None)
-    mech, sens, inv = plan.mechanism, r.sensitivity, r.invariants if r.invariant_names else None
+    inv = r.invariants if r.invariant_names else None
+    marg = isinstance(r.plan, Marginals)
+    des: MarginalsDesign | None = None
+    if marg:
+        mplan = cast(Marginals, r.plan)
+        des = subtrees.marginals_design(mplan, tree, total, n_cells=n_cells, sensitivity=r.sensitivity,
+                                        neighbours=r.neighbours, invariants=inv, invariants_cover=r.cover)
+        levels, spends, info = list(des.levels), list(des.spends), dict(des.info)
+        alloc: dict[str, float] = {}
+        level_var = np.array([ls.noise_variance for ls in levels if ls.n_nodes and ls.measured] + [1.0])
+        tail_est = _chain_result(r, None, tail, level_var, info) if tail else None
+        step_info: dict[str, Any] = {}
+    else:
+        plan = cast(PerLevel, r.plan)
+        alloc, levels, spends, info = subtrees.per_level_allocation(
+            plan, tree, total, sensitivity=r.sensitivity, delta=r.loss.delta, invariants=inv)
+        mech, sens = plan.mechanism, r.sensitivity
+        # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
+        level_var = np.array([ls.noise_variance for ls in levels if ls.n_nodes] + ([0.0] if inv is not None else []))
+        step_info = subtrees.gls_info(step, level_var) if step is not None else {}
+        tail_est = _chain_result(r, step, tail, level_var) if tail else None
+    gls = marg or step is not None
+    exact_cells = marg and inv is not None and not cast(MarginalsDesign, des).totals_only
     engine = subtrees.SplitGLS(part)
-    # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
-    level_var = np.array([ls.noise_variance for ls in levels if ls.n_nodes] + ([0.0] if inv is not None else []))
-    step_info = subtrees.gls_info(step, level_var) if step is not None else {}
-    tail_est = _chain_result(r, step, tail, level_var) if tail else None
     z_all: list[np.ndarray] = []
     u_all: list[np.ndarray] = []
     root_counts: list[np.ndarray] = []
@@ -869,10 +893,18 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
 
     def measured(task: subtrees.SubtreeTask, vals: np.ndarray, budgets: Mapping[str, float]
                  ) -> tuple[np.ndarray, np.ndarray]:
-        noisy, var = PL.measure_nodes(tree, vals, task.nodes, budgets, mech, sens, key)
-        if inv is not None and inv[task.nodes].any():
-            noisy, var = PL.apply_invariants(vals, noisy, var, inv[task.nodes])
-            exact[task.index] = vals[inv[task.nodes]]
+        """The task's measurements as the GLS takes them: (m, k) values and (m, 1) or (m, k)
+        variances (the rotated columns for ``marginals``)."""
+        inv_rows = None if inv is None else inv[task.nodes]
+        if des is not None:
+            noisy, var = mplan.measure_rotated(des, tree.internal.depth[task.nodes], vals, task.nodes, key,
+                                               inv_rows if inv_rows is not None and inv_rows.any() else None)
+        else:
+            noisy, var = PL.measure_nodes(tree, vals, task.nodes, budgets, mech, sens, key)
+            if inv_rows is not None and inv_rows.any():
+                noisy, var = PL.apply_invariants(vals, noisy, var, inv_rows)
+        if inv_rows is not None and inv_rows.any():
+            exact[task.index] = vals[inv_rows]
         return noisy, var
 
     for task in part.tasks():  # measure, then the pass up
@@ -881,12 +913,15 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         noisy, var = measured(task, vals, alloc)
         store.put(task, noisy, var)
         root_counts.append(vals[task.root_pos])
-        if step is not None:
-            z, u = engine.up(task, noisy.astype(np.float64), var.reshape(-1, 1))
+        if gls:
+            z, u = engine.up(task, noisy.astype(np.float64), var.reshape(task.n_nodes, -1))
             z_all.append(z)
             u_all.append(u)
     top = _top_task(part)
     roots_vals = np.concatenate(root_counts)
+    # the roots' exact cells (invariant roots of a 'cells' invariant) for the top-down steps
+    root_inv = inv[part.roots] if inv is not None and exact_cells and tail else None
+    root_exact = roots_vals[root_inv] if root_inv is not None else None
     if top.n_nodes:
         tvals = _task_counts(top, counts_of(top), n_cells)
         both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
@@ -894,50 +929,80 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         tnoisy, tvar = measured(top, tvals, alloc)
         store.put(top, tnoisy, tvar)
     else:
-        tnoisy, tvar = np.zeros((0, n_cells)), np.zeros(0)
+        tnoisy, tvar = np.zeros((0, n_cells)), (np.zeros((0, n_cells)) if marg else np.zeros(0))
     del roots_vals, root_counts
 
+    def cells(task_index: int, mask: np.ndarray | None, x: np.ndarray, xv: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """``marginals``: rotated GLS values back to cells, invariant cells exact (as in memory)."""
+        xc, vc = Marginals.rotate_back(cast(MarginalsDesign, des), x, xv)
+        if exact_cells and mask is not None and task_index in exact:
+            xc[mask] = exact[task_index]
+            vc[mask] = 0.0
+        return xc, vc
+
     def finish(task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, x: np.ndarray | None,
-               xv: np.ndarray | None) -> None:
-        meas = Measurements(noisy, var, info=dict(info))
-        if step is None:  # postprocess=[]: the measurements are the estimate
-            est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
-        elif tail_est is not None:
-            est = Estimate(np.asarray(x, dtype=tail_est.values.dtype), cast(np.ndarray, xv)[:, 0],
-                           dict(tail_est.info), var, tail_est.linear, True)
+               xv: np.ndarray | None, final: np.ndarray | None = None) -> None:
+        """Hand ``task`` to the sink: ``x``/``xv`` the GLS estimate (cells), ``final`` the
+        top-down steps' values when the chain has them."""
+        if marg:  # the plan's measurements are its GLS estimate (as in memory)
+            x_c, v_c = cast(np.ndarray, x), cast(np.ndarray, xv)
+            meas = Measurements(x_c, v_c, info=dict(info))
+            if tail_est is not None:
+                est = Estimate(np.asarray(final, dtype=tail_est.values.dtype), v_c, dict(tail_est.info), v_c,
+                               tail_est.linear, True)
+            else:
+                est = Estimate(x_c, v_c, dict(info), v_c, True, True)
         else:
-            est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], dict(step_info), var, True, True)
+            meas = Measurements(noisy, var, info=dict(info))
+            if step is None:  # postprocess=[]: the measurements are the estimate
+                est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
+            elif tail_est is not None:
+                est = Estimate(np.asarray(final, dtype=tail_est.values.dtype), cast(np.ndarray, xv)[:, 0],
+                               dict(tail_est.info), var, tail_est.linear, True)
+            else:
+                est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], dict(step_info), var, True, True)
         if task.index in exact:
             est = _check_invariants_kept(est, exact[task.index], inv[task.nodes],  # type: ignore[index]
                                          r.postprocessors, r.cover)
         sink(task, est, meas)
 
-    if step is None:
+    if not gls:
         if top.n_nodes:
             finish(top, tnoisy, tvar, None, None)
         for task in part.tasks():
             noisy, var = store.get(task)
             finish(task, noisy, var, None, None)
     else:
-        x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
+        x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(top.n_nodes, -1) if top.n_nodes else tvar,
                                                     np.concatenate(z_all), np.concatenate(u_all))
         del z_all, u_all
+        if marg:
+            x_top, v_top = cells(top.index, None if inv is None else inv[part.top], x_top, v_top)
         fixed: list[np.ndarray] = []
+        x_top_final = x_top
         if tail:  # the top-down steps: the top part first, then each task under its roots' values
             down = subtrees.SplitTopDown(part, tail, inv)
-            x_top_final, fixed = down.top(x_top, v_top, x_roots, v_roots)
+            xr, vr = x_roots, v_roots
+            if marg:
+                xr, vr = Marginals.rotate_back(cast(MarginalsDesign, des), x_roots, v_roots)
+                if root_inv is not None and root_inv.any():
+                    xr[root_inv] = cast(np.ndarray, root_exact)
+                    vr[root_inv] = 0.0
+            x_top_final, fixed = down.top(x_top, v_top, xr, vr)
         if top.n_nodes:
-            finish(top, tnoisy, tvar, x_top_final if tail else x_top, v_top)
+            finish(top, tnoisy, tvar, x_top, v_top, x_top_final)
         first = 0
         for task in part.tasks():
             noisy, var = store.get(task)
             m = task.roots.size
-            x, xv = engine.down(task, noisy.astype(np.float64), var.reshape(-1, 1), x_roots[first:first + m],
-                                v_roots[first:first + m])
-            if tail:
-                x = down.down(task, x, xv, [f[first:first + m] for f in fixed])
+            x, xv = engine.down(task, noisy.astype(np.float64), var.reshape(task.n_nodes, -1),
+                                x_roots[first:first + m], v_roots[first:first + m])
+            if marg:
+                x, xv = cells(task.index, None if inv is None else inv[task.nodes], x, xv)
+            final = down.down(task, x, xv, [f[first:first + m] for f in fixed]) if tail else None
             first += m
-            finish(task, noisy, var, x, xv)
+            finish(task, noisy, var, x, xv, final)
     return Measurements(values=np.zeros((0, n_cells)), variance=None, spends=spends, levels=levels, info=info)
 
 
@@ -972,32 +1037,43 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
     vals_internal = tree.to_internal(vals).reshape(tree.n_nodes, n_cells)
     acc, decomposition = open_account(r, tree, structure)
     ticket, session = _reserve(session, r)
+    marg = isinstance(r.plan, Marginals)
     integer = bool(r.plan.mechanism.integer) and np.issubdtype(vals_internal.dtype, np.integer)  # type: ignore
-    store = _MemoryStore(part, n_cells, np.int64 if integer else np.float64)
+    store = _MemoryStore(part, n_cells, np.float64 if marg or not integer else np.int64,
+                         n_cells if marg else 1)
     x_full = np.empty((tree.n_nodes, n_cells))
-    v_full = np.empty(tree.n_nodes)
-    infos: list[dict[str, Any]] = []
+    v_full = np.empty((tree.n_nodes, n_cells) if marg else tree.n_nodes)
+    # marginals: the measurements are the plan's GLS estimate (as in memory), not the store's rotated columns
+    mx_full = np.empty((tree.n_nodes, n_cells)) if marg else None
     last: list[Estimate] = []
 
     def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Measurements) -> None:
         x_full[task.nodes] = est.values
         v_full[task.nodes] = est.variance
-        infos.append(est.info)
+        if mx_full is not None:
+            mx_full[task.nodes] = meas.values
         last[:] = [est]
 
     meas = _run_split(r, part, step, tail, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
                       total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
-    if step is None:
+    if marg:
+        noisy, var = cast(np.ndarray, mx_full), v_full.copy()
+        est = Estimate(x_full.astype(last[0].values.dtype), v_full, dict(last[0].info), var, last[0].linear, True)
+    elif step is None:
         est = _unmeasured_missing(Estimate(noisy, var, dict(meas.info), var, True, False), [])
     elif tail:  # the top-down steps' values, info and flags (as every part's)
         est = Estimate(x_full.astype(last[0].values.dtype), v_full, dict(last[0].info), var, last[0].linear, True)
     else:
         est = Estimate(x_full, v_full, subtrees.gls_info(step, var), var, True, True)
     if vals.ndim == 1:
-        est = Estimate(est.values[:, 0], est.variance, est.info, est.measurement_variance, est.linear, est.consistent)
-        noisy = noisy[:, 0]
+        def cell0(a: Any) -> Any:  # marginals' variances are per cell
+            return a[:, 0] if marg and a is not None else a
+
+        est = Estimate(est.values[:, 0], cell0(est.variance), est.info, cell0(est.measurement_variance),
+                       est.linear, est.consistent)
+        noisy, var = noisy[:, 0], cell0(var)
     if r.invariant_names:
         est = _check_invariants_kept(est, vals_internal[r.invariants].reshape(
             (-1,) + vals.shape[1:]), r.invariants, r.postprocessors, r.cover)

@@ -814,11 +814,12 @@ class _DiskStore:
 class _MemoryStore:
     """The measurements of every node, assembled in full arrays (the in-memory result)."""
 
-    def __init__(self, part: subtrees.Partition, n_cells: int, dtype: Any, var_cells: int = 1) -> None:
+    def __init__(self, part: subtrees.Partition, n_cells: int, dtype: Any, per_cell: bool = False) -> None:
         self.part = part
         self.noisy = np.zeros((part.tree.n_nodes, n_cells), dtype=dtype)
         n = part.tree.n_nodes
-        self.var = np.full(n, np.inf) if var_cells == 1 else np.full((n, var_cells), np.inf)
+        # per_level: one variance per node; marginals: one per rotated column
+        self.var = np.full((n, n_cells) if per_cell else n, np.inf)
 
     def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
         nodes = task.nodes
@@ -1039,8 +1040,7 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
     ticket, session = _reserve(session, r)
     marg = isinstance(r.plan, Marginals)
     integer = bool(r.plan.mechanism.integer) and np.issubdtype(vals_internal.dtype, np.integer)  # type: ignore
-    store = _MemoryStore(part, n_cells, np.float64 if marg or not integer else np.int64,
-                         n_cells if marg else 1)
+    store = _MemoryStore(part, n_cells, np.float64 if marg or not integer else np.int64, per_cell=marg)
     x_full = np.empty((tree.n_nodes, n_cells))
     v_full = np.empty((tree.n_nodes, n_cells) if marg else tree.n_nodes)
     # marginals: the measurements are the plan's GLS estimate (as in memory), not the store's rotated columns

@@ -569,8 +569,9 @@ def release(
     (the level and blocks chosen so that the largest task fits), or ``{"level": ...,
     "memory": ...}``. Each task is measured, then solved bottom-up; the levels above the
     split are solved in memory; then each task top-down. The estimate equals the in-memory
-    one of the same measurements (``blue``, ``gmc``, ``postprocess=[]``; plan
-    ``per_level``), the ledger is the same plus a note of the split. Streaming:
+    one of the same measurements (``blue``, ``gmc``, ``postprocess=[]`` with plan
+    ``per_level``; plan ``marginals``' own GLS, then top-down ``nonneg``/``round`` after
+    either), the ledger is the same plus a note of the split. Streaming:
     :func:`release_by_subtree`.
 
     ``structure``: the :class:`~hierdp.decompositions.base.Structure` ``tree`` came from.
@@ -975,8 +976,9 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
             noisy, var = store.get(task)
             finish(task, noisy, var, None, None)
     else:
-        x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tvar.reshape(top.n_nodes, -1) if top.n_nodes else tvar,
-                                                    np.concatenate(z_all), np.concatenate(u_all))
+        tv = tvar.reshape(top.n_nodes, -1) if top.n_nodes else tvar
+        x_top, v_top, x_roots, v_roots = engine.top(tnoisy.astype(np.float64), tv, np.concatenate(z_all),
+                                                    np.concatenate(u_all))
         del z_all, u_all
         if marg:
             x_top, v_top = cells(top.index, None if inv is None else inv[part.top], x_top, v_top)
@@ -1107,7 +1109,8 @@ def release_by_subtree(
     for the top part (``task.index == -1``: the nodes above the split level). ``sink(task,
     estimate, measurements)`` receives each part's final estimate (values, variances; in
     ``task.nodes`` order, ``task.external_nodes`` are their external ids) and noisy
-    measurements: the top part first, then every task. The ledger is returned, not sunk.
+    measurements (plan ``marginals``: its GLS estimate with per-cell variances, as in
+    memory): the top part first, then every task. The ledger is returned, not sunk.
 
     Tasks are independent once the top is solved. Noise is keyed per node (release key,
     node, cell), so the streamed release equals the in-memory one with the same key bit for

@@ -21,6 +21,10 @@ fan-out 4, height ``--sub-height``) with ``--scale-cells`` cells, then ``2S``: t
 RSS above the floor process should stay (the issue's target: < 10% change), since tasks
 hold one subtree at a time; what grows is the public structure (~100 B per node).
 
+Part 3, the same scaling for plan ``marginals`` (cells ``a x b``, ``b = 4``; a cheap
+census-like strategy: the two 1-way marginals and the node total; its GLS by subtree over
+the Helmert-rotated columns, :mod:`hierdp.subtrees`).
+
     PYTHONPATH=. python benchmarks/bench_subtrees.py            # ~2-4 min on 2 shared cores
     PYTHONPATH=. python benchmarks/bench_subtrees.py --quick    # CI-sized
 """
@@ -83,6 +87,14 @@ class _ValueNoise:
         return ValueNoise()
 
 
+def _marginals_plan(k: int) -> dict[str, Any]:
+    """Plan ``marginals`` over ``k`` cells as ``a x b`` (``b = 4`` when 4 divides ``k``):
+    the 1-way marginals and the node total."""
+    b = 4 if k % 4 == 0 and k > 4 else 1
+    cells = {"a": k // b, "b": b}
+    return {"name": "marginals", "cells": cells, "strategy": {("a",): 0.4, ("b",): 0.4, (): 0.2}}
+
+
 def _worker(config: dict[str, Any], queue: Any) -> None:
     warnings.simplefilter("ignore")
     import hierdp
@@ -97,6 +109,8 @@ def _worker(config: dict[str, Any], queue: Any) -> None:
     if mode not in ("stream", "tree_floor"):
         counts = tree.aggregate(rng.poisson(2.0, size=(tree.n_leaves, k)))
     kw: dict[str, Any] = dict(epsilon=1.0, seed=5)
+    if config.get("plan") == "marginals":
+        kw["plan"] = _marginals_plan(k)
     out: dict[str, Any] = {"n": tree.n_nodes, "k": k}
     if True:  # every process, floors included, loads the kernels first (a small release): time the release only
         small = hierdp.Tree.complete(fanout=3, height=tree.n_levels)
@@ -153,6 +167,24 @@ def _run(config: dict[str, Any]) -> dict[str, Any]:
     return in_fresh_process(_worker, dict(config))
 
 
+def _part3(args: Any) -> None:
+    """Part 3: streaming scaling of plan ``marginals`` (S, then 2S equal subtrees)."""
+    print(f"part 3: the same streaming scaling for plan 'marginals' ({_marginals_plan(args.scale_cells)['cells']}, "
+          "1-way marginals and the total)")
+    out = []
+    for s in (args.subtrees, 2 * args.subtrees):
+        cfg = {"kind": "forest", "a": s, "b": args.sub_height, "k": args.scale_cells, "plan": "marginals"}
+        fl = _run({**cfg, "mode": "tree_floor"})
+        r = _run({**cfg, "mode": "stream", "split": "L1"})
+        above = r["rss_mib"] - fl["rss_mib"]
+        out.append((r["rss_mib"], above))
+        print(f"  S = {s:3d}: {r['n']:>10,} nodes, {r['tasks']} tasks of <= {r['largest']:,} nodes: "
+              f"{r['seconds']:6.2f} s ({r['seconds'] / (r['n'] * r['k']) * 1e9:.0f} ns/node-cell), peak RSS "
+              f"{r['rss_mib']:.0f} MiB (floor process {fl['rss_mib']:.0f}, above it {above:.0f})")
+    print(f"  doubling S changes peak RSS by {100 * (out[1][0] / out[0][0] - 1):+.1f}% (target < 10%); "
+          f"above the floor process by {100 * (out[1][1] / max(out[0][1], 1e-9) - 1):+.1f}%")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fanout", type=int, default=10)
@@ -162,9 +194,14 @@ def main() -> None:
     ap.add_argument("--sub-height", type=int, default=9, help="height of each equal subtree (fan-out 4)")
     ap.add_argument("--scale-cells", type=int, default=64)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only-marginals", action="store_true", help="run part 3 only")
     args = ap.parse_args()
     if args.quick:
         args.fanout, args.height, args.subtrees, args.sub_height, args.scale_cells = 6, 5, 2, 6, 16
+    if args.only_marginals:
+        _part3(args)
+        print("  (shared 2-core VM: times are noisy; RSS figures are steadier)")
+        return
     k = args.cells
     base = {"kind": "complete", "a": args.fanout, "b": args.height, "k": k}
     eq = _run({**base, "mode": "equal", "levels": [f"L{lv}" for lv in range(args.height)]})  # compiles too
@@ -206,6 +243,8 @@ def main() -> None:
               f"{r['rss_mib']:.0f} MiB (floor process {fl['rss_mib']:.0f}, above it {above:.0f})")
     print(f"  doubling S changes peak RSS by {100 * (out[1][0] / out[0][0] - 1):+.1f}% (target < 10%); "
           f"above the floor process by {100 * (out[1][1] / max(out[0][1], 1e-9) - 1):+.1f}%")
+    print()
+    _part3(args)
     print("  (shared 2-core VM: times are noisy; RSS figures are steadier)")
 
 

@@ -565,17 +565,18 @@ def release_to_dataset(
             for t in range(part.n_tasks):
                 with np.load(spill_of(t)) as f:
                     roots_all.append(f["roots"])
-                    if step is not None:
+                    if stages.gls:
                         z_all.append(f["z"])
                         u_all.append(f["u"])
             tnoisy, tvar = stages.top_measured(top, counts_of(top) if top.n_nodes else None,
                                                np.concatenate(roots_all))
             del roots_all
-            x_top, v_top, x_roots, v_roots, fixed = stages.top(
-                tnoisy, tvar, np.concatenate(z_all) if z_all else None, np.concatenate(u_all) if u_all else None)
+            sol = stages.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
+                             np.concatenate(u_all) if u_all else None)
+            x_roots, v_roots, fixed = sol.x_roots, sol.v_roots, sol.fixed
             del z_all, u_all
             if top.n_nodes:
-                est, _ = stages.finish(top, tnoisy, tvar, x_top, v_top)
+                est, _ = stages.finish_top(top, tnoisy, tvar, sol)
                 _write_part(out / part_name(-1), _part_table(tree, top, est, cells, n_cells, dense, std),
                             ledger_json, ledger.release_id)
                 checkpoint()

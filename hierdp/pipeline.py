@@ -49,6 +49,7 @@ from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans import per_level as PL
 from hierdp.plans.base import Plan
+from hierdp.plans.marginals import Marginals, MarginalsDesign
 from hierdp.plans.per_level import PerLevel
 from hierdp.postprocessors.base import PostProcessor, node_values, node_variance
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
@@ -568,8 +569,9 @@ def release(
     (the level and blocks chosen so that the largest task fits), or ``{"level": ...,
     "memory": ...}``. Each task is measured, then solved bottom-up; the levels above the
     split are solved in memory; then each task top-down. The estimate equals the in-memory
-    one of the same measurements (``blue``, ``gmc``, ``postprocess=[]``; plan
-    ``per_level``), the ledger is the same plus a note of the split. Streaming:
+    one of the same measurements (``blue``, ``gmc``, ``postprocess=[]`` with plan
+    ``per_level``; plan ``marginals``' own GLS, then top-down ``nonneg``/``round`` after
+    either), the ledger is the same plus a note of the split. Streaming:
     :func:`release_by_subtree`.
 
     ``structure``: the :class:`~hierdp.decompositions.base.Structure` ``tree`` came from.
@@ -705,30 +707,34 @@ class SplitRun:
 
 def _split_setup(tree: Tree, n_cells: int, split: Any, keywords: dict[str, Any]
                  ) -> tuple[Resolved, subtrees.Partition, PostProcessor | None, list[PostProcessor]]:
-    """Resolve a split release (plan ``per_level`` only; a chain of one GLS step or none,
-    then top-down ``nonneg``/``round``) and cut the tree; refusals before any count is read
-    or noise drawn."""
+    """Resolve a split release (plan ``per_level``: a chain of one GLS step or none, then
+    top-down ``nonneg``/``round``; plan ``marginals``: its own GLS, then those top-down
+    steps) and cut the tree; refusals before any count is read or noise drawn."""
     r = resolve(tree, n_cells=n_cells, **keywords)
-    if not isinstance(r.plan, PerLevel):
-        raise PluginError(f"plan {r.plan.name!r} cannot run by subtree (split=): only plan 'per_level' measures "
-                          "node by node with a budget fixed on the whole tree; leave split out")
-    step, tail = subtrees.split_chain(r.postprocessors)
+    if not isinstance(r.plan, (PerLevel, Marginals)):
+        raise PluginError(f"plan {r.plan.name!r} cannot run by subtree (split=): only plans 'per_level' and "
+                          "'marginals' measure node by node with a budget fixed on the whole tree; leave split out")
+    if isinstance(r.plan, Marginals):
+        subtrees.check_marginals(r.plan)
+    step, tail = subtrees.split_chain(r.postprocessors, plan_gls=isinstance(r.plan, Marginals))
     part = subtrees.partition(tree, split, n_cells=n_cells)
     if tail:  # refuses invariants below the split before anything is read
         subtrees.SplitTopDown(part, tail, r.invariants if r.invariant_names else None)
     return r, part, step, tail
 
 
-def _chain_result(r: Resolved, step: PostProcessor | None, tail: list[PostProcessor], variances: np.ndarray
-                  ) -> Estimate:
+def _chain_result(r: Resolved, step: PostProcessor | None, tail: list[PostProcessor], variances: np.ndarray,
+                  info: Mapping[str, Any] | None = None) -> Estimate:
     """The in-memory chain run on one node measured with each of ``variances``' distinct
     values: its ``info``, flags and dtype are what the whole chain returns (they depend
-    on the steps and the kinds of variance, not on the values)."""
+    on the steps and the kinds of variance, not on the values). ``info``: the plan's
+    measurement info (its ``consistent``/``linear`` flags, e.g. ``marginals``' estimate)."""
     steps = ([step] if step is not None else []) + tail
     v = np.asarray(variances, dtype=np.float64)
     v = v[np.isfinite(v) & (v > 0)]
     one = Tree.from_parent(np.full(1, -1))
-    return run_chain(one, Measurements(np.zeros(1), np.full(1, float(v[0]) if v.size else 1.0)), steps)
+    return run_chain(one, Measurements(np.zeros(1), np.full(1, float(v[0]) if v.size else 1.0),
+                                       info=dict(info or {})), steps)
 
 
 def _part_count_problem(parent: np.ndarray, vals: np.ndarray, check: Any) -> str | None:
@@ -809,10 +815,12 @@ class _DiskStore:
 class _MemoryStore:
     """The measurements of every node, assembled in full arrays (the in-memory result)."""
 
-    def __init__(self, part: subtrees.Partition, n_cells: int, dtype: Any) -> None:
+    def __init__(self, part: subtrees.Partition, n_cells: int, dtype: Any, per_cell: bool = False) -> None:
         self.part = part
         self.noisy = np.zeros((part.tree.n_nodes, n_cells), dtype=dtype)
-        self.var = np.full(part.tree.n_nodes, np.inf)
+        n = part.tree.n_nodes
+        # per_level: one variance per node; marginals: one per rotated column
+        self.var = np.full((n, n_cells) if per_cell else n, np.inf)
 
     def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
         nodes = task.nodes
@@ -844,34 +852,55 @@ class _SplitStages:
     """The stages of a split release (:mod:`hierdp.subtrees`) as separate steps, so that the
     in-memory and streamed releases (:func:`_run_split`) and the out-of-core runner
     (:mod:`hierdp.outofcore`, tasks on workers, state spilled between stages) run one code
-    path: :meth:`up` per task (measure, pass up), :meth:`top` once (the levels above the
-    split, in memory), :meth:`down` per task (pass down, top-down steps, the part's
-    estimate). Thread-safe once built: the methods only read the shared state (``exact``
-    is written per task index).
+    path: :meth:`up` per task (measure, pass up), :meth:`top_measured` and :meth:`top` once
+    (the levels above the split, in memory), :meth:`down` per task (pass down, top-down
+    steps, the part's estimate). Thread-safe once built: the methods only read the shared
+    state (``exact`` is written per task index; ``top_measured``/``top`` run once).
 
     Every node's noise is keyed by ``key``, its id in the full tree and its cell
-    (:func:`hierdp.plans.per_level.measure_nodes`), so it is the noise the in-memory release
-    with the same key draws, whatever the split, the task order or the thread count."""
+    (:func:`hierdp.plans.per_level.measure_nodes`; for ``marginals`` the marginal and its
+    cell, :meth:`hierdp.plans.marginals.Marginals.measure_rotated`), so it is the noise the
+    in-memory release with the same key draws, whatever the split, the task order or the
+    thread count. ``marginals`` runs its GLS as the split GLS over the rotated columns
+    (each node's cells rotated by the Helmert basis: ``k`` independent tree problems, one
+    two-pass BLUE over ``(n, k)``), then rotates each part back."""
 
     def __init__(self, r: Resolved, part: subtrees.Partition, step: PostProcessor | None,
                  tail: list[PostProcessor], n_cells: int, *, total: float, key: NoiseKey, check_counts: Any) -> None:
         self.r, self.part, self.step, self.tail, self.n_cells = r, part, step, tail, n_cells
         self.key, self.check_counts = key, check_counts
         self.tree = tree = part.tree
-        self.plan = plan = cast(PerLevel, r.plan)
-        self.alloc, self.levels, self.spends, self.info = subtrees.per_level_allocation(
-            plan, tree, total, sensitivity=r.sensitivity, delta=r.loss.delta,
-            invariants=r.invariants if r.invariant_names else None)
-        self.mech, self.sens = plan.mechanism, r.sensitivity
-        self.inv = r.invariants if r.invariant_names else None
+        self.inv = inv = r.invariants if r.invariant_names else None
+        self.marg = marg = isinstance(r.plan, Marginals)
+        self.des: MarginalsDesign | None = None
+        if marg:
+            self.mplan = mplan = cast(Marginals, r.plan)
+            self.des = des = subtrees.marginals_design(mplan, tree, total, n_cells=n_cells, sensitivity=r.sensitivity,
+                                                       neighbours=r.neighbours, invariants=inv,
+                                                       invariants_cover=r.cover)
+            self.levels, self.spends, self.info = list(des.levels), list(des.spends), dict(des.info)
+            self.alloc: dict[str, float] = {}
+            level_var = np.array([ls.noise_variance for ls in self.levels if ls.n_nodes and ls.measured] + [1.0])
+            self.tail_est = _chain_result(r, None, tail, level_var, self.info) if tail else None
+            self.step_info: dict[str, Any] = {}
+        else:
+            plan = cast(PerLevel, r.plan)
+            self.alloc, self.levels, self.spends, self.info = subtrees.per_level_allocation(
+                plan, tree, total, sensitivity=r.sensitivity, delta=r.loss.delta, invariants=inv)
+            self.mech, self.sens = plan.mechanism, r.sensitivity
+            # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
+            level_var = np.array([ls.noise_variance for ls in self.levels if ls.n_nodes]
+                                 + ([0.0] if inv is not None else []))
+            self.step_info = subtrees.gls_info(step, level_var) if step is not None else {}
+            self.tail_est = _chain_result(r, step, tail, level_var) if tail else None
+        #: whether a GLS runs (the plan's own for ``marginals``, else the chain's first step)
+        self.gls = marg or step is not None
+        #: ``marginals`` with invariants on every cell: those cells are exact after the rotation back
+        self.exact_cells = marg and inv is not None and not cast(MarginalsDesign, self.des).totals_only
         self.engine = subtrees.SplitGLS(part)
-        # what the in-memory step says of these variances: the levels' and 0 for invariant nodes
-        level_var = np.array([ls.noise_variance for ls in self.levels if ls.n_nodes]
-                             + ([0.0] if self.inv is not None else []))
-        self.step_info = subtrees.gls_info(step, level_var) if step is not None else {}
-        self.tail_est = _chain_result(r, step, tail, level_var) if tail else None
-        self.down_steps = subtrees.SplitTopDown(part, tail, self.inv) if tail else None
+        self.down_steps = subtrees.SplitTopDown(part, tail, inv) if tail else None
         self.exact: dict[int, np.ndarray] = {}  # invariant values per task (published exactly)
+        self._root_exact: tuple[np.ndarray, np.ndarray] | None = None
 
     def summary(self) -> Measurements:
         """The plan's spends, levels and info as :class:`~hierdp.measurements.Measurements`
@@ -879,82 +908,145 @@ class _SplitStages:
         return Measurements(values=np.zeros((0, self.n_cells)), variance=None, spends=self.spends,
                             levels=self.levels, info=self.info)
 
-    def measured(self, task: subtrees.SubtreeTask, vals: np.ndarray, budgets: Mapping[str, float]
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        tree, mech, sens, key, inv, exact = self.tree, self.mech, self.sens, self.key, self.inv, self.exact
-        noisy, var = PL.measure_nodes(tree, vals, task.nodes, budgets, mech, sens, key)
-        if inv is not None and inv[task.nodes].any():
-            noisy, var = PL.apply_invariants(vals, noisy, var, inv[task.nodes])
-            exact[task.index] = vals[inv[task.nodes]]
+    def measured(self, task: subtrees.SubtreeTask, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The task's measurements as the GLS takes them: (m, k) values and (m,) or (m, k)
+        variances (the rotated columns for ``marginals``)."""
+        tree, key, inv = self.tree, self.key, self.inv
+        inv_rows = None if inv is None else inv[task.nodes]
+        some = inv_rows is not None and bool(inv_rows.any())
+        if self.des is not None:
+            noisy, var = self.mplan.measure_rotated(self.des, tree.internal.depth[task.nodes], vals, task.nodes, key,
+                                                    inv_rows if some else None)
+        else:
+            noisy, var = PL.measure_nodes(tree, vals, task.nodes, self.alloc, self.mech, self.sens, key)
+            if some:
+                noisy, var = PL.apply_invariants(vals, noisy, var, cast(np.ndarray, inv_rows))
+        if some:
+            self.exact[task.index] = vals[cast(np.ndarray, inv_rows)]
         return noisy, var
 
     def up(self, task: subtrees.SubtreeTask, counts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                    np.ndarray | None, np.ndarray | None]:
         """Stage 1 of a task: its counts checked and measured, then its pass up. Returns the
         noisy values and variances (``task.nodes`` order), the roots' true counts (for the
-        top part's check; never written out of the work folder) and ``(z, u)`` of each
-        root (``None`` without a GLS step)."""
+        top part's check and the invariant roots' exact cells; never written out of the
+        work folder) and ``(z, u)`` of each root (``None`` without a GLS)."""
         vals = _task_counts(task, counts, self.n_cells)
         rules.enforce(_part_count_problem(task.parent[1:] - 1, vals, self.check_counts), DataError)
-        noisy, var = self.measured(task, vals, self.alloc)
+        noisy, var = self.measured(task, vals)
         z = u = None
-        if self.step is not None:
-            z, u = self.engine.up(task, noisy.astype(np.float64), var.reshape(-1, 1))
+        if self.gls:
+            z, u = self.engine.up(task, noisy.astype(np.float64), var.reshape(task.n_nodes, -1))
         return noisy, var, vals[task.root_pos], z, u
 
     def top_measured(self, top: subtrees.SubtreeTask, counts: Any, roots_vals: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Stage 2, measuring: the top part's counts checked (with the roots' counts of every
         task, ``part.roots`` order) and measured."""
-        part, tree = self.part, self.tree
+        part, tree, inv = self.part, self.tree, self.inv
+        if inv is not None and self.exact_cells and self.tail:  # invariant roots: their exact cells, top-down
+            root_inv = inv[part.roots]
+            self._root_exact = (root_inv, roots_vals[root_inv])
         if not top.n_nodes:
-            return np.zeros((0, self.n_cells)), np.zeros(0)
+            return np.zeros((0, self.n_cells)), (np.zeros((0, self.n_cells)) if self.marg else np.zeros(0))
         tvals = _task_counts(top, counts, self.n_cells)
         both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
         rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), self.check_counts), DataError)
-        return self.measured(top, tvals, self.alloc)
+        return self.measured(top, tvals)
 
-    def top(self, tnoisy: np.ndarray, tvar: np.ndarray, z: np.ndarray | None, u: np.ndarray | None
-            ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray, list[np.ndarray]]:
-        """Stage 2, solving: the top part's final values and variances (``None`` without a
-        GLS step), the roots' values and variances (``part.roots`` order) and, per top-down
-        step, the roots' values each task is held to."""
-        if self.step is None:
-            return None, None, np.zeros((0, self.n_cells)), np.zeros((0, 1)), []
-        x_top, v_top, x_roots, v_roots = self.engine.top(tnoisy.astype(np.float64), tvar.reshape(-1, 1),
-                                                         cast(np.ndarray, z), cast(np.ndarray, u))
+    def _cells(self, task_index: int, mask: np.ndarray | None, x: np.ndarray, xv: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """``marginals``: rotated GLS values back to cells, invariant cells exact (as in memory)."""
+        xc, vc = Marginals.rotate_back(cast(MarginalsDesign, self.des), x, xv)
+        if self.exact_cells and mask is not None and task_index in self.exact:
+            xc[mask] = self.exact[task_index]
+            vc[mask] = 0.0
+        return xc, vc
+
+    def top(self, tnoisy: np.ndarray, tvar: np.ndarray, z: np.ndarray | None, u: np.ndarray | None) -> _TopSolution:
+        """Stage 2, solving: the top part's GLS values and variances (cells) and its final
+        values after the top-down steps (``None`` without a GLS), the roots' values and
+        variances as the pass down takes them (``part.roots`` order; rotated columns for
+        ``marginals``) and, per top-down step, the roots' values each task is held to."""
+        n_top = int(self.part.top.size)
+        if not self.gls:
+            return _TopSolution(None, None, None, np.zeros((0, self.n_cells)), np.zeros((0, 1)), [])
+        tv = tvar.reshape(n_top, -1) if n_top else tvar
+        x_top, v_top, x_roots, v_roots = self.engine.top(tnoisy.astype(np.float64), tv, cast(np.ndarray, z),
+                                                         cast(np.ndarray, u))
+        inv = self.inv
+        if self.marg:
+            x_top, v_top = self._cells(-1, None if inv is None else inv[self.part.top], x_top, v_top)
         fixed: list[np.ndarray] = []
+        final = x_top
         if self.down_steps is not None:  # the top-down steps: the top part first, then each task under its roots
-            x_top, fixed = self.down_steps.top(x_top, v_top, x_roots, v_roots)
-        return x_top, v_top, x_roots, v_roots, fixed
+            xr, vr = x_roots, v_roots
+            if self.marg:
+                xr, vr = Marginals.rotate_back(cast(MarginalsDesign, self.des), x_roots, v_roots)
+                if self._root_exact is not None and self._root_exact[0].any():
+                    xr[self._root_exact[0]] = self._root_exact[1]
+                    vr[self._root_exact[0]] = 0.0
+            final, fixed = self.down_steps.top(x_top, v_top, xr, vr)
+        return _TopSolution(x_top, v_top, final, x_roots, v_roots, fixed)
+
+    def finish_top(self, top: subtrees.SubtreeTask, tnoisy: np.ndarray, tvar: np.ndarray, sol: _TopSolution
+                   ) -> tuple[Estimate, Measurements]:
+        """The top part's estimate and measurements (after :meth:`top`)."""
+        return self.finish(top, tnoisy, tvar, sol.x_top, sol.v_top, sol.final_top)
 
     def down(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, x_roots: np.ndarray,
              v_roots: np.ndarray, fixed: list[np.ndarray]) -> tuple[Estimate, Measurements]:
         """Stage 3 of a task: its pass down from its roots' values (the task's roots, in
         order; ``fixed``: per top-down step), then the top-down steps; the part's estimate."""
-        if self.step is None:
+        if not self.gls:
             return self.finish(task, noisy, var, None, None)
-        x, xv = self.engine.down(task, noisy.astype(np.float64), var.reshape(-1, 1), x_roots, v_roots)
-        if self.down_steps is not None:
-            x = self.down_steps.down(task, x, xv, fixed)
-        return self.finish(task, noisy, var, x, xv)
+        x, xv = self.engine.down(task, noisy.astype(np.float64), var.reshape(task.n_nodes, -1), x_roots, v_roots)
+        if self.marg:
+            x, xv = self._cells(task.index, None if self.inv is None else self.inv[task.nodes], x, xv)
+        final = self.down_steps.down(task, x, xv, fixed) if self.down_steps is not None else None
+        return self.finish(task, noisy, var, x, xv, final)
 
     def finish(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, x: np.ndarray | None,
-               xv: np.ndarray | None) -> tuple[Estimate, Measurements]:
+               xv: np.ndarray | None, final: np.ndarray | None = None) -> tuple[Estimate, Measurements]:
+        """The part's estimate and measurements: ``x``/``xv`` the GLS estimate (cells),
+        ``final`` the top-down steps' values when the chain has them."""
         step, tail_est, info, step_info, exact, inv, r = (self.step, self.tail_est, self.info, self.step_info,
                                                           self.exact, self.inv, self.r)
-        meas = Measurements(noisy, var, info=dict(info))
-        if step is None:  # postprocess=[]: the measurements are the estimate
-            est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
-        elif tail_est is not None:
-            est = Estimate(np.asarray(x, dtype=tail_est.values.dtype), cast(np.ndarray, xv)[:, 0],
-                           dict(tail_est.info), var, tail_est.linear, True)
+        if self.marg:  # the plan's measurements are its GLS estimate (as in memory)
+            x_c, v_c = cast(np.ndarray, x), cast(np.ndarray, xv)
+            meas = Measurements(x_c, v_c, info=dict(info))
+            if tail_est is not None:
+                est = Estimate(np.asarray(final, dtype=tail_est.values.dtype), v_c, dict(tail_est.info), v_c,
+                               tail_est.linear, True)
+            else:
+                est = Estimate(x_c, v_c, dict(info), v_c, True, True)
         else:
-            est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], dict(step_info), var, True, True)
+            meas = Measurements(noisy, var, info=dict(info))
+            if step is None:  # postprocess=[]: the measurements are the estimate
+                est = _unmeasured_missing(Estimate(noisy, var, dict(info), var, True, False), [])
+            elif tail_est is not None:
+                est = Estimate(np.asarray(final, dtype=tail_est.values.dtype), cast(np.ndarray, xv)[:, 0],
+                               dict(tail_est.info), var, tail_est.linear, True)
+            else:
+                est = Estimate(cast(np.ndarray, x), cast(np.ndarray, xv)[:, 0], dict(step_info), var, True, True)
         if task.index in exact:
             est = _check_invariants_kept(est, exact[task.index], inv[task.nodes],  # type: ignore[index]
                                          r.postprocessors, r.cover)
         return est, meas
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays
+class _TopSolution:
+    """What :meth:`_SplitStages.top` solves: the top part's GLS values and variances (cells)
+    and final values (after the top-down steps), the roots' values and variances for the
+    pass down (``part.roots`` order) and, per top-down step, the roots' held values."""
+
+    x_top: np.ndarray | None
+    v_top: np.ndarray | None
+    final_top: np.ndarray | None
+    x_roots: np.ndarray
+    v_roots: np.ndarray
+    fixed: list[np.ndarray]
 
 
 def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, tail: list[PostProcessor],
@@ -982,17 +1074,16 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     if top.n_nodes:
         store.put(top, tnoisy, tvar)
     del roots_vals, root_counts
-    x_top, v_top, x_roots, v_roots, fixed = st.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
-                                                   np.concatenate(u_all) if u_all else None)
+    sol = st.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None, np.concatenate(u_all) if u_all else None)
     del z_all, u_all
     if top.n_nodes:
-        sink(top, *st.finish(top, tnoisy, tvar, x_top, v_top))
+        sink(top, *st.finish_top(top, tnoisy, tvar, sol))
     first = 0
     for task in part.tasks():
         noisy, var = store.get(task)
-        m = task.roots.size if step is not None else 0
-        sink(task, *st.down(task, noisy, var, x_roots[first:first + m], v_roots[first:first + m],
-                            [f[first:first + m] for f in fixed]))
+        m = task.roots.size if st.gls else 0
+        sink(task, *st.down(task, noisy, var, sol.x_roots[first:first + m], sol.v_roots[first:first + m],
+                            [f[first:first + m] for f in sol.fixed]))
         first += m
     return st.summary()
 
@@ -1028,32 +1119,42 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
     vals_internal = tree.to_internal(vals).reshape(tree.n_nodes, n_cells)
     acc, decomposition = open_account(r, tree, structure)
     ticket, session = _reserve(session, r)
+    marg = isinstance(r.plan, Marginals)
     integer = bool(r.plan.mechanism.integer) and np.issubdtype(vals_internal.dtype, np.integer)  # type: ignore
-    store = _MemoryStore(part, n_cells, np.int64 if integer else np.float64)
+    store = _MemoryStore(part, n_cells, np.float64 if marg or not integer else np.int64, per_cell=marg)
     x_full = np.empty((tree.n_nodes, n_cells))
-    v_full = np.empty(tree.n_nodes)
-    infos: list[dict[str, Any]] = []
+    v_full = np.empty((tree.n_nodes, n_cells) if marg else tree.n_nodes)
+    # marginals: the measurements are the plan's GLS estimate (as in memory), not the store's rotated columns
+    mx_full = np.empty((tree.n_nodes, n_cells)) if marg else None
     last: list[Estimate] = []
 
     def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Measurements) -> None:
         x_full[task.nodes] = est.values
         v_full[task.nodes] = est.variance
-        infos.append(est.info)
+        if mx_full is not None:
+            mx_full[task.nodes] = meas.values
         last[:] = [est]
 
     meas = _run_split(r, part, step, tail, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
                       total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
-    if step is None:
+    if marg:
+        noisy, var = cast(np.ndarray, mx_full), v_full.copy()
+        est = Estimate(x_full.astype(last[0].values.dtype), v_full, dict(last[0].info), var, last[0].linear, True)
+    elif step is None:
         est = _unmeasured_missing(Estimate(noisy, var, dict(meas.info), var, True, False), [])
     elif tail:  # the top-down steps' values, info and flags (as every part's)
         est = Estimate(x_full.astype(last[0].values.dtype), v_full, dict(last[0].info), var, last[0].linear, True)
     else:
         est = Estimate(x_full, v_full, subtrees.gls_info(step, var), var, True, True)
     if vals.ndim == 1:
-        est = Estimate(est.values[:, 0], est.variance, est.info, est.measurement_variance, est.linear, est.consistent)
-        noisy = noisy[:, 0]
+        def cell0(a: Any) -> Any:  # marginals' variances are per cell
+            return a[:, 0] if marg and a is not None else a
+
+        est = Estimate(est.values[:, 0], cell0(est.variance), est.info, cell0(est.measurement_variance),
+                       est.linear, est.consistent)
+        noisy, var = noisy[:, 0], cell0(var)
     if r.invariant_names:
         est = _check_invariants_kept(est, vals_internal[r.invariants].reshape(
             (-1,) + vals.shape[1:]), r.invariants, r.postprocessors, r.cover)
@@ -1087,7 +1188,8 @@ def release_by_subtree(
     for the top part (``task.index == -1``: the nodes above the split level). ``sink(task,
     estimate, measurements)`` receives each part's final estimate (values, variances; in
     ``task.nodes`` order, ``task.external_nodes`` are their external ids) and noisy
-    measurements: the top part first, then every task. The ledger is returned, not sunk.
+    measurements (plan ``marginals``: its GLS estimate with per-cell variances, as in
+    memory): the top part first, then every task. The ledger is returned, not sunk.
 
     Tasks are independent once the top is solved. Noise is keyed per node (release key,
     node, cell), so the streamed release equals the in-memory one with the same key bit for

@@ -64,10 +64,12 @@ from hierdp.tree import Tree
 if TYPE_CHECKING:
     from hierdp.mechanisms.base import Sensitivity
     from hierdp.plans.base import Plan
+    from hierdp.plans.marginals import Marginals, MarginalsDesign
     from hierdp.postprocessors.base import PostProcessor
 
 __all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "SPLIT_KEYS", "Partition", "SubtreeTask", "SplitGLS",
-           "partition", "parse_memory", "split_steps", "split_chain", "SplitTopDown", "per_level_allocation"]
+           "partition", "parse_memory", "split_steps", "split_chain", "SplitTopDown", "per_level_allocation",
+           "marginals_design", "check_marginals"]
 
 #: peak bytes per node-cell of a release (counts, measurements, estimate and working
 #: arrays; ``docs/scale.md``, "Memory per node and per cell": 50-80 B measured)
@@ -543,12 +545,48 @@ def per_level_allocation(plan: Plan, tree: Tree, total: float, *, sensitivity: S
 
 
 
+def check_marginals(plan: Marginals) -> None:
+    """Refuse, in one line and before any count is read, a ``marginals`` plan that needs
+    the whole table at once: ``integer=True`` (a global projection; a split release runs
+    ``nonneg`` and ``round`` top-down instead) or a budget strategy reading true counts."""
+    if plan.integer:
+        raise PluginError("plan 'marginals' with integer=True projects the whole table at once and cannot run by "
+                          "subtree (split=); use integer=False with postprocess=['nonneg', {'name': 'round', "
+                          "'method': 'topdown'}], or leave split out")
+    budget = plan._strategy or plan.budget
+    if getattr(budget, "reads_true_counts", False):
+        raise PluginError(f"budget strategy {budget.name!r} reads true counts to choose the split of the budget; "
+                          "a split release measures subtree by subtree and cannot: use a strategy on the tree's "
+                          "shape (e.g. 'equal') or leave split out")
+
+
+def marginals_design(plan: Marginals, tree: Tree, total: float, *, n_cells: int, sensitivity: Sensitivity,
+                     neighbours: str, invariants: np.ndarray | None, invariants_cover: str) -> MarginalsDesign:
+    """The ``marginals`` plan's design (:meth:`hierdp.plans.marginals.Marginals.design`:
+    budgets, marginals, rotated variances, spends and ledger levels) computed once on the
+    whole tree's shape for a split release; refuses, in one line, what needs the whole
+    table at once: a budget strategy that reads true counts, and ``integer=True`` (a global
+    projection; a split release runs ``nonneg`` and ``round`` top-down instead)."""
+    check_marginals(plan)
+    return plan.design(tree, (tree.n_nodes, int(n_cells)), total=total, sensitivity=sensitivity,
+                       neighbours=neighbours, invariants=invariants, invariants_cover=invariants_cover)
+
+
 # ---------------------------------------------------------------------------- top-down steps by subtree
-def split_chain(steps: Sequence[PostProcessor]) -> tuple[PostProcessor | None, list[PostProcessor]]:
+def split_chain(steps: Sequence[PostProcessor], *, plan_gls: bool = False
+                ) -> tuple[PostProcessor | None, list[PostProcessor]]:
     """The chain's GLS step (or ``None``) and the top-down steps after it (``nonneg`` with
     ``method="topdown"``, ``round``), or a one-line :class:`~hierdp.errors.PluginError`
-    for a chain a split release cannot run exactly."""
+    for a chain a split release cannot run exactly. ``plan_gls``: the plan hands on its
+    own GLS estimate (``marginals``), so the chain is only top-down steps."""
     steps = list(steps)
+    if plan_gls:
+        for pp in steps:
+            if getattr(pp, "split_mode", None) != "top_down":
+                raise PluginError(f"post-processor {pp.name!r} cannot run by subtree after the plan's own GLS "
+                                  "estimate (split=); use postprocess=[] or ['nonneg', {'name': 'round', "
+                                  "'method': 'topdown'}], or leave split out")
+        return None, steps
     cut = next((i for i, pp in enumerate(steps) if getattr(pp, "split_mode", None) == "top_down"), len(steps))
     head, tail = steps[:cut], steps[cut:]
     for pp in tail:
@@ -563,8 +601,12 @@ def split_chain(steps: Sequence[PostProcessor]) -> tuple[PostProcessor | None, l
 
 
 def _per_node(v: np.ndarray, n: int) -> np.ndarray:
-    """Per-node variances (n,) from (n,) or (n, 1) (the split GLS's shape)."""
-    return np.asarray(v, dtype=np.float64).reshape(n, -1)[:, 0] if n else np.zeros(0)
+    """Variances (n,) from (n,) or (n, 1) (the split GLS's shape), or per cell (n, k) as
+    given (the ``marginals`` plan's GLS: one variance per cell, as in memory)."""
+    if not n:
+        return np.zeros(0)
+    a = np.asarray(v, dtype=np.float64).reshape(n, -1)
+    return a[:, 0] if a.shape[1] == 1 else a
 
 
 class SplitTopDown:
@@ -593,12 +635,13 @@ class SplitTopDown:
              fixed: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
         """The steps on ``tree`` (values ``x`` (n, k), variances ``v`` (n,), in ``tree``'s
         external order); ``held`` rows take ``fixed[j]`` before step ``j`` (variance 0) and
-        the root then takes their sum. Returns the last step's values and every step's."""
+        the root then takes their sum; ``v`` may also be per cell (n, k). Returns the last
+        step's values and every step's."""
         y = np.asarray(x, dtype=np.float64)
         outs: list[np.ndarray] = []
         for j, pp in enumerate(self.tail):
             weighted = pp.name == "nonneg" or getattr(pp, "method", "") == "topdown"
-            var = np.array(v, dtype=np.float64) if weighted else np.ones(tree.n_nodes)
+            var = np.array(v, dtype=np.float64) if weighted else np.ones(np.shape(v))
             root = None
             if held is not None and fixed is not None:
                 y = y.copy()
@@ -625,7 +668,9 @@ class SplitTopDown:
         t2 = Tree.from_parent(np.concatenate((top_par, root_par)).astype(np.int64))
         k = x_roots.shape[1]
         x2 = np.concatenate((np.reshape(x_top, (part.top.size, k)), np.reshape(x_roots, (part.roots.size, k))))
-        v2 = np.concatenate((_per_node(v_top, part.top.size), _per_node(v_roots, part.roots.size)))
+        vr = _per_node(v_roots, part.roots.size)
+        vt = _per_node(v_top, part.top.size) if part.top.size else np.zeros((0,) + vr.shape[1:])
+        v2 = np.concatenate((vt, vr))
         last, outs = self._run(t2, x2, v2, None, None)
         return last[: part.top.size], [o[part.top.size:] for o in outs]
 
@@ -634,7 +679,8 @@ class SplitTopDown:
         k = x.shape[1]
         tt = task.tree()
         x2 = np.concatenate((np.zeros((1, k)), x))
-        v2 = np.concatenate(([np.inf], _per_node(xv, x.shape[0])))
+        pv = _per_node(xv, x.shape[0])
+        v2 = np.concatenate((np.full((1,) + pv.shape[1:], np.inf), pv))
         held = 1 + task.root_pos
         last, _ = self._run(tt, x2, v2, held, [f.reshape(-1, k) for f in fixed])
         return last[1:]

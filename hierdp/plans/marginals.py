@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -80,11 +81,41 @@ if TYPE_CHECKING:
     from hierdp.rng import RandomSource
     from hierdp.tree import Tree
 
-__all__ = ["Marginals", "helmert", "parse_strategy", "MEASUREMENT_BASE"]
+__all__ = ["Marginals", "MarginalsDesign", "helmert", "parse_strategy", "MEASUREMENT_BASE"]
 
 #: marginal ``j`` of a level's strategy is keyed-noise measurement ``MEASUREMENT_BASE + j``
 #: (:mod:`hierdp.keyed_noise`; node identities already separate the levels)
 MEASUREMENT_BASE = 16
+
+
+@dataclass(frozen=True)
+class _LevelDesign:
+    """One measured level: its marginals ``(summed axes, budget, noise variance,
+    measurement number)`` and the rotated columns' information ``lambda`` and ``1 / lambda``."""
+
+    marginals: list[tuple[tuple[int, ...], float, float, int]]
+    lam: np.ndarray
+    inv_lam: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class MarginalsDesign:
+    """What :meth:`Marginals.design` fixes before any count is read: the cell sizes, per
+    depth the level's marginals (``None``: not measured), the marginals' sensitivity, the
+    invariant mode, and the plan's spends, ledger levels and ``info`` as the in-memory
+    release states them. Public structure and budgets only (no count)."""
+
+    sizes: tuple[int, ...]
+    k: int
+    per_depth: list[_LevelDesign | None] = field(repr=False)
+    sensitivity: Sensitivity = field(repr=False)
+    totals_only: bool
+    has_invariants: bool
+    spends: list[Spend] = field(repr=False)
+    levels: list[LevelSpend] = field(repr=False)
+    info: dict[str, Any] = field(repr=False)
+    reads_true_counts: bool = False
+    budget_strategy: str = ""
 
 
 def helmert(m: int) -> np.ndarray:
@@ -311,17 +342,9 @@ class Marginals(Plan):
             out[lv] = spec
         return out
 
-    def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
-                sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
-                neighbours: str = "add_remove", invariants_cover: str = "cells", key: NoiseKey | None = None,
-                node_ids: np.ndarray | None = None) -> Measurements:
-        """The GLS estimate (see the class). ``key`` and ``node_ids``: noise keyed per node
-        (:func:`hierdp.plans.per_level.measure`); marginal ``j`` of a level's strategy (in
-        its listed order) is measurement ``MEASUREMENT_BASE + j``, its cells indexed
-        row-major over the dimensions it keeps."""
-        key = key_for(rng, key)
-        ids = node_identities(tree, node_ids)
-        if self.cells is None and (values.ndim == 1 or values.shape[1] == 1):
+    def _cells_of(self, values_shape: tuple[int, ...]) -> tuple[list[str], tuple[int, ...]]:
+        """The cell dimensions' names and sizes for values of shape ``(n,)`` or ``(n, k)``."""
+        if self.cells is None and (len(values_shape) == 1 or values_shape[1] == 1):
             self_cells: list[tuple[str, int]] = []  # one count per node: no cell dimension
         elif self.cells is None:
             raise PluginError("plan 'marginals' needs cells= (the cell dimensions and their sizes), e.g. "
@@ -329,13 +352,24 @@ class Marginals(Plan):
                               "df.dptree(..., cells=...) fills it")
         else:
             self_cells = self.cells
-        names = [n for n, _ in self_cells]
-        sizes = tuple(s for _, s in self_cells)
-        k = int(np.prod(sizes))
-        vals = values if values.ndim == 2 else values.reshape(-1, 1)
-        if vals.shape[1] != k:
+        k = int(np.prod([s for _, s in self_cells]))
+        got = 1 if len(values_shape) == 1 else values_shape[1]
+        if got != k:
             raise DataError(f"plan 'marginals': the cells {dict(self_cells)} make {k} cells per node but the values "
-                            f"have {vals.shape[1]}")
+                            f"have {got}")
+        return [n for n, _ in self_cells], tuple(s for _, s in self_cells)
+
+    def design(self, tree: Tree, values_shape: tuple[int, ...], *, total: float, sensitivity: Sensitivity,
+               neighbours: str = "add_remove", invariants: np.ndarray | None = None,
+               invariants_cover: str = "cells", true_values: np.ndarray | None = None) -> MarginalsDesign:
+        """Everything of the measurement but the counts and the noise: the budget of each
+        level (on the whole tree's shape; ``true_values``, external order, only for a
+        strategy that reads them), each level's marginals with their budgets, variances and
+        keyed-noise measurement numbers, and the rotated-column variances ``1 / lambda_d``
+        (module docstring). A release by subtree computes it once and measures each task
+        with it (:meth:`measure_rotated`), so every node gets the in-memory noise."""
+        names, sizes = self._cells_of(values_shape)
+        k = int(np.prod(sizes))
         strat = self._level_strategy(tree, names)
         mech = self.mechanism
         msens = rules.marginal_sensitivity(sensitivity, neighbours)
@@ -344,37 +378,30 @@ class Marginals(Plan):
         # node-total invariants leave the other directions of those nodes to measure
         inv_levels = [] if totals_only else invariant_levels(tree, invariants)
         alloc, desc, reads_true = resolve_budget(tree, total, self.budget if self._strategy is None else self._strategy,
-                                                 mechanism=mech, sensitivity=msens,
-                                                 true_values=tree.to_external(vals), invariant_levels=inv_levels)
-        n = tree.n_nodes
-        z = np.zeros((n, k))
-        zvar = np.full((n, k), np.inf)
+                                                 mechanism=mech, sensitivity=msens, true_values=true_values,
+                                                 invariant_levels=inv_levels)
         spends: list[Spend] = []
         levels: list[LevelSpend] = []
         described: dict[str, Any] = {}
+        per_depth: list[_LevelDesign | None] = []
         unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"
         for d, lv in enumerate(tree.level_names):
             b = float(alloc.get(lv, 0.0))
             idx = tree.internal.level_index[d]
-            X = vals[idx]
-            n_d = X.shape[0]
+            n_d = (idx.stop - idx.start) if isinstance(idx, slice) else int(np.size(idx))
             if b <= 0:
                 levels.append(LevelSpend(level=lv, depth=d, budget=0.0, unit=mech.budget_unit, mechanism=mech.name,
                                          n_nodes=n_d, noise_variance=0.0 if lv in inv_levels else math.inf,
                                          sensitivity_l1=msens.l1, sensitivity_l2=msens.l2))
+                per_depth.append(None)
                 continue
-            Xc = X.reshape((n_d,) + sizes)
-            rhs = np.zeros((n_d,) + sizes)
             lam = np.zeros(sizes)
             described[lv] = []
+            marg: list[tuple[tuple[int, ...], float, float, int]] = []
             for j, (dims, share) in enumerate(strat[lv].items()):
                 summed = tuple(i for i, nm in enumerate(names) if nm not in dims)
-                true_m = Xc.sum(axis=tuple(1 + i for i in summed)) if summed else Xc
                 var_m = float(mech.variance(share * b, msens))
-                flat_m = np.ascontiguousarray(true_m).reshape(n_d, -1)
-                noisy_m = mech.sample_keyed(flat_m, share * b, msens, key, ids[idx], MEASUREMENT_BASE + j)
-                noisy_m = np.asarray(noisy_m).reshape(true_m.shape)
-                rhs += np.expand_dims(np.asarray(noisy_m, dtype=np.float64), tuple(1 + i for i in summed)) / var_m
+                marg.append((summed, share * b, var_m, MEASUREMENT_BASE + j))
                 ind = np.ones(sizes)
                 for i in summed:
                     e0 = np.zeros(sizes[i])
@@ -383,36 +410,15 @@ class Marginals(Plan):
                 lam += ind * float(np.prod([sizes[i] for i in summed])) / var_m
                 described[lv].append({"dims": [nm for nm in names if nm in dims], "share": share,
                                       "budget": share * b, "noise_variance": var_m})
-            zt = _apply(rhs, "fwd").reshape(n_d, k)
             lam_f = lam.reshape(k)
             with np.errstate(divide="ignore"):
                 inv_lam = np.where(lam_f > 0, 1.0 / np.where(lam_f > 0, lam_f, 1.0), np.inf)
-            z[idx] = np.where(lam_f > 0, zt / np.where(lam_f > 0, lam_f, 1.0), 0.0)
-            zvar[idx] = inv_lam
+            per_depth.append(_LevelDesign(marginals=marg, lam=lam_f, inv_lam=inv_lam))
             cell_var = _cell_variance(inv_lam.reshape((1,) + sizes)).reshape(k)
             spends.append(Spend(b, unit, label=lv))
             levels.append(LevelSpend(level=lv, depth=d, budget=b, unit=mech.budget_unit, mechanism=mech.name,
                                      n_nodes=n_d, noise_variance=float(np.mean(cell_var)),
                                      sensitivity_l1=msens.l1, sensitivity_l2=msens.l2))
-        if totals_only:   # rotated column 0 is the node total / sqrt(k): exact
-            z[invariants, 0] = vals[invariants].astype(np.float64).sum(axis=1) / math.sqrt(k)
-            zvar[invariants, 0] = 0.0
-        elif has_inv:
-            z[invariants] = _apply(vals[invariants].astype(np.float64).reshape((-1,) + sizes), "fwd").reshape(-1, k)
-            zvar[invariants] = 0.0
-        est = blue(tree, z, zvar)
-        del z, zvar
-        x = _apply(np.asarray(est.values).reshape((n,) + sizes), "bwd").reshape(n, k)
-        var = _cell_variance(np.asarray(est.variance).reshape((n,) + sizes)).reshape(n, k)
-        if has_inv and not totals_only:
-            x[invariants] = vals[invariants]   # exact up to round-off already
-            var[invariants] = 0.0
-        if self.integer:
-            totals = vals[invariants].astype(np.float64).sum(axis=1) if totals_only else None
-            x = integer_with_totals(tree, x, var, invariants if totals_only else None, totals,
-                                    exact_cells=invariants if has_inv and not totals_only else None)
-        if values.ndim == 1:
-            x, var = x[:, 0], var[:, 0]
         info: dict[str, Any] = {"method": "gls_marginals" + ("+nonneg+round" if self.integer else ""),
                                 "budget_strategy": desc, "marginals": described,
                                 # the chain protocol: a consistent estimate, linear unless made integer
@@ -422,7 +428,99 @@ class Marginals(Plan):
                                      "measurements")
         if reads_true:
             info["non_private"] = [f"budget strategy {desc!r} chose the split by reading true counts"]
-        return Measurements(values=x, variance=var, spends=spends, levels=levels, info=info)
+        return MarginalsDesign(sizes=sizes, k=k, per_depth=per_depth, sensitivity=msens, totals_only=totals_only,
+                               has_invariants=has_inv, spends=spends, levels=levels, info=info,
+                               reads_true_counts=bool(reads_true), budget_strategy=desc)
+
+    def measure_rotated(self, design: MarginalsDesign, depth: np.ndarray, values: np.ndarray, ids: np.ndarray,
+                        key: NoiseKey, invariants: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The rotated measurements ``z`` and their variances ``1 / lambda`` ``(m, k)`` of any
+        set of nodes (row ``r``: depth ``depth[r]``, counts ``values[r]`` ``(m, k)``,
+        noise identity ``ids[r]``, its index in the full tree's internal order), ``inf``
+        where unmeasured; ``invariants`` (row mask) enter exactly (variance 0: every
+        rotated column, or column 0, the node total, under ``totals_only``).
+
+        The noise of marginal ``j`` of a level at node ``g``, cell ``c`` of the marginal
+        (row-major over the dimensions it keeps) is keyed by (key, ``MEASUREMENT_BASE + j``,
+        ``g``, ``c``) only (:mod:`hierdp.keyed_noise`), so measuring the nodes task by task,
+        in any order and on any thread count, draws the noise the whole tree's measurement
+        draws, bit for bit. One vectorised pass per level present."""
+        sizes, k = design.sizes, design.k
+        mech = self.mechanism
+        m = values.shape[0]
+        vals = values.reshape(m, k)
+        z = np.zeros((m, k))
+        zvar = np.full((m, k), np.inf)
+        for d, lvd in enumerate(design.per_depth):
+            if lvd is None:
+                continue
+            rows = np.flatnonzero(depth == d)
+            if rows.size == 0:
+                continue
+            n_d = rows.size
+            Xc = vals[rows].reshape((n_d,) + sizes)
+            rhs = np.zeros((n_d,) + sizes)
+            for summed, budget, var_m, measurement in lvd.marginals:
+                true_m = Xc.sum(axis=tuple(1 + i for i in summed)) if summed else Xc
+                flat_m = np.ascontiguousarray(true_m).reshape(n_d, -1)
+                noisy_m = mech.sample_keyed(flat_m, budget, design.sensitivity, key, ids[rows], measurement)
+                noisy_m = np.asarray(noisy_m).reshape(true_m.shape)
+                rhs += np.expand_dims(np.asarray(noisy_m, dtype=np.float64), tuple(1 + i for i in summed)) / var_m
+            zt = _apply(rhs, "fwd").reshape(n_d, k)
+            lam_f = lvd.lam
+            z[rows] = np.where(lam_f > 0, zt / np.where(lam_f > 0, lam_f, 1.0), 0.0)
+            zvar[rows] = lvd.inv_lam
+        if invariants is not None and invariants.any():
+            if design.totals_only:   # rotated column 0 is the node total / sqrt(k): exact
+                z[invariants, 0] = vals[invariants].astype(np.float64).sum(axis=1) / math.sqrt(k)
+                zvar[invariants, 0] = 0.0
+            else:
+                z[invariants] = _apply(vals[invariants].astype(np.float64).reshape((-1,) + sizes),
+                                       "fwd").reshape(-1, k)
+                zvar[invariants] = 0.0
+        return z, zvar
+
+    @staticmethod
+    def rotate_back(design: MarginalsDesign, x: np.ndarray, xv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The cells' estimate ``Q x`` and per-cell variances ``(Q o Q) xv`` from the rotated
+        columns' GLS estimate ``x`` and variances ``xv`` ``(m, k)`` (module docstring)."""
+        m, sizes, k = x.shape[0], design.sizes, design.k
+        out = _apply(np.asarray(x, dtype=np.float64).reshape((m,) + sizes), "bwd").reshape(m, k)
+        var = _cell_variance(np.asarray(xv, dtype=np.float64).reshape((m,) + sizes)).reshape(m, k)
+        return out, var
+
+    def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
+                sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
+                neighbours: str = "add_remove", invariants_cover: str = "cells", key: NoiseKey | None = None,
+                node_ids: np.ndarray | None = None) -> Measurements:
+        """The GLS estimate (see the class). ``key`` and ``node_ids``: noise keyed per node
+        (:func:`hierdp.plans.per_level.measure`); marginal ``j`` of a level's strategy (in
+        its listed order) is measurement ``MEASUREMENT_BASE + j``, its cells indexed
+        row-major over the dimensions it keeps (:meth:`measure_rotated`)."""
+        key = key_for(rng, key)
+        ids = node_identities(tree, node_ids)
+        vals = values if values.ndim == 2 else values.reshape(-1, 1)
+        des = self.design(tree, values.shape, total=total, sensitivity=sensitivity, neighbours=neighbours,
+                          invariants=invariants, invariants_cover=invariants_cover,
+                          true_values=tree.to_external(vals))
+        n, k = tree.n_nodes, des.k
+        has_inv, totals_only = des.has_invariants, des.totals_only
+        z, zvar = self.measure_rotated(des, tree.internal.depth, vals, ids, key,
+                                       invariants if has_inv else None)
+        est = blue(tree, z, zvar)
+        del z, zvar
+        x, var = self.rotate_back(des, np.asarray(est.values).reshape(n, k), np.asarray(est.variance).reshape(n, k))
+        if has_inv and not totals_only:
+            x[invariants] = vals[invariants]   # exact up to round-off already
+            var[invariants] = 0.0
+        if self.integer:
+            totals = vals[invariants].astype(np.float64).sum(axis=1) if totals_only else None
+            x = integer_with_totals(tree, x, var, invariants if totals_only else None, totals,
+                                    exact_cells=invariants if has_inv and not totals_only else None)
+        if values.ndim == 1:
+            x, var = x[:, 0], var[:, 0]
+        return Measurements(values=x, variance=var, spends=list(des.spends), levels=list(des.levels),
+                            info=dict(des.info))
 
     def ledger_fields(self) -> dict[str, str]:
         desc = self._strategy.name if self._strategy is not None else "per-level"

@@ -263,7 +263,9 @@ def test_marginals_then_top_down_nonneg_and_round_by_subtree() -> None:
     t = random_tree(3000, 5, seed=31)
     r = np.random.default_rng(4)
     vals = t.aggregate(r.integers(0, 3, size=(t.n_leaves, 16)) * (r.random((t.n_leaves, 16)) < 0.3))
-    kw: dict[str, Any] = dict(epsilon=1.0, seed=12, plan=_plan(), invariants=["L0", "L1"], invariants_cover="cells",
+    # strategies that differ by level (levels not named measure the full histogram)
+    plan = {"name": "marginals", "cells": CELLS, "strategy": {"L2": STRATEGY, "L3": {("a",): 0.5, ("b", "c"): 0.5}}}
+    kw: dict[str, Any] = dict(epsilon=1.0, seed=12, plan=plan, invariants=["L0", "L1"], invariants_cover="cells",
                               neighbours="substitute")
     ref = release(t, vals, postprocess=["nonneg"], **kw)
     for split in ("L1", {"level": "L3", "memory": 60 * 16 * 1200}):

@@ -220,7 +220,7 @@ def test_a_split_marginals_release_equals_a_dense_constrained_gls() -> None:
             S[u, j] = 1.0
             u = int(ti.parent[u])
     sizes = (3, 2)
-    for split in ("L1", "L2", "L3"):
+    for split in ("L0", "L1", "L2", "L3"):  # L0: the invariant level-1 totals lie below the split
         mech = Recording()
         got = release(t, vals, plan={"name": "marginals", "strategy": strategy, "cells": cells, "mechanism": mech},
                       split=split, **kw)
@@ -263,7 +263,9 @@ def test_marginals_then_top_down_nonneg_and_round_by_subtree() -> None:
     t = random_tree(3000, 5, seed=31)
     r = np.random.default_rng(4)
     vals = t.aggregate(r.integers(0, 3, size=(t.n_leaves, 16)) * (r.random((t.n_leaves, 16)) < 0.3))
-    kw: dict[str, Any] = dict(epsilon=1.0, seed=12, plan=_plan(), invariants=["L0", "L1"], invariants_cover="cells",
+    # strategies that differ by level (levels not named measure the full histogram)
+    plan = {"name": "marginals", "cells": CELLS, "strategy": {"L2": STRATEGY, "L3": {("a",): 0.5, ("b", "c"): 0.5}}}
+    kw: dict[str, Any] = dict(epsilon=1.0, seed=12, plan=plan, invariants=["L0", "L1"], invariants_cover="cells",
                               neighbours="substitute")
     ref = release(t, vals, postprocess=["nonneg"], **kw)
     for split in ("L1", {"level": "L3", "memory": 60 * 16 * 1200}):
@@ -301,6 +303,20 @@ def test_what_marginals_cannot_do_by_subtree_is_refused_in_one_line(kw: dict[str
             warnings.simplefilter("ignore")
             release(t, vals, epsilon=1.0, split="L1", **kw)
     assert "\n" not in str(err.value)
+
+
+def test_the_door_takes_marginals_with_split() -> None:
+    """The data-frame door fills the plan's cells; a split release equals the in-memory one."""
+    pd = pytest.importorskip("pandas")
+    r = np.random.default_rng(3)
+    df = pd.DataFrame({"state": r.choice(list("ABC"), 800), "county": r.choice(list("xyz"), 800),
+                       "sex": r.choice(["F", "M"], 800), "age": r.choice(["0-17", "18-64", "65+"], 800)})
+    door = df.dptree(levels=["state", "county"], domains="observed", cells={"sex": ["F", "M"],
+                                                                            "age": ["0-17", "18-64", "65+"]})
+    kw: dict[str, Any] = dict(epsilon=1.0, seed=1, plan={"name": "marginals", "strategy": {("sex",): 0.5, ("age",): 0.5}})
+    a, b = door.release(**kw), door.release(split="county", **kw)
+    assert_same(np.asarray(b.estimate.values, dtype=float), np.asarray(a.estimate.values, dtype=float))
+    assert any(note.startswith("computed by subtree (split at level 'county'") for note in b.ledger.notes)
 
 
 def test_one_histogram_marginals_split_equals_in_memory() -> None:

@@ -31,6 +31,7 @@ ceiling from different moments do not compare.
     python benchmarks/bench_threads.py                  # the full sizes (~12-17M nodes; ~4 GiB)
     python benchmarks/bench_threads.py --quick          # CI-sized (seconds)
     python benchmarks/bench_threads.py --threads 4 --shapes census
+    python benchmarks/bench_threads.py --first-calls 12 --shapes binary   # a release's first calls
 """
 
 from __future__ import annotations
@@ -403,6 +404,86 @@ def run_shape(shape: str, size, threads: int, repeat: int) -> None:
           "reused one (out=)")
 
 
+def _calls_child(shape: str, size, threads: int, calls: int, spread: bool) -> list[list[float]]:
+    """In this (fresh) process: ``calls`` BLUE calls on ``threads`` threads, each as
+    [ms, page faults (ru_minflt), CPU ms of the process, share of the pool threads' pieces
+    that started on the CPU the calling thread was on]; the tree and its data are built
+    before the first call, its lazily derived structure is not (as in a user's first release)."""
+    import ctypes
+    import resource
+    import threading
+
+    from hierdp._engine import threads as T
+    from hierdp.postprocessors import blue as B
+
+    T.SPREAD = spread
+    hierdp.set_threads(threads)
+    tree = build(shape, size)
+    n = tree.n_nodes
+    y = np.random.default_rng(0).normal(0.0, 10.0, n)
+    var = np.full(n, 2.0)
+    try:
+        cpu = ctypes.CDLL(None).sched_getcpu
+    except (AttributeError, OSError):
+        cpu = None
+    where: list[tuple[bool, int]] = []
+    plain = T.run_pieces
+
+    def traced(fn, pieces):  # the CPU each piece starts on, and whether a pool thread runs it
+        def run(piece):
+            where.append((threading.current_thread().name.startswith(T._PREFIX), cpu() if cpu else -1))
+            return fn(piece)
+        caller = cpu() if cpu else -1
+        out = plain(run, pieces)
+        where.append((False, caller))
+        return out
+
+    B.run_pieces = traced
+    out = []
+    for _ in range(calls):
+        where.clear()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.perf_counter()
+        e = B.blue(tree, y, var)
+        ms = (time.perf_counter() - t0) * 1e3
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        callers = {c for pool, c in where if not pool}
+        pool = [c for p, c in where if p]
+        shared = sum(c in callers for c in pool) / len(pool) if pool else float("nan")
+        out.append([ms, r1.ru_minflt - r0.ru_minflt, (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e3,
+                    shared])
+        del e
+    return out
+
+
+def first_calls(shape: str, size, threads: int, calls: int, procs: int) -> None:
+    """BLUE's consecutive calls in fresh processes on 1 and ``threads`` threads (and on
+    ``threads`` without ``hierdp._engine.threads.SPREAD``): per call, the median over
+    ``procs`` processes of its time, page faults and CPU time, and of the share of the pool
+    threads' pieces that ran on the caller's CPU (issue 30 item 4: the gain must hold from
+    the second call)."""
+    import json
+    import subprocess
+
+    runs = {}
+    for label, t, spread in (("1 thread", 1, True), (f"{threads} threads", threads, True),
+                             (f"{threads} threads, no SPREAD", threads, False)):
+        got = []
+        for _ in range(procs):
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child-calls", shape, str(size), str(t),
+                                  str(calls), str(int(spread))], check=True, capture_output=True, text=True)
+            got.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        runs[label] = np.median(np.array(got, dtype=float), axis=0)
+    one = runs["1 thread"][:, 0]
+    print(f"\n== BLUE, consecutive calls in a fresh process ({shape}, medians of {procs} processes): ms | page "
+          "faults | CPU ms | share of the pool's pieces on the caller's CPU; gain = 1 thread / N threads")
+    for label, r in runs.items():
+        cells = "  ".join(f"{ms:7.0f}|{int(f):5d}|{c:6.0f}" + ("" if np.isnan(sh) else f"|{sh:3.0%}")
+                          for ms, f, c, sh in r)
+        gains = " ".join(f"{g:.2f}" for g in one / r[:, 0])
+        print(f"  {label:<24} {cells}\n  {'':<24} gain per call: {gains}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -411,7 +492,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--reuse-memory", action="store_true",
                     help="tell glibc's malloc to keep freed memory (no fresh pages: see docs/performance.md)")
+    ap.add_argument("--first-calls", type=int, default=0, metavar="K",
+                    help="only: K consecutive BLUE calls in fresh processes, 1 vs N threads")
+    ap.add_argument("--procs", type=int, default=3, help="fresh processes per setting for --first-calls")
+    ap.add_argument("--child-calls", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_calls:
+        import json
+
+        shape, size, t, k, spread = args.child_calls
+        print(json.dumps(_calls_child(shape, size, int(t), int(k), spread == "1")))
+        return
+    if args.first_calls:
+        mode = "quick" if args.quick else "full"
+        for shape in args.shapes.split(","):
+            first_calls(shape.strip(), SIZES[mode][shape.strip()], max(args.threads, 2), args.first_calls,
+                        args.procs)
+        return
     if args.reuse_memory:
         reuse_memory()
     mode = "quick" if args.quick else "full"

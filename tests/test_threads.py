@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 
 import numpy as np
 import pytest
@@ -749,3 +750,33 @@ def test_a_source_without_reserve_still_gives_thread_independent_draws(restore_t
     np.testing.assert_array_equal(runs[0], runs[1])
     # and the same words in the same order as a source that reserves
     np.testing.assert_array_equal(runs[0], S.discrete_laplace(1.5, 2 * S._CHUNK_DRAWS + 5, SeededRandom(21)))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2 or _threads._cpu() < 0,
+                    reason="needs Linux, glibc's sched_getcpu and two CPUs")
+def test_a_pool_thread_on_the_callers_cpu_moves_off_it_and_is_not_left_pinned():
+    """_Away: a pool thread that finds itself on the caller's CPU runs its pieces on another
+    CPU, allowed only the others meanwhile, and gets its own CPUs back afterwards."""
+    import threading
+
+    seen: list = []
+
+    def probe() -> None:
+        mask = os.sched_getaffinity(0)
+        for _ in range(20):  # pin to one CPU, then widen: the thread stays there when run() starts
+            c = sorted(mask)[0]
+            os.sched_setaffinity(0, {c})
+            os.sched_setaffinity(0, mask)
+            inside: list = []
+            _threads._Away(c).run(lambda into=inside: into.append((_threads._cpu(), os.sched_getaffinity(0))))
+            if inside[0][1] != mask:  # it was still on c: the move happened
+                seen.append((c, mask, inside[0], os.sched_getaffinity(0)))
+                return
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert seen, "the thread never ran on the CPU it was pinned to a moment before"
+    c, mask, (cpu, during), after = seen[0]
+    assert during == mask - {c} and cpu != c and cpu in mask
+    assert after == mask

@@ -8,11 +8,15 @@
 
 matplotlib is optional (``pip install 'hierdp[plot]'``) and imported only when a plot is
 drawn. Without ``ax`` a new figure is made without pyplot (no global state); the axes
-are returned, ``ax.figure.savefig("plot.png")`` writes them.
+are returned, ``ax.figure.savefig("plot.png")`` writes them, and ``ax.figure`` as the last
+line of a Jupyter cell shows them inline (a figure made without pyplot has no display
+formatter in IPython until pyplot's inline backend is loaded; drawing a plot here registers
+a PNG one when none is, see :func:`_register_inline_display`).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -30,8 +34,43 @@ def _axes(ax: Any, figsize: tuple[float, float]):
         raise MissingDependencyError("matplotlib", "plot") from None
     if ax is not None:
         return ax
+    _register_inline_display(Figure)
     fig = Figure(figsize=figsize, layout="constrained")
     return fig.add_subplot()
+
+
+def _register_inline_display(figure_type: type) -> bool:
+    """In a running IPython kernel, show matplotlib figures as PNG when nothing else does.
+
+    A :class:`matplotlib.figure.Figure` made without pyplot has no ``_repr_png_``: IPython
+    shows one only through a formatter that matplotlib's inline backend registers when
+    pyplot is imported. A notebook that draws only through this module never imports pyplot,
+    so ``ax.figure`` printed as ``<Figure size 600x600 with 1 Axes>``. Registers the same PNG
+    formatter the inline backend would (``IPython.core.pylabtools.print_figure``), and only
+    when none is registered for figures, so a user's ``%matplotlib`` choice (SVG, retina)
+    stands. Outside IPython (scripts, tests) nothing happens. Returns whether it registered.
+    """
+    ipython = sys.modules.get("IPython")  # never imported here: only a running IPython has it
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
+    if not formatters or "image/png" not in formatters:
+        return False
+    png = formatters["image/png"]
+    if any(_has_formatter(formatters[m], figure_type) for m in ("image/png", "image/svg+xml", "image/jpeg")
+           if m in formatters):
+        return False
+    from IPython.core.pylabtools import print_figure
+
+    png.for_type(figure_type, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+    return True
+
+
+def _has_formatter(formatter: Any, figure_type: type) -> bool:
+    try:
+        formatter.lookup_by_type(figure_type)
+    except KeyError:
+        return False
+    return True
 
 
 def _null_locator():

@@ -191,7 +191,9 @@ def decomposition(result: Any, *, dims: tuple[int, int] = (0, 1), ax: Any = None
     lo, hi = st.lows[leaves], st.highs[leaves]
     boxes = np.stack([np.c_[lo[:, i], lo[:, j]], np.c_[hi[:, i], lo[:, j]], np.c_[hi[:, i], hi[:, j]],
                       np.c_[lo[:, i], hi[:, j]]], axis=1)
-    coll = PolyCollection(boxes, edgecolors="0.3", linewidths=0.2, facecolors="none")
+    # a fixed face colour ("none") would win over the colour map in matplotlib >= 3.10: the
+    # outlines-only map is drawn only when not shading
+    coll = PolyCollection(boxes, edgecolors="0.3", linewidths=0.2, **({} if shade else {"facecolors": "none"}))
     if shade:
         area = np.prod(hi - lo, axis=1)
         dens = np.clip(np.asarray(result.estimate.values, dtype=float)[leaves], 0, None) / area

@@ -68,3 +68,28 @@ def test_outside_ipython_nothing_is_registered():
     from hierdp.plot import _register_inline_display
 
     assert _register_inline_display(Figure) is False
+
+
+def test_the_shaded_decomposition_fills_its_leaves_by_density():
+    """``shade=True`` colours every leaf by its released density (a fixed face colour
+    "none" would win over the colour map and leave outlines only)."""
+    import io
+
+    import numpy as np
+    import pandas as pd
+
+    import hierdp
+
+    rng = np.random.default_rng(3)
+    pts = pd.DataFrame(np.clip(np.r_[rng.normal(0.25, 0.03, (3000, 2)), rng.uniform(0, 1, (300, 2))], 0, 1),
+                       columns=["x", "y"])
+    with pytest.warns(hierdp.NotForPublicationWarning):
+        r = pts.dptree.privtree(["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=4)
+    ax = hierdp.plot.decomposition(r)
+    ax.figure.savefig(io.BytesIO(), format="png")              # draw: the colour map is applied
+    faces = ax.collections[0].get_facecolors()
+    n = r.tree.n_leaves
+    assert faces.shape == (n, 4) and np.all(faces[:, 3] > 0)
+    assert len({tuple(f) for f in np.round(faces, 3)}) > 1     # dense and sparse leaves differ
+    outlines = hierdp.plot.decomposition(r, shade=False).collections[0].get_facecolors()
+    assert outlines.shape[0] <= 1 and np.all(outlines[:, 3] == 0)

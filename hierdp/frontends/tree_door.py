@@ -178,6 +178,55 @@ class TreeDoor(ABC):
         (a level name, ``"auto"`` or ``{"memory": "4GiB"}``) runs the release by subtree
         (:mod:`hierdp.subtrees`): the same estimate and ledger as in memory.
 
+        Parameters
+        ----------
+        epsilon : float or PrivacyLoss, optional
+            Total ε (with ``delta``: (ε, δ)-DP); give ``epsilon`` or ``rho``.
+        delta : float, optional
+            δ of (ε, δ)-DP, or the δ at which a ρ-zCDP release also states its (ε, δ).
+        rho : float, optional
+            Total ρ of ρ-zCDP (Gaussian mechanisms).
+        session : Session, optional
+            Draw the spend from this :class:`hierdp.Session` (refused before any data are read
+            when it would overspend).
+        seed : int, optional
+            Reproducible noise for tests; the ledger is marked NOT FOR PUBLICATION.
+        neighbours : {"add_remove", "substitute"}, default "add_remove"
+            The neighbour relation of the guarantee.
+        invariants : str, sequence or None, optional
+            Levels, node ids or label paths published exactly (not protected).
+        postprocess : str, sequence or None, optional
+            Post-processors in order (default: the plan's, ``["blue"]`` for ``per_level``).
+        plan : str, dict or MeasurementPlan, default "per_level"
+            ``"per_level"``, ``"marginals"`` (histogram cells), ``"ghazi"``, or a plan.
+        mechanism : str, dict or Mechanism, optional
+            ``"discrete_laplace"`` (default under ε), ``"discrete_gaussian"`` (under ρ), ...
+        budget : str, dict, list or BudgetStrategy, optional
+            The split over the levels: ``"equal"`` (default), ``"leaves"``, ``"greedy"``,
+            ``"optimal"``, ``{"strategy": name, **params}``, per-level amounts
+            ``{"state": 0.2, "county": 0.8}`` adding up to the total, or a list, one per
+            level, the root first (see :func:`hierdp.release`).
+        sensitivity : Sensitivity, optional
+            A larger sensitivity than the one the door's ``max_contributions`` implies.
+        invariants_cover : {"total", "cells"}, default "total"
+            With histogram cells: fix each invariant node's total, or every cell of it.
+        allow_invariants_with_add_remove : bool, default False
+            Accept invariants under ``neighbours="add_remove"``.
+        notes : sequence of str, default ()
+            Public notes for the ledger.
+        split : str, int, dict or None, optional
+            Release by subtree: a level name or depth, ``"auto"`` or ``{"memory": "4GiB"}``.
+        **older
+            ``privacy_unit`` and ``max_contributions`` (also under older spellings): fixed when
+            the door is built, so accepted only when they restate it (else PrivacyError).
+
+        Returns
+        -------
+        ReleaseResult
+            The estimate (``.frame``, ``.std``, ``.intervals()``) and its ledger.
+
+        Examples
+        --------
         >>> import pandas as pd, hierdp
         >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
         >>> r = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=7)

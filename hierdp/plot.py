@@ -102,12 +102,36 @@ def _ycol(y: str) -> str:
 
 def error_vs_epsilon(results: pd.DataFrame, metric: str | None = None, *, level: str = "all", ax: Any = None,
                      y: str = "mean", logx: bool = True, logy: bool = True, errorbars: bool = True,
-                     title: str | None = None):
+                     title: str | None = None) -> Any:
     """Error against ε, one line per configuration.
 
     ``y``: ``"mean"`` (mean of the per-repetition values, ± one standard error),
     ``"value"`` (the metric of all repetitions together, i.e. with the expectation of the
     definition inside the root) or ``"analytic"`` (closed form from the variances).
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        What :func:`hierdp.evaluate` returns.
+    metric : str, optional
+        The metric to draw (needed when the results hold several).
+    level : str, default "all"
+        The level whose error is drawn (``"all"``: the whole tree).
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; default a new figure (made without pyplot).
+    y : {"mean", "value", "analytic"}, default "mean"
+        Which column is drawn.
+    logx, logy : bool, default True
+        Logarithmic axes (Dawson et al. 2023, Figures 4-5).
+    errorbars : bool, default True
+        ± one standard error (with ``y="mean"``).
+    title : str, optional
+        The title (default: metric vs ε).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes; ``ax.figure`` shows in Jupyter, ``ax.figure.savefig(...)`` writes it.
     """
     y = _ycol(y)
     metric = _pick_metric(results, metric)
@@ -140,9 +164,31 @@ def error_vs_epsilon(results: pd.DataFrame, metric: str | None = None, *, level:
 
 
 def error_by_level(results: pd.DataFrame, metric: str | None = None, *, epsilon: float | None = None,
-                   ax: Any = None, y: str = "mean", logy: bool = True, title: str | None = None):
+                   ax: Any = None, y: str = "mean", logy: bool = True, title: str | None = None) -> Any:
     """Error at each level of the tree, one line per configuration (needs ``by_level=True``);
-    ``y`` as in :func:`error_vs_epsilon` (``"mean"`` or ``"value"``)."""
+    ``y`` as in :func:`error_vs_epsilon` (``"mean"`` or ``"value"``).
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        What ``hierdp.evaluate(..., by_level=True)`` returns.
+    metric : str, optional
+        The metric to draw (needed when the results hold several).
+    epsilon : float, optional
+        The ε to draw (needed when the results hold several).
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; default a new figure.
+    y : {"mean", "value"}, default "mean"
+        Which column is drawn.
+    logy : bool, default True
+        Logarithmic error axis.
+    title : str, optional
+        The title.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
     y = _ycol(y)
     metric = _pick_metric(results, metric)
     ax = _axes(ax, (6.0, 4.0))
@@ -176,10 +222,42 @@ def error_by_level(results: pd.DataFrame, metric: str | None = None, *, epsilon:
 
 
 def decomposition(result: Any, *, dims: tuple[int, int] = (0, 1), ax: Any = None, shade: bool = True,
-                  cmap: str = "viridis", figsize: tuple[float, float] = (6.0, 6.0)):
+                  cmap: str = "viridis", figsize: tuple[float, float] = (6.0, 6.0)) -> Any:
     """The leaf regions of a points release (:class:`hierdp.frontends.points.PointsResult`)
     over its public box: cell outlines, shaded by released density (estimate / area, clipped
-    at 0) when ``shade``. Two of the coordinates (``dims``) are drawn."""
+    at 0) when ``shade``. Two of the coordinates (``dims``) are drawn. Public: the regions
+    and estimates are the release's output (Zhang, Xiao & Xie 2016, Figure 1 style).
+
+    Parameters
+    ----------
+    result : PointsResult
+        A points release (``df.dptree.privtree(...)``, :func:`hierdp.release_points`).
+    dims : (int, int), default (0, 1)
+        The two coordinates drawn.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; default a new figure.
+    shade : bool, default True
+        Fill each leaf by ``log(1 + density)``; else outlines only.
+    cmap : str, default "viridis"
+        The colour map.
+    figsize : (float, float), default (6.0, 6.0)
+        The size of a new figure, in inches.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, hierdp, warnings
+    >>> pts = pd.DataFrame(np.random.default_rng(0).random((2000, 2)), columns=["x", "y"])
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+    ...     r = pts.dptree.privtree(["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=1)
+    >>> ax = hierdp.plot.decomposition(r)
+    >>> ax.get_xlabel()
+    'x'
+    """
     st = getattr(result, "structure", None)
     if st is None or getattr(st, "lows", None) is None:
         raise DataError("plot.decomposition needs the result of a points release (e.g. df.dptree.privtree(...))")

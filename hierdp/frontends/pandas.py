@@ -86,7 +86,18 @@ class DPTree(TreeDoor):
                              columns=cast(Sequence[Any], df.columns))
 
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """True node counts (external order) and private diagnostics. Reads private data."""
+        """True node counts (external order) and private diagnostics. Reads private data.
+
+        Parameters
+        ----------
+        rng : RandomSource, optional
+            The randomness that picks the rows kept per unit (``max_contributions``).
+
+        Returns
+        -------
+        (numpy.ndarray, dict)
+            NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes.
+        """
         df = self._df
         notes: dict[str, Any] = {}
         if self.unit is not None:
@@ -102,7 +113,13 @@ class DPTree(TreeDoor):
 
     def out_of_domain(self) -> pd.DataFrame:
         """NON-PRIVATE diagnostics: the rows of the data that fall outside the declared domains
-        (or lack a level value), for fixing the domains. Never publish them."""
+        (or lack a level value), for fixing the domains. Never publish them.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Those rows (a view of the data: private).
+        """
         _, bad, _ = self._structure.locate(self._df)
         if self.cells:
             bad = bad | cell_codes(self.cells, self._df)[1]

@@ -132,7 +132,13 @@ class TreeDoor(ABC):
 
     def release_defaults(self) -> dict[str, Any]:
         """Release keywords implied by how rows count: the sensitivity (``Sensitivity.bounded(c)``
-        with ``unit=``/``max_contributions=c``), the privacy-unit text and the bound."""
+        with ``unit=``/``max_contributions=c``), the privacy-unit text and the bound.
+
+        Returns
+        -------
+        dict
+            ``{"sensitivity": ..., "privacy_unit": ..., "max_contributions": ...}`` as they apply.
+        """
         if self.unit is not None:
             return {"sensitivity": Sensitivity.bounded(cast(int, self.max_contributions)),
                     "privacy_unit": f"one value of column {self.unit!r}",
@@ -142,7 +148,13 @@ class TreeDoor(ABC):
         return {}
 
     def true_counts(self) -> np.ndarray:
-        """NON-PRIVATE: the exact node counts (external order), for evaluation only."""
+        """NON-PRIVATE: the exact node counts (external order), for evaluation only.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n,)``, or ``(n, k)`` with histogram cells. Never publish them.
+        """
         return self.node_values()[0]
 
     # -- the release ---------------------------------------------------------------------
@@ -288,7 +300,36 @@ class TreeDoor(ABC):
         ``epsilon_share``, ``score``, ``theta``, ``beta``, ``max_depth``, ...). With
         ``unit=``/``max_contributions=c`` a unit reaches at most c leaves: the release's
         ``max_contributions`` is c (λ and the leaf noise scaled by c). ``privtree`` is the
-        older name of this method."""
+        older name of this method.
+
+        Parameters
+        ----------
+        epsilon, delta, rho : float, optional
+            The total privacy loss (expansion and counts), as in :func:`hierdp.release`.
+        session : Session, optional
+            Draw the spend from this :class:`hierdp.Session`.
+        seed : int, optional
+            Reproducible noise for tests (NOT FOR PUBLICATION).
+        neighbours, invariants : optional
+            Only ``"add_remove"`` and no invariants (the expansion is private).
+        postprocess : str, sequence or None, optional
+            Post-processing of the counts.
+        epsilon_share : float, optional
+            The share of ``epsilon`` that chooses the expansion (default half).
+        max_contributions : int, optional
+            Must agree with the door's bound when given.
+        mechanism : str or Mechanism, default "discrete_laplace"
+            The noise on the leaf counts.
+        notes : sequence of str, default ()
+            Public notes for the ledger.
+        **params
+            ``score``, ``theta``, ``beta``, ``max_depth``
+            (:func:`hierdp.frontends.taxonomy.release_taxonomy`).
+
+        Returns
+        -------
+        ReleaseResult
+        """
         where = f"{self._accessor}.dptree(...).privtree_taxonomy()"
         given_name = "contributions" if "contributions" in params else "max_contributions"
         extra = canonical_keywords(where, params, (*TAXONOMY_PARAMETERS, "epsilon_share", "max_contributions",
@@ -321,7 +362,19 @@ class TreeDoor(ABC):
 
     def privtree(self, epsilon: float | None = None, **kwargs: Any) -> ReleaseResult:
         """Older name of :meth:`privtree_taxonomy` (PrivTree on this declared tree as a
-        public taxonomy; ``df.dptree.privtree`` is the spatial PrivTree on points)."""
+        public taxonomy; ``df.dptree.privtree`` is the spatial PrivTree on points).
+
+        Parameters
+        ----------
+        epsilon : float, optional
+            The total ε.
+        **kwargs
+            The keywords of :meth:`privtree_taxonomy`.
+
+        Returns
+        -------
+        ReleaseResult
+        """
         return self.privtree_taxonomy(epsilon, **kwargs)
 
     @property
@@ -331,7 +384,13 @@ class TreeDoor(ABC):
         return [dict(r) for r in self._spent]
 
     def spent_text(self) -> str:
-        """What the releases of this data spend together (basic composition), as text."""
+        """What the releases of this data spend together (basic composition), as text.
+
+        Returns
+        -------
+        str
+            E.g. ``"epsilon=1.5"``.
+        """
         return spent_text(self._spent)
 
     def __repr__(self) -> str:

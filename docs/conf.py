@@ -66,3 +66,6 @@ napoleon_use_rtype = False
 
 html_theme = "alabaster"
 html_title = f"hierdp {release}"
+# wide enough for the code blocks (88-column lines) on a laptop screen; never wider than the
+# window (the browser test checks nothing overflows at 1280 px)
+html_theme_options = {"page_width": "min(1200px, 96vw)", "sidebar_width": "220px", "body_max_width": "none"}

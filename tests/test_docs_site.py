@@ -1,7 +1,9 @@
 """The built documentation shows instead of tells (issue 33 item 3).
 
 The site is built once per test session (``sphinx-build -W``, as ``.ci/lint-and-docs`` does,
-into a temporary folder; :func:`built_site`, shared with ``tests/test_docs_browser.py``).
+into a temporary folder; :func:`built_site`, shared with ``tests/test_docs_browser.py``);
+``.ci/lint-and-docs`` runs these tests again on the site it built (``HIERDP_DOCS_SITE``), so
+they run in CI even where the test install lacks Sphinx.
 The notebooks come executed (docs/_nbcache.py: the copies ``tests/test_notebooks.py``
 stored when current, else the build executes them), so every notebook page and the
 landing page carry at least one figure (an ``<img>`` or an inline ``<svg>``).
@@ -33,7 +35,15 @@ pytest.importorskip("nbclient")
 
 @functools.lru_cache(maxsize=1)
 def built_site() -> Path:
-    """Build the docs once per process into a temporary folder (removed at exit)."""
+    """Build the docs once per process into a temporary folder (removed at exit); with
+    ``HIERDP_DOCS_SITE`` naming a site built just before (``.ci/lint-and-docs`` passes its
+    own ``docs/_build/html``), test that one instead."""
+    given = os.environ.get("HIERDP_DOCS_SITE")
+    if given:
+        site = Path(given).resolve()
+        if not (site / "index.html").is_file():
+            pytest.fail(f"HIERDP_DOCS_SITE={given!r} holds no built site (no index.html); build it or unset it")
+        return site
     out = Path(tempfile.mkdtemp(prefix="hierdp-docs-site-"))
     atexit.register(shutil.rmtree, out, True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}

@@ -182,7 +182,7 @@ def prefault(a: np.ndarray) -> np.ndarray:
     threads with the faults inside the pieces and 1.27-1.35x touched first, against
     1.20-1.32x for the serial copy it replaced (census-like and random trees, 12M nodes,
     interleaved runs). BLUE's and GMC's outputs gained nothing from it and are not
-    touched (docs/performance.md, "Fresh pages"). No-op below :data:`PREFAULT_MIN`
+    touched (docs/appendix/performance-log.md, "Fresh pages"). No-op below :data:`PREFAULT_MIN`
     bytes."""
     if a.nbytes >= PREFAULT_MIN and a.flags.c_contiguous:
         flat = a.reshape(-1)

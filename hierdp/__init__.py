@@ -193,6 +193,22 @@ def metric(name: str, **params: Any) -> Any:
 
     Metrics read true counts: evaluation only, never part of a release.
 
+    Parameters
+    ----------
+    name : str
+        A registered metric: ``"rmse_node"``, ``"rmse_range"``, ``"rmsre"`` and
+        ``"tree_rmsre"`` (Dawson et al. 2023's relative error with floor τ),
+        ``"relative_error"``, ``"alpha_mrmse"``, ... (``hierdp plugins`` lists them).
+    **params
+        Default parameters of the metric (e.g. ``tau=10``).
+
+    Returns
+    -------
+    callable
+        ``metric(true, estimate, **params)``, per node.
+
+    Examples
+    --------
     >>> import numpy as np, hierdp
     >>> float(hierdp.metric("rmsre")(np.array([20.0]), np.array([22.0]), tau=10)[0])
     0.1
@@ -206,6 +222,21 @@ def run_spec(path: str | os.PathLike[str], **overrides: Any) -> ReleaseResult:
 
     ``overrides``: ``seed=``, ``output=``, ``write=``, ``progress=`` or spec sections
     deep-merged over the file's (e.g. ``privacy={"epsilon": 2}``); see :mod:`hierdp.spec`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The spec file (docs/spec.md); YAML text, a dict or a validated spec are accepted
+        too (:func:`hierdp.spec.runner.run_spec`).
+    **overrides
+        ``seed=``, ``output=``, ``write=``, ``progress=``, or spec sections deep-merged
+        over the file's.
+
+    Returns
+    -------
+    ReleaseResult
+        The release, as :func:`hierdp.release` returns it; with ``write`` the table and its
+        ledger are also written where the spec's ``output`` says.
     """
     from hierdp.spec.runner import run_spec as _run_spec
 

@@ -150,6 +150,8 @@ def evaluate(
     data : Tree or DPTree
         A :class:`~hierdp.Tree` with ``values`` (true node counts, external order), or what
         ``df.dptree(...)`` returns (its true counts are read).
+    values : numpy.ndarray, optional
+        The true node counts when ``data`` is a Tree (NON-PRIVATE: evaluation only).
     configs : dict or list
         ``{name: release keywords}`` (``mechanism``, ``budget``, ``postprocess``,
         ``epsilon`` (number or list), ``delta``, ``rho``, ``sensitivity``), or a list of

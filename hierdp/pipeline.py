@@ -579,6 +579,88 @@ def release(
     tree: they are paid from the total first (the plan measures with what is left), the
     ledger composes both and records the structure as a private output.
 
+    Parameters
+    ----------
+    tree : Tree
+        The public tree (:class:`hierdp.Tree`); its levels name the budget's keys.
+    values : numpy.ndarray
+        True node counts, shape ``(n,)`` or ``(n, k)`` with ``k`` histogram cells, in the
+        tree's external order, internal nodes the sums of their leaves
+        (``tree.aggregate(leaf_counts)``). Private: never shown in errors or the ledger.
+    epsilon : float or PrivacyLoss, optional
+        Total ε (pure ε-DP, or (ε, δ)-DP with ``delta``), or a ready
+        :class:`~hierdp.accounting.PrivacyLoss`. Give ``epsilon`` or ``rho``.
+    delta : float, optional
+        δ of (ε, δ)-DP; with ``rho``, the δ at which the ledger also states the (ε, δ) the
+        ρ-zCDP guarantee converts to (Canonne, Kamath & Steinke 2020).
+    rho : float, optional
+        Total ρ of ρ-zCDP (Bun & Steinke 2016); for Gaussian mechanisms.
+    plan : str, dict or MeasurementPlan, default "per_level"
+        How the counts are measured: ``"per_level"`` (one mechanism call per level),
+        ``"marginals"`` (histogram marginals per level), ``"ghazi"`` (deep trees, Ghazi et
+        al. 2023), a registered name, ``{"name": ..., **params}`` or a plan object.
+    mechanism : str, dict or Mechanism, optional
+        The noise: ``"discrete_laplace"`` (default under ε), ``"discrete_gaussian"``
+        (default under ρ), ``"laplace"``, ``"gaussian"``, a registered name,
+        ``{"name": ..., **params}`` or a mechanism object.
+    budget : str, dict, list or BudgetStrategy, optional
+        How the total splits over the levels (plan ``per_level``). One of: a strategy name,
+        ``"equal"`` (default), ``"leaves"`` (all on the deepest level), ``"greedy"`` or
+        ``"optimal"`` (minimum expected tree error from the public noise law, Dawson et al.
+        2023 §3.2), ``"greedy_oracle"``/``"optimal_oracle"`` (read the true counts:
+        NON-PRIVATE, for evaluation only); ``{"strategy": name, **params}``; explicit
+        per-level amounts ``{"state": 0.2, "county": 0.3, "tract": 0.5}`` (in the unit of
+        the total, ε or ρ; levels left out get 0; they must add up to the total); a list
+        of amounts, one per level, the root level first; or a
+        :class:`~hierdp.budgets.base.BudgetStrategy` object.
+    postprocess : str, sequence or None, optional
+        Post-processors applied in order to the noisy values and their exact variances:
+        ``"blue"`` (the plan ``per_level``'s default; best linear unbiased and consistent,
+        Dawson et al. 2023, Alg. 2), ``"gmc"`` (Cai et al.), ``"nonneg"``, ``"round"``,
+        registered names or ``{"name": ..., **params}``; ``[]`` for the raw measurements.
+    seed : int, optional
+        Reproducible randomness for tests and examples: raises
+        :class:`~hierdp.errors.NotForPublicationWarning` and marks the ledger NOT FOR
+        PUBLICATION. Without it, noise comes from the operating system's secure source.
+    sensitivity : Sensitivity, optional
+        What one privacy unit changes per level; at least the floor that
+        ``max_contributions`` and ``neighbours`` imply.
+    privacy_unit : str, default "one row = one individual"
+        The privacy unit, as the ledger states it.
+    max_contributions : int, optional
+        Rows one privacy unit may contribute (the sensitivity floor scales with it).
+    session : Session or Reservation, optional
+        A :class:`hierdp.Session` (or a reservation of one) to draw the spend from; it
+        refuses to overspend before any noise is drawn.
+    notes : sequence of str, default ()
+        Public notes, written into the ledger.
+    private_notes : mapping, optional
+        Private diagnostics, kept out of the ledger's public text.
+    structure : Structure, optional
+        The decomposition ``tree`` came from; a data-dependent one's spends are paid first.
+    neighbours : {"add_remove", "substitute"}, default "add_remove"
+        The neighbour relation of the guarantee.
+    invariants : str, sequence or None, optional
+        Level names, node ids or label paths published exactly (not protected).
+    allow_invariants_with_add_remove : bool, default False
+        Accept invariants under ``neighbours="add_remove"`` (the guarantee then excludes them).
+    invariants_cover : {"total", "cells"}, default "total"
+        With histogram cells: fix each invariant node's total, or every cell of it.
+    check_counts : bool or "strict", default True
+        Refuse negative values and inconsistent internal nodes; ``False`` releases the
+        values as given and the ledger says so.
+    split : str, int, dict or None, optional
+        Run the release by subtree: a level name or depth, ``"auto"``, ``{"memory":
+        "4GiB"}`` or ``{"level": ..., "memory": ...}``.
+
+    Returns
+    -------
+    ReleaseResult
+        The estimate (``.frame``, ``.estimate``, ``.std``, ``.intervals()``), the noisy
+        measurements and the :class:`~hierdp.ledger.Ledger` of the release.
+
+    Examples
+    --------
     >>> import numpy as np, hierdp, warnings
     >>> t = hierdp.Tree.complete(fanout=2, height=2)
     >>> with warnings.catch_warnings():
@@ -678,6 +760,28 @@ def external_estimate(tree: Tree, est: Estimate) -> Estimate:
 def postprocess(name: str, tree: Tree, values: Any, variance: Any = None, **params: Any) -> Estimate:
     """Run the post-processor ``name`` on external-order node ``values`` (and ``variance``).
 
+    Parameters
+    ----------
+    name : str
+        A registered post-processor: ``"blue"`` (Dawson et al. 2023, Alg. 2), ``"gmc"``
+        (Cai et al., formula 39), ``"nonneg"``, ``"round"``, ``"boosting"``, ``"privtrie"``, ...
+    tree : Tree
+        The public tree.
+    values : array_like
+        Noisy node values, ``(n,)`` or ``(n, k)``, external order (already noisy: this is
+        post-processing).
+    variance : array_like, optional
+        Their variances (per node, or per level broadcast); needed by ``blue``.
+    **params
+        Parameters of the post-processor.
+
+    Returns
+    -------
+    Estimate
+        ``.values`` and, where the post-processor knows it, ``.variance``.
+
+    Examples
+    --------
     >>> import numpy as np, hierdp
     >>> t = hierdp.Tree.complete(fanout=2, height=2)
     >>> est = hierdp.postprocess("blue", t, np.array([10., 4., 5.]), variance=np.ones(3))

@@ -48,6 +48,18 @@ class Session:
     session itself, and pickling is refused (two unpickled copies could each spend what is
     left). See ``docs/security.md``.
 
+    Parameters
+    ----------
+    epsilon : float, optional
+        The total ε the releases may spend (basic composition).
+    delta : float, optional
+        The total δ of (ε, δ) releases.
+    rho : float, optional
+        The total ρ of ρ-zCDP releases (instead of ``epsilon``).
+
+    Examples
+    --------
+
     >>> import hierdp, numpy as np
     >>> s = hierdp.Session(epsilon=1.0)
     >>> t = hierdp.Tree.complete(fanout=2, height=2)

@@ -181,6 +181,25 @@ class Tree:
         Validates that there is exactly one root, that every index is in range and that
         there is no cycle. ``labels`` (one per node) name the nodes; ``level_names`` name
         the depths (default ``total, level_1, ...``).
+
+        Parameters
+        ----------
+        parent : sequence of int or numpy.ndarray
+            ``parent[i]`` is node i's parent; the root's is -1.
+        labels : sequence, optional
+            One label per node.
+        level_names : sequence of str, optional
+            One name per depth, the root's first.
+
+        Returns
+        -------
+        Tree
+
+        Examples
+        --------
+        >>> import hierdp
+        >>> hierdp.Tree.from_parent([-1, 0, 0, 1, 1]).n_leaves
+        3
         """
         try:
             arr = np.asarray(parent)
@@ -241,6 +260,25 @@ class Tree:
 
         Nodes are numbered breadth-first: the root is 0 and the children of node i are
         ``fanout*i + 1 ... fanout*i + fanout``; this is already descending-height order.
+
+        Parameters
+        ----------
+        fanout : int
+            Children per internal node.
+        height : int
+            Levels, the root's included.
+        level_names : sequence of str, optional
+            One name per level, the root's first.
+
+        Returns
+        -------
+        Tree
+
+        Examples
+        --------
+        >>> import hierdp
+        >>> hierdp.Tree.complete(fanout=2, height=3).n_nodes
+        7
         """
         for name, v, lo in (("fanout", fanout, 1), ("height", height, 1)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
@@ -262,6 +300,21 @@ class Tree:
         The structure comes from the ``declared`` decomposition (see
         :mod:`hierdp.decompositions.declared` for the domain forms), looked up in the plugin
         registry. Only the structure is returned; counts are computed by ``df.dptree(...)``.
+
+        Parameters
+        ----------
+        df : pandas.DataFrame
+            Read only for levels whose domain is ``"observed"``.
+        levels : sequence of str
+            The level columns, top-down.
+        domains : mapping, DataFrame or "observed", optional
+            The public structure, as in ``df.dptree``.
+        root : str, default "total"
+            The root level's name.
+
+        Returns
+        -------
+        Tree
         """
         from hierdp import registry
 

@@ -1,5 +1,6 @@
-"""Every Python block of README.md and docs/*.md runs on its own, in a fresh process, in an
-empty folder: what a reader gets when they paste one block into a new interpreter.
+"""Every Python block of README.md and docs/**/*.md (the landing page's executed cells too)
+runs on its own, in a fresh process, in an empty folder: what a reader gets when they paste
+one block into a new interpreter.
 
 A block that is only an illustrative fragment is marked on the line just before its fence::
 
@@ -27,9 +28,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKER = re.compile(r"<!--\s*docs-test:\s*(skip|continues)\s*(?:\((.*)\))?\s*-->")
-FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", flags=re.S | re.M)
+# ```python blocks, and the MyST-NB cells the docs build executes (```{code-cell} python, as
+# on the landing page; their option lines ":key: value" are not code)
+FENCE = re.compile(r"^```(?:python|\{code-cell\}(?:[ \t]+\w+)?)[ \t]*\n(?:[ \t]*:[\w-]+:.*\n)*(.*?)^```[ \t]*$",
+                   flags=re.S | re.M)
 MAX_MARKED = 4  # skipped or continued blocks, over all documents
 TIMEOUT = 300
 
@@ -89,7 +93,7 @@ def runs():
 
 
 def test_the_documents_have_blocks_and_few_are_marked():
-    assert {b.doc.name for b in BLOCKS} >= {"README.md", "architecture.md", "plugins.md"}
+    assert {b.doc.name for b in BLOCKS} >= {"README.md", "architecture.md", "plugins.md", "index.md"}
     marked = [b for b in BLOCKS if b.marker]
     assert len(marked) <= MAX_MARKED, [b.id for b in marked]
     for b in marked:

@@ -60,7 +60,14 @@ def parse_threads(value: Any, where: str) -> int:
 
 
 def get_threads() -> int:
-    """The number of threads hierdp's passes use now (see :func:`set_threads`)."""
+    """The number of threads hierdp's passes use now (see :func:`set_threads`).
+
+    Returns
+    -------
+    int
+        The setting of :func:`set_threads`, else ``HIERDP_THREADS``, else the cores this
+        process may use.
+    """
     if _chosen is not None:
         return _chosen
     env = os.environ.get(THREADS_ENV, "").strip()
@@ -79,6 +86,16 @@ def set_threads(threads: int | None) -> int | None:
         hierdp.set_threads(old)
 
     restores it. Results do not depend on the setting, only the time they take.
+
+    Parameters
+    ----------
+    threads : int or None
+        The thread count (``1``: single-threaded), or ``None`` for the default.
+
+    Returns
+    -------
+    int or None
+        The previous setting.
     """
     global _chosen
     previous = _chosen
@@ -238,7 +255,7 @@ def prefault(a: np.ndarray) -> np.ndarray:
     threads with the faults inside the pieces and 1.27-1.35x touched first, against
     1.20-1.32x for the serial copy it replaced (census-like and random trees, 12M nodes,
     interleaved runs). BLUE's and GMC's outputs gained nothing from it and are not
-    touched (docs/performance.md, "Fresh pages"). No-op below :data:`PREFAULT_MIN`
+    touched (docs/appendix/performance-log.md, "Fresh pages"). No-op below :data:`PREFAULT_MIN`
     bytes."""
     if a.nbytes >= PREFAULT_MIN and a.flags.c_contiguous:
         flat = a.reshape(-1)

@@ -282,6 +282,22 @@ def dptree(data: Any, **keywords: Any) -> Any:
     ``unit=``, ``max_contributions=``, ``unknown=``, ``root=``); the result's
     ``.release(epsilon=..., ...)`` speaks the shared release language.
 
+    Parameters
+    ----------
+    data : DataFrame, Series, xarray object or Dask DataFrame
+        The private data.
+    **keywords
+        The door's keywords (for a DataFrame those of ``df.dptree``: ``levels``,
+        ``domains``, ...).
+
+    Returns
+    -------
+    DPTree or another door
+        The door for ``data``'s type; ``.release(...)`` releases it.
+
+    Examples
+    --------
+
     >>> import pandas as pd, hierdp
     >>> df = pd.DataFrame({"state": ["A", "A", "B"]})
     >>> hierdp.dptree(df, levels=["state"], domains="observed").tree.n_nodes

@@ -86,7 +86,18 @@ class DPTree(TreeDoor):
                              columns=cast(Sequence[Any], df.columns))
 
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """True node counts (external order) and private diagnostics. Reads private data."""
+        """True node counts (external order) and private diagnostics. Reads private data.
+
+        Parameters
+        ----------
+        rng : RandomSource, optional
+            The randomness that picks the rows kept per unit (``max_contributions``).
+
+        Returns
+        -------
+        (numpy.ndarray, dict)
+            NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes.
+        """
         df = self._df
         notes: dict[str, Any] = {}
         if self.unit is not None:
@@ -102,7 +113,13 @@ class DPTree(TreeDoor):
 
     def out_of_domain(self) -> pd.DataFrame:
         """NON-PRIVATE diagnostics: the rows of the data that fall outside the declared domains
-        (or lack a level value), for fixing the domains. Never publish them."""
+        (or lack a level value), for fixing the domains. Never publish them.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Those rows (a view of the data: private).
+        """
         _, bad, _ = self._structure.locate(self._df)
         if self.cells:
             bad = bad | cell_codes(self.cells, self._df)[1]
@@ -122,6 +139,50 @@ class DPTreeFrameAccessor:
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
+        """Place this frame's rows on a public tree: ``df.dptree(levels=[...], domains=...)``.
+
+        Parameters
+        ----------
+        levels : sequence of str
+            The columns naming each row's path, top-down (``["state", "county", "tract"]``).
+        domains : mapping, DataFrame, "observed" or None, optional
+            The public structure: per level a list of labels (top level) or
+            ``{parent: [children]}``, or one DataFrame of paths (one column per level, e.g. a
+            published geography file). ``"observed"`` (for a level or all) takes the labels
+            seen in the data, an explicit assertion that they are public.
+        count : str, optional
+            A column of non-negative integer counts per row (aggregated input); default:
+            each row counts 1.
+        unit : str, optional
+            The column identifying the privacy unit (e.g. a person id) when one unit may have
+            several rows; with ``max_contributions``.
+        max_contributions : int, optional
+            Rows kept per ``unit`` (the others are dropped at random); the sensitivity scales
+            with it.
+        unknown : {"raise", "drop"}, default "raise"
+            Rows outside the declared domains: refuse (the error names the level, never the
+            value) or drop them (the ledger says rows may have been dropped, not how many).
+        root : str, default "total"
+            The name of the root level.
+        cells : mapping, optional
+            Histogram cells per node: ``{column: [labels]}`` (or ``"observed"``); the release
+            then counts ``(node, cell)`` pairs.
+
+        Returns
+        -------
+        DPTree
+            The door: ``.release(epsilon=...)``, ``.tree``, and the NON-PRIVATE diagnostics
+            ``.true_counts()`` and ``.out_of_domain()``.
+
+        Examples
+        --------
+        >>> import pandas as pd, hierdp
+        >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
+        >>> door = df.dptree(levels=["state", "county"], domains={"state": ["A", "B"],
+        ...                  "county": {"A": ["x", "y"], "B": ["z"]}})
+        >>> door.tree.n_nodes
+        6
+        """
         return DPTree(self._obj, levels, domains, count=count, unit=unit, max_contributions=max_contributions,
                       unknown=unknown, root=root, spent=self._spent, cells=cells)
 
@@ -132,7 +193,52 @@ class DPTreeFrameAccessor:
                  max_contributions: int | None = None, method: str = "privtree", **params: Any) -> PointsResult:
         """A private spatial decomposition of the points in ``columns`` inside the public
         ``bounds`` and its region counts: :func:`hierdp.frontends.points.release_points`
-        (``method="privtree"`` by default; ``"simpletree"`` and ``"grid"`` for baselines)."""
+        (``method="privtree"`` by default; ``"simpletree"`` and ``"grid"`` for baselines).
+
+        PrivTree (Zhang, Xiao & Xie 2016, Alg. 2 with the biased, floored count of Eq. 8)
+        splits a region where its noisy count is high, with no height limit.
+
+        Parameters
+        ----------
+        columns : sequence of str
+            The numeric columns of the points (two for a map).
+        bounds : sequence of (low, high)
+            The public box, one pair per column; points outside it are refused.
+        epsilon, delta, rho : float, optional
+            The total privacy loss, as in :func:`hierdp.release` (structure and counts).
+        session : Session, optional
+            Draw the spend from this :class:`hierdp.Session`.
+        seed : int, optional
+            Reproducible noise for tests (NOT FOR PUBLICATION).
+        neighbours, invariants : optional
+            Only ``"add_remove"`` and no invariants: the regions are chosen privately.
+        postprocess : str, sequence or None, optional
+            Post-processing of the region counts (default ``["blue"]``).
+        epsilon_share : float, optional
+            The share of the total that chooses the regions (default 0.5).
+        max_contributions : int, optional
+            Points one privacy unit may contribute.
+        method : {"privtree", "simpletree", "grid"}, default "privtree"
+            The decomposition.
+        **params
+            The method's parameters (e.g. ``theta``, ``max_depth`` for PrivTree).
+
+        Returns
+        -------
+        PointsResult
+            The regions' estimates and ledger; ``.query(lows, highs)`` answers range counts,
+            :func:`hierdp.plot.decomposition` draws the regions.
+
+        Examples
+        --------
+        >>> import numpy as np, pandas as pd, hierdp, warnings
+        >>> pts = pd.DataFrame(np.random.default_rng(0).random((2000, 2)), columns=["x", "y"])
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+        ...     r = pts.dptree.privtree(["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=1)
+        >>> r.ledger.guarantee
+        'pure'
+        """
         result = release_points(self._obj, columns, bounds, epsilon=epsilon, delta=delta, rho=rho, session=session,
                                 seed=seed, neighbours=neighbours, invariants=invariants, postprocess=postprocess,
                                 epsilon_share=epsilon_share, max_contributions=max_contributions, method=method,
@@ -148,7 +254,38 @@ class DPTreeFrameAccessor:
         """A private prediction suffix tree over the sequences in ``column`` (strings or
         lists of symbols; one row = one sequence = one privacy unit) with ``alphabet`` declared
         (a list) or ``"observed"`` and l⊤ = ``max_length``:
-        :func:`hierdp.frontends.sequences.release_sequences`."""
+        :func:`hierdp.frontends.sequences.release_sequences`.
+
+        Parameters
+        ----------
+        column : str
+            The column of sequences.
+        epsilon, delta, rho : float, optional
+            The total privacy loss, as in :func:`hierdp.release`.
+        max_length : int, optional
+            l⊤ of the prediction suffix tree (Zhang, Xiao & Xie 2016, §4.2): a sequence
+            makes at most l⊤ predictions; longer ones are cut.
+        alphabet : list or "observed", optional
+            The public symbols; ``"observed"`` asserts the symbols seen are public.
+        session : Session, optional
+            Draw the spend from this :class:`hierdp.Session`.
+        seed : int, optional
+            Reproducible noise for tests (NOT FOR PUBLICATION).
+        neighbours, invariants : optional
+            Only ``"add_remove"`` and no invariants: the tree is chosen privately.
+        postprocess : str, sequence or None, optional
+            Post-processing of the node counts.
+        epsilon_share : float, optional
+            The share of the total that chooses the tree (default 1/β, §4.2).
+        **params
+            Parameters of the suffix-tree decomposition.
+
+        Returns
+        -------
+        SequenceResult
+            The suffix tree's estimates and ledger, with sampling and frequent-pattern
+            queries (see docs/sequences.md).
+        """
         result = release_sequences(self._obj, column, epsilon=epsilon, max_length=max_length, alphabet=alphabet,
                                    delta=delta, rho=rho, session=session, seed=seed, neighbours=neighbours,
                                    invariants=invariants, postprocess=postprocess, epsilon_share=epsilon_share,
@@ -162,7 +299,36 @@ class DPTreeFrameAccessor:
                        invariants: Any = None, postprocess: Any = PLAN_DEFAULT, epsilon_share: float | None = None,
                        max_contributions: int | None = None, **params: Any) -> RegionsResult:
         """PrivTree on numeric × categorical columns (Zhang et al. 2016, §3.5) and the region
-        counts: :func:`hierdp.frontends.taxonomy.release_mixed` on this frame."""
+        counts: :func:`hierdp.frontends.taxonomy.release_mixed` on this frame.
+
+        Parameters
+        ----------
+        numeric : mapping, optional
+            ``{column: (low, high)}``: the numeric attributes and their public bounds.
+        categorical : mapping, optional
+            ``{column: Tree}``: the categorical attributes and their public taxonomies.
+        epsilon, delta, rho : float, optional
+            The total privacy loss, as in :func:`hierdp.release`.
+        session : Session, optional
+            Draw the spend from this :class:`hierdp.Session`.
+        seed : int, optional
+            Reproducible noise for tests (NOT FOR PUBLICATION).
+        neighbours, invariants : optional
+            Only ``"add_remove"`` and no invariants: the regions are chosen privately.
+        postprocess : str, sequence or None, optional
+            Post-processing of the region counts.
+        epsilon_share : float, optional
+            The share of the total that chooses the regions.
+        max_contributions : int, optional
+            Rows one privacy unit may contribute.
+        **params
+            PrivTree's parameters.
+
+        Returns
+        -------
+        RegionsResult
+            The regions' estimates and ledger.
+        """
         result = release_mixed(self._obj, numeric, categorical, epsilon=epsilon, delta=delta, rho=rho,
                                session=session, seed=seed, neighbours=neighbours, invariants=invariants,
                                postprocess=postprocess, epsilon_share=epsilon_share,
@@ -181,6 +347,34 @@ class DPTreeSeriesAccessor:
 
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
+        """Place counts already grouped by level on a public tree: ``counts.dptree(domains=...)``.
+
+        Parameters
+        ----------
+        domains : mapping, DataFrame, "observed" or None, optional
+            The public structure, as in ``df.dptree``.
+        levels : sequence of str, optional
+            The index names that are levels (default: all but the ``cells``), top-down.
+        unknown : {"raise", "drop"}, default "raise"
+            Index paths outside the declared domains: refuse or drop.
+        root : str, default "total"
+            The name of the root level.
+        cells : mapping, optional
+            Index names that are histogram cells, with their labels.
+
+        Returns
+        -------
+        DPTree
+            The door, as ``df.dptree(...)`` returns it (the Series' values are the counts).
+
+        Examples
+        --------
+        >>> import pandas as pd, hierdp
+        >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
+        >>> counts = df.groupby(["state", "county"]).size()
+        >>> counts.dptree(domains="observed").tree.n_nodes
+        6
+        """
         s = self._obj
         names = [cast(str, n) for n in s.index.names]
         if any(n is None for n in names):

@@ -241,6 +241,52 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     first if a unit may have more than x rows. ``session``: checked against the whole spend
     before the structure's noise is drawn. ``neighbours``/``invariants``: refused (the
     structure is private). Older spellings: ``structure_share``, ``contributions``.
+
+    Parameters
+    ----------
+    data : DataFrame or array_like
+        The points, one row each (one row = one privacy unit unless ``max_contributions``).
+    columns : sequence of str, optional
+        The coordinate columns of a DataFrame.
+    bounds : sequence of (low, high)
+        The public box, one pair per coordinate.
+    epsilon, delta, rho : float, optional
+        The total privacy loss (structure and counts), as in :func:`hierdp.release`.
+    session : Session, optional
+        Draw the spend from this :class:`hierdp.Session` (checked before any noise).
+    seed : int, optional
+        Reproducible noise for tests (NOT FOR PUBLICATION).
+    neighbours, invariants : optional
+        Only ``"add_remove"`` and no invariants (the structure is private).
+    postprocess : str, sequence or None, optional
+        Post-processing of the counts (default: the plan's, ``["blue"]``).
+    epsilon_share : float, optional
+        The share of ``epsilon`` that chooses the regions.
+    max_contributions : int, optional
+        x: the leaves one tuple may fall in.
+    method : {"privtree", "simpletree", "grid"}, default "privtree"
+        The decomposition (Zhang, Xiao & Xie 2016, Alg. 2; Alg. 1; the uniform grid).
+    mechanism : str or Mechanism, default "discrete_laplace"
+        The noise on the leaf counts.
+    notes : sequence of str, default ()
+        Public notes for the ledger.
+    **params
+        The method's parameters (``theta``, ``max_depth``, ``height``, ``m``, ...).
+
+    Returns
+    -------
+    PointsResult
+        The regions' estimates and ledger; ``.query(lows, highs)`` answers range counts.
+
+    Examples
+    --------
+    >>> import numpy as np, hierdp, warnings
+    >>> pts = np.random.default_rng(0).random((2000, 2))
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+    ...     r = hierdp.release_points(pts, bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=1)
+    >>> r.query(np.array([[0.0, 0.0]]), np.array([[1.0, 1.0]])).shape
+    (1,)
     """
     if method not in METHODS:
         raise DataError(expected_one_of("method", method, METHODS))

@@ -303,6 +303,54 @@ def release_sequences(data: Any, column: str | None = None, epsilon: float | Non
     ``session``: checked against the whole spend before the structure's noise is drawn.
     ``neighbours``/``invariants``: refused (the structure is private). Older spelling:
     ``structure_share``.
+
+    Parameters
+    ----------
+    data : DataFrame, Series or list
+        The sequences (one per privacy unit).
+    column : str, optional
+        The column of a DataFrame holding them.
+    epsilon, delta, rho : float, optional
+        The total privacy loss (structure and counts), as in :func:`hierdp.release`.
+    session : Session, optional
+        Draw the spend from this :class:`hierdp.Session` (checked before any noise).
+    seed : int, optional
+        Reproducible noise for tests (NOT FOR PUBLICATION).
+    neighbours, invariants : optional
+        Only ``"add_remove"`` and no invariants (the structure is private).
+    postprocess : str, sequence or None, optional
+        Post-processing of the counts (default: the plan's, ``["blue"]``).
+    max_length : int, optional
+        l⊤ (§4.2).
+    alphabet : list, str or "observed", optional
+        The public symbols.
+    epsilon_share : float, optional
+        The share of ``epsilon`` that builds the PST (default 1/β).
+    theta, max_depth, max_cells : optional
+        Limits of the :class:`~hierdp.decompositions.suffix_tree.SuffixTree`.
+    histograms : {"nonneg", "clamp"}, default "nonneg"
+        The post-processing of the histograms.
+    mechanism : str or Mechanism, default "discrete_laplace"
+        The noise on the leaf histograms.
+    notes : sequence of str, default ()
+        Public notes for the ledger.
+    **older
+        ``structure_share``, the older name of ``epsilon_share``.
+
+    Returns
+    -------
+    SequenceResult
+        The release plus ``frequency(strings)``, ``top_k(k)`` and ``sample(n)``.
+
+    Examples
+    --------
+    >>> import hierdp, warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+    ...     r = hierdp.release_sequences(["ab", "abc", "b"] * 50, epsilon=1.0, max_length=4,
+    ...                                  alphabet="abc", seed=1)
+    >>> r.ledger.guarantee
+    'pure'
     """
     given = canonical_keywords(_door, older, ("epsilon_share",), release_sequences)
     structure_share = take(_door, given, "epsilon_share", epsilon_share)

@@ -67,6 +67,44 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, epsilon: float | None = N
     of one tuple (default one row). ``session``: checked against the whole spend before the
     structure's noise is drawn. ``neighbours``/``invariants``: refused (the structure is
     private). Older spellings: ``structure_share``, ``contributions``.
+
+    Parameters
+    ----------
+    taxonomy : Tree
+        The public taxonomy.
+    leaf_counts : array_like
+        Private counts of its leaves, ``(n_leaves,)`` or ``(n_leaves, k)``.
+    epsilon, delta, rho : float, optional
+        The total privacy loss (structure and counts), as in :func:`hierdp.release`.
+    session : Session, optional
+        Draw the spend from this :class:`hierdp.Session` (checked before any noise).
+    seed : int, optional
+        Reproducible noise for tests (NOT FOR PUBLICATION).
+    neighbours, invariants : optional
+        Only ``"add_remove"`` and no invariants (the structure is private).
+    postprocess : str, sequence or None, optional
+        Post-processing of the counts (default: the plan's, ``["blue"]``).
+    epsilon_share : float, optional
+        The share of ``epsilon`` that chooses the expansion (default half).
+    max_contributions : int, optional
+        x: the leaves one tuple may reach.
+    score : str or callable, default "count"
+        What decides a split (see :class:`TaxonomyPrivTree`).
+    sensitivity : int, optional
+        The score's sensitivity.
+    mechanism : str or Mechanism, default "discrete_laplace"
+        The noise on the leaf counts.
+    notes : sequence of str, default ()
+        Public notes for the ledger.
+    privacy_unit : str, optional
+        The ledger's description of one tuple.
+    **params
+        ``theta``, ``beta``, ``max_depth`` (see :class:`TaxonomyPrivTree`).
+
+    Returns
+    -------
+    ReleaseResult
+        The expanded tree's estimates and ledger.
     """
     given = canonical_keywords(_door, params, (*TAXONOMY_PARAMETERS[2:], "epsilon_share", "max_contributions"),
                                release_taxonomy)
@@ -131,6 +169,41 @@ def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
     structure. ``session``: checked against the whole spend before the structure's noise
     is drawn. ``neighbours``/``invariants``: refused (the structure is private). Older
     spellings: ``structure_share``, ``contributions``.
+
+    Parameters
+    ----------
+    data : pandas.DataFrame
+        The private rows.
+    numeric : mapping, optional
+        ``{column: (low, high)}`` public bounds.
+    categorical : mapping, optional
+        ``{column: Tree}`` public taxonomies.
+    epsilon, delta, rho : float, optional
+        The total privacy loss (structure and counts), as in :func:`hierdp.release`.
+    session : Session, optional
+        Draw the spend from this :class:`hierdp.Session` (checked before any noise).
+    seed : int, optional
+        Reproducible noise for tests (NOT FOR PUBLICATION).
+    neighbours, invariants : optional
+        Only ``"add_remove"`` and no invariants (the structure is private).
+    postprocess : str, sequence or None, optional
+        Post-processing of the counts (default: the plan's, ``["blue"]``).
+    epsilon_share : float, optional
+        The share of ``epsilon`` that chooses the regions (default half).
+    max_contributions : int, optional
+        x: the leaves one tuple may reach.
+    mechanism : str or Mechanism, default "discrete_laplace"
+        The noise on the region counts.
+    notes : sequence of str, default ()
+        Public notes for the ledger.
+    **params
+        ``theta``, ``beta``, ``max_depth``, ``max_halvings``, ``max_nodes`` (see
+        :class:`MixedPrivTree`).
+
+    Returns
+    -------
+    RegionsResult
+        The regions' estimates and ledger.
     """
     given = canonical_keywords(_door, params, (*MIXED_PARAMETERS, "epsilon_share", "max_contributions"),
                                release_mixed)

@@ -132,7 +132,13 @@ class TreeDoor(ABC):
 
     def release_defaults(self) -> dict[str, Any]:
         """Release keywords implied by how rows count: the sensitivity (``Sensitivity.bounded(c)``
-        with ``unit=``/``max_contributions=c``), the privacy-unit text and the bound."""
+        with ``unit=``/``max_contributions=c``), the privacy-unit text and the bound.
+
+        Returns
+        -------
+        dict
+            ``{"sensitivity": ..., "privacy_unit": ..., "max_contributions": ...}`` as they apply.
+        """
         if self.unit is not None:
             return {"sensitivity": Sensitivity.bounded(cast(int, self.max_contributions)),
                     "privacy_unit": f"one value of column {self.unit!r}",
@@ -142,7 +148,13 @@ class TreeDoor(ABC):
         return {}
 
     def true_counts(self) -> np.ndarray:
-        """NON-PRIVATE: the exact node counts (external order), for evaluation only."""
+        """NON-PRIVATE: the exact node counts (external order), for evaluation only.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n,)``, or ``(n, k)`` with histogram cells. Never publish them.
+        """
         return self.node_values()[0]
 
     # -- the release ---------------------------------------------------------------------
@@ -178,6 +190,55 @@ class TreeDoor(ABC):
         (a level name, ``"auto"`` or ``{"memory": "4GiB"}``) runs the release by subtree
         (:mod:`hierdp.subtrees`): the same estimate and ledger as in memory.
 
+        Parameters
+        ----------
+        epsilon : float or PrivacyLoss, optional
+            Total ε (with ``delta``: (ε, δ)-DP); give ``epsilon`` or ``rho``.
+        delta : float, optional
+            δ of (ε, δ)-DP, or the δ at which a ρ-zCDP release also states its (ε, δ).
+        rho : float, optional
+            Total ρ of ρ-zCDP (Gaussian mechanisms).
+        session : Session, optional
+            Draw the spend from this :class:`hierdp.Session` (refused before any data are read
+            when it would overspend).
+        seed : int, optional
+            Reproducible noise for tests; the ledger is marked NOT FOR PUBLICATION.
+        neighbours : {"add_remove", "substitute"}, default "add_remove"
+            The neighbour relation of the guarantee.
+        invariants : str, sequence or None, optional
+            Levels, node ids or label paths published exactly (not protected).
+        postprocess : str, sequence or None, optional
+            Post-processors in order (default: the plan's, ``["blue"]`` for ``per_level``).
+        plan : str, dict or MeasurementPlan, default "per_level"
+            ``"per_level"``, ``"marginals"`` (histogram cells), ``"ghazi"``, or a plan.
+        mechanism : str, dict or Mechanism, optional
+            ``"discrete_laplace"`` (default under ε), ``"discrete_gaussian"`` (under ρ), ...
+        budget : str, dict, list or BudgetStrategy, optional
+            The split over the levels: ``"equal"`` (default), ``"leaves"``, ``"greedy"``,
+            ``"optimal"``, ``{"strategy": name, **params}``, per-level amounts
+            ``{"state": 0.2, "county": 0.8}`` adding up to the total, or a list, one per
+            level, the root first (see :func:`hierdp.release`).
+        sensitivity : Sensitivity, optional
+            A larger sensitivity than the one the door's ``max_contributions`` implies.
+        invariants_cover : {"total", "cells"}, default "total"
+            With histogram cells: fix each invariant node's total, or every cell of it.
+        allow_invariants_with_add_remove : bool, default False
+            Accept invariants under ``neighbours="add_remove"``.
+        notes : sequence of str, default ()
+            Public notes for the ledger.
+        split : str, int, dict or None, optional
+            Release by subtree: a level name or depth, ``"auto"`` or ``{"memory": "4GiB"}``.
+        **older
+            ``privacy_unit`` and ``max_contributions`` (also under older spellings): fixed when
+            the door is built, so accepted only when they restate it (else PrivacyError).
+
+        Returns
+        -------
+        ReleaseResult
+            The estimate (``.frame``, ``.std``, ``.intervals()``) and its ledger.
+
+        Examples
+        --------
         >>> import pandas as pd, hierdp
         >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
         >>> r = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=7)
@@ -256,7 +317,36 @@ class TreeDoor(ABC):
         ``epsilon_share``, ``score``, ``theta``, ``beta``, ``max_depth``, ...). With
         ``unit=``/``max_contributions=c`` a unit reaches at most c leaves: the release's
         ``max_contributions`` is c (λ and the leaf noise scaled by c). ``privtree`` is the
-        older name of this method."""
+        older name of this method.
+
+        Parameters
+        ----------
+        epsilon, delta, rho : float, optional
+            The total privacy loss (expansion and counts), as in :func:`hierdp.release`.
+        session : Session, optional
+            Draw the spend from this :class:`hierdp.Session`.
+        seed : int, optional
+            Reproducible noise for tests (NOT FOR PUBLICATION).
+        neighbours, invariants : optional
+            Only ``"add_remove"`` and no invariants (the expansion is private).
+        postprocess : str, sequence or None, optional
+            Post-processing of the counts.
+        epsilon_share : float, optional
+            The share of ``epsilon`` that chooses the expansion (default half).
+        max_contributions : int, optional
+            Must agree with the door's bound when given.
+        mechanism : str or Mechanism, default "discrete_laplace"
+            The noise on the leaf counts.
+        notes : sequence of str, default ()
+            Public notes for the ledger.
+        **params
+            ``score``, ``theta``, ``beta``, ``max_depth``
+            (:func:`hierdp.frontends.taxonomy.release_taxonomy`).
+
+        Returns
+        -------
+        ReleaseResult
+        """
         where = f"{self._accessor}.dptree(...).privtree_taxonomy()"
         given_name = "contributions" if "contributions" in params else "max_contributions"
         extra = canonical_keywords(where, params, (*TAXONOMY_PARAMETERS, "epsilon_share", "max_contributions",
@@ -289,7 +379,19 @@ class TreeDoor(ABC):
 
     def privtree(self, epsilon: float | None = None, **kwargs: Any) -> ReleaseResult:
         """Older name of :meth:`privtree_taxonomy` (PrivTree on this declared tree as a
-        public taxonomy; ``df.dptree.privtree`` is the spatial PrivTree on points)."""
+        public taxonomy; ``df.dptree.privtree`` is the spatial PrivTree on points).
+
+        Parameters
+        ----------
+        epsilon : float, optional
+            The total ε.
+        **kwargs
+            The keywords of :meth:`privtree_taxonomy`.
+
+        Returns
+        -------
+        ReleaseResult
+        """
         return self.privtree_taxonomy(epsilon, **kwargs)
 
     @property
@@ -299,7 +401,13 @@ class TreeDoor(ABC):
         return [dict(r) for r in self._spent]
 
     def spent_text(self) -> str:
-        """What the releases of this data spend together (basic composition), as text."""
+        """What the releases of this data spend together (basic composition), as text.
+
+        Returns
+        -------
+        str
+            E.g. ``"epsilon=1.5"``.
+        """
         return spent_text(self._spent)
 
     def __repr__(self) -> str:

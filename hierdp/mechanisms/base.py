@@ -37,6 +37,21 @@ class Sensitivity:
     ``l2 = c`` (all rows may land in the same node); ``linf`` bounds one cell.
 
     These are add/remove norms; :meth:`for_neighbours` gives the substitution ones.
+
+    Parameters
+    ----------
+    l1 : float, default 1.0
+        The L1 sensitivity (Laplace mechanisms).
+    l2 : float, default 1.0
+        The L2 sensitivity (Gaussian mechanisms).
+    linf : float, default 1.0
+        The largest change to one cell.
+
+    Examples
+    --------
+    >>> from hierdp import Sensitivity
+    >>> Sensitivity(l1=3, l2=3).for_neighbours("substitute").l1
+    6.0
     """
 
     l1: float = 1.0

@@ -1,0 +1,103 @@
+"""The built documentation shows instead of tells (issue 33 item 3).
+
+The site is built once per test session (``sphinx-build -W``, as ``.ci/lint-and-docs`` does,
+into a temporary folder; :func:`built_site`, shared with ``tests/test_docs_browser.py``);
+``.ci/lint-and-docs`` runs these tests again on the site it built (``HIERDP_DOCS_SITE``), so
+they run in CI even where the test install lacks Sphinx.
+The notebooks come executed (docs/_nbcache.py: the copies ``tests/test_notebooks.py``
+stored when current, else the build executes them), so every notebook page and the
+landing page carry at least one figure (an ``<img>`` or an inline ``<svg>``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+FIGURE = re.compile(r"<img\b|<svg\b", flags=re.I)
+
+pytest.importorskip("sphinx")
+pytest.importorskip("myst_nb")
+pytest.importorskip("nbclient")
+
+
+@functools.lru_cache(maxsize=1)
+def built_site() -> Path:
+    """Build the docs once per process into a temporary folder (removed at exit); with
+    ``HIERDP_DOCS_SITE`` naming a site built just before (``.ci/lint-and-docs`` passes its
+    own ``docs/_build/html``), test that one instead."""
+    given = os.environ.get("HIERDP_DOCS_SITE")
+    if given:
+        site = Path(given).resolve()
+        if not (site / "index.html").is_file():
+            pytest.fail(f"HIERDP_DOCS_SITE={given!r} holds no built site (no index.html); build it or unset it")
+        return site
+    out = Path(tempfile.mkdtemp(prefix="hierdp-docs-site-"))
+    atexit.register(shutil.rmtree, out, True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                          "-d", str(out / "doctrees"), str(DOCS), str(out / "html")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    if run.returncode != 0:
+        pytest.fail(f"the docs build failed ({run.returncode}):\n{run.stderr[-4000:]}")
+    return out / "html"
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return built_site()
+
+
+def _figures(page: Path) -> int:
+    return len(FIGURE.findall(page.read_text(encoding="utf-8")))
+
+
+def test_the_figure_counter_counts_figures(tmp_path):
+    page = tmp_path / "p.html"
+    page.write_text('<p>text</p><pre>&lt;img&gt;</pre>', encoding="utf-8")
+    assert _figures(page) == 0                       # escaped markup in a code block is no figure
+    page.write_text('<img src="a.png" alt=""><div><SVG viewBox="0 0 1 1"></svg></div>', encoding="utf-8")
+    assert _figures(page) == 2
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_notebook_page_has_a_figure(notebook, site):
+    page = site / "_notebooks" / f"{notebook.stem}.html"
+    assert page.is_file(), f"{notebook.name} has no page in the built docs"
+    text = page.read_text(encoding="utf-8")
+    assert "cell_output" in text, f"{notebook.name}: the page shows no outputs (not executed?)"
+    assert _figures(page) >= 1, f"{notebook.name}: no <img> or <svg> on its page"
+    assert "&lt;Figure size" not in text and "<Figure size" not in text, \
+        f"{notebook.name}: a figure printed as text instead of showing"
+
+
+def test_the_landing_page_shows_install_example_and_a_picture(site):
+    text = (site / "index.html").read_text(encoding="utf-8")
+    assert "pip install" in text
+    assert _figures(site / "index.html") >= 1, "no picture on the landing page"
+    assert "cell_output" in text, "the example's output is not shown (index.md not executed?)"
+    body = text[text.index("<body"):]
+    # the user guide opens with Getting started, not Architecture
+    guide = [m for m in re.findall(r'href="([^"#]+)\.html"', body)]
+    assert guide.index("_notebooks/01_getting_started") < guide.index("architecture")
+    assert guide.index("_notebooks/01_getting_started") < guide.index("spec")
+
+
+def test_the_performance_log_is_an_appendix_and_the_summary_is_short(site):
+    assert (site / "appendix" / "performance-log.html").is_file()
+    summary = (DOCS / "performance.md").read_text(encoding="utf-8")
+    assert len(summary.splitlines()) < 120, "docs/performance.md is a one-page summary; details go in the log"
+    assert "appendix/performance-log.md" in summary

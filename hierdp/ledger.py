@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from hierdp._version import __version__
-from hierdp.accountants import ANALYTIC, BASIC, PLD, ZCDP, Measured, gaussian_epsilon, pld_epsilon
+from hierdp.accountants import ANALYTIC, BASIC, DISCRETE, PLD, ZCDP, Measured, gaussian_epsilon, pld_epsilon
 from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
 from hierdp.errors import PrivacyError
 
@@ -189,6 +189,11 @@ class Ledger:
         check = check_delta(delta)
         if self.guarantee == "pure":
             return float(cast(float, self.epsilon))
+        if self.certified_by == DISCRETE and self.rho is not None and self.delta is not None:
+            # its own exact curve at the δ it was calibrated to; elsewhere the ρ-zCDP bound
+            # (CKS 2020 Thm 14: the discrete Gaussian with σᵢ² = Δ²/(2ρᵢ) is Σρᵢ-zCDP)
+            cks = certified_epsilon(self.guarantee, rho=self.rho, delta=check, accountant=ZCDP)
+            return min(cks, float(cast(float, self.epsilon))) if check >= self.delta else cks
         if self.rho is not None and (self.guarantee == "zcdp" or self.certified_by in (ANALYTIC, ZCDP)):
             return certified_epsilon(self.guarantee, rho=self.rho, delta=check, accountant=self.certified_by)
         if self.delta is not None and check >= self.delta:
@@ -271,6 +276,8 @@ class Ledger:
             head = f"(ε, δ)-DP, ε = {self.epsilon:g}, δ = {self.delta:g}"
             if self.rho is not None and self.certified_by == ANALYTIC:
                 head += f" (exact Gaussian curve, μ = {math.sqrt(2 * self.rho):.6g}, ρ = {self.rho:.6g})"
+            elif self.rho is not None and self.certified_by == DISCRETE:
+                head += f" (exact discrete Gaussian curve, ρ = {self.rho:.6g})"
             elif self.rho is not None:
                 head += f" (via ρ-zCDP, ρ = {self.rho:.6g})"
         lines = [f"Privacy ledger: {head}", f"  privacy unit: {self.privacy_unit}"]

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import registry, rules
-from hierdp.accounting import PrivacyLoss, Spend, calibrated_total
+from hierdp.accountants import discrete_gaussian_delta
+from hierdp.accounting import PrivacyLoss, Spend, calibrated_total, split_total, unit_moves
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError, expected_one_of
 from hierdp.keyed_noise import NoiseKey
@@ -344,6 +345,39 @@ class PerLevel(Plan):
                                                       per_level=self._strategy is None and loss.epsilon is not None),
                           BudgetError)
         return mechanism_total(mech, loss)
+
+    def calibrate(self, tree: Tree, loss: PrivacyLoss, total: float, guarantee: dict[str, Any], *,
+                  sensitivity: Sensitivity, invariants: np.ndarray | None = None) -> tuple[float, dict[str, Any]]:
+        """An (ε, δ) request on the discrete Gaussian met on its own exact curve for this
+        tree's split (Canonne, Kamath & Steinke 2020, Thm 7; :func:`hierdp.accounting.split_total`),
+        when the split is a public strategy's (not one that reads true counts) and the
+        mechanism's σ² is known (its ``params(...).sigma2``): the total is then the largest
+        at which the σ² the sampler draws with meet (ε, δ). Otherwise unchanged (the CKS
+        2020 bound)."""
+        mech, strategy = self.mechanism, self._strategy
+        if getattr(mech, "privacy_curve", None) != "discrete_gaussian" or loss.kind != "approx" \
+                or loss.accountant != "tight" or strategy is None or strategy.reads_true_counts \
+                or mech.delta_per_use > 0:
+            return total, guarantee
+        params = getattr(mech, "params", None)
+        if params is None or not hasattr(params(total, sensitivity), "sigma2"):
+            return total, guarantee
+        inv = invariant_levels(tree, invariants)
+        eps, delta = cast(float, loss.epsilon), cast(float, loss.delta)
+        units = unit_moves(sensitivity.l1, sensitivity.l2)
+
+        def alloc(t: float) -> list[float]:
+            got = resolve_budget(tree, t, strategy, mechanism=mech, sensitivity=sensitivity, invariant_levels=inv)[0]
+            return [b for b in got.values() if b > 0]
+
+        def drawn_delta_ok(t: float) -> bool:  # the σ² the sampler uses at this total (rounded up)
+            s2 = [float(params(b, sensitivity).sigma2) for b in alloc(t)]
+            d = discrete_gaussian_delta(eps, s2, units, log_tail=math.log(delta) - 25.0)
+            return d is not None and d <= delta * (1 - 1e-9)
+
+        shares = alloc(1.0)
+        return split_total(loss, total, guarantee, shares=shares, l1=sensitivity.l1, l2=sensitivity.l2,
+                           check=drawn_delta_ok)
 
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,

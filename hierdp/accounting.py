@@ -29,8 +29,10 @@ composes arbitrary measurements (levels, SVT calls, ...).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, cast
 
 from hierdp import rules
@@ -51,9 +53,29 @@ from hierdp.errors import BudgetError, PrivacyError
 
 __all__ = ["PrivacyLoss", "pure_epsilon", "total_budget", "loss_total", "check_epsilon", "check_rho", "check_delta",
            "zcdp_to_approx_dp", "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend",
-           "calibrated_total", "certified_epsilon", "structure_total", "unit_moves", "split_total"]
+           "calibrated_total", "certified_epsilon", "structure_total", "unit_moves", "split_total", "RATIONAL",
+           "parse_budget"]
 
 _CONVERSIONS = ("bs16", "cks20")
+
+
+#: a budget written as an exact rational: "1440/4099" (non-negative integers, a positive denominator)
+RATIONAL = re.compile(r"^\s*(\d+)\s*/\s*(\d*[1-9]\d*)\s*$")
+
+
+def parse_budget(value: Any) -> tuple[Any, str]:
+    """A per-level budget as the number a mechanism uses and, when it was given as an exact
+    rational (a :class:`fractions.Fraction` or a string such as ``"1440/4099"``), that rational
+    in lowest terms (``""`` otherwise), for the ledger to state exactly (issue 34 item 3).
+    Anything else is returned as it is (for the budget checks to refuse with their message)."""
+    if isinstance(value, Fraction):
+        return (float(value), str(value)) if value >= 0 else (value, "")
+    if isinstance(value, str):
+        m = RATIONAL.match(value)
+        if m:
+            f = Fraction(int(m.group(1)), int(m.group(2)))
+            return float(f), str(f)
+    return value, ""
 
 
 def _positive(x: object, name: str) -> float:

@@ -38,6 +38,8 @@ class LevelSpend:
     sensitivity_l1: float = 1.0
     sensitivity_l2: float = 1.0
     delta: float = 0.0  # δ of an (ε, δ) measurement (e.g. truncated Laplace); 0 for pure ε / ρ
+    #: the budget as the exact rational it was given as (e.g. "1440/4099"); "" when given as a number
+    budget_exact: str = ""
 
     @property
     def measured(self) -> bool:
@@ -211,6 +213,9 @@ class Ledger:
         if not self.for_publication:
             d["status"] = "NOT FOR PUBLICATION: " + "; ".join(self.not_for_publication_reasons())
         d["spent"] = self.spent
+        for lv in d["levels"]:  # written only when given (ledgers without it read back the same)
+            if not lv.get("budget_exact"):
+                lv.pop("budget_exact", None)
         d["levels"] = _compact_levels(d["levels"])
         if not include_private:
             d.pop("private_notes")

@@ -22,7 +22,7 @@ import numpy as np
 
 from hierdp import registry, rules
 from hierdp.accountants import discrete_gaussian_delta
-from hierdp.accounting import PrivacyLoss, Spend, calibrated_total, split_total, unit_moves
+from hierdp.accounting import PrivacyLoss, Spend, calibrated_total, parse_budget, split_total, unit_moves
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError, expected_one_of
 from hierdp.keyed_noise import NoiseKey
@@ -107,7 +107,7 @@ def resolve_budget(
         unknown = [k for k in budget if k not in names]
         if unknown:
             raise BudgetError(expected_one_of("level in budget", unknown[0], names))
-        alloc = {n: budget.get(n, 0.0) for n in names}
+        alloc = {n: parse_budget(budget.get(n, 0.0))[0] for n in names}
         desc = "per-level"
     elif isinstance(budget, (Sequence, np.ndarray)) and not isinstance(budget, str):
         vals = list(budget)
@@ -116,7 +116,7 @@ def resolve_budget(
                 f"per-level budget list has {len(vals)} values but the tree has {len(names)} levels "
                 f"({', '.join(names)}); give one value per level, the total first"
             )
-        alloc = dict(zip(names, vals))
+        alloc = {n: parse_budget(x)[0] for n, x in zip(names, vals)}
         desc = "per-level"
     else:
         raise BudgetError(f"budget must be a strategy name, a list or a dict of per-level values, got {budget!r}")
@@ -253,6 +253,18 @@ def measure_nodes(
         noisy[rows] = mechanism.sample_keyed(values[rows], float(b), sensitivity, key, ids[rows], measurement)
         variance[rows] = float(mechanism.variance(float(b), sensitivity))
     return noisy, variance
+
+
+def exact_budgets(budget: Any, names: Sequence[str]) -> dict[str, str]:
+    """The per-level values given as exact rationals (``"1440/4099"`` or a Fraction), by level
+    name, in lowest terms (:func:`hierdp.accounting.parse_budget`); empty for a strategy."""
+    if isinstance(budget, Mapping):
+        given = {n: budget[n] for n in names if n in budget}
+    elif isinstance(budget, (Sequence, np.ndarray)) and not isinstance(budget, str) and len(budget) == len(names):
+        given = dict(zip(names, budget))
+    else:
+        return {}
+    return {n: e for n, v in given.items() if (e := parse_budget(v)[1])}
 
 
 def invariant_levels(tree: Tree, invariants: np.ndarray | None) -> list[str]:
@@ -395,9 +407,12 @@ class PerLevel(Plan):
         noisy, variance, levels = measure(tree, values, alloc, mech, sensitivity, key_for(rng, key),
                                           node_ids=node_ids)
         noisy, variance = apply_invariants(values, noisy, variance, invariants)
+        exact = exact_budgets(self.budget, tree.level_names) if self._strategy is None else {}
         for i, ls in enumerate(levels):
             if ls.level in inv_levels:
-                levels[i] = LevelSpend(**{**ls.__dict__, "noise_variance": 0.0})
+                levels[i] = ls = LevelSpend(**{**ls.__dict__, "noise_variance": 0.0})
+            if ls.level in exact:  # given as an exact rational: the ledger states it (issue 34 item 3)
+                levels[i] = LevelSpend(**{**ls.__dict__, "budget_exact": exact[ls.level]})
         unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"
         spends = [Spend(ls.budget, unit, label=ls.level, delta=mech.delta_per_use)
                   for ls in levels if ls.measured]

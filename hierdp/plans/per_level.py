@@ -387,7 +387,7 @@ class PerLevel(Plan):
             d = discrete_gaussian_delta(eps, s2, units, log_tail=math.log(delta) - 25.0)
             return d is not None and d <= delta * (1 - 1e-9)
 
-        shares = alloc(1.0)
+        shares = [b / total for b in alloc(total)]  # at the CKS total: near the result for a split not linear in it
         return split_total(loss, total, guarantee, shares=shares, l1=sensitivity.l1, l2=sensitivity.l2,
                            check=drawn_delta_ok)
 

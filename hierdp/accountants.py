@@ -17,6 +17,12 @@ The accountants a release can be certified by (their names are what the ledger s
   In hierdp's ρ currency (σᵢ² = Δᵢ²/(2ρᵢ)) μ² = 2 Σ ρᵢ: per-level ρ still add up, and
   only the conversion from the total to (ε, δ) changes. :func:`gaussian_mu` finds the
   largest μ meeting (ε, δ) (root-finding in log space, stable for ε = 17.14, δ = 1e-10).
+* :data:`DISCRETE` — the exact privacy curve of discrete Gaussian noise on integer counts
+  (Canonne, Kamath & Steinke 2020, Thm 7 summed numerically): with integer shifts the
+  privacy loss of N_Z(0, σ²) is an affine function of the noise, so a composition's curve
+  is a finite sum over the convolved pmfs (:func:`discrete_gaussian_delta`), evaluated on
+  a truncated support whose left-out mass is added to δ (an upper bound, never below the
+  true δ). :func:`discrete_gaussian_rho` calibrates a per-level split on it.
 * :data:`PLD` — privacy-loss distributions through Google's ``dp-accounting`` (optional:
   ``pip install "hierdp[accounting]"``), for compositions of different mechanisms
   (discrete Laplace, Gaussian and discrete Gaussian measurements):
@@ -32,11 +38,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy.special import erfcx, log_ndtr
+import numpy as np
+from scipy.special import erfc, erfcx, log_ndtr
 
 from hierdp.errors import BudgetError
 
-__all__ = ["BASIC", "ZCDP", "ANALYTIC", "PLD", "ACCOUNTANTS", "GRID_DELTA_MARGIN", "gaussian_log_delta",
+__all__ = ["BASIC", "ZCDP", "ANALYTIC", "DISCRETE", "PLD", "discrete_gaussian_delta", "discrete_gaussian_rho",
+           "ACCOUNTANTS", "GRID_DELTA_MARGIN", "gaussian_log_delta",
            "gaussian_delta", "gaussian_epsilon", "gaussian_mu", "cks_epsilon", "cks_rho", "bs16_rho",
            "Measured", "pld_epsilon", "pld_delta", "accounting_text", "PLD_INSTALL"]
 
@@ -44,6 +52,7 @@ BASIC = "basic composition"
 ZCDP = "zCDP"
 ANALYTIC = "analytic Gaussian (Balle & Wang 2018)"
 PLD = "PLD (dp-accounting)"
+DISCRETE = "exact discrete Gaussian curve (Canonne, Kamath & Steinke 2020)"
 
 #: what a user may ask a release for: ``"tight"`` (default for (ε, δ) requests: the exact
 #: curve of the noise where it is known, else the tightest proven zCDP conversion) or
@@ -193,6 +202,161 @@ def cks_rho(epsilon: float, delta: float) -> float:
     return lo
 
 
+# -- the discrete Gaussian's own curve ------------------------------------------------------
+#: largest support (atoms) a group's convolved noise sum may have; beyond it
+#: :func:`discrete_gaussian_delta` returns None (the caller falls back to the CKS 2020 bound)
+DISCRETE_MAX_ATOMS = 200_000
+#: grid points over which groups beyond the largest are merged (their losses rounded up to it)
+DISCRETE_GRID_BINS = 20_000
+
+
+def _dgauss_group(sigma2: float, n: int, log_tail: float,
+                  max_atoms: int = DISCRETE_MAX_ATOMS) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The pmf of the sum S of ``n`` independent N_Z(0, σ²) truncated to |Yⱼ| <= T each:
+    (values of S, their probabilities under the truncated law, an upper bound on the mass
+    left out, n·P(|Y| > T)). T is chosen so that the left-out mass is below e^``log_tail``.
+
+    The truncated pmf is normalised over the kept support, which only raises each kept
+    probability (conservative for δ). The tail bound uses Σ_{y>T} e^{-y²/2σ²} <=
+    ∫_T^∞ e^{-x²/2σ²} dx and a normaliser >= 1."""
+    sigma = math.sqrt(sigma2)
+    t = int(math.ceil(sigma * math.sqrt(2.0 * max(-log_tail + math.log(2 * n * (sigma + 1)), 1.0)))) + 1
+    if n * (2 * t) + 1 > max_atoms:
+        return None
+    y = np.arange(-t, t + 1, dtype=np.float64)
+    w = np.exp(-(y * y) / (2.0 * sigma2))
+    p = w / math.fsum(w)
+    tail = n * 2.0 * sigma * math.sqrt(math.pi / 2) * float(erfc(t / (sigma * math.sqrt(2.0))))
+    base = p  # n-fold convolution by repeated squaring (direct sums of non-negative terms: no FFT)
+    k, out = n, None
+    while k:
+        if k & 1:
+            out = base if out is None else np.convolve(out, base)
+        k >>= 1
+        if k:
+            base = np.convolve(base, base)
+    assert out is not None
+    s = np.arange(out.size, dtype=np.float64) - n * t
+    return s, out, tail
+
+
+def discrete_gaussian_delta(epsilon: float, sigma2: Sequence[float], units: int = 1, *, log_tail: float = -80.0,
+                            max_atoms: int = DISCRETE_MAX_ATOMS) -> float | None:
+    """An upper bound, tight to float rounding, on δ(ε) of adding independent N_Z(0, σᵢ²)
+    noise to integer counts (one noise per count and level ``i``), for neighbours that move
+    ``units`` counts of each level by one.
+
+    Canonne, Kamath & Steinke 2020, Thm 7: δ(ε) = E_P[(1 - e^{ε - L})₊], L the privacy loss.
+    Moving one count by one against N_Z(0, σ²) has loss L = (1 - 2Y)/(2σ²), Y the noise: an
+    affine function, so the levels sharing a σ² (a group of n counts) have loss
+    (n - 2S)/(2σ²) with S the sum of their noises, whose pmf is an n-fold convolution. With
+    one group δ is one sum over S; with two or more, the groups but the largest are merged
+    first on a grid of :data:`DISCRETE_GRID_BINS` points over their loss range, their losses
+    rounded *up* (which only raises δ: the pessimistic discretisation of PLD accounting),
+    then summed against the largest group exactly. The
+    support is truncated where the left-out mass is below e^``log_tail`` and that mass is added.
+    Returns None when a group's sum has more than ``max_atoms`` values (callers then use a
+    zCDP bound). Moving a count by one is the worst integer move of L2 norm < 2 (a unit
+    move is dominated by more unit moves; signs do not matter by symmetry)."""
+    eps = float(epsilon)
+    if not sigma2 or units < 1 or not math.isfinite(eps):
+        raise BudgetError("the discrete Gaussian curve needs at least one σ² > 0, units >= 1 and a finite ε")
+    groups: dict[float, int] = {}
+    for v in sigma2:
+        v = float(v)
+        if not (v > 0 and math.isfinite(v)):
+            raise BudgetError(f"the discrete Gaussian curve needs σ² > 0, got {v!r:.30}")
+        groups[v] = groups.get(v, 0) + units
+    parts = []
+    tail = 0.0
+    for v, n in sorted(groups.items()):
+        g = _dgauss_group(v, n, log_tail, max_atoms)
+        if g is None:
+            return None
+        s, p, tl = g
+        tail += tl
+        nz = p > 0
+        parts.append(((n - 2.0 * s[nz]) / (2.0 * v), p[nz]))
+    parts.sort(key=lambda lp: lp[0].size)
+    last_l, last_p = parts.pop()  # the largest group stays exact
+    if len(parts) == 1 and parts[0][0].size <= DISCRETE_GRID_BINS:
+        acc_l, acc_p = parts[0]  # two groups: exact
+    elif parts:
+        # the other groups on a grid, each loss rounded up (δ only grows), convolved densely
+        span = math.fsum(float(lg.max() - lg.min()) for lg, _ in parts)
+        grid = max(1e-9 * max(1.0, abs(eps)), span / DISCRETE_GRID_BINS)
+        acc, i0 = np.ones(1), 0
+        for l_g, p_g in parts:
+            idx = np.ceil(l_g / grid).astype(np.int64)
+            lo_i, hi_i = int(idx.min()), int(idx.max())
+            dense = np.bincount(idx - lo_i, weights=p_g, minlength=hi_i - lo_i + 1)
+            acc, i0 = np.convolve(acc, dense), i0 + lo_i  # direct sums of non-negative terms (no FFT)
+        kept = np.flatnonzero(acc > 0)
+        acc_p = acc[kept]
+        on_grid = (kept + i0) * grid
+        acc_l = on_grid + 1e-12 * (1.0 + np.abs(on_grid))  # Σ ceil(l/grid)·grid >= Σ l, float rounding covered
+    if parts:
+        # δ = Σ_a p_a Σ_b p_b (1 - e^{ε - l_a - l_b})₊, in chunks of a
+        total = 0.0
+        step = max(1, 2_000_000 // last_l.size)
+        for i in range(0, acc_l.size, step):
+            x = np.minimum(eps - acc_l[i:i + step, None] - last_l[None, :], 0.0)
+            total += float(np.sum(acc_p[i:i + step, None] * last_p[None, :] * -np.expm1(x)))
+        return min(1.0, total + tail)
+    x = np.minimum(eps - last_l, 0.0)
+    return min(1.0, math.fsum(last_p * -np.expm1(x)) + tail)
+
+
+def discrete_gaussian_rho(epsilon: float, delta: float, shares: Sequence[float], *, l2: float = 1.0,
+                          units: int = 1, start: float, check: Any = None) -> float | None:
+    """The largest total ρ (to 10⁻⁶ relative) for which discrete Gaussian levels with
+    ρᵢ = shareᵢ·ρ, σᵢ² = l2²/(2ρᵢ), meet (ε, δ) on their exact curve
+    (:func:`discrete_gaussian_delta`, ``units`` unit moves per level). ``start`` is a total
+    known to meet it (the CKS 2020 one); bisection keeps the side that meets δ (the curve is
+    not monotone in σ² to the last digit on the lattice). ``check(total)``, when given, is
+    the final word: the δ of the noise actually drawn at that total (the sampler rounds σ²
+    up); the result is never a total it refuses. None when the curve cannot be summed
+    (a support too large) or nothing above ``start`` is found."""
+    sh = [float(x) for x in shares if x > 0]
+    if not sh:
+        return None
+    target = float(delta) * (1.0 - 1e-9)
+
+    def meets(total: float) -> bool | None:
+        d = discrete_gaussian_delta(epsilon, [l2 * l2 / (2.0 * f * total) for f in sh], units,
+                                    log_tail=math.log(target) - 25.0)
+        return None if d is None else d <= target
+
+    ok = meets(start)
+    if not ok:
+        return None
+    lo, hi = start, 2.0 * start
+    while True:
+        m = meets(hi)
+        if m is None:
+            return None
+        if not m:
+            break
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e12 * start:
+            return None
+    while hi / lo > 1.0 + 1e-6:
+        mid = math.sqrt(lo * hi)
+        m = meets(mid)
+        if m is None:
+            return None
+        lo, hi = (mid, hi) if m else (lo, mid)
+    if check is None:
+        return lo
+    for i in range(8):  # the split may not scale exactly with the total: step back, further each time
+        if lo <= start:
+            break
+        if check(lo):
+            return lo
+        lo = max(start, lo * (1.0 - 1e-6 * 4 ** i))
+    return None
+
+
 def accounting_text(accountant: str, guarantee: str) -> str:
     """The ledger's ``accounting`` sentence for a release certified by ``accountant``."""
     if accountant == ANALYTIC:
@@ -201,6 +365,10 @@ def accounting_text(accountant: str, guarantee: str) -> str:
     if accountant == ZCDP and guarantee == "approx":
         return ("zCDP (Bun & Steinke 2016): per-level ρ add up; the (ε, δ) target converted to ρ with the "
                 "Canonne-Kamath-Steinke 2020 conversion (Cor. 13)")
+    if accountant == DISCRETE:
+        return ("exact discrete Gaussian curve (Canonne, Kamath & Steinke 2020, Thm 7): the levels' integer noise "
+                "and worst-case unit shifts composed by direct summation over the convolved pmfs; the (ε, δ) target "
+                "is met on that curve for the release's per-level split")
     if accountant == PLD:
         return "privacy-loss distributions (dp-accounting, pessimistic discretisation): a tight upper bound on δ(ε)"
     return ""

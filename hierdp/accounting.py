@@ -29,19 +29,23 @@ composes arbitrary measurements (levels, SVT calls, ...).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, cast
 
 from hierdp import rules
 from hierdp.accountants import (
     ACCOUNTANTS,
     ANALYTIC,
+    DISCRETE,
     GRID_DELTA_MARGIN,
     ZCDP,
     accounting_text,
     cks_epsilon,
     cks_rho,
+    discrete_gaussian_rho,
     gaussian_epsilon,
     gaussian_mu,
 )
@@ -49,9 +53,29 @@ from hierdp.errors import BudgetError, PrivacyError
 
 __all__ = ["PrivacyLoss", "pure_epsilon", "total_budget", "loss_total", "check_epsilon", "check_rho", "check_delta",
            "zcdp_to_approx_dp", "approx_dp_to_zcdp", "pure_to_zcdp", "zcdp_delta", "Accountant", "Spend",
-           "calibrated_total", "certified_epsilon", "structure_total"]
+           "calibrated_total", "certified_epsilon", "structure_total", "unit_moves", "split_total", "RATIONAL",
+           "parse_budget"]
 
 _CONVERSIONS = ("bs16", "cks20")
+
+
+#: a budget written as an exact rational: "1440/4099" (non-negative integers, a positive denominator)
+RATIONAL = re.compile(r"^\s*(\d+)\s*/\s*(\d*[1-9]\d*)\s*$")
+
+
+def parse_budget(value: Any) -> tuple[Any, str]:
+    """A per-level budget as the number a mechanism uses and, when it was given as an exact
+    rational (a :class:`fractions.Fraction` or a string such as ``"1440/4099"``), that rational
+    in lowest terms (``""`` otherwise), for the ledger to state exactly (issue 34 item 3).
+    Anything else is returned as it is (for the budget checks to refuse with their message)."""
+    if isinstance(value, Fraction):
+        return (float(value), str(value)) if value >= 0 else (value, "")
+    if isinstance(value, str):
+        m = RATIONAL.match(value)
+        if m:
+            f = Fraction(int(m.group(1)), int(m.group(2)))
+            return float(f), str(f)
+    return value, ""
 
 
 def _positive(x: object, name: str) -> float:
@@ -300,7 +324,8 @@ def calibrated_total(unit: str, loss: PrivacyLoss, *, curve: str | None = None,
       largest ρ whose Canonne-Kamath-Steinke 2020 (Cor. 13) conversion meets (ε, δ), a
       proven bound for every ρ-zCDP mechanism (the discrete Gaussian's own exact curve is
       *less* private than the continuous one at small σ, so the analytic curve does not
-      apply to it).
+      apply to it). A plan that knows its per-level split then raises it to the exact
+      discrete curve's total with :func:`split_total`.
 
     With ``accountant="zcdp"``, for pure ε or ρ requests, and for ε mechanisms this is
     :func:`loss_total` unchanged (pure-ε releases report the same ε as ever). The
@@ -319,13 +344,49 @@ def calibrated_total(unit: str, loss: PrivacyLoss, *, curve: str | None = None,
     return rho, dict(g, rho=rho, accountant=accountant, accounting=accounting_text(accountant, "approx"))
 
 
+def unit_moves(l1: float, l2: float) -> int:
+    """How many counts of one level a unit can move by one, when no count can move by more
+    (L2 sensitivity below 2): at most ``l2²`` and at most ``l1`` of them; 0 when a count
+    can move by 2 or more (or when no integer move fits), which the exact discrete
+    Gaussian calibration does not cover."""
+    if not (l2 < 2.0):
+        return 0
+    return max(0, min(int(math.floor(l2 * l2 + 1e-12)), int(math.floor(l1 + 1e-12))))
+
+
+def split_total(loss: PrivacyLoss, total: float, guarantee: dict[str, Any], *, shares: Sequence[float],
+                l1: float, l2: float, check: Any = None) -> tuple[float, dict[str, Any]]:
+    """An (ε, δ) request on discrete Gaussian levels, calibrated on their own exact curve
+    for the release's per-level ``shares`` of ρ (issue 34).
+
+    ``total``/``guarantee`` are :func:`calibrated_total`'s (the CKS 2020 conversion, a bound
+    for every split). With ``accountant="tight"``, a unit that moves each level's counts by at
+    most one (:func:`unit_moves`) and a curve that can be summed, the total becomes the
+    largest ρ at which levels with ρᵢ = shareᵢ·ρ, σᵢ² = l2²/(2ρᵢ) meet (ε, δ) on the exact
+    discrete Gaussian curve (Canonne, Kamath & Steinke 2020, Thm 7;
+    :func:`hierdp.accountants.discrete_gaussian_rho`), and ``check(total)`` (the δ of the
+    noise the sampler actually draws at that total) agrees. Otherwise (or if the exact total
+    were below the CKS one) ``total``/``guarantee`` are returned as they are.
+    """
+    if loss.kind != "approx" or loss.accountant != "tight" or guarantee.get("accountant") != ZCDP:
+        return total, guarantee
+    units = unit_moves(l1, l2)
+    if units < 1:
+        return total, guarantee
+    eps, delta = cast(float, loss.epsilon), cast(float, loss.delta)
+    rho = discrete_gaussian_rho(eps, delta, shares, l2=l2, units=units, start=total, check=check)
+    if rho is None or not rho > total:
+        return total, guarantee
+    return rho, dict(guarantee, rho=rho, accountant=DISCRETE, accounting=accounting_text(DISCRETE, "approx"))
+
+
 def structure_total(loss: PrivacyLoss, guarantee: dict[str, Any], n_spends: int) -> tuple[float, dict[str, Any]]:
     """The total and guarantee of a release that also pays ``n_spends`` spends of a
     data-dependent structure (e.g. PrivTree's, pure ε, paid in ρ = ε²/2) before its
-    Gaussian measurements: its noise is then not all Gaussian, so an analytic-Gaussian
-    total (which assumes it is) is replaced by the CKS 2020 one, valid for the zCDP
+    Gaussian measurements: its noise is then not all Gaussian, so an analytic-Gaussian or
+    exact discrete Gaussian total (which assumes it is) is replaced by the CKS 2020 one, valid for the zCDP
     composition of both. Other totals are returned as they are."""
-    if not n_spends or guarantee.get("accountant") != ANALYTIC:
+    if not n_spends or guarantee.get("accountant") not in (ANALYTIC, DISCRETE):
         return float(guarantee["rho"]), guarantee
     eps, delta = cast(float, loss.epsilon), cast(float, loss.delta)
     rho = max(cks_rho(eps, delta), _approx_dp_to_zcdp(eps, delta))
@@ -335,7 +396,8 @@ def structure_total(loss: PrivacyLoss, guarantee: dict[str, Any], n_spends: int)
 def certified_epsilon(guarantee: str, *, rho: float | None, delta: float, accountant: str = "") -> float:
     """The ε a release's ledger certifies at ``delta`` (its curve point by point): for a
     Gaussian release accounted by the analytic Gaussian (μ = sqrt(2ρ)) the exact ε
-    (Balle & Wang 2018), for a ρ-zCDP one the CKS 2020 conversion."""
+    (Balle & Wang 2018), for a ρ-zCDP one (and for the discrete Gaussian's exact curve, of
+    which ρ-zCDP is a bound: CKS 2020 Thm 14) the CKS 2020 conversion."""
     if rho is None:
         raise BudgetError(f"a {guarantee!r} release without ρ has one (ε, δ) point, not a curve")
     if accountant == ANALYTIC:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from hierdp._version import __version__
-from hierdp.accountants import ANALYTIC, BASIC, PLD, ZCDP, Measured, gaussian_epsilon, pld_epsilon
+from hierdp.accountants import ANALYTIC, BASIC, DISCRETE, PLD, ZCDP, Measured, gaussian_epsilon, pld_epsilon
 from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
 from hierdp.errors import PrivacyError
 
@@ -38,6 +38,8 @@ class LevelSpend:
     sensitivity_l1: float = 1.0
     sensitivity_l2: float = 1.0
     delta: float = 0.0  # δ of an (ε, δ) measurement (e.g. truncated Laplace); 0 for pure ε / ρ
+    #: the budget as the exact rational it was given as (e.g. "1440/4099"); "" when given as a number
+    budget_exact: str = ""
 
     @property
     def measured(self) -> bool:
@@ -189,6 +191,11 @@ class Ledger:
         check = check_delta(delta)
         if self.guarantee == "pure":
             return float(cast(float, self.epsilon))
+        if self.certified_by == DISCRETE and self.rho is not None and self.delta is not None:
+            # its own exact curve at the δ it was calibrated to; elsewhere the ρ-zCDP bound
+            # (CKS 2020 Thm 14: the discrete Gaussian with σᵢ² = Δ²/(2ρᵢ) is Σρᵢ-zCDP)
+            cks = certified_epsilon(self.guarantee, rho=self.rho, delta=check, accountant=ZCDP)
+            return min(cks, float(cast(float, self.epsilon))) if check >= self.delta else cks
         if self.rho is not None and (self.guarantee == "zcdp" or self.certified_by in (ANALYTIC, ZCDP)):
             return certified_epsilon(self.guarantee, rho=self.rho, delta=check, accountant=self.certified_by)
         if self.delta is not None and check >= self.delta:
@@ -206,6 +213,9 @@ class Ledger:
         if not self.for_publication:
             d["status"] = "NOT FOR PUBLICATION: " + "; ".join(self.not_for_publication_reasons())
         d["spent"] = self.spent
+        for lv in d["levels"]:  # written only when given (ledgers without it read back the same)
+            if not lv.get("budget_exact"):
+                lv.pop("budget_exact", None)
         d["levels"] = _compact_levels(d["levels"])
         if not include_private:
             d.pop("private_notes")
@@ -271,6 +281,8 @@ class Ledger:
             head = f"(ε, δ)-DP, ε = {self.epsilon:g}, δ = {self.delta:g}"
             if self.rho is not None and self.certified_by == ANALYTIC:
                 head += f" (exact Gaussian curve, μ = {math.sqrt(2 * self.rho):.6g}, ρ = {self.rho:.6g})"
+            elif self.rho is not None and self.certified_by == DISCRETE:
+                head += f" (exact discrete Gaussian curve, ρ = {self.rho:.6g})"
             elif self.rho is not None:
                 head += f" (via ρ-zCDP, ρ = {self.rho:.6g})"
         lines = [f"Privacy ledger: {head}", f"  privacy unit: {self.privacy_unit}"]

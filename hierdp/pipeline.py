@@ -376,6 +376,8 @@ def resolve(
         invariants_cover=invariants_cover, n_cells=n_cells)
     loss = PrivacyLoss.of(epsilon, delta, rho, unit=the_plan.budget_unit, who=the_plan.budget_owner)
     total, guarantee = the_plan.total_for(loss)
+    # the split's own curve (issue 34: the discrete Gaussian's exact one) needs the public tree and sensitivity
+    total, guarantee = the_plan.calibrate(tree, loss, total, guarantee, sensitivity=sens, invariants=inv_mask)
     if postprocess is _PLAN_DEFAULT:
         postprocess = the_plan.default_postprocess
     return Resolved(plan=the_plan, loss=loss, total=total, guarantee=guarantee, sensitivity=sens,

@@ -200,6 +200,13 @@ def _implied(ledger: Ledger, unit: str, budget: float, delta: float) -> str:
     return text
 
 
+def _level_rational(body: dict[str, Any]) -> Fraction:
+    """A level's budget as the exact rational it was given as (``budget_exact``, issue 34),
+    else the rational its recorded number stands for (:func:`exact_rational`)."""
+    given = body.get("budget_exact")
+    return Fraction(given) if given else exact_rational(float(body["budget"]))
+
+
 def budget_rows(ledger: Ledger) -> list[dict[str, Any]]:
     """One row per structure spend and per ledger level entry (a run of identical levels is
     one row, as in ``ledger.to_dict()``), with the recorded number, its exact rational and
@@ -215,7 +222,7 @@ def budget_rows(ledger: Ledger) -> list[dict[str, Any]]:
     for e in entries:
         body = e.get("run", e)
         count = len(body["names"]) if "run" in e else 1
-        total += exact_rational(float(body["budget"])) * count
+        total += _level_rational(body) * count
     rows = []
     for s in spends:
         amount = float(s["amount"])
@@ -230,7 +237,7 @@ def budget_rows(ledger: Ledger) -> list[dict[str, Any]]:
         names = [str(n) for n in body["names"]] if run else [str(body["level"])]
         budget = float(body["budget"])
         depth = f"{body['first_depth']}–{body['first_depth'] + len(names) - 1}" if run else str(body["depth"])
-        rat = exact_rational(budget)
+        rat = _level_rational(body)
         var = body["noise_variance"]
         rows.append({"kind": "run" if run else "level", "name": names[0] if not run else
                      f"{len(names)} levels {names[0]} … {names[-1]}", "names": names, "depth": depth,

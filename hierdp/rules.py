@@ -382,6 +382,7 @@ def check_budget_values(alloc: Mapping[str, Any], desc: str) -> None:
     for level, v in alloc.items():
         f = finite_float(v)
         if f is None or f < 0:
-            raise BudgetError(f"budget for level {level!r} must be a finite number >= 0, got {v!r:.60}"
+            raise BudgetError(f"budget for level {level!r} must be a finite number >= 0 (or an exact rational such as "
+                              f"'1440/4099'), got {v!r:.60}"
                               if desc == "per-level" else f"budget strategy {desc!r} produced an invalid split")
 

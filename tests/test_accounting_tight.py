@@ -27,6 +27,7 @@ import hierdp
 from hierdp.accountants import (
     ANALYTIC,
     BASIC,
+    DISCRETE,
     GRID_DELTA_MARGIN,
     ZCDP,
     Measured,
@@ -182,20 +183,21 @@ def test_grid_lattice_term_is_far_below_the_margin():
 # -- the discrete Gaussian ---------------------------------------------------------------
 @pytest.mark.parametrize("eps,delta", CASES)
 def test_discrete_gaussian_meets_its_own_exact_curve(eps, delta):
-    """The discrete Gaussian is calibrated by the CKS 2020 conversion; its own exact curve
-    (direct summation) certifies the release, and its noise is within 16% of that curve's
-    optimum (the analytic curve would not do: see the next test)."""
+    """Acceptance: the discrete Gaussian is calibrated on its own exact curve for the
+    6-level equal split; that curve (direct summation here) certifies the release, its noise
+    is within 1% of that curve's optimum, and the CKS 2020 bound on the same ρ is never
+    below the ε asked for (the exact curve is the tighter one)."""
     tree, v = _six_levels()
     r = hierdp.release(tree, v, epsilon=eps, delta=delta, mechanism="discrete_gaussian", seed=1)
     rho_level = {lv.budget for lv in r.ledger.levels}
     assert len(rho_level) == 1
     sigma2 = 1 / (2 * rho_level.pop())  # the sampler rounds σ² up, never down
     assert _discrete_delta(eps, sigma2, 6) <= delta
-    assert r.ledger.certified_by == ZCDP and "Canonne-Kamath-Steinke" in r.ledger.accounting
-    assert r.ledger.rho == pytest.approx(cks_rho(eps, delta), rel=1e-12)
-    assert cks_epsilon(r.ledger.rho, delta) <= eps
+    assert r.ledger.certified_by == DISCRETE and "Canonne, Kamath & Steinke 2020, Thm 7" in r.ledger.accounting
+    assert r.ledger.rho > cks_rho(eps, delta) * (1.1 if eps == 1.0 else 1.05)  # CKS: 15.0% / 6.6% more variance
+    assert cks_epsilon(r.ledger.rho, delta) >= eps
     best = _discrete_optimum_variance(eps, delta, 6)
-    assert best <= sigma2 <= best * 1.16
+    assert best * (1 - 1e-3) <= sigma2 <= best * 1.01
 
 
 def test_analytic_curve_does_not_bound_the_discrete_gaussian():

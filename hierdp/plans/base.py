@@ -101,6 +101,14 @@ class Plan(ABC):
             return self.total(epsilon=loss.epsilon, delta=loss.delta, rho=loss.rho)
         return loss_total(self.budget_unit, loss, mechanism=self.name)
 
+    def calibrate(self, tree: Tree, loss: PrivacyLoss, total: float, guarantee: dict[str, Any], *,
+                  sensitivity: Sensitivity, invariants: np.ndarray | None = None) -> tuple[float, dict[str, Any]]:
+        """:meth:`total_for`'s ``total`` and ``guarantee`` once the public ``tree``, the
+        ``sensitivity`` and the invariant mask are known (issue 34): a plan whose tight
+        calibration depends on its per-level split (the discrete Gaussian's exact curve)
+        refines them here. Reads no true count; by default returns them unchanged."""
+        return total, guarantee
+
     def total(self, *, epsilon: float | None = None, delta: float | None = None,
               rho: float | None = None) -> tuple[float, dict[str, Any]]:
         """:meth:`total_for` of the loss these keywords give (validated here:

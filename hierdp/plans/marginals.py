@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import rules
-from hierdp.accounting import PrivacyLoss, Spend, loss_total
+from hierdp.accounting import PrivacyLoss, Spend, calibrated_total
 from hierdp.errors import BudgetError, DataError, PluginError, expected_one_of
 from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
@@ -322,7 +322,10 @@ class Marginals(Plan):
         rules.enforce(rules.rho_per_level_problem(self.mechanism.budget_unit, rho_given=loss.rho is not None,
                                                   per_level=self._strategy is None and loss.epsilon is not None),
                       BudgetError)
-        return loss_total(self.mechanism.budget_unit, loss, mechanism=self.mechanism.name)
+        # an (ε, δ) request on Gaussian noise met under loss.accountant, as plan 'per_level' does (issue 34):
+        # the queries' Gaussian noise is one Gaussian mechanism with μ² = 2 Σ ρ (sequential within a level)
+        return calibrated_total(self.mechanism.budget_unit, loss, curve=getattr(self.mechanism, "privacy_curve", None),
+                                mechanism=self.mechanism.name)
 
     def _level_strategy(self, tree: Tree, names: list[str]) -> dict[str, dict[tuple, float]]:
         levels = tree.level_names

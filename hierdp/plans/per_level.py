@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import registry, rules
-from hierdp.accounting import PrivacyLoss, Spend, calibrated_total
+from hierdp.accountants import discrete_gaussian_delta
+from hierdp.accounting import PrivacyLoss, Spend, calibrated_total, parse_budget, split_total, unit_moves
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError, expected_one_of
 from hierdp.keyed_noise import NoiseKey
@@ -106,7 +107,7 @@ def resolve_budget(
         unknown = [k for k in budget if k not in names]
         if unknown:
             raise BudgetError(expected_one_of("level in budget", unknown[0], names))
-        alloc = {n: budget.get(n, 0.0) for n in names}
+        alloc = {n: parse_budget(budget.get(n, 0.0))[0] for n in names}
         desc = "per-level"
     elif isinstance(budget, (Sequence, np.ndarray)) and not isinstance(budget, str):
         vals = list(budget)
@@ -115,7 +116,7 @@ def resolve_budget(
                 f"per-level budget list has {len(vals)} values but the tree has {len(names)} levels "
                 f"({', '.join(names)}); give one value per level, the total first"
             )
-        alloc = dict(zip(names, vals))
+        alloc = {n: parse_budget(x)[0] for n, x in zip(names, vals)}
         desc = "per-level"
     else:
         raise BudgetError(f"budget must be a strategy name, a list or a dict of per-level values, got {budget!r}")
@@ -254,6 +255,18 @@ def measure_nodes(
     return noisy, variance
 
 
+def exact_budgets(budget: Any, names: Sequence[str]) -> dict[str, str]:
+    """The per-level values given as exact rationals (``"1440/4099"`` or a Fraction), by level
+    name, in lowest terms (:func:`hierdp.accounting.parse_budget`); empty for a strategy."""
+    if isinstance(budget, Mapping):
+        given = {n: budget[n] for n in names if n in budget}
+    elif isinstance(budget, (Sequence, np.ndarray)) and not isinstance(budget, str) and len(budget) == len(names):
+        given = dict(zip(names, budget))
+    else:
+        return {}
+    return {n: e for n, v in given.items() if (e := parse_budget(v)[1])}
+
+
 def invariant_levels(tree: Tree, invariants: np.ndarray | None) -> list[str]:
     """Names of the levels whose every node is invariant (internal-order boolean mask)."""
     if invariants is None or not invariants.any():
@@ -345,6 +358,39 @@ class PerLevel(Plan):
                           BudgetError)
         return mechanism_total(mech, loss)
 
+    def calibrate(self, tree: Tree, loss: PrivacyLoss, total: float, guarantee: dict[str, Any], *,
+                  sensitivity: Sensitivity, invariants: np.ndarray | None = None) -> tuple[float, dict[str, Any]]:
+        """An (ε, δ) request on the discrete Gaussian met on its own exact curve for this
+        tree's split (Canonne, Kamath & Steinke 2020, Thm 7; :func:`hierdp.accounting.split_total`),
+        when the split is a public strategy's (not one that reads true counts) and the
+        mechanism's σ² is known (its ``params(...).sigma2``): the total is then the largest
+        at which the σ² the sampler draws with meet (ε, δ). Otherwise unchanged (the CKS
+        2020 bound)."""
+        mech, strategy = self.mechanism, self._strategy
+        if getattr(mech, "privacy_curve", None) != "discrete_gaussian" or loss.kind != "approx" \
+                or loss.accountant != "tight" or strategy is None or strategy.reads_true_counts \
+                or mech.delta_per_use > 0:
+            return total, guarantee
+        params = getattr(mech, "params", None)
+        if params is None or not hasattr(params(total, sensitivity), "sigma2"):
+            return total, guarantee
+        inv = invariant_levels(tree, invariants)
+        eps, delta = cast(float, loss.epsilon), cast(float, loss.delta)
+        units = unit_moves(sensitivity.l1, sensitivity.l2)
+
+        def alloc(t: float) -> list[float]:
+            got = resolve_budget(tree, t, strategy, mechanism=mech, sensitivity=sensitivity, invariant_levels=inv)[0]
+            return [b for b in got.values() if b > 0]
+
+        def drawn_delta_ok(t: float) -> bool:  # the σ² the sampler uses at this total (rounded up)
+            s2 = [float(params(b, sensitivity).sigma2) for b in alloc(t)]
+            d = discrete_gaussian_delta(eps, s2, units, log_tail=math.log(delta) - 25.0)
+            return d is not None and d <= delta * (1 - 1e-9)
+
+        shares = [b / total for b in alloc(total)]  # at the CKS total: near the result for a split not linear in it
+        return split_total(loss, total, guarantee, shares=shares, l1=sensitivity.l1, l2=sensitivity.l2,
+                           check=drawn_delta_ok)
+
     def measure(self, tree: Tree, values: np.ndarray, *, total: float, delta: float | None,
                 sensitivity: Sensitivity, rng: RandomSource, invariants: np.ndarray | None = None,
                 key: NoiseKey | None = None, node_ids: np.ndarray | None = None) -> Measurements:
@@ -361,9 +407,12 @@ class PerLevel(Plan):
         noisy, variance, levels = measure(tree, values, alloc, mech, sensitivity, key_for(rng, key),
                                           node_ids=node_ids)
         noisy, variance = apply_invariants(values, noisy, variance, invariants)
+        exact = exact_budgets(self.budget, tree.level_names) if self._strategy is None else {}
         for i, ls in enumerate(levels):
             if ls.level in inv_levels:
-                levels[i] = LevelSpend(**{**ls.__dict__, "noise_variance": 0.0})
+                levels[i] = ls = LevelSpend(**{**ls.__dict__, "noise_variance": 0.0})
+            if ls.level in exact:  # given as an exact rational: the ledger states it (issue 34 item 3)
+                levels[i] = LevelSpend(**{**ls.__dict__, "budget_exact": exact[ls.level]})
         unit = "epsilon" if mech.budget_unit == "epsilon" else "rho"
         spends = [Spend(ls.budget, unit, label=ls.level, delta=mech.delta_per_use)
                   for ls in levels if ls.measured]

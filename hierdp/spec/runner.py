@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
@@ -404,9 +405,12 @@ def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | Non
     else:
         how = {"mechanism": {"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
                "budget": _budget_arg(spec, dpt)}
+    eps = spec.epsilon if epsilon is None else epsilon
+    loss: dict[str, Any] = {"epsilon": eps, "delta": spec.delta, "rho": spec.rho if epsilon is None else None}
+    if spec.accountant != "tight" and eps is not None and spec.delta is not None:  # privacy.accountant
+        loss = {"epsilon": PrivacyLoss(epsilon=eps, delta=spec.delta, accountant=spec.accountant)}
     return dpt.release(
-        epsilon=spec.epsilon if epsilon is None else epsilon,
-        delta=spec.delta, rho=spec.rho if epsilon is None else None,
+        **loss,
         postprocess=[{"name": n, "params": dict(p)} for n, p in spec.postprocess],
         seed=seed, **how, **_privacy_relation(spec), **({"split": spec.split} if spec.split is not None else {}),
     )

@@ -225,6 +225,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
             description=get(d, "description", str, ""), warnings=self.warnings,
             cells=cells, engine=src["engine"],
             neighbours=priv.get("neighbours", "add_remove"), invariants=list(priv.get("invariants", [])),
+            accountant=priv.get("accountant", "tight"),
             allow_invariants_with_add_remove=bool(priv.get("allow_invariants_with_add_remove", False)),
             split=split, execution=execution,
         )

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from hierdp import registry, rules
+from hierdp.accounting import parse_budget
 from hierdp.errors import HierDPError, did_you_mean
 from hierdp.spec.validate.context import get, kind_of, num
 from hierdp.spec.validate.model import LevelSpec
@@ -61,10 +62,10 @@ class BudgetChecks(PluginChecks):
                 ok = False
                 self.err(("budget", "per_level", k), f"{k!r} is not a level{did_you_mean(str(k), names)}; "
                                                      f"levels: {', '.join(names)}", prefer_key=True)
-            if num(v) is None or v < 0:
+            if num(parse_budget(v)[0]) is None or parse_budget(v)[0] < 0:
                 ok = False
         if ok and total is not None:
-            s = math.fsum(float(v) for v in per.values())
+            s = math.fsum(float(parse_budget(v)[0]) for v in per.values())
             unit = "rho" if priv.get("rho") is not None else "epsilon"
             problem = rules.budget_sum_problem(s, total, key=f"privacy.{unit}")
             if problem is not None:

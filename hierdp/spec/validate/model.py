@@ -64,6 +64,7 @@ class ReleaseSpec:
     cells: list[CellSpec] = field(default_factory=list)  # histogram cell dimensions, in row-major order
     engine: str = "pandas"  # "pandas" (in memory) or "dask" (a Dask DataFrame over the source files)
     neighbours: str = "add_remove"  # privacy.neighbours
+    accountant: str = "tight"  # privacy.accountant: how an (ε, δ) request is met (hierdp.PrivacyLoss)
     invariants: list[Any] = field(default_factory=list)  # level names (str) or label paths (tuples)
     allow_invariants_with_add_remove: bool = False
     split: Any = None  # split: a level name, "auto" or {level, memory} (hierdp.subtrees)

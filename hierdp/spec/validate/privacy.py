@@ -1,10 +1,11 @@
-"""The ``privacy`` section: the privacy loss, the unit and its bound, neighbours, invariants."""
+"""The ``privacy`` section: the privacy loss (and its accountant), the unit and its bound, neighbours, invariants."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from hierdp import rules
+from hierdp.accountants import ACCOUNTANTS
 from hierdp.errors import did_you_mean
 from hierdp.spec.validate.context import Context, get, num
 
@@ -31,6 +32,11 @@ class PrivacyChecks(Context):
         if "delta" in p and "epsilon" not in p:
             self.err(("privacy", "delta"), "delta only goes with epsilon ((ε, δ)-DP); add privacy.epsilon "
                                            "or remove delta", prefer_key=True)
+        accountant = p.get("accountant", "tight")
+        if "accountant" in p and accountant in ACCOUNTANTS and not ("epsilon" in p and "delta" in p):
+            self.err(("privacy", "accountant"), "privacy.accountant chooses how an (ε, δ) request is met; it needs "
+                                                "privacy.epsilon and privacy.delta (remove accountant otherwise)",
+                     prefer_key=True)
         unit, mc = get(p, "unit", str), get(p, "max_contributions", int)
         src = self.data.get("source")
         problem = rules.unit_bound_problem(unit="unit" in p, max_contributions="max_contributions" in p,
@@ -41,7 +47,7 @@ class PrivacyChecks(Context):
         if unit is not None and self.header is not None and unit not in self.header:
             self.err(("privacy", "unit"), self.missing_col(unit))
         out.update(epsilon=eps, delta=delta if eps is not None else None, rho=rho if "epsilon" not in p else None,
-                   unit=unit, max_contributions=mc)
+                   unit=unit, max_contributions=mc, accountant=accountant if accountant in ACCOUNTANTS else "tight")
         neighbours = p.get("neighbours", "add_remove")
         valid = rules.neighbours_problem(neighbours) is None  # the schema reports a bad value
         neighbours = neighbours if valid else "add_remove"

@@ -298,6 +298,8 @@ def test_disk_full_gives_one_line_and_the_work_folder_resumes(tmp_path, referenc
     assert spent["epsilon"] == pytest.approx(2.0)
     assert not (tmp_path / "out" / SUCCESS).exists()
     assert not any(p.name.startswith(".") for p in (tmp_path / "out").iterdir())  # the half part is gone
+    for p in (tmp_path / "out").glob("part-*.parquet"):  # and no visible part is a half one
+        pq.read_table(p)
     monkeypatch.setattr(pq, "write_table", real)
     led = run(tmp_path / "out", tmp_path / "work", resume=True, session=session)
     assert session.spent == spent  # charged once

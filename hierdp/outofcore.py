@@ -433,7 +433,8 @@ def release_to_dataset(
     counts_of : ``counts_of(task)`` returns the true counts of ``task.nodes`` (the full
         tree's internal ids, in that order; ``(m,)`` or ``(m, n_cells)``), as for
         :func:`hierdp.release_by_subtree`; ``task.index == -1`` is the top part. It is
-        called from ``workers`` threads at once: it must be thread-safe.
+        called from ``workers`` threads at once: it must be thread-safe, and give the same
+        counts again on a resumed run (the input named by ``source_id``).
     out : the dataset folder (created; its parent must exist).
     workdir : the work folder (created owner-only). Until the release completes it holds
         the secret release key: it is as sensitive as the data.

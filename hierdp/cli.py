@@ -225,8 +225,11 @@ def _cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     dest = args.output if args.output is not None else spec_out.get("path")
     if dest is None:
         raise SpecError(f"{args.spec}: no output path; set output.path in the spec or pass -o OUT")
-    if spec.execution is not None or str(dest).endswith(("/", os.sep)) or args.resume:
+    if spec.execution is not None or str(dest).endswith(("/", os.sep)):
         return _release_dataset(args, spec, str(dest), out, err)
+    if args.resume:
+        raise SpecError("--resume continues a dataset release: give its folder, -o DIR/ (a trailing /), or add "
+                        "execution: to the spec")
     to_stdout = dest == "-"
     ledger = args.ledger if args.ledger is not None else (spec_out.get("ledger") if args.output is None else None)
     for target in (dest, ledger):

@@ -50,6 +50,7 @@ serve two releases of different data. Rerunning a finished release does nothing.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -200,7 +201,9 @@ class _Journal:
         if path.exists():
             text = path.read_text(encoding="utf-8")
             lines = text.split("\n")
-            self.done = {ln for ln in lines[:-1] if ln}  # a last line without its newline was cut by a crash
+            self.done = {ln for ln in lines[:-1] if ln}
+            if lines[-1]:  # a last line without its newline was cut by a crash: drop it before appending
+                os.truncate(path, len(text.encode()) - len(lines[-1].encode()))
 
     def add(self, line: str) -> None:
         with self.lock:
@@ -354,6 +357,24 @@ def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
+def _lock(work: Path) -> int:
+    """An exclusive lock on the work folder for this run (released when the process ends,
+    however it ends): two runs never write one work folder."""
+    fd = os.open(work / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise WorkFolderError(f"work folder {str(work)!r} is in use by another running release; wait for it to "
+                              "end, or stop it and resume") from None
+    return fd
+
+
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return float(ru.ru_utime + ru.ru_stime)
+
+
 def _check_out(out: Path) -> None:
     """The output folder exists (its parent must) and a file can be written in it."""
     if out.exists() and not out.is_dir():
@@ -395,6 +416,7 @@ def release_to_dataset(
     session: Session | Reservation | None = None,
     check_counts: bool | str = True,
     stream: TextIO | None = None,
+    stats: dict[str, Any] | None = None,
     **keywords: Any,
 ) -> Ledger:
     """Release ``tree``'s counts by subtree into the Parquet dataset ``out/``, out of core.
@@ -411,7 +433,8 @@ def release_to_dataset(
     counts_of : ``counts_of(task)`` returns the true counts of ``task.nodes`` (the full
         tree's internal ids, in that order; ``(m,)`` or ``(m, n_cells)``), as for
         :func:`hierdp.release_by_subtree`; ``task.index == -1`` is the top part. It is
-        called from ``workers`` threads at once: it must be thread-safe.
+        called from ``workers`` threads at once: it must be thread-safe, and give the same
+        counts again on a resumed run (the input named by ``source_id``).
     out : the dataset folder (created; its parent must exist).
     workdir : the work folder (created owner-only). Until the release completes it holds
         the secret release key: it is as sensitive as the data.
@@ -424,6 +447,9 @@ def release_to_dataset(
     dense : write every cell of integer output (default: only non-zero cells).
     std : add the ``std`` column (NaN after a non-linear step, as ``ReleaseResult.frame``).
     progress : progress bars per stage and a summary on ``stream`` (stderr).
+    stats : a dict filled with the run's figures: ``times`` (seconds per stage),
+        ``node_cells``, ``tasks``, ``peak_rss`` (bytes, the process's), ``cpu`` (CPU seconds of
+        the process per parallel stage: CPU / wall time is how many cores were busy).
     keywords : those of :func:`hierdp.release` (``epsilon``, ``postprocess``, ``seed``, ...).
 
     Returns
@@ -453,6 +479,7 @@ def release_to_dataset(
     release_file = work / _RELEASE
     if work.exists() and not work.is_dir():
         raise WorkFolderError(f"work folder {str(work)!r} is a file; give a folder")
+    afresh = False
     if release_file.exists():
         stored = json.loads(release_file.read_text(encoding="utf-8"))
         if stored.get("id") != fp["id"]:
@@ -469,10 +496,7 @@ def release_to_dataset(
         if "charged" in journal and not resume:
             raise WorkFolderError(f"work folder {str(work)!r} holds this release unfinished: pass resume=True "
                                   "(--resume) to continue it, or choose an empty work folder")
-        if "charged" not in journal:  # stopped before any noise: start afresh
-            for p in work.iterdir():
-                if p.is_file() and p.name != _RELEASE:
-                    p.unlink()
+        afresh = "charged" not in journal  # stopped before any noise: start afresh
     elif work.is_dir() and any(work.iterdir()):
         raise WorkFolderError(f"work folder {str(work)!r} is not empty and holds no hierdp release; choose an empty "
                               "or new folder")
@@ -484,151 +508,166 @@ def release_to_dataset(
         raise DataError(f"cannot create the work folder {str(work)!r} ({exc.strerror}); choose a writable folder") \
             from None
     os.chmod(work, 0o700)
-    spill = work / _SPILL
-    spill.mkdir(mode=0o700, exist_ok=True)
-    _remove_temporaries(work)
-    _remove_temporaries(spill)
-    journal = _Journal(work / _JOURNAL, checkpoint)
-    if not release_file.exists():
-        _write_text(release_file, json.dumps(fp, indent=1), "the release's fingerprint")
-        checkpoint()
-
-    # ---- the key and the ledger: made and charged once, before any noise
-    if "charged" not in journal:
-        check(r, session)
-        key = noise_key(r.seed)
-        _save_key(work / _KEY, key)
-        checkpoint()
-        acc, decomposition = open_account(r, tree, None)
-        stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
-                              check_counts=check_counts)
-        ticket, sess = _reserve(session, r)
-        meas = stages.summary()
-        ledger = build_ledger(r, tree, meas, account(r, acc, meas), decomposition=decomposition,
-                              rng=make_rng(r.seed))
-        _settle_split(r, ledger, part, check_counts, sess, ticket)
-        _write_text(work / _LEDGER, ledger.to_json(), "the ledger")
-        journal.add("charged")
-    else:
-        if not (work / _KEY).exists():
-            raise WorkFolderError(f"work folder {str(work)!r} has lost its release key; the release cannot be "
-                                  "resumed: use an empty work folder for a new release")
-        key = _load_key(work / _KEY)
-        acc, _ = open_account(r, tree, None)
-        stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
-                              check_counts=check_counts)
-        ledger = Ledger.from_json((work / _LEDGER).read_text(encoding="utf-8"))
-        if r.seed is not None:
-            warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
-                 "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning, stacklevel=2)
-        say(f"resuming the release in {work}")
-    ledger_json = ledger.to_json()
-    _remove_temporaries(out)
-    times: dict[str, float] = {}
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hierdp-outofcore")
-
-    def run(name: str, todo: list[int], job: Callable[[int], None]) -> None:
-        t0 = time.perf_counter()
-        with _bar(len(todo), name, progress, err) as bar:
-            for _ in pool.map(job, todo):  # results in order; the first error stops the stage
-                bar.update(1)
-        times[name] = time.perf_counter() - t0
-
-    def spill_of(t: int) -> Path:
-        return spill / f"task-{t:05d}.npz"
-
-    # ---- stage 1: measure and pass up, per task
-    def up(t: int) -> None:
-        task = part.task(t)
-        noisy, var, roots_vals, z, u = stages.up(task, counts_of(task))
-        arrays = {"noisy": noisy, "var": var, "roots": roots_vals}
-        if z is not None and u is not None:
-            arrays.update(z=z, u=u)
-        exact = stages.exact.pop(t, None)
-        if exact is not None:
-            arrays["exact"] = exact
-        with _atomic(spill_of(t), f"task {t}'s state") as tmp:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **cast(Any, arrays))
-        checkpoint()
-        journal.add(f"up {t}")
-
+    lock = _lock(work)
     try:
-        run("measure + pass up", [t for t in range(part.n_tasks) if f"up {t}" not in journal], up)
-
-        # ---- stage 2: the top, in memory
-        t0 = time.perf_counter()
-        top = _top_task(part)
-        top_file = work / "top.npz"
-        if "top" not in journal:
-            z_all, u_all, roots_all = [], [], []
-            for t in range(part.n_tasks):
-                with np.load(spill_of(t)) as f:
-                    roots_all.append(f["roots"])
-                    if stages.gls:
-                        z_all.append(f["z"])
-                        u_all.append(f["u"])
-            tnoisy, tvar = stages.top_measured(top, counts_of(top) if top.n_nodes else None,
-                                               np.concatenate(roots_all))
-            del roots_all
-            sol = stages.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
-                             np.concatenate(u_all) if u_all else None)
-            x_roots, v_roots, fixed = sol.x_roots, sol.v_roots, sol.fixed
-            del z_all, u_all
-            if top.n_nodes:
-                est, _ = stages.finish_top(top, tnoisy, tvar, sol)
-                _write_part(out / part_name(-1), _part_table(tree, top, est, cells, n_cells, dense, std),
-                            ledger_json, ledger.release_id)
-                checkpoint()
-            stages.exact.pop(-1, None)
-            with _atomic(top_file, "the top's state") as tmp:
-                with open(tmp, "wb") as fh:
-                    state = {"x_roots": x_roots, "v_roots": v_roots, **{f"fixed{j}": fx for j, fx in enumerate(fixed)}}
-                    np.savez(fh, **cast(Any, state))
+        if afresh:
+            for p in work.iterdir():
+                if p.is_file() and p.name not in (_RELEASE, "lock"):
+                    p.unlink()
+        spill = work / _SPILL
+        spill.mkdir(mode=0o700, exist_ok=True)
+        _remove_temporaries(work)
+        _remove_temporaries(spill)
+        journal = _Journal(work / _JOURNAL, checkpoint)
+        if not release_file.exists():
+            _write_text(release_file, json.dumps(fp, indent=1), "the release's fingerprint")
             checkpoint()
-            journal.add("top")
-        with np.load(top_file) as f:
-            x_roots, v_roots = f["x_roots"], f["v_roots"]
-            fixed = [f[f"fixed{j}"] for j in range(len(tail))]
-        times["top"] = time.perf_counter() - t0
 
-        # ---- stage 3: pass down, top-down steps, the parts
-        def down(t: int) -> None:
+        # ---- the key and the ledger: made and charged once, before any noise
+        if "charged" not in journal:
+            check(r, session)
+            key = noise_key(r.seed)
+            _save_key(work / _KEY, key)
+            checkpoint()
+            acc, decomposition = open_account(r, tree, None)
+            stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
+                                  check_counts=check_counts)
+            ticket, sess = _reserve(session, r)
+            meas = stages.summary()
+            ledger = build_ledger(r, tree, meas, account(r, acc, meas), decomposition=decomposition,
+                                  rng=make_rng(r.seed))
+            _settle_split(r, ledger, part, check_counts, sess, ticket)
+            _write_text(work / _LEDGER, ledger.to_json(), "the ledger")
+            journal.add("charged")
+        else:
+            if not (work / _KEY).exists():
+                raise WorkFolderError(f"work folder {str(work)!r} has lost its release key; the release cannot be "
+                                      "resumed: use an empty work folder for a new release")
+            key = _load_key(work / _KEY)
+            acc, _ = open_account(r, tree, None)
+            stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
+                                  check_counts=check_counts)
+            ledger = Ledger.from_json((work / _LEDGER).read_text(encoding="utf-8"))
+            if r.seed is not None:
+                warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "
+                     "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning, stacklevel=2)
+            say(f"resuming the release in {work}")
+        ledger_json = ledger.to_json()
+        _remove_temporaries(out)
+        times: dict[str, float] = {}
+        cpu: dict[str, float] = {}
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hierdp-outofcore")
+
+        def run(name: str, todo: list[int], job: Callable[[int], None]) -> None:
+            t0, c0 = time.perf_counter(), _cpu_seconds()
+            with _bar(len(todo), name, progress, err) as bar:
+                for _ in pool.map(job, todo):  # results in order; the first error stops the stage
+                    bar.update(1)
+            times[name] = time.perf_counter() - t0
+            cpu[name] = _cpu_seconds() - c0
+
+        def spill_of(t: int) -> Path:
+            return spill / f"task-{t:05d}.npz"
+
+        # ---- stage 1: measure and pass up, per task
+        def up(t: int) -> None:
             task = part.task(t)
-            with np.load(spill_of(t)) as f:
-                noisy, var = f["noisy"], f["var"]
-                if "exact" in f.files:
-                    stages.exact[t] = f["exact"]
-            a = int(np.searchsorted(part.roots, task.roots[0])) if task.roots.size else 0
-            b = a + task.roots.size
-            est, _ = stages.down(task, noisy, var, x_roots[a:b], v_roots[a:b], [fx[a:b] for fx in fixed])
-            stages.exact.pop(t, None)
-            _write_part(out / part_name(t), _part_table(tree, task, est, cells, n_cells, dense, std), ledger_json,
-                        ledger.release_id)
+            noisy, var, roots_vals, z, u = stages.up(task, counts_of(task))
+            arrays = {"noisy": noisy, "var": var, "roots": roots_vals}
+            if z is not None and u is not None:
+                arrays.update(z=z, u=u)
+            exact = stages.exact.pop(t, None)
+            if exact is not None:
+                arrays["exact"] = exact
+            with _atomic(spill_of(t), f"task {t}'s state") as tmp:
+                with open(tmp, "wb") as fh:
+                    np.savez(fh, **cast(Any, arrays))
             checkpoint()
-            journal.add(f"down {t}")
+            journal.add(f"up {t}")
 
-        run("pass down + write", [t for t in range(part.n_tasks) if f"down {t}" not in journal], down)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            run("measure + pass up", [t for t in range(part.n_tasks) if f"up {t}" not in journal], up)
 
-    # ---- the end: ledger, then _SUCCESS; the secrets go
-    _write_text(out / LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
-    checkpoint()
-    _write_text(out / SUCCESS, "", "the success marker", mode=0o644)
-    checkpoint()
-    journal.add("done")
-    (work / _KEY).unlink(missing_ok=True)
-    for p in spill.iterdir():
-        p.unlink(missing_ok=True)
-    spill.rmdir()
-    top_file.unlink(missing_ok=True)
-    _fsync_dir(work)
-    if progress:
+            # ---- stage 2: the top, in memory
+            t0 = time.perf_counter()
+            top = _top_task(part)
+            top_file = work / "top.npz"
+            if "top" not in journal:
+                z_all, u_all, roots_all = [], [], []
+                for t in range(part.n_tasks):
+                    with np.load(spill_of(t)) as f:
+                        roots_all.append(f["roots"])
+                        if stages.gls:
+                            z_all.append(f["z"])
+                            u_all.append(f["u"])
+                tnoisy, tvar = stages.top_measured(top, counts_of(top) if top.n_nodes else None,
+                                                   np.concatenate(roots_all))
+                del roots_all
+                sol = stages.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
+                                 np.concatenate(u_all) if u_all else None)
+                x_roots, v_roots, fixed = sol.x_roots, sol.v_roots, sol.fixed
+                del z_all, u_all
+                if top.n_nodes:
+                    est, _ = stages.finish_top(top, tnoisy, tvar, sol)
+                    _write_part(out / part_name(-1), _part_table(tree, top, est, cells, n_cells, dense, std),
+                                ledger_json, ledger.release_id)
+                    checkpoint()
+                stages.exact.pop(-1, None)
+                with _atomic(top_file, "the top's state") as tmp:
+                    with open(tmp, "wb") as fh:
+                        state = {"x_roots": x_roots, "v_roots": v_roots,
+                                 **{f"fixed{j}": fx for j, fx in enumerate(fixed)}}
+                        np.savez(fh, **cast(Any, state))
+                checkpoint()
+                journal.add("top")
+            with np.load(top_file) as f:
+                x_roots, v_roots = f["x_roots"], f["v_roots"]
+                fixed = [f[f"fixed{j}"] for j in range(len(tail))]
+            times["top"] = time.perf_counter() - t0
+
+            # ---- stage 3: pass down, top-down steps, the parts
+            def down(t: int) -> None:
+                task = part.task(t)
+                with np.load(spill_of(t)) as f:
+                    noisy, var = f["noisy"], f["var"]
+                    if "exact" in f.files:
+                        stages.exact[t] = f["exact"]
+                a = int(np.searchsorted(part.roots, task.roots[0])) if task.roots.size else 0
+                b = a + task.roots.size
+                est, _ = stages.down(task, noisy, var, x_roots[a:b], v_roots[a:b], [fx[a:b] for fx in fixed])
+                stages.exact.pop(t, None)
+                _write_part(out / part_name(t), _part_table(tree, task, est, cells, n_cells, dense, std), ledger_json,
+                            ledger.release_id)
+                checkpoint()
+                journal.add(f"down {t}")
+
+            run("pass down + write", [t for t in range(part.n_tasks) if f"down {t}" not in journal], down)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+        # ---- the end: ledger, then _SUCCESS; the secrets go
+        _write_text(out / LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
+        checkpoint()
+        _write_text(out / SUCCESS, "", "the success marker", mode=0o644)
+        checkpoint()
+        journal.add("done")
+        (work / _KEY).unlink(missing_ok=True)
+        for p in spill.iterdir():
+            p.unlink(missing_ok=True)
+        spill.rmdir()
+        top_file.unlink(missing_ok=True)
+        _fsync_dir(work)
         cells_total = tree.n_nodes * n_cells
         total = time.perf_counter() - t_start
-        stage_text = ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
-        say(f"released {cells_total:,} node-cells in {part.n_tasks:,} tasks + the top to {out} in {total:.2f} s "
-            f"({cells_total / max(total, 1e-9):,.0f} node-cells/s; {stage_text}); peak RSS "
-            f"{_peak_rss_bytes() / 1024**2:,.0f} MiB")
-    return ledger
+        if stats is not None:
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            stats.update(times=dict(times, total=total), node_cells=cells_total, tasks=part.n_tasks,
+                         peak_rss=_peak_rss_bytes(), cpu=dict(cpu, total=ru.ru_utime + ru.ru_stime))
+        if progress:
+            stage_text = ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
+            say(f"released {cells_total:,} node-cells in {part.n_tasks:,} tasks + the top to {out} in {total:.2f} s "
+                f"({cells_total / max(total, 1e-9):,.0f} node-cells/s; {stage_text}); peak RSS "
+                f"{_peak_rss_bytes() / 1024**2:,.0f} MiB")
+        return ledger
+    finally:
+        os.close(lock)  # releases the lock

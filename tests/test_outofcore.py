@@ -140,7 +140,7 @@ def test_secrets_are_owner_only_and_gone_when_done(tmp_path, monkeypatch):
     run(tmp_path / "out", tmp_path / "work", workers=1)
     assert seen == {"key": 0o600, "work": 0o700}
     left = sorted(p.name for p in (tmp_path / "work").iterdir())
-    assert left == ["journal", "ledger.json", "release.json"]  # no key, no spilled state
+    assert left == ["journal", "ledger.json", "lock", "release.json"]  # no key, no spilled state
 
 
 def _killed_run(out: Path, work: Path, at: int, resume: bool = False) -> int:
@@ -298,6 +298,8 @@ def test_disk_full_gives_one_line_and_the_work_folder_resumes(tmp_path, referenc
     assert spent["epsilon"] == pytest.approx(2.0)
     assert not (tmp_path / "out" / SUCCESS).exists()
     assert not any(p.name.startswith(".") for p in (tmp_path / "out").iterdir())  # the half part is gone
+    for p in (tmp_path / "out").glob("part-*.parquet"):  # and no visible part is a half one
+        pq.read_table(p)
     monkeypatch.setattr(pq, "write_table", real)
     led = run(tmp_path / "out", tmp_path / "work", resume=True, session=session)
     assert session.spent == spent  # charged once
@@ -399,3 +401,22 @@ def test_spec_execution_is_validated(tmp_path):
         load_spec(SPEC + "execution: {workers: 0}\n")
     with pytest.raises(SpecError, match="memory"):
         load_spec(SPEC + "execution: {memory: lots}\n")
+
+
+def test_a_torn_journal_line_and_a_busy_work_folder(tmp_path, prepared):
+    import fcntl
+
+    out, work = _from_prepared(prepared, tmp_path, "torn")
+    with open(work / "journal", "a") as fh:  # power lost in the middle of a line
+        fh.write("up 1")
+    held = os.open(work / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(WorkFolderError, match="in use by another running release"):
+            run(out, work, resume=True)
+    finally:
+        os.close(held)
+    run(out, work, resume=True)
+    assert _files(out) == prepared["files"]
+    assert all(line in {"charged", "top", "done"} or line.split()[0] in {"up", "down"}
+               for line in (work / "journal").read_text().splitlines())

@@ -150,7 +150,7 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     n, k = y2.shape
     low = np.zeros((n, k))
     if exact.any():
-        for_size(TK.lower_bounds, n)(tree.internal.parent, exact, y2, low)
+        for_size(TK.lower_bounds, n * k)(tree.internal.parent, exact, y2, low)
     x = np.empty_like(y2)
     if fixed_root is None:
         x[0] = np.maximum(np.maximum(y2[0], 0.0), low[0])  # an exact root: low[0] is its own value
@@ -159,7 +159,7 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
 
     def step(lo: int, hi: int, small: bool) -> float:
-        kern = for_size(TK.project_parents, n) if small else TK.project_parents
+        kern = for_size(TK.project_parents, n * k) if small else TK.project_parents
         return float(kern(ptr, idx, y2, v2, low, x, lo, hi))
 
     worst = max(_by_class(tree, step), default=0.0)
@@ -195,7 +195,7 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
         if np.any(np.abs(y2[ex] - np.rint(y2[ex])) > 1e-6):
             raise DataError("round: a node known exactly (variance 0, e.g. an invariant) is not an integer; "
                             "invariants must be integer counts")
-        for_size(TK.lower_bounds, n)(tree.internal.parent, exact, np.rint(y2), low)
+        for_size(TK.lower_bounds, n * k)(tree.internal.parent, exact, np.rint(y2), low)
     lowi = np.rint(low).astype(np.int64)
     out = np.empty((n, k), np.int64)
     if fixed_root is None:
@@ -211,7 +211,7 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
 
     def step(lo: int, hi: int, small: bool) -> tuple[int, int]:
-        kern = for_size(TK.integer_parents, n) if small else TK.integer_parents
+        kern = for_size(TK.integer_parents, n * k) if small else TK.integer_parents
         missed, bad = kern(ptr, idx, y2, v2, lowi, out, lo, hi)
         return int(missed), int(bad)
 

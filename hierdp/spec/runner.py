@@ -24,12 +24,14 @@ from hierdp.evaluation import evaluate
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
+from hierdp.outofcore import release_to_dataset
 from hierdp.readers import csv_header, read_table, read_text_lines
 from hierdp.report import render as render_report
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
 
-__all__ = ["load_spec", "run_spec", "release_dataset_spec", "source_identity", "prepare", "release_frame", "release_points_spec", "write_outputs",
+__all__ = ["load_spec", "run_spec", "release_dataset_spec", "source_identity", "prepare", "release_frame",
+           "release_points_spec", "write_outputs",
            "write_release_files",
            "evaluate_spec"]
 
@@ -637,12 +639,13 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     the workers and the work folder, by default ``out.work/`` beside it). The counts come
     from the spec's source read as today (in memory), handed to the runner task by task.
     Returns the :class:`~hierdp.ledger.Ledger`."""
-    from hierdp.outofcore import release_to_dataset
-
     rs = load_spec(spec, **({"seed": seed} if seed is not None else {}))
     if rs.decomposition is not None or rs.plan is not None or rs.engine != "pandas":
         raise SpecError("a dataset output (-o DIR/) runs a per_level release on a declared hierarchy read with "
                         "pandas; remove the decomposition, the plan or engine: dask, or write one table (-o FILE)")
+    if resume and rs.unit is not None and rs.seed is None:
+        raise SpecError("a release that bounds contributions per unit (privacy.unit) draws its sample of rows "
+                        "afresh on every run, so it cannot be resumed: run it again with an empty work folder")
     ex = rs.execution or {"split": rs.split if rs.split is not None else "auto", "workers": 2, "workdir": None}
     source_id = source_identity(rs)
     dpt = prepare(rs, read_source(rs))

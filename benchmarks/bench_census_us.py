@@ -210,6 +210,7 @@ class Counts:
         self._ptr = self._cell = self._count = np.zeros(0, np.int64)
         self.above: np.ndarray | None = None  # the nodes above the split level, summed from the tasks' roots
         self.seconds = 0.0
+        self.cpu = 0.0
 
     def _load(self, s: int) -> None:
         import pyarrow.parquet as pq
@@ -241,7 +242,7 @@ class Counts:
 
     def of_task(self, task: Any) -> np.ndarray:
         """``counts_of`` of :func:`release_by_subtree`: every node of ``task`` (``(m, 2016)``)."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         geo = self.geo
         if task.index < 0:  # the top part (US, states, counties): sums of the counties the tasks saw
             vals = self.top(task.nodes)
@@ -254,6 +255,7 @@ class Counts:
                 self.above = np.zeros((int(geo.offsets[geo.depth[task.roots[0]]]), cus.N_CELLS), np.int64)
             np.add.at(self.above, geo.parent[task.roots], vals[task.root_pos])
         self.seconds += time.perf_counter() - t0
+        self.cpu += time.process_time() - c0
         return vals
 
     def top(self, nodes: np.ndarray) -> np.ndarray:
@@ -287,12 +289,14 @@ class Sink:
         self.nonzero = 0
         self.t_write = 0.0
         self.t_eval = 0.0
+        self.c_write = 0.0
+        self.c_eval = 0.0
 
     def __call__(self, task: Any, est: Any, meas: Any) -> None:
         self.take(task.index, task.nodes, np.asarray(est.values), lambda: self.truth(task))
 
     def take(self, index: int, nodes: np.ndarray, x: np.ndarray, truth: Callable[[], np.ndarray]) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if self.out is not None:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -304,7 +308,7 @@ class Sink:
             self.bytes += path.stat().st_size
             self.parts += 1
             self.nonzero += r.size
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         true = truth()  # non-private: the error against the true counts, accumulated, never printed as counts
         depth = self.geo.depth[nodes]
         err = x - true
@@ -315,6 +319,8 @@ class Sink:
         self.units += np.bincount(depth, minlength=6)
         self.t_write += t1 - t0
         self.t_eval += time.perf_counter() - t1
+        self.c_write += c1 - c0
+        self.c_eval += time.process_time() - c1
 
     def report(self) -> list[str]:
         rows = [f"  {'level':12s} {'units':>10s} {'MAE total':>10s} {'MAE vhc cell':>13s}"]
@@ -357,10 +363,10 @@ def run(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     gen = cus.ensure_states(args.data, states, args.seed_data, verbose=True)
     t_gen = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     geo = Geography(args.data, states)
     tree = geo.tree()
-    t_tree = time.perf_counter() - t0
+    t_tree, c_tree = time.perf_counter() - t0, time.process_time() - c0
     n, k = tree.n_nodes, cus.N_CELLS
     sizes = ", ".join(f"{lv} {c:,}" for lv, c in zip(cus.LEVELS, geo.level_sizes))
     print(f"states {','.join(states)}: {n:,} units ({sizes}) x {k:,} cells = {n * k / 1e9:.2f}e9 node-cells")
@@ -390,7 +396,7 @@ def run(args: argparse.Namespace) -> None:
     geo.write_nodes(out)
     counts = Counts(args.data, geo)
     kw = release_keywords(args.plan, args.seed)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if args.in_memory:
         if n * k * 8 > 4 * 2**30:
             raise SystemExit(f"--in-memory holds {n:,} x {k} cells ({n * k * 8 / 2**30:.0f} GiB per array): too big; "
@@ -398,11 +404,11 @@ def run(args: argparse.Namespace) -> None:
         leaf = counts.leaves(np.arange(int(geo.level_sizes[5])))
         vals = tree.aggregate(leaf)
         del leaf
-        t_count = time.perf_counter() - t0
+        t_count, c_count = time.perf_counter() - t0, time.process_time() - c0
         sink = Sink(out, geo, lambda task: vals)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = hierdp.release(tree, vals, **kw)
-        t_rel = time.perf_counter() - t0
+        t_rel, c_rel = time.perf_counter() - t0, time.process_time() - c0
         x = np.asarray(res.estimate.values)
         sink.take(-1, np.arange(n), x, lambda: vals)
         n_tasks = 1
@@ -421,15 +427,19 @@ def run(args: argparse.Namespace) -> None:
         except hierdp.errors.PluginError as e:
             raise SystemExit(f"plan {args.plan} by subtree: {e}\n(the split path of plan marginals is on branch "
                              "marg; run --in-memory on one small state until it is merged)") from None
-        total = time.perf_counter() - t0
-        t_count = counts.seconds
+        total, c_total = time.perf_counter() - t0, time.process_time() - c0
+        t_count, c_count = counts.seconds, counts.cpu
         t_rel = total - t_count - sink.t_write - sink.t_eval
+        c_rel = c_total - c_count - sink.c_write - sink.c_eval
         n_tasks = res.partition.n_tasks
     size = sum(f.stat().st_size for f in out.iterdir())
     t_all = t_tree + t_count + t_rel + sink.t_write
     print(f"\nstages (s): generate {t_gen:.1f} ({len(gen)} states generated now) | read geography + tree "
           f"{t_tree:.1f} | count {t_count:.1f} | release {t_rel:.1f} | write {sink.t_write:.1f} | "
           f"evaluate (non-private) {sink.t_eval:.1f}")
+    print(f"process CPU (s, both threads; steadier than wall on a shared machine): tree {c_tree:.1f} | count "
+          f"{c_count:.1f} | release {c_rel:.1f} | write {sink.c_write:.1f} | evaluate {sink.c_eval:.1f}; release "
+          f"{n * k / max(c_rel, 1e-9) / 1e6:.1f}M node-cells per CPU second")
     print(f"tasks {n_tasks:,}; release {n * k / max(t_rel, 1e-9) / 1e6:.1f}M node-cells/s; read + count + release "
           f"+ write {t_all:.1f} s = {n * k / t_all / 1e6:.1f}M node-cells/s")
     print(f"peak RSS {_rss_gib():.2f} GiB; output {size / 2**20:.0f} MiB in {out} ({sink.nonzero:,} non-zero "

@@ -384,7 +384,11 @@ def run(args: argparse.Namespace) -> None:
         from hierdp import subtrees
 
         t0 = time.perf_counter()
-        part = subtrees.partition(tree, {"level": args.split, "memory": args.memory}, n_cells=k)
+        try:
+            part = subtrees.partition(tree, {"level": args.split, "memory": args.memory}, n_cells=k)
+        except hierdp.errors.DataError as e:
+            raise SystemExit(f"tree only: read geography + tree {t_tree:.1f} s, peak RSS {_rss_gib():.2f} GiB; "
+                             f"partition refused: {e}") from None
         print(f"tree only: read geography + tree {t_tree:.1f} s; partition at {args.split} ({args.memory} per task) "
               f"{time.perf_counter() - t0:.1f} s: {part.n_tasks:,} tasks of <= {part.largest_task:,} nodes, top part "
               f"{part.top.size:,} nodes; peak RSS {_rss_gib():.2f} GiB")
@@ -427,6 +431,8 @@ def run(args: argparse.Namespace) -> None:
         except hierdp.errors.PluginError as e:
             raise SystemExit(f"plan {args.plan} by subtree: {e}\n(the split path of plan marginals is on branch "
                              "marg; run --in-memory on one small state until it is merged)") from None
+        except hierdp.errors.DataError as e:  # e.g. a split that does not fit --memory
+            raise SystemExit(f"split release refused: {e}") from None
         total, c_total = time.perf_counter() - t0, time.process_time() - c0
         t_count, c_count = counts.seconds, counts.cpu
         t_rel = total - t_count - sink.t_write - sink.t_eval

@@ -155,3 +155,17 @@ def test_strategy_drops_hhinstlevels_and_renormalises():
     # Block: detailed 3945/4097 of the level, renormalised by 1 - 5/4097
     assert strategy["Block"][("hhgq", "votingage", "hispanic", "cenrace")] == pytest.approx(3945 / 4092)
     assert sum(bench.level_budgets().values()) == pytest.approx(2.56)
+
+
+def test_records_expand_the_counts(tmp_path: Path):
+    sd = cus.generate_state("11", seed=5)
+    cus.write_state(tmp_path, "11", sd, records=True)
+    rec = pq.read_table(tmp_path / "state=11" / "records.parquet")
+    assert rec.num_rows == cus.state_plans()["11"].persons
+    col = {c: rec.column(c).to_numpy() for c in ("hhgq", "votingage", "hispanic", "cenrace")}
+    cell = ((col["hhgq"].astype(np.int64) * 2 + col["votingage"]) * 2 + col["hispanic"]) * 63 + col["cenrace"]
+    geoid = np.asarray(rec.column("geoid").to_pylist())
+    block = np.searchsorted(sd.geography["geoid"], geoid)
+    assert (sd.geography["geoid"][block] == geoid).all()
+    key, n = np.unique(block * 2016 + cell, return_counts=True)
+    assert np.array_equal(key, sd.block.astype(np.int64) * 2016 + sd.cell) and np.array_equal(n, sd.count)

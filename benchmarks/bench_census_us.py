@@ -44,6 +44,24 @@ write, evaluate), node-cells per second, peak RSS, output size, errors per level
     PYTHONPATH=. python benchmarks/bench_census_us.py --states 56 --profile           # where the time goes
 
 The machine is shared (2 cores, other jobs): times are indicative; RSS is steadier.
+
+Measured 2026-11-26 on the 2-core, 24 GB VM at load 10-18 (other jobs; wall times are
+3-8x the process CPU times, which are the steadier figure), noise seed 1:
+
+* generation: the whole US in 570 s wall (load ~8), peak RSS 0.75 GB, 316 MiB on disk,
+  51,970,718 non-zero (block, cell) rows; CA alone 34 s, WY and DC under 1.5 s.
+* ``--states 01`` (Alabama, 152,631 units x 2,016 = 3.08e8 node-cells), per_level, split
+  at Tract (18 tasks of 1 GiB): CPU tree 0.9 s, count 12.7, release 97.8 (3.1M
+  node-cells per CPU second), write 2.3; wall 670 s; peak RSS 1.69 GiB; 1.25M non-zero
+  output cells (5 MiB). MAE of unit totals US/State 260, County 64.4, Tract 11.2, Block
+  group 11.6, Block 6.6.
+* ``--states 11 --plan marginals --in-memory`` (DC): release 126 CPU s (973 s wall),
+  peak RSS 7.78 GiB: the integer step (``integer_with_totals`` -> exact ``nonneg``,
+  iterative BLUE solves over 21M cells) is where the time and memory go.
+* ``--us --tree-only``: the tree (8,460,357 units) in ~90 s wall, 1.7 GB; split at Tract
+  refused (top solve 256,437 nodes x 2,016 cells x 60 B = 31 GB), at County with 8 GiB
+  refused (largest county subtree 84,845 nodes: 10.3 GB); the whole US per_level run
+  would need ``--split County --memory 10GiB`` and ~55 x Alabama's CPU (~6,300 CPU s).
 """
 
 from __future__ import annotations

@@ -262,7 +262,9 @@ def spent_text(spent: Sequence[Mapping[str, Any]]) -> str:
 #: (name, accepts(data) -> bool, open(data, **keywords) -> door); first match wins.
 _DOORS: list[tuple[str, Callable[[Any], bool], Callable[..., Any]]] = []
 #: top-level module of an input type -> the hierdp module that registers its door on import
-_LAZY_DOORS: dict[str, str] = {"dask": "hierdp.frontends.dask", "xarray": "hierdp.frontends.xarray"}
+_LAZY_DOORS: dict[str, str] = {"dask": "hierdp.frontends.dask", "xarray": "hierdp.frontends.xarray",
+                                # a path (str or pathlib.Path): a Parquet/CSV dataset on disk
+                                "builtins": "hierdp.frontends.dataset", "pathlib": "hierdp.frontends.dataset"}
 
 
 def register_door(name: str, accepts: Callable[[Any], bool], open: Callable[..., Any]) -> None:

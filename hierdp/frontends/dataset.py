@@ -9,14 +9,14 @@ read (``format``, ``memory``, ``temp_directory``, ``threads``, ``labels_as_text`
 **Engine: DuckDB** (``pip install "hierdp[dataset]"``). Counting records to
 ``(leaf, cell)`` beyond memory runs on an embedded engine that spills to disk, never on
 hand-written chunking. Measured on a synthetic 5·10⁷-row Parquet folder (10⁵ leaves ×
-200 cells, 16 parts; ``benchmarks/bench_dataset_door.py``, 2 shared cores), the plain
-group-by count of the same files took 31 s at 1.1 GiB peak RSS in DuckDB (memory limit
-2 GiB) and 53 s at 3.1 GiB in Polars' streaming engine. DuckDB is chosen because it was
-faster and smaller there, and because its memory limit and spill folder are explicit,
-documented settings that bound the whole query (hash tables spill to ``temp_directory``)
-— Polars' streaming engine has no memory limit to set. Both are set here: ``memory=``
-(default a quarter of the physical memory) and ``temp_directory=`` (default a private
-temporary folder, removed afterwards).
+200 cells, 16 parts; ``benchmarks/bench_dataset_door.py``, 2 cores shared with other jobs,
+load ~9), the plain group-by count of the same files took 120 s at 0.61 GiB peak RSS in
+DuckDB (memory limit 2 GiB) and 120 s at 3.1 GiB in Polars' streaming engine. DuckDB is
+chosen because it was as fast and five times smaller there, and because its memory limit
+and spill folder are explicit, documented settings that bound the whole query (hash
+tables spill to ``temp_directory``); Polars' streaming engine has no memory limit to set.
+Both are set here: ``memory=`` (default a quarter of the physical memory) and
+``temp_directory=`` (default a private temporary folder, removed afterwards).
 
 What runs where:
 
@@ -75,6 +75,9 @@ MEMORY_SHARE = 0.25
 #: file extension -> format
 _EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".parq": "parquet", ".csv": "csv", ".csv.gz": "csv",
                ".tsv": "csv"}
+#: the releases of each dataset (its resolved files) in this process: a path takes no weak
+#: reference, so the list lives as long as the process (see base.releases_of)
+_SPENT_BY_FILES: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 #: rows of over-bound units fetched per chunk (whole units per chunk)
 _CHUNK_ROWS = 2_000_000
 #: rows per Parquet row group of a counted dataset (a task's counts skip the other groups)
@@ -253,10 +256,13 @@ class DatasetDPTree(TreeDoor):
             raise DataError(f"threads={threads!r}: expected a whole number >= 1")
         self.threads = threads
         self._temp_given = None if temp_directory is None else Path(os.fspath(temp_directory))
-        self._labels_as_text = bool(labels_as_text) or self.format == "csv"
+        self._text_asked = bool(labels_as_text)
+        self._labels_as_text = self._text_asked or self.format == "csv"
         self._duckdb = duckdb
         headers = self._headers()
         union = list(dict.fromkeys(c for h in headers.values() for c in h))
+        if spent is None:  # every door on the same files shares the count of their releases
+            spent = _SPENT_BY_FILES.setdefault(tuple(str(f.resolve()) for f in self.files), [])
         self._how_rows_count(union, levels, root, count=count, unit=unit, max_contributions=max_contributions,
                              unknown=unknown, spent=spent)
         if unit is not None:
@@ -413,7 +419,36 @@ class DatasetDPTree(TreeDoor):
         fam = "text" if self._labels_as_text else _sql_family(self._types.get(name, "VARCHAR"))
         if (fam == "text" and _is_text(idx)) or (fam == "integer" and _is_number(idx)):
             return cond
+        if fam == "text" and _is_number(idx) and name in self._csv_numbers():
+            return cond.replace(f"src.{_q(name)}", f"TRY_CAST(src.{_q(name)} AS BIGINT)", 1)
         return "false"
+
+    def _domain_index(self, name: str) -> pd.Index:
+        if name in self.cells:
+            return self.cells[name]
+        return next(lo.index for lo in self._structure._levels if lo.name == name)
+
+    def _csv_numbers(self) -> list[str]:
+        """CSV label columns read as numbers, as ``pandas.read_csv`` reads them: those whose
+        declared domain holds integers (text domains keep codes such as ``"01"`` as text)."""
+        if self.format != "csv" or self._text_asked:
+            return []
+        return [n for n in self.levels + list(self.cells) if _is_number(self._domain_index(n))]
+
+    def _as_read(self, paths: pd.DataFrame) -> pd.DataFrame:
+        """Distinct paths with the :meth:`_csv_numbers` columns made numbers where every
+        value is one (other values stay text: outside the domain, as in pandas)."""
+        out = paths.copy()
+        for name in self._csv_numbers():
+            col = out[name]
+            num = pd.to_numeric(col, errors="coerce")
+            whole = num.notna() & (num == np.floor(num))
+            if whole.all() and len(col):
+                out[name] = num.astype(np.int64)
+            elif whole.any():
+                out[name] = pd.Series(np.where(whole, num.astype("Int64").astype(object), col.astype(object)),
+                                      index=col.index, dtype=object)
+        return out
 
     def _source(self, over: bool) -> str:
         """The records (the label columns and their weight), without the rows of the units
@@ -498,10 +533,11 @@ class DatasetDPTree(TreeDoor):
                             f"WHERE ({key}) IS NULL GROUP BY ALL").df()
         w = paths.pop("hierdp_w").to_numpy(np.float64)
         w = np.rint(w).astype(np.int64)
+        read = self._as_read(paths)
         if self.cells:
-            placed, bad, problems = _place_paths(self._structure, paths, self.cells)
+            placed, bad, problems = _place_paths(self._structure, read, self.cells)
         else:
-            placed, bad, problems = self._structure.locate_paths(paths)
+            placed, bad, problems = self._structure.locate_paths(read)
         notes: dict[str, Any] = {}
         if bad.any():
             if self.unknown == "raise":
@@ -550,8 +586,9 @@ class DatasetDPTree(TreeDoor):
                 f"GROUP BY ALL ORDER BY ALL").df()
         if frame.empty:
             return frame
-        located = (_place_paths(self._structure, frame, self.cells) if self.cells
-                   else self._structure.locate_paths(frame))
+        read = self._as_read(frame)
+        located = (_place_paths(self._structure, read, self.cells) if self.cells
+                   else self._structure.locate_paths(read))
         return frame[located[1]].reset_index(drop=True)
 
     @staticmethod
@@ -622,21 +659,45 @@ class CountedDataset:
 
         nodes = np.asarray(task.nodes, dtype=np.int64)
         m, k = nodes.size, self.n_cells
-        vals = np.zeros((m + 1, k), np.int64)  # local order: the task root 0 first
-        if m:
-            leaves = nodes[self.tree.internal.n_children[nodes] == 0]
+        parent = np.asarray(task.parent, dtype=np.int64)
+        off = parent.size - m  # 1: a subtree task's unmeasured root comes first; 0: the top part
+        vals = np.zeros((m + off, k), np.int64)
+        ti = self.tree.internal
+        if m and off == 1:  # a block of whole subtrees: its own leaves, from their row groups only
+            leaves = nodes[ti.n_children[nodes] == 0]
             if leaves.size:
-                lo, hi = int(leaves.min()), int(leaves.max())
-                table = pq.read_table(self.path, filters=[("leaf", ">=", lo), ("leaf", "<=", hi)])
-                leaf = table.column("leaf").to_numpy()
-                pos = np.searchsorted(nodes, leaf)
-                ok = (pos < m) & (nodes[np.minimum(pos, m - 1)] == leaf)
-                np.add.at(vals, (pos[ok] + 1, table.column("cell").to_numpy()[ok]),
-                          table.column("count").to_numpy()[ok])
-        local = task.tree()
+                table = pq.read_table(self.path, filters=[("leaf", ">=", int(leaves.min())),
+                                                          ("leaf", "<=", int(leaves.max()))])
+                self._add(vals, nodes, off, table, None)
+        elif m:  # the top part: every leaf, streamed by row group, summed to its ancestor in the part
+            depth = np.asarray(ti.depth)
+            top_depth = int(depth[nodes].max())
+            pf = pq.ParquetFile(self.path)
+            for i in range(pf.num_row_groups):  # one row group at a time (bounded memory)
+                self._add(vals, nodes, off, pf.read_row_group(i), top_depth)
+        local = Tree(parent, _check=False)
         sums = local.to_external(local.internal.sum_up(np.ascontiguousarray(local.to_internal(vals)), consume=True))
-        out = np.asarray(sums)[1:]
+        out = np.asarray(sums)[off:]
         return out[:, 0].copy() if k == 1 else out
+
+    def _add(self, vals: np.ndarray, nodes: np.ndarray, off: int, table: Any, depth: int | None) -> None:
+        """Add a table's (leaf, cell, count) rows at the task nodes holding their leaves
+        (``depth``: at the leaves' ancestors of that depth)."""
+        node = table.column("leaf").to_numpy().astype(np.int64)
+        if depth is not None:  # one vectorised step per level
+            ti = self.tree.internal
+            d = np.asarray(ti.depth)
+            par = np.asarray(ti.parent)
+            while True:
+                deep = d[node] > depth
+                if not deep.any():
+                    break
+                node = np.where(deep, par[node], node)
+        m = nodes.size
+        pos = np.searchsorted(nodes, node)
+        ok = (pos < m) & (nodes[np.minimum(pos, m - 1)] == node)
+        np.add.at(vals, (pos[ok] + off, table.column("cell").to_numpy()[ok].astype(np.int64)),
+                  table.column("count").to_numpy()[ok])
 
 
 class _Connection:

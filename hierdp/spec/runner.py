@@ -20,6 +20,7 @@ import pandas as pd
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
+from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
@@ -326,8 +327,6 @@ def prepare(spec: ReleaseSpec, data: Any = None):
     duckdb``; ``data`` replaces reading the source)."""
     df = read_source(spec) if data is None else data
     if spec.engine == "duckdb" and isinstance(df, list):
-        from hierdp.frontends.dataset import DatasetDPTree
-
         # label columns as text, as the pandas engine reads them (hierdp.readers rules)
         return DatasetDPTree(df, [lv.name for lv in spec.levels], _domains(spec), count=spec.count,
                              unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from hierdp.data import DEMOS, demo_path
-from hierdp.errors import did_you_mean
+from hierdp.errors import DataError, did_you_mean
+from hierdp.frontends.dataset import dataset_files
 from hierdp.readers import csv_header
 from hierdp.spec.validate.context import Context, format_of, get, kind_of
 
@@ -73,9 +74,6 @@ class SourceChecks(Context):
                 self.header = _demo_columns(demo)
         elif path is not None and out["engine"] == "duckdb" and self.resolve(path).is_dir():
             # a folder of parts: every Parquet/CSV file in it (the dataset door's rule)
-            from hierdp.errors import DataError
-            from hierdp.frontends.dataset import dataset_files
-
             try:
                 files, fmt_found = dataset_files(self.resolve(path), get(s, "format", str))
             except DataError as exc:

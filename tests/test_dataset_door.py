@@ -402,3 +402,17 @@ def test_spec_engine_duckdb_bad_inputs_are_one_line_each(people, tmp_path):
         run_spec(_spec(tmp_path, "ok/", ", engine: duckdb"), seed=1, write=False)
     assert "'state' values outside the declared domain" in str(err.value) and "part-7.parquet" in str(err.value)
     assert "77" not in str(err.value)
+
+
+def test_zero_count_rows_are_not_observations(people, tmp_path):
+    # as the pandas door: a row with count 0 (e.g. from groupby(observed=False)) observes nothing
+    extra = pd.DataFrame({"state": ["03", "03"], "county": ["009", "009"], "age": [0, 1], "sex": ["F", "X"],
+                          "pid": [0, 1], "n": [0, 0]})
+    df = pd.concat([people, extra], ignore_index=True)
+    _write(df, tmp_path / "p")
+    kw = dict(levels=LEVELS, domains="observed", cells={"age": [0, 1, 2], "sex": "observed"}, count="n")
+    door = hierdp.dptree(str(tmp_path / "p"), **kw)
+    ref = df.dptree(**kw)
+    assert door.tree == ref.tree and "03" not in list(door.tree.level_labels(1))
+    assert list(door.cells["sex"]) == ["F", "M"]  # 'X' only on a zero-count row: neither observed nor an error
+    np.testing.assert_array_equal(door.true_counts(), ref.true_counts())

@@ -329,6 +329,8 @@ def test_counts_of_a_task_reads_only_its_row_groups(tmp_path, monkeypatch):
     df.to_parquet(tmp_path / "r.parquet", index=False)
     door = hierdp.dptree(str(tmp_path / "r.parquet"), levels=LEVELS, domains="observed", cells={"age": [0, 1, 2]})
     counted = door.counted(tmp_path / "w")
+    assert counted.path.stat().st_mode & 0o077 == 0  # true counts on disk: owner-only
+    assert not list((tmp_path / "w").glob("*.partial"))
     import pyarrow.parquet as pq
 
     meta = pq.ParquetFile(counted.path).metadata

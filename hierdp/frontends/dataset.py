@@ -631,7 +631,8 @@ class DatasetDPTree(TreeDoor):
                           "count": w[order][nz].astype(np.int64)})
         tmp = folder / "counts.parquet.partial"
         pq.write_table(table, tmp, row_group_size=_ROW_GROUP, write_statistics=True)
-        os.replace(tmp, folder / "counts.parquet")
+        os.chmod(tmp, 0o600)  # true counts: owner-only, like the data
+        os.replace(tmp, folder / "counts.parquet")  # never a half-written file under the final name
         (folder / "counts.json").write_text(json.dumps({"n_nodes": tree.n_nodes, "n_cells": k,
                                                         "levels": list(self.levels)}))
         return CountedDataset(tree, k, folder, notes)

@@ -8,6 +8,8 @@
 * :mod:`hierdp.frontends.pandas` — ``.dptree`` on DataFrames and Series (registered on import).
 * :mod:`hierdp.frontends.xarray` — ``.dptree`` on DataArrays and Datasets.
 * :mod:`hierdp.frontends.dask` — ``.dptree`` on Dask DataFrames.
+* :mod:`hierdp.frontends.dataset` — ``hierdp.dptree("records/", ...)`` on Parquet/CSV files,
+  counted out of core in DuckDB.
 * :mod:`hierdp.frontends.points` — coordinates in a public box: private spatial
   decompositions (PrivTree, SimpleTree, uniform grid) and range-count queries.
 * :mod:`hierdp.frontends.sequences` — private prediction suffix trees over sequences.

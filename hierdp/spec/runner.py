@@ -21,6 +21,7 @@ from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
+from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
@@ -303,6 +304,8 @@ def read_source(spec: ReleaseSpec) -> Any:
     renamed to their names: a pandas DataFrame, or a lazy Dask DataFrame with ``engine: dask``."""
     if spec.engine == "dask":
         return _read_source_dask(spec)
+    if spec.engine == "duckdb":  # the dataset door reads the files itself, out of core
+        return list(spec.source_files)
     cols = spec.needed_columns()
     str_cols = spec.label_columns
     if spec.source_demo is not None:
@@ -323,8 +326,14 @@ def read_source(spec: ReleaseSpec) -> Any:
 
 def prepare(spec: ReleaseSpec, data: Any = None):
     """The :class:`~hierdp.frontends.pandas.DPTree` of a spec (a ``DaskDPTree`` with
-    ``engine: dask``; ``data`` replaces reading the source)."""
+    ``engine: dask``, a :class:`~hierdp.frontends.dataset.DatasetDPTree` with ``engine:
+    duckdb``; ``data`` replaces reading the source)."""
     df = read_source(spec) if data is None else data
+    if spec.engine == "duckdb" and isinstance(df, list):
+        # label columns as text, as the pandas engine reads them (hierdp.readers rules)
+        return DatasetDPTree(df, [lv.name for lv in spec.levels], _domains(spec), count=spec.count,
+                             unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
+                             root=spec.root, cells=_cells(spec), format=spec.source_format, labels_as_text=True)
     with _source_errors(spec):
         return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
                          unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,

@@ -62,7 +62,8 @@ class ReleaseSpec:
     #: a spatial decomposition replacing the hierarchy: (name, params with columns, bounds, epsilon_share)
     decomposition: tuple[str, dict[str, Any]] | None = None
     cells: list[CellSpec] = field(default_factory=list)  # histogram cell dimensions, in row-major order
-    engine: str = "pandas"  # "pandas" (in memory) or "dask" (a Dask DataFrame over the source files)
+    #: "pandas" (in memory), "dask" (a Dask DataFrame over the source files) or "duckdb" (the dataset door)
+    engine: str = "pandas"
     neighbours: str = "add_remove"  # privacy.neighbours
     accountant: str = "tight"  # privacy.accountant: how an (ε, δ) request is met (hierdp.PrivacyLoss)
     invariants: list[Any] = field(default_factory=list)  # level names (str) or label paths (tuples)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from hierdp.data import DEMOS, demo_path
-from hierdp.errors import did_you_mean
+from hierdp.errors import DataError, did_you_mean
+from hierdp.frontends.dataset import dataset_files
 from hierdp.readers import csv_header
 from hierdp.spec.validate.context import Context, format_of, get, kind_of
 
@@ -28,6 +29,17 @@ class SourceChecks(Context):
                 self.err(("source", "engine"), "engine: dask reads source files (source.path); a bundled demo is "
                                                "read in memory: remove `engine: dask`", prefer_key=True)
             problem = _dask_problem()
+            if problem is not None:
+                self.err(("source", "engine"), problem)
+        if out["engine"] == "duckdb":
+            if "demo" in s:
+                self.err(("source", "engine"), "engine: duckdb reads source files (source.path); a bundled demo is "
+                                               "read in memory: remove `engine: duckdb`", prefer_key=True)
+            if s.get("filter"):
+                self.err(("source", "filter"), "engine: duckdb counts every record of the files; source.filter "
+                                               "is not supported there: filter the files first, or remove "
+                                               "`engine: duckdb`", prefer_key=True)
+            problem = _duckdb_problem()
             if problem is not None:
                 self.err(("source", "engine"), problem)
         path, demo = get(s, "path", str), get(s, "demo", str)
@@ -60,6 +72,16 @@ class SourceChecks(Context):
                 return out
             if self.check_files:
                 self.header = _demo_columns(demo)
+        elif path is not None and out["engine"] == "duckdb" and self.resolve(path).is_dir():
+            # a folder of parts: every Parquet/CSV file in it (the dataset door's rule)
+            try:
+                files, fmt_found = dataset_files(self.resolve(path), get(s, "format", str))
+            except DataError as exc:
+                self.err(("source", "path"), str(exc))
+                return out
+            out["files"], out["format"] = files, fmt_found
+            if self.check_files:
+                self.header = self.read_header(files, fmt_found, ("source", "path"))
         elif path is not None:
             files = self.resolve_glob(path, ("source", "path"))
             out["files"] = files
@@ -92,6 +114,20 @@ class SourceChecks(Context):
         return out
 
 
+    def check_dataset_engine(self, levels: Any, cells: Any, decomposition: Any) -> None:
+        """What ``engine: duckdb`` (the dataset door) does not do: a spatial decomposition,
+        and level or cell columns read under another name."""
+        if decomposition is not None:
+            self.err(("source", "engine"), "engine: duckdb counts records on a declared hierarchy; a decomposition "
+                                           "reads the points in memory: remove `engine: duckdb`", prefer_key=True)
+        for item in [*(levels or []), *(cells or [])]:
+            if getattr(item, "column", None) != getattr(item, "name", None):
+                self.err(("source", "engine"), f"engine: duckdb reads each level and cell column under its own name; "
+                                               f"{item.name!r} reads column {item.column!r}: name it {item.column!r}, "
+                                               "or remove `engine: duckdb`", prefer_key=True)
+                return
+
+
 def _dask_problem() -> str | None:
     """Why ``engine: dask`` cannot run here (dask.dataframe missing), else None."""
     try:
@@ -99,6 +135,17 @@ def _dask_problem() -> str | None:
     except ImportError:
         return ("engine: dask needs the optional package dask (dask.dataframe); install it with: "
                 "pip install 'hierdp[dask]' (or remove `engine: dask` to read the source with pandas)")
+    return None
+
+
+def _duckdb_problem() -> str | None:
+    """Why ``engine: duckdb`` cannot run here (duckdb or pyarrow missing), else None."""
+    try:
+        import duckdb  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return ("engine: duckdb needs the optional packages duckdb and pyarrow; install them with: "
+                "pip install 'hierdp[dataset]' (or remove `engine: duckdb` to read the source with pandas)")
     return None
 
 

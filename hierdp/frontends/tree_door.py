@@ -250,7 +250,7 @@ class TreeDoor(ABC):
             invariants=invariants, postprocess=postprocess, plan=plan, mechanism=mechanism, budget=budget,
             sensitivity=sensitivity, invariants_cover=invariants_cover,
             allow_invariants_with_add_remove=allow_invariants_with_add_remove, notes=notes, split=split, **older)
-        result = release_path(self.tree, values, **keywords)
+        result = release_path(self.tree, cast(np.ndarray, values), **keywords)
         if self.cells:
             result.meta["cells"] = dict(self.cells)  # the labels of the k cells, for .frame and .to_xarray()
         led = result.ledger
@@ -266,11 +266,15 @@ class TreeDoor(ABC):
                        invariants: Any = None, postprocess: Any = PLAN_DEFAULT, plan: Any = "per_level",
                        mechanism: Any = None, budget: Any = None, sensitivity: Sensitivity | None = None,
                        invariants_cover: str = "total", allow_invariants_with_add_remove: bool = False,
-                       notes: Sequence[str] = (), split: Any = None, **older: Any) -> tuple[np.ndarray, dict[str, Any]]:
+                       notes: Sequence[str] = (), split: Any = None, values: bool = True,
+                       **older: Any) -> tuple[np.ndarray | None, dict[str, Any]]:
         """What :meth:`release` hands to :func:`hierdp.release`: the true node counts (external
         order; private) and the release keywords (checked, with the door's sensitivity,
         notes and cell plan), for a runner that releases them another way (e.g.
-        :func:`hierdp.outofcore.release_to_dataset`). Reads the data; draws no noise."""
+        :func:`hierdp.outofcore.release_to_dataset`). Reads the data; draws no noise.
+        ``values=False``: the counts are not read (``None``, and no private notes of the
+        count: a runner that counts task by task, e.g. from
+        :meth:`hierdp.frontends.dataset.DatasetDPTree.counted`, adds its own)."""
         where = f"{self._accessor}.dptree(...).release()"
         kwargs: dict[str, Any] = canonical_keywords(where, older, ("privacy_unit", "max_contributions"),
                                                      type(self).release)
@@ -282,7 +286,10 @@ class TreeDoor(ABC):
             plan = _plan_with_cells(plan, self.cells)
         admit(where, epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed, neighbours=neighbours,
               plan=plan, mechanism=mechanism, budget=budget)
-        values, private_notes = self.node_values(door_rng(seed, 97))
+        counts: np.ndarray | None = None
+        private_notes: Any = {}
+        if values:
+            counts, private_notes = self.node_values(door_rng(seed, 97))
         all_notes = list(notes)
         if self.unknown == "drop":
             # stated whatever the data: whether any row was dropped is itself private
@@ -298,7 +305,7 @@ class TreeDoor(ABC):
             kwargs.setdefault(key, value)
         if postprocess is not PLAN_DEFAULT:
             kwargs["postprocess"] = postprocess
-        return values, dict(epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed,
+        return counts, dict(epsilon=epsilon, delta=delta, rho=rho, session=session, seed=seed,
                             neighbours=neighbours, invariants=invariants, plan=plan, mechanism=mechanism,
                             budget=budget, invariants_cover=invariants_cover,
                             allow_invariants_with_add_remove=allow_invariants_with_add_remove,

@@ -8,6 +8,7 @@ geography) are read in full.
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 from collections.abc import Mapping
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
+from hierdp.frontends.base import door_rng
 from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
@@ -645,34 +647,60 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
                          seed: int | None = None, stream: Any = None) -> Any:
     """Run a release spec out of core into the Parquet dataset ``out/``
     (:func:`hierdp.outofcore.release_to_dataset`; the spec's ``execution:`` gives the split,
-    the workers and the work folder, by default ``out.work/`` beside it). The counts come
-    from the spec's source read as today (in memory), handed to the runner task by task.
+    the workers and the work folder, by default ``out.work/`` beside it). With ``source.engine:
+    duckdb`` the source files are counted once on DuckDB into a private counts file beside
+    the work folder (owner-only, removed when the release completes) and each task reads
+    only its own leaves (:meth:`hierdp.frontends.dataset.DatasetDPTree.counted`); with
+    ``engine: pandas`` the source is read and counted in memory as today, then handed to
+    the runner task by task. ``plan: marginals`` and ``per_level`` both run by subtree.
     Returns the :class:`~hierdp.ledger.Ledger`."""
     rs = load_spec(spec, **({"seed": seed} if seed is not None else {}))
-    if rs.decomposition is not None or rs.plan is not None or rs.engine != "pandas":
-        raise SpecError("a dataset output (-o DIR/) runs a per_level release on a declared hierarchy read with "
-                        "pandas; remove the decomposition, the plan or engine: dask, or write one table (-o FILE)")
+    if rs.decomposition is not None or rs.engine not in ("pandas", "duckdb"):
+        raise SpecError("a dataset output (-o DIR/) runs a release on a declared hierarchy read with pandas or "
+                        "duckdb; remove the decomposition or engine: dask, or write one table (-o FILE)")
     if resume and rs.unit is not None and rs.seed is None:
         raise SpecError("a release that bounds contributions per unit (privacy.unit) draws its sample of rows "
                         "afresh on every run, so it cannot be resumed: run it again with an empty work folder")
     ex = rs.execution or {"split": rs.split if rs.split is not None else "auto", "workers": 2, "workdir": None}
     source_id = source_identity(rs)
-    dpt = prepare(rs, read_source(rs))
-    how = {"mechanism": {"name": rs.mechanism[0], "params": dict(rs.mechanism[1])}, "budget": _budget_arg(rs, dpt)}
+    dpt = prepare(rs)
+    how: dict[str, Any]
+    if rs.plan is not None:
+        how = {"plan": {"name": rs.plan[0], "params": dict(rs.plan[1])}}
+    else:
+        how = {"mechanism": {"name": rs.mechanism[0], "params": dict(rs.mechanism[1])},
+               "budget": _budget_arg(rs, dpt)}
+    counted = rs.engine == "duckdb"
     with _source_errors(rs):
         values, keywords = dpt.release_inputs(
             epsilon=rs.epsilon, delta=rs.delta, rho=rs.rho,
             postprocess=[{"name": n, "params": dict(p)} for n, p in rs.postprocess], seed=rs.seed,
-            **how, **_privacy_relation(rs))
+            values=not counted, **how, **_privacy_relation(rs))
     for k in ("split", "session"):
         keywords.pop(k, None)
     tree = dpt.tree
     n_cells = int(dpt.n_cells)
-    internal = tree.to_internal(values).reshape(tree.n_nodes, n_cells)
-    workdir = ex["workdir"] if ex["workdir"] is not None else default_workdir(out)
-    return release_to_dataset(tree, lambda task: internal[task.nodes], out, workdir=workdir, split=ex["split"],
-                              n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None, source_id=source_id,
-                              workers=ex["workers"], resume=resume, progress=progress, stream=stream, **keywords)
+    workdir = Path(ex["workdir"] if ex["workdir"] is not None else default_workdir(out))
+    counts_dir: Path | None = None
+    if counted:  # true counts on disk, beside the work folder and as protected (owner-only)
+        counts_dir = workdir.with_name(workdir.name + ".counts")
+        counts_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with _source_errors(rs):
+            data = dpt.counted(counts_dir, rng=door_rng(rs.seed, 97))
+        keywords["private_notes"] = {**dict(keywords.get("private_notes") or {}), **dict(data.notes)}
+        counts_of = data.counts_of
+    else:
+        internal = tree.to_internal(values).reshape(tree.n_nodes, n_cells)
+
+        def counts_of(task: Any) -> np.ndarray:
+            return internal[task.nodes]
+
+    ledger = release_to_dataset(tree, counts_of, out, workdir=workdir, split=ex["split"],
+                                n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None, source_id=source_id,
+                                workers=ex["workers"], resume=resume, progress=progress, stream=stream, **keywords)
+    if counts_dir is not None:  # the release is complete: its true counts go
+        shutil.rmtree(counts_dir, ignore_errors=True)
+    return ledger
 
 
 # ------------------------------------------------------------------------ evaluate

@@ -66,11 +66,13 @@ from fractions import Fraction
 
 import numpy as np
 
+from hierdp._engine import jit as _jit
 from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp._engine.memory import large_empty
 from hierdp._engine.threads import run_pieces
 from hierdp.errors import BudgetError
+from hierdp.mechanisms import _keyed_small
 from hierdp.keyed_noise import (
     KIND_EXTENSION,
     KIND_SEGMENT,
@@ -99,6 +101,8 @@ _DG_METHOD = "blocks"  # default discrete Gaussian sampler: "blocks" or "cks"
 _LIMIT = 1 << 62
 _CHUNK_DRAWS = 1 << 16  # requests above this are drawn in chunks of this many draws (see _run)
 _CHUNK_GROUP = 32  # chunks whose words are taken from the source together
+#: keyed discrete Laplace requests of up to SMALL_INPUT draws run as numpy passes (False: the kernel)
+SMALL_NUMPY = True
 
 
 
@@ -953,11 +957,14 @@ class _KeyedDraws:
 
 
 def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], draws: np.ndarray, key: NoiseKey,
-               measurement: int, seg: int, zig: _Zig | None = None, attempt: int = 0) -> np.ndarray:
+               measurement: int, seg: int, zig: _Zig | None = None, attempt: int = 0,
+               numpy_path: bool = True) -> np.ndarray:
     """One draw per global draw index in ``draws``, each on its own keyed words (see
     :mod:`hierdp.keyed_noise`): the output for an index is the same whatever the other
     indices, their order, the chunking and the threads. Chunks of :data:`_CHUNK_DRAWS`
-    draws run on up to ``hierdp.get_threads()`` threads."""
+    draws run on up to ``hierdp.get_threads()`` threads. Discrete Laplace requests of up
+    to :data:`hierdp._engine.jit.SMALL_INPUT` draws run as numpy passes
+    (:mod:`hierdp.mechanisms._keyed_small`; :data:`SMALL_NUMPY`), the same draws."""
     if not isinstance(key, NoiseKey):
         raise TypeError(f"keyed noise needs a NoiseKey, got {type(key).__name__}")
     draws = np.ascontiguousarray(draws, dtype=np.int64)
@@ -970,6 +977,14 @@ def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], dra
     jbits, g0, gint, fnum, fden = _core(a_num, a_den)
     mm, bb, den = dg
     cb = _table(a_num, a_den, jbits, g0, _TABLE_WORDS)
+    if numpy_path and SMALL_NUMPY and size <= _jit.SMALL_INPUT and _keyed_small.usable(gauss, g0):
+        # numpy passes over all draws; the few that leave the common path go through the
+        # kernel (a keyed draw's value does not depend on the others): the same draws
+        out, hard = _keyed_small.dlap_keyed_small(segment_words(key, n0, draws, seg), size, seg, jbits, g0, cb)
+        if hard.any():
+            out[hard] = _run_keyed(gauss, a_num, a_den, dg, draws[hard], key, measurement, seg, zig, attempt,
+                                   numpy_path=False)
+        return out
     zarrs = _NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
     fill = for_size(_fill_keyed, size)
     keyw = key._words32

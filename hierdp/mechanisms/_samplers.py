@@ -72,7 +72,6 @@ from hierdp._engine.jit import numba as nb
 from hierdp._engine.memory import large_empty
 from hierdp._engine.threads import run_pieces
 from hierdp.errors import BudgetError
-from hierdp.mechanisms import _keyed_small
 from hierdp.keyed_noise import (
     KIND_EXTENSION,
     KIND_SEGMENT,
@@ -82,6 +81,7 @@ from hierdp.keyed_noise import (
     nonce_word,
     segment_words,
 )
+from hierdp.mechanisms import _keyed_small
 from hierdp.rng import RandomSource, reserve_words
 
 __all__ = [

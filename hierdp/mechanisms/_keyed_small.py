@@ -81,18 +81,35 @@ def _bits(w2: np.ndarray, idx: np.ndarray, pos: np.ndarray, width: int) -> np.nd
 
 def _round(w2, idx, bo, jbits, cbytes, cnib, out, hard):
     """One round (digits, H's first Bernoulli, sign) of draws ``idx`` from bit positions
-    ``bo``, as whole-array passes over the draws whose digits have no tie (the others are
-    returned to run step by step). Writes ``out``/``hard`` for the draws it settles.
+    ``bo``, as whole-array passes over the draws whose digits tie at most once (a digit
+    whose byte equals p_j's first byte is decided by the next byte against p_j's second,
+    and the later digits read one byte later; two ties, probability ~(J/256)^2 a draw,
+    are returned to run step by step). Writes ``out``/``hard`` for the draws it settles.
     Returns ``(again, bo_again, tied, bo_tied)``: draws to run again after a "-0"
-    rejection, and draws with a tie in their digits (from the start of this round)."""
+    rejection, and draws with two ties in their digits (from the start of this round)."""
     nbits = 64 * w2.shape[1]
-    c0 = cbytes[:jbits, 0].astype(np.uint8)
-    pd = _positions(bo, 8, jbits)
-    r8 = _bits(w2, idx, pd, 8)
-    end = pd[:, -1] + 8 if jbits else bo
+    m = idx.size
+    if jbits:
+        c0 = cbytes[:jbits, 0].astype(np.uint8)
+        c1 = cbytes[:jbits, 1].astype(np.uint8)
+        pd = _positions(bo, 8, jbits + 1)  # one byte more, for a digit that ties once
+        b8 = _bits(w2, idx, pd, 8)
+        eq = b8[:, :jbits] == c0
+        once = eq.any(axis=1)
+        j0 = np.where(once, eq.argmax(axis=1), jbits)  # the digit that ties (jbits: none)
+        col = np.arange(jbits)
+        later = b8[:, 1:]  # the digits after a tie read one byte later
+        dig = np.where(col < j0[:, None], b8[:, :jbits], later)
+        cmp = np.where(col == j0[:, None], c1, c0)  # the tied digit compares p_j's second byte
+        tied = once & ((later == cmp) & (col >= j0[:, None])).any(axis=1)  # a second tie: step by step
+        y = (dig < cmp).astype(np.int64) @ (np.int64(1) << col.astype(np.int64))
+        end = np.where(once, pd[:, jbits], pd[:, jbits - 1]) + 8
+    else:
+        tied = np.zeros(m, dtype=bool)
+        y = np.zeros(m, dtype=np.int64)
+        end = bo
     ok = end <= nbits
-    tied = ok & (r8 == c0).any(axis=1)
-    y = (r8 < c0).astype(np.int64) @ (np.int64(1) << np.arange(jbits, dtype=np.int64))
+    tied &= ok
     ln = min(8, cnib.shape[1])  # nibbles compared at once (all eight tie: 2**-32, left to the kernel)
     pn = _positions(end, 4, ln)
     r4 = _bits(w2, idx, pn, 4)
@@ -233,8 +250,12 @@ def dlap_keyed_small(words: np.ndarray, n: int, seg: int, jbits: int, g0: int, c
     for r in range(_MAX_ROUNDS):
         if idx.size == 0:
             break
-        step = _first_round(w2, jbits, cbytes, cnib, out, hard) if r == 0 else None
-        idx, bo, tied, bo_tied = step or _round(w2, idx, bo, jbits, cbytes, cnib, out, hard)
+        first = _first_round(w2, jbits, cbytes, cnib, out, hard) if r == 0 else None
+        if first is not None:  # its tied draws start again in the next round, which handles single ties
+            idx, bo, tied, bo_tied = first
+            idx, bo = np.concatenate((idx, tied)), np.concatenate((bo, bo_tied))
+            continue
+        idx, bo, tied, bo_tied = _round(w2, idx, bo, jbits, cbytes, cnib, out, hard)
         if tied.size:
             i2, b2 = _step_round(w2, tied, bo_tied, jbits, cbytes, cnib, out, hard)
             idx, bo = np.concatenate((idx, i2)), np.concatenate((bo, b2))

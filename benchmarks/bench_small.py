@@ -14,6 +14,8 @@ the keyed discrete Laplace sampler (``mechanisms/_keyed_small.py``) and BLUE
   (``SMALL_NUMPY = False`` in the sampler and BLUE). The three are timed interleaved, call
   after call in one process (medians of ``--calls``), so a busy machine slows them alike;
   ratios to the floor in brackets (target: numpy <= 2x compiled);
+* both as CPU time of the process (``time.process_time``: what the release costs, steady
+  when other jobs share the CPUs) and wall time;
 * ``first, fresh``: the median over ``--fresh`` fresh subprocesses of the first release
   (after ``import hierdp`` and the tree's construction), now and before (target: no slower).
 
@@ -90,9 +92,9 @@ def in_process(n: int, chain: str, calls: int) -> dict:
             if m == "interpreted" and skip_interp and i >= 2:
                 continue
             _mode(m)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             _release(tree, truth, CHAINS[chain], 1000 + i)
-            out[m].append(time.perf_counter() - t0)
+            out[m].append((time.process_time() - c0, time.perf_counter() - t0))
     return out
 
 
@@ -101,9 +103,9 @@ def first(n: int, chain: str, mode: str) -> float:
     warnings.simplefilter("ignore")
     _mode(mode)
     tree, truth = italy_like(n)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _release(tree, truth, CHAINS[chain], 1)
-    return time.perf_counter() - t0
+    return [time.process_time() - c0, time.perf_counter() - t0]
 
 
 def _child(*args: str) -> object:
@@ -139,22 +141,25 @@ def main() -> None:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"hierdp {hierdp.__version__}, numpy {np.__version__}, load average {load:.1f} on {os.cpu_count()} CPUs; "
-          "ms, medians; ratios to the compiled floor of the same process in brackets")
+          "ms, medians; ratios to the compiled floor of the same process in brackets; "
+          "'cpu' is the process's CPU time (steadier than 'wall' on a busy machine)")
     for chain in args.chains.split(","):
         print(f"\n== {chain}")
-        print(f"{'nodes':>8}{'compiled':>10}{'numpy (now)':>18}{'interpreted (before)':>24}"
+        print(f"{'nodes':>8} {'time':<5}{'compiled':>9}{'numpy (now)':>18}{'interpreted (before)':>24}"
               f"{'first, fresh: now':>19}{'before':>9}")
         for n in sizes:
             _child("fill", str(n), chain)
             r = _child("run", str(n), chain, str(args.calls))
             assert isinstance(r, dict)
-            med = {m: float(np.median(r[m])) * 1e3 for m in MODES}
+            med = {m: np.median(np.array(r[m]), axis=0) * 1e3 for m in MODES}  # (CPU, wall)
             fl = med["compiled"]
-            fresh = {m: float(np.median([_child("first", str(n), chain, m) for _ in range(args.fresh)])) * 1e3
+            fresh = {m: np.median([_child("first", str(n), chain, m) for _ in range(args.fresh)], axis=0) * 1e3
                      for m in ("numpy", "interpreted")}
-            print(f"{r['nodes']:>8,}{fl:>10.2f}{med['numpy']:>10.2f} ({med['numpy'] / fl:4.1f}x)"
-                  f"{med['interpreted']:>15.1f} ({med['interpreted'] / fl:5.1f}x)"
-                  f"{fresh['numpy']:>19.1f}{fresh['interpreted']:>9.1f}", flush=True)
+            for j, what in ((0, "cpu"), (1, "wall")):
+                nm, it = med["numpy"][j], med["interpreted"][j]
+                print(f"{r['nodes']:>8,} {what:<5}{fl[j]:>9.2f}{nm:>10.2f} ({nm / fl[j]:4.1f}x)"
+                      f"{it:>15.1f} ({it / fl[j]:5.1f}x)"
+                      f"{fresh['numpy'][j]:>19.1f}{fresh['interpreted'][j]:>9.1f}", flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nload average at the end {load:.1f}")
 

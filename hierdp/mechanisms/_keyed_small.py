@@ -13,7 +13,8 @@ draws at once, one step per numpy pass, with a bit position per draw:
 
 * the ``J`` binary digits of the magnitude, each a byte of fresh bits compared with the
   top byte of ``p_j = 1/(1 + e^{a 2^j})`` (a tie, probability 1/256, compares the next
-  byte with the next byte of ``p_j``, as the kernel's fast path does);
+  byte with the next byte of ``p_j``, as the kernel's fast path does; one tie a round
+  is settled in the same pass);
 * the high part's first Bernoulli(``e^{-g0}``), 4 bits at a time against ``e^{-g0}``'s
   binary expansion (first difference decides); a failure leaves ``H = 0``;
 * the sign bit, and the kernel's "-0" rejection (start again from the digits, on the
@@ -22,8 +23,8 @@ draws at once, one step per numpy pass, with a bit position per draw:
 Bits are taken exactly as the kernel takes them (a word's low bits first; a read of
 ``w`` bits that does not fit in what is left of the current word starts the next word).
 A draw that leaves this common path — ``H >= 1`` (probability ``e^{-g0} <= e^{-8}``),
-a comparison that runs past the tabulated bits, or a segment used up (it would continue
-on its extension stream) — is flagged ``hard`` and its value is left for the kernel to
+two ties in one round's digits, eight tied nibbles, a segment used up (it would continue
+on its extension stream), more than 16 rounds — is flagged ``hard`` and its value is left for the kernel to
 compute; the caller re-runs those draws through the kernel (a keyed draw's value does not
 depend on the other draws), so every value is the kernel's, draw for draw.
 """
@@ -46,18 +47,6 @@ def usable(gauss: int, g0: int) -> bool:
     rate :func:`~hierdp.mechanisms._samplers._core` splits above 2^-60), on a
     little-endian machine (the byte view of the words)."""
     return gauss == 0 and g0 > 0 and sys.byteorder == "little"
-
-
-def _take(w2: np.ndarray, idx: np.ndarray, bo: np.ndarray, width: int, nbits: int):
-    """``width`` bits of each draw ``idx`` at bit position ``bo`` (moved to the next word
-    first when fewer than ``width`` bits are left in the current one, as the kernel does).
-    Returns ``(value, new position, ok)``; ``ok`` is False where the segment is used up."""
-    left = (-bo) & 63
-    bo = np.where(left < width, bo + left, bo)
-    ok = bo + width <= nbits
-    word = w2[idx, np.minimum(bo >> 6, w2.shape[1] - 1)]
-    val = (word >> (bo & 63).astype(np.uint64)) & np.uint64((1 << width) - 1)
-    return val.astype(np.int64), bo + width, ok
 
 
 def _positions(p: np.ndarray, width: int, count: int) -> np.ndarray:
@@ -84,7 +73,7 @@ def _round(w2, idx, bo, jbits, cbytes, cnib, out, hard):
     ``bo``, as whole-array passes over the draws whose digits tie at most once (a digit
     whose byte equals p_j's first byte is decided by the next byte against p_j's second,
     and the later digits read one byte later; two ties, probability ~(J/256)^2 a draw,
-    are returned to run step by step). Writes ``out``/``hard`` for the draws it settles.
+    are returned, for the kernel). Writes ``out``/``hard`` for the draws it settles.
     Returns ``(again, bo_again, tied, bo_tied)``: draws to run again after a "-0"
     rejection, and draws with two ties in their digits (from the start of this round)."""
     nbits = 64 * w2.shape[1]
@@ -101,7 +90,7 @@ def _round(w2, idx, bo, jbits, cbytes, cnib, out, hard):
         later = b8[:, 1:]  # the digits after a tie read one byte later
         dig = np.where(col < j0[:, None], b8[:, :jbits], later)
         cmp = np.where(col == j0[:, None], c1, c0)  # the tied digit compares p_j's second byte
-        tied = once & ((later == cmp) & (col >= j0[:, None])).any(axis=1)  # a second tie: step by step
+        tied = once & ((later == cmp) & (col >= j0[:, None])).any(axis=1)  # a second tie: the kernel
         y = (dig < cmp).astype(np.int64) @ (np.int64(1) << col.astype(np.int64))
         end = np.where(once, pd[:, jbits], pd[:, jbits - 1]) + 8
     else:
@@ -163,60 +152,6 @@ def _first_round(w2, jbits, cbytes, cnib, out, hard):
     return idx, 4 * (2 * jbits + first[idx] + 1) + 1, np.flatnonzero(tied), np.zeros(int(tied.sum()), np.int64)
 
 
-def _step_round(w2, idx, bo, jbits, cbytes, cnib, out, hard):
-    """One round of draws ``idx`` from bit positions ``bo``, read by read over all of them
-    (digit ties included). Writes ``out``/``hard``; returns the draws to run again and
-    their positions."""
-    nbits = 64 * w2.shape[1]
-    wcb = cbytes.shape[1] // 8
-    y = np.zeros(idx.size, dtype=np.int64)
-    alive = np.ones(idx.size, dtype=bool)  # not (yet) hard
-    # ---- the J binary digits: a byte each, ties broken by the following bytes
-    for j in range(jbits):
-        r8, bo, ok = _take(w2, idx, bo, 8, nbits)
-        alive &= ok
-        c8 = np.full(idx.size, cbytes[j, 0])
-        tie = alive & (r8 == c8)
-        t = 1
-        while tie.any():
-            if t >= wcb * 8:  # every tabulated byte tied: the kernel asks for more precision
-                alive &= ~tie
-                break
-            ti = np.flatnonzero(tie)
-            rt, bt, okt = _take(w2, idx[ti], bo[ti], 8, nbits)
-            r8[ti], bo[ti], c8[ti] = rt, bt, cbytes[j, t]
-            alive[ti] &= okt
-            tie = alive & (r8 == c8)
-            t += 1
-        y |= (r8 < c8).astype(np.int64) << j
-    # ---- H's first Bernoulli(e^{-g0}): nibbles against its expansion until one differs
-    undecided = alive.copy()
-    h_zero = np.zeros(idx.size, dtype=bool)
-    ci = 0
-    while undecided.any():
-        if ci >= wcb * 16:
-            alive &= ~undecided
-            break
-        ui = np.flatnonzero(undecided)
-        r4, bu, oku = _take(w2, idx[ui], bo[ui], 4, nbits)
-        bo[ui] = bu
-        alive[ui] &= oku
-        c4 = cnib[jbits, ci]
-        h_zero[ui] = r4 > c4
-        alive[ui] &= r4 >= c4  # r4 < c4: H >= 1, left to the kernel
-        undecided[ui] = alive[ui] & (r4 == c4)
-        ci += 1
-    alive &= h_zero
-    # ---- the sign, and the rejection of "-0"
-    b, bo, okb = _take(w2, idx, bo, 1, nbits)
-    alive &= okb
-    again = alive & (b == 1) & (y == 0)
-    done = alive & ~again
-    out[idx[done]] = np.where(b[done] == 1, -y[done], y[done])
-    hard[idx[~alive]] = True
-    return idx[again], bo[again]
-
-
 def dlap_keyed_small(words: np.ndarray, n: int, seg: int, jbits: int, g0: int, cb: np.ndarray):
     """Discrete Laplace draws on per-draw segments, as :func:`~hierdp.mechanisms._samplers._fill`
     (``gauss = 0``, keyed: ``seg > 0``) computes them, by numpy passes over all draws.
@@ -255,9 +190,7 @@ def dlap_keyed_small(words: np.ndarray, n: int, seg: int, jbits: int, g0: int, c
             idx, bo, tied, bo_tied = first
             idx, bo = np.concatenate((idx, tied)), np.concatenate((bo, bo_tied))
             continue
-        idx, bo, tied, bo_tied = _round(w2, idx, bo, jbits, cbytes, cnib, out, hard)
-        if tied.size:
-            i2, b2 = _step_round(w2, tied, bo_tied, jbits, cbytes, cnib, out, hard)
-            idx, bo = np.concatenate((idx, i2)), np.concatenate((bo, b2))
+        idx, bo, tied, _ = _round(w2, idx, bo, jbits, cbytes, cnib, out, hard)
+        hard[tied] = True  # two ties in its digits (~(J/256)^2 a draw): left to the kernel
     hard[idx] = True  # more rounds than followed here: left to the kernel
     return out, hard

@@ -6,7 +6,7 @@ compile or a cache load on first use, and interpreted they cost ~10 µs a node, 
 trees run these passes instead, one numpy pass per height class. hierdp's internal order
 keeps each height class contiguous and every child of a node of height h has height
 < h, so the bottom-up pass can take the classes h = 1, 2, ... and scatter each class's
-summaries into its parents (``np.add.at``), and the top-down pass the classes in the
+summaries into its parents (``np.bincount``), and the top-down pass the classes in the
 reverse order. Equal to the kernels to round-off (the sums run in another order).
 """
 
@@ -29,6 +29,13 @@ MAX_CLASSES = 48
 def usable(tree: Tree) -> bool:
     """Whether the tree is shallow enough for :func:`blue_small` (:data:`MAX_CLASSES`)."""
     return tree.n_nodes > 0 and int(tree.internal.height[0]) <= MAX_CLASSES
+
+
+def _scatter(acc: np.ndarray, lo: int, hi: int, rel: np.ndarray, vals: np.ndarray) -> None:
+    """``acc[lo + rel[i]] += vals[i]`` row by row, column by column (``np.bincount``: several
+    times faster than ``np.add.at``; the parents of a height class span ``[lo, hi)``)."""
+    for c in range(vals.shape[1]):
+        acc[lo:hi, c] += np.bincount(rel, weights=vals[:, c], minlength=hi - lo)
 
 
 def blue_small(tree: Tree, y: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,11 +101,17 @@ def blue_small(tree: Tree, y: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, 
         par = parent[sl]
         if h == top:  # the root (nothing above)
             break
-        np.add.at(S, par, zi)
+        lo = int(par.min())
+        hi = int(par.max()) + 1
+        rel = par - lo
+        _scatter(S, lo, hi, rel, zi)
         isinf = ui == inf
-        np.add.at(U, par, np.where(isinf, 0.0, ui))
-        np.add.at(cnt, par, np.where(isinf, lc[sl], 0.0))
-        np.add.at(nunc, par, isinf.astype(np.float64))
+        if isinf.any():
+            _scatter(U, lo, hi, rel, np.where(isinf, 0.0, ui))
+            _scatter(cnt, lo, hi, rel, np.where(isinf, lc[sl], 0.0))
+            _scatter(nunc, lo, hi, rel, isinf.astype(np.float64))
+        else:
+            _scatter(U, lo, hi, rel, ui)
     # ---- pass 2, top-down (the root keeps x = z, xvar = u)
     x = z
     xvar = u

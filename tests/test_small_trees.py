@@ -168,8 +168,9 @@ def test_blue_small_hand_computed():
 
 @pytest.mark.parametrize("name,tree", SHAPES, ids=[s[0] for s in SHAPES])
 def test_blue_public_small_path_equals_kernel_path(name, tree, monkeypatch):
-    """``blue()`` on a small tree takes the numpy path (spied) and agrees with the kernels
-    it used before (``SMALL_NUMPY = False``), k = 1 (blue_1d / blue_flat_1d) and k = 2."""
+    """``blue()`` on a small tree takes the numpy path (spied; from ``SMALL_NUMPY_MIN``
+    values) and agrees with the kernels it used before (``SMALL_NUMPY = False``), k = 1
+    (blue_1d / blue_flat_1d) and k = 2."""
     rng = np.random.default_rng(11)
     calls = []
     real = _blue_small.blue_small
@@ -185,12 +186,12 @@ def test_blue_public_small_path_equals_kernel_path(name, tree, monkeypatch):
         monkeypatch.setattr(B, "SMALL_NUMPY", True)
         _close(np.asarray(got.values), np.asarray(want.values))
         _close(np.asarray(got.variance), np.asarray(want.variance))
-    assert len(calls) == 2
+    assert len(calls) == (tree.n_nodes >= B.SMALL_NUMPY_MIN) + (2 * tree.n_nodes >= B.SMALL_NUMPY_MIN)
 
 
 @pytest.mark.parametrize("bad,msg", [("nan_y", "NaN or infinity"), ("neg_var", "non-negative")])
 def test_blue_small_bad_input_one_line(bad, msg):
-    tree = hierdp.Tree.complete(2, 3)
+    tree = hierdp.Tree.complete(2, 6)  # 63 nodes: above blue.SMALL_NUMPY_MIN
     y, v = np.ones(tree.n_nodes), np.ones(tree.n_nodes)
     if bad == "nan_y":
         y[3] = np.nan
@@ -201,9 +202,9 @@ def test_blue_small_bad_input_one_line(bad, msg):
 
 
 def test_blue_small_contradicting_exact_nodes_refused():
-    tree = hierdp.Tree.from_parent([-1, 0, 0])
+    tree = hierdp.Tree.from_parent(np.r_[-1, np.zeros(40, np.int64)])  # above blue.SMALL_NUMPY_MIN
     with pytest.raises(hierdp.errors.DataError, match="contradict"):
-        B.blue(tree, np.array([10.0, 3.0, 4.0]), np.zeros(3))
+        B.blue(tree, np.r_[10.0, np.ones(40)], np.zeros(41))
 
 
 def test_deep_trees_keep_the_kernel():
@@ -274,6 +275,8 @@ def test_keyed_laplace_small_path_is_taken(monkeypatch):
     S.sample_discrete_laplace_keyed(S.dlap_params(2), NoiseKey.from_seed(0), np.arange(100))
     assert calls
     calls.clear()
+    S.sample_discrete_laplace_keyed(S.dlap_params(2), NoiseKey.from_seed(0), np.arange(S.SMALL_NUMPY_MIN - 1))
+    assert not calls
     monkeypatch.setattr(jit, "SMALL_INPUT", 50)
     S.sample_discrete_laplace_keyed(S.dlap_params(2), NoiseKey.from_seed(0), np.arange(100))
     assert not calls

@@ -28,9 +28,11 @@ _BAD_INPUT = {
     2: "variances must be non-negative (inf marks an unmeasured node)",
 }
 _STRUCT_KEY = "blue.structure"
-#: inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` values on trees of at most
-#: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes (False: the kernels)
+#: inputs of SMALL_NUMPY_MIN to ``hierdp._engine.jit.SMALL_INPUT`` values on trees of at most
+#: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes (False: the kernels); below
+#: SMALL_NUMPY_MIN the interpreted kernel (~10 µs a node) is cheaper than ~0.3 ms of numpy calls
 SMALL_NUMPY = True
+SMALL_NUMPY_MIN = 32
 
 
 def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
@@ -160,7 +162,7 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     """
     y, y2, v2, vshape = _as_2d_pair(tree, values, variance)
     n = tree.n_nodes
-    if SMALL_NUMPY and y2.size <= _jit.SMALL_INPUT and _blue_small.usable(tree):
+    if SMALL_NUMPY and SMALL_NUMPY_MIN <= y2.size <= _jit.SMALL_INPUT and _blue_small.usable(tree):
         # a small tree: numpy passes by height class (the kernels would run interpreted)
         if not np.isfinite(y2).all():
             raise DataError(_BAD_INPUT[1])

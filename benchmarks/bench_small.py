@@ -3,8 +3,9 @@
 Inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` (2^14) items used to run the kernels
 interpreted (``jit.for_size``) to spare the first release a compile or a cache load. Now
 the keyed discrete Laplace sampler (``mechanisms/_keyed_small.py``) and BLUE
-(``postprocessors/_blue_small.py``) take numpy passes there instead; ``nonneg`` and
-``round`` still run their kernels interpreted. For trees shaped like Italy's geography
+(``postprocessors/_blue_small.py``) take numpy passes there instead (from 64 draws and 32
+values: below, the interpreted kernels are cheaper); ``nonneg`` and ``round`` still run
+their kernels interpreted. For trees shaped like Italy's geography
 (region > province > municipality: 20 regions, ~107 provinces, the rest municipalities;
 8,028 nodes at full size) of 10 to 10^5 nodes it prints, per chain (``blue``;
 ``blue -> nonneg -> round``), default release (``per_level``, discrete Laplace, ε = 1):

@@ -152,7 +152,8 @@ def _first_round(w2, jbits, cbytes, cnib, out, hard):
     return idx, 4 * (2 * jbits + first[idx] + 1) + 1, np.flatnonzero(tied), np.zeros(int(tied.sum()), np.int64)
 
 
-def dlap_keyed_small(words: np.ndarray, n: int, seg: int, jbits: int, g0: int, cb: np.ndarray):
+def dlap_keyed_small(words: np.ndarray, n: int, seg: int, jbits: int, g0: int,
+                     cb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Discrete Laplace draws on per-draw segments, as :func:`~hierdp.mechanisms._samplers._fill`
     (``gauss = 0``, keyed: ``seg > 0``) computes them, by numpy passes over all draws.
 

@@ -80,6 +80,7 @@ import struct
 
 import numpy as np
 
+from hierdp._engine import jit as _jit
 from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp.rng import RandomSource, _WordSource, chacha20_fill
@@ -297,7 +298,9 @@ def segment_words(key: NoiseKey, n0: int, draws: np.ndarray, seg: int, out: np.n
     breaks = np.flatnonzero(np.diff(draws) != 1) + 1
     starts = np.concatenate(([0], breaks))
     stops = np.concatenate((breaks, [n]))
-    long_runs = (stops - starts) * seg >= _OPENSSL_MIN_WORDS
+    # runs of at least _OPENSSL_MIN_WORDS words from OpenSSL; so is every run of a small request,
+    # whose short runs would run chacha_block interpreted (~0.4 ms a block against ~20 µs a call)
+    long_runs = (stops - starts) * seg >= (1 if n * seg <= _jit.SMALL_INPUT else _OPENSSL_MIN_WORDS)
     ow = out.view(np.int64)
     for a, b in zip(starts[long_runs], stops[long_runs], strict=True):
         _openssl_run(key, n0, int(draws[a]) * seg, out[a * seg: b * seg])

@@ -17,7 +17,10 @@ from tests.helpers import random_parent
 
 
 def _both(monkeypatch, run):
-    """``run()`` with every kernel compiled, then with every kernel interpreted."""
+    """``run()`` with every kernel compiled, then with every kernel interpreted (small
+    inputs of BLUE now take numpy passes instead, equal to round-off and tested in
+    tests/test_small_trees.py; this file holds the interpreted kernels to their bits)."""
+    monkeypatch.setattr(B, "SMALL_NUMPY", False)
     monkeypatch.setattr(_jit, "SMALL_INPUT", -1)
     compiled = run()
     monkeypatch.setattr(_jit, "SMALL_INPUT", 1 << 62)

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hierdp._engine import jit as _jit
 from hierdp._engine.jit import for_size
 from hierdp._engine.kernel_common import aligned_empty as _aligned_empty
 from hierdp._engine.threads import get_threads, run_pieces, zero_in_pieces
 from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, block_groups, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.postprocessors import _blue_small
 from hierdp.postprocessors.base import Estimate, PostProcessor, node_values, node_variance
 
 if TYPE_CHECKING:
@@ -26,6 +28,11 @@ _BAD_INPUT = {
     2: "variances must be non-negative (inf marks an unmeasured node)",
 }
 _STRUCT_KEY = "blue.structure"
+#: inputs of SMALL_NUMPY_MIN to ``hierdp._engine.jit.SMALL_INPUT`` values on trees of at most
+#: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes (False: the kernels); below
+#: SMALL_NUMPY_MIN the interpreted kernel (~10 µs a node) is cheaper than ~0.3 ms of numpy calls
+SMALL_NUMPY = True
+SMALL_NUMPY_MIN = 32
 
 
 def _as_2d_pair(tree: Tree, values: np.ndarray, variance: np.ndarray | None):
@@ -155,6 +162,16 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     """
     y, y2, v2, vshape = _as_2d_pair(tree, values, variance)
     n = tree.n_nodes
+    if SMALL_NUMPY and SMALL_NUMPY_MIN <= y2.size <= _jit.SMALL_INPUT and _blue_small.usable(tree):
+        # a small tree: numpy passes by height class (the kernels would run interpreted)
+        if not np.isfinite(y2).all():
+            raise DataError(_BAD_INPUT[1])
+        if not (v2 >= 0.0).all():
+            raise DataError(_BAD_INPUT[2])
+        x, xv = _blue_small.blue_small(tree, y2, v2)
+        if np.any(v2 == 0.0):
+            _check_exact(y2, v2, x)
+        return Estimate(values=x.reshape(y.shape), variance=xv.reshape(vshape), info={"method": "blue"})
     if y2.shape[1] != 1 or v2.shape[1] != 1:
         bad = for_size(BK.check_values_variances, y2.size)(y2, v2)  # one fused pass, no temporaries
         if bad:

@@ -1,0 +1,169 @@
+"""Small releases: numpy passes against the compiled kernels (issue 30 item 5).
+
+Inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` (2^14) items used to run the kernels
+interpreted (``jit.for_size``) to spare the first release a compile or a cache load. Now
+the keyed discrete Laplace sampler (``mechanisms/_keyed_small.py``) and BLUE
+(``postprocessors/_blue_small.py``) take numpy passes there instead (from 64 draws and 32
+values: below, the interpreted kernels are cheaper); ``nonneg`` and ``round`` still run
+their kernels interpreted. For trees shaped like Italy's geography
+(region > province > municipality: 20 regions, ~107 provinces, the rest municipalities;
+8,028 nodes at full size) of 10 to 10^5 nodes it prints, per chain (``blue``;
+``blue -> nonneg -> round``), default release (``per_level``, discrete Laplace, ε = 1):
+
+* ``compiled``: the warm release with every kernel compiled (``SMALL_INPUT = -1``): the
+  floor; ``numpy``: the warm release as hierdp runs it now; ``interpreted``: as before
+  (``SMALL_NUMPY = False`` in the sampler and BLUE). The three are timed interleaved, call
+  after call in one process (medians of ``--calls``), so a busy machine slows them alike;
+  ratios to the floor in brackets (target: numpy <= 2x compiled);
+* both as CPU time of the process (``time.process_time``: what the release costs, steady
+  when other jobs share the CPUs) and wall time;
+* ``first, fresh``: the median over ``--fresh`` fresh subprocesses of the first release
+  (after ``import hierdp`` and the tree's construction), now and before (target: no slower).
+
+The kernels' on-disk cache is filled first (a compiled release of each size in a
+subprocess), as on a machine that has run hierdp before. A 10^5-node tree is above
+``SMALL_INPUT``: all three columns run the compiled kernels there (a measure of the noise).
+
+    PYTHONPATH=. python benchmarks/bench_small.py            # ~3 min
+    PYTHONPATH=. python benchmarks/bench_small.py --calls 15 --fresh 5 --sizes 1000,8028
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+
+SIZES = (10, 100, 1_000, 8_028, 10_000, 100_000)
+CHAINS = {"blue": ["blue"], "blue+nonneg+round": ["blue", "nonneg", "round"]}
+MODES = ("compiled", "numpy", "interpreted")
+
+
+def italy_like(n_nodes: int, seed: int = 0):
+    """A region > province > municipality tree of about ``n_nodes`` nodes with Italy's
+    proportions (20 regions, 107 provinces, 7,900 municipalities at 8,028 nodes), and
+    leaf counts; at least one node per level below the root."""
+    import hierdp
+
+    rng = np.random.default_rng(seed)
+    scale = n_nodes / 8028
+    n_r = max(1, round(20 * min(1.0, scale ** 0.5)))
+    n_p = max(n_r, round(107 * min(1.0, scale ** 0.75)) if scale < 1 else round(107 * scale ** 0.5))
+    n_m = max(n_p, n_nodes - 1 - n_r - n_p)
+    prov = rng.multinomial(n_p - n_r, np.ones(n_r) / n_r) + 1
+    mun = rng.multinomial(n_m - n_p, np.ones(n_p) / n_p) + 1
+    parent = np.concatenate([[-1], np.zeros(n_r, np.int64), 1 + np.repeat(np.arange(n_r), prov),
+                             1 + n_r + np.repeat(np.arange(n_p), mun)])
+    tree = hierdp.Tree.from_parent(parent, level_names=["country", "region", "province", "municipality"])
+    return tree, tree.aggregate(rng.poisson(50, tree.n_leaves))
+
+
+def _mode(mode: str) -> None:
+    from hierdp._engine import jit
+    from hierdp.mechanisms import _samplers
+    from hierdp.postprocessors import blue
+
+    jit.SMALL_INPUT = -1 if mode == "compiled" else 1 << 14
+    _samplers.SMALL_NUMPY = blue.SMALL_NUMPY = mode != "interpreted"
+
+
+def _release(tree, truth, chain, seed):
+    import hierdp
+
+    return hierdp.release(tree, truth, epsilon=1.0, postprocess=chain, seed=seed)
+
+
+def in_process(n: int, chain: str, calls: int) -> dict:
+    """Times of ``calls`` releases in each mode, interleaved, after one untimed each."""
+    warnings.simplefilter("ignore")
+    tree, truth = italy_like(n)
+    out: dict = {"nodes": tree.n_nodes, **{m: [] for m in MODES}}
+    for m in MODES:
+        _mode(m)
+        _release(tree, truth, CHAINS[chain], 1)
+    skip_interp = n > 20_000 or (chain != "blue" and n > 1_000)  # minutes interpreted: fewer calls
+    for i in range(calls):
+        for m in MODES:
+            if m == "interpreted" and skip_interp and i >= 2:
+                continue
+            _mode(m)
+            t0, c0 = time.perf_counter(), time.process_time()
+            _release(tree, truth, CHAINS[chain], 1000 + i)
+            out[m].append((time.process_time() - c0, time.perf_counter() - t0))
+    return out
+
+
+def first(n: int, chain: str, mode: str) -> float:
+    """The first release of a fresh process (after the import and the tree)."""
+    warnings.simplefilter("ignore")
+    _mode(mode)
+    tree, truth = italy_like(n)
+    t0, c0 = time.perf_counter(), time.process_time()
+    _release(tree, truth, CHAINS[chain], 1)
+    return [time.process_time() - c0, time.perf_counter() - t0]
+
+
+def _child(*args: str) -> object:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args], env=env, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=9)
+    ap.add_argument("--fresh", type=int, default=3)
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--chains", default=",".join(CHAINS))
+    ap.add_argument("--child", nargs="+")
+    args = ap.parse_args()
+    if args.child:
+        kind, n, chain, *rest = args.child
+        if kind == "fill":  # compile every kernel this size and chain need, into the cache
+            warnings.simplefilter("ignore")
+            _mode("compiled")
+            _release(*italy_like(int(n)), CHAINS[chain], 1)
+            print(json.dumps(None))
+        elif kind == "first":
+            print(json.dumps(first(int(n), chain, rest[0])))
+        else:
+            print(json.dumps(in_process(int(n), chain, int(rest[0]))))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    import hierdp
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"hierdp {hierdp.__version__}, numpy {np.__version__}, load average {load:.1f} on {os.cpu_count()} CPUs; "
+          "ms, medians; ratios to the compiled floor of the same process in brackets; "
+          "'cpu' is the process's CPU time (steadier than 'wall' on a busy machine)")
+    for chain in args.chains.split(","):
+        print(f"\n== {chain}")
+        print(f"{'nodes':>8} {'time':<5}{'compiled':>9}{'numpy (now)':>18}{'interpreted (before)':>24}"
+              f"{'first, fresh: now':>19}{'before':>9}")
+        for n in sizes:
+            _child("fill", str(n), chain)
+            r = _child("run", str(n), chain, str(args.calls))
+            assert isinstance(r, dict)
+            med = {m: np.median(np.array(r[m]), axis=0) * 1e3 for m in MODES}  # (CPU, wall)
+            fl = med["compiled"]
+            fresh = {m: np.median([_child("first", str(n), chain, m) for _ in range(args.fresh)], axis=0) * 1e3
+                     for m in ("numpy", "interpreted")}
+            for j, what in ((0, "cpu"), (1, "wall")):
+                nm, it = med["numpy"][j], med["interpreted"][j]
+                print(f"{r['nodes']:>8,} {what:<5}{fl[j]:>9.2f}{nm:>10.2f} ({nm / fl[j]:4.1f}x)"
+                      f"{it:>15.1f} ({it / fl[j]:5.1f}x)"
+                      f"{fresh['numpy'][j]:>19.1f}{fresh['interpreted'][j]:>9.1f}", flush=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nload average at the end {load:.1f}")
+
+
+if __name__ == "__main__":
+    main()

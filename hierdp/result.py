@@ -143,8 +143,34 @@ class ReleaseResult:
         noise vectors, O(draws·n)) for linear estimates; after ``nonneg``/``round`` a
         conservative bound (``nonlinear="bound"``: ``std`` is then empty, not the linear
         estimate's) or a parametric bootstrap (``"bootstrap"``: ``std`` is its RMSE).
-        ``frame.attrs["uncertainty"]`` says which method and what coverage. ``seed``
-        seeds the simulation (public noise only).
+        ``frame.attrs["uncertainty"]`` says which method and what coverage. Post-processing:
+        no privacy cost.
+
+        Parameters
+        ----------
+        noisy : bool, default False
+            Add the ``noisy`` column: the raw measurements (missing where a level was not
+            measured).
+        confidence : float, optional
+            Add ``ci_low``/``ci_high``/``ci_method`` at this level c in (0, 1); ``None`` (the
+            default) adds no interval.
+        draws, seed, nonlinear
+            As for :meth:`intervals` (used only with ``confidence``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per node (per node and cell for a histogram release), top level first.
+
+        Examples
+        --------
+        >>> import pandas as pd, hierdp, warnings
+        >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # a seeded release warns: not for publication
+        ...     r = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=0)
+        >>> list(r.to_frame(noisy=True, confidence=0.9, seed=1).columns)
+        ['level', 'state', 'county', 'estimate', 'std', 'noisy', 'ci_low', 'ci_high', 'ci_method']
         """
         frame = self._frame(noisy=noisy)
         if confidence is None:
@@ -155,7 +181,49 @@ class ReleaseResult:
     def intervals(self, confidence: float | tuple[float, ...] = 0.9, *, draws: int = DEFAULT_DRAWS,
                   seed: int | None = None, randomize: bool = True, nonlinear: str = "bound") -> Intervals:
         """Confidence intervals of the released values (external order); see
-        :func:`hierdp.uncertainty.release_intervals`. Post-processing: no privacy cost."""
+        :func:`hierdp.uncertainty.release_intervals`. Post-processing: no privacy cost.
+
+        The intervals come from the public noise law only: exact quantiles where a value is
+        one measurement, simulation through the post-processing chain for a linear
+        estimate (order statistics of ``draws`` simulated errors, coverage
+        ``1 - 2j/(draws+1) >= c``), randomized for integer noise (Stevens 1950).
+
+        Parameters
+        ----------
+        confidence : float or tuple of float, default 0.9
+            One level c or several, each in (0, 1).
+        draws : int, default 999
+            R, the number of simulated noise vectors (cost O(R·n)); needs
+            ``R >= 2/(1-c) - 1``.
+        seed : int, optional
+            Seed of the simulation (public noise only, no privacy role); ``None`` uses the
+            secure source, or the release's own seed for a seeded release.
+        randomize : bool, default True
+            With integer noise, add a public U(-1/2, 1/2) so that coverage is exactly c;
+            ``False`` gives deterministic, conservative intervals (coverage >= c).
+        nonlinear : {"bound", "bootstrap"}, default "bound"
+            After ``nonneg``/``round``: a conservative bound (coverage >= c) or a
+            parametric bootstrap (coverage not guaranteed).
+
+        Returns
+        -------
+        hierdp.uncertainty.Intervals
+            ``low[c]``/``high[c]`` per level c, ``std``, the per-node ``method`` and a public
+            ``summary``.
+
+        Examples
+        --------
+        >>> import pandas as pd, hierdp, warnings
+        >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # a seeded release warns: not for publication
+        ...     r = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=0)
+        >>> iv = r.intervals(0.9, seed=1)
+        >>> sorted(iv.low), iv.low[0.9].shape
+        ([0.9], (6,))
+        >>> bool(((iv.low[0.9] <= r.values) & (r.values <= iv.high[0.9])).all())
+        True
+        """
         return release_intervals(self.tree, self.estimate, self.measurements, self.ledger,
                                  confidence=confidence, draws=draws, seed=seed, randomize=randomize,
                                  nonlinear=nonlinear)
@@ -181,7 +249,19 @@ class ReleaseResult:
         ``estimate``, ``std`` (per node when shared by its cells), ``noisy`` on request, the
         level labels as coordinates along ``node`` and the ledger (JSON) in ``attrs["ledger"]``,
         with ``hierdp.release_id``, the version, time, trust model and accounting. After
-        ``nonneg``/``round`` the ``std`` is :attr:`frame`'s: NaN but where exact."""
+        ``nonneg``/``round`` the ``std`` is :attr:`frame`'s: NaN but where exact.
+
+        Parameters
+        ----------
+        noisy : bool, default False
+            Add the ``noisy`` variable: the raw measurements (NaN where a level was not
+            measured).
+
+        Returns
+        -------
+        xarray.Dataset
+            The release, its ledger and provenance in ``attrs`` (no true count).
+        """
         import xarray as xr
 
         tree = self.tree
@@ -239,8 +319,18 @@ class ReleaseResult:
 
         Examples
         --------
-        >>> result.report("release.html")  # doctest: +SKIP
-        >>> result.report("release.yaml", curator="Statistics Office")  # doctest: +SKIP
+        >>> import pathlib, tempfile, warnings, pandas as pd, hierdp
+        >>> df = pd.DataFrame({"state": ["A", "A", "B"], "county": ["x", "y", "z"]})
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # a seeded release warns: not for publication
+        ...     r = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=0)
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> r.report(folder / "release.html").name
+        'release.html'
+        >>> record = r.report(folder / "release.yaml", curator="Statistics Office")
+        >>> "Statistics Office" in record.read_text()
+        True
+        >>> import shutil; shutil.rmtree(folder)
         """
         return write_report(path, self.ledger, self, title=title, curator=curator, intended_use=intended_use,
                             region=region, authors=authors)

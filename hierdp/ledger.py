@@ -158,7 +158,14 @@ class Ledger:
         return self.seed is None and self.secure_randomness and not self.non_private
 
     def not_for_publication_reasons(self) -> list[str]:
-        """Why this release must not be published (empty when it may be)."""
+        """Why this release must not be published (empty when it may be).
+
+        Returns
+        -------
+        list of str
+            One reason per line: seeded randomness, or a step that is not private (e.g. a
+            budget chosen on the true counts).
+        """
         out = []
         if self.seed is not None or not self.secure_randomness:
             out.append(f"seeded randomness (seed={self.seed})")
@@ -187,6 +194,21 @@ class Ledger:
         A Gaussian release accounted by the analytic Gaussian gives its exact curve
         (μ = sqrt(2ρ), Balle & Wang 2018); a ρ-zCDP one the CKS 2020 conversion; a pure
         one its ε at any δ; an (ε, δ) one only its own point (smaller δ: an error).
+
+        Parameters
+        ----------
+        delta : float
+            The δ in (0, 1) to state the guarantee at.
+
+        Returns
+        -------
+        float
+            The certified ε at ``delta``.
+
+        Raises
+        ------
+        PrivacyError
+            For an (ε, δ) ledger asked at a δ below its own.
         """
         check = check_delta(delta)
         if self.guarantee == "pure":
@@ -204,10 +226,31 @@ class Ledger:
                            f"it states no ε at the smaller δ={check:g}")
 
     def by_level(self) -> dict[str, float]:
+        """The budget of each level, in the mechanism's unit (ε or ρ).
+
+        Returns
+        -------
+        dict of str to float
+            Level name to its budget (0 for a level not measured).
+        """
         return {ls.level: ls.budget for ls in self.levels}
 
     # -- serialisation -------------------------------------------------------------
     def to_dict(self, include_private: bool = False) -> dict[str, Any]:
+        """The ledger as plain JSON-safe data, with the derived ``for_publication``,
+        ``spent`` and, for a release not to publish, ``status``.
+
+        Parameters
+        ----------
+        include_private : bool, default False
+            Also write ``private_notes``: facts about the true data (e.g. how many rows were
+            dropped as out of domain). They are not protected: keep such a copy private.
+
+        Returns
+        -------
+        dict
+            Public fields only unless ``include_private``; :meth:`from_dict` reads it back.
+        """
         d = asdict(self)
         d["for_publication"] = self.for_publication
         if not self.for_publication:
@@ -223,11 +266,51 @@ class Ledger:
         return out
 
     def to_json(self, include_private: bool = False, **kwargs: Any) -> str:
+        """The ledger as JSON text (:meth:`to_dict`, indented by 2 unless told otherwise).
+
+        Parameters
+        ----------
+        include_private : bool, default False
+            Also write ``private_notes`` (facts about the true data; not for publication).
+        **kwargs
+            Passed to :func:`json.dumps` (e.g. ``indent=None`` for one line).
+
+        Returns
+        -------
+        str
+            The JSON document; :meth:`from_json` reads it back.
+
+        Examples
+        --------
+        >>> import hierdp, numpy as np, warnings
+        >>> t = hierdp.Tree.complete(fanout=2, height=2)
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # a seeded release warns: not for publication
+        ...     r = hierdp.release(t, np.array([5, 2, 3]), epsilon=1.0, seed=0)
+        >>> text = r.ledger.to_json()
+        >>> again = hierdp.Ledger.from_json(text)
+        >>> again.guarantee, again.epsilon, again.for_publication
+        ('pure', 1.0, False)
+        >>> again.to_json() == text
+        True
+        """
         kwargs.setdefault("indent", 2)
         return json.dumps(self.to_dict(include_private=include_private), **kwargs)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Ledger:
+        """Read back a ledger written by :meth:`to_dict` (older ledgers too: fields they
+        lack take their defaults; derived keys are recomputed, not trusted).
+
+        Parameters
+        ----------
+        d : dict
+            The mapping :meth:`to_dict` gave.
+
+        Returns
+        -------
+        Ledger
+        """
         d = _json_restore(dict(d))
         d.pop("for_publication", None)
         d.pop("status", None)
@@ -241,10 +324,39 @@ class Ledger:
 
     @classmethod
     def from_json(cls, text: str) -> Ledger:
+        """Read back a ledger written by :meth:`to_json` (see :meth:`from_dict`).
+
+        Parameters
+        ----------
+        text : str
+            The JSON document, e.g. a ``*.ledger.json`` file's text.
+
+        Returns
+        -------
+        Ledger
+
+        Examples
+        --------
+        >>> import hierdp
+        >>> L = hierdp.Ledger.from_json('{"guarantee": "pure", "epsilon": 0.5}')
+        >>> L.privacy_loss.epsilon, L.for_publication
+        (0.5, True)
+        """
         return cls.from_dict(json.loads(text))
 
     def to_yaml(self, include_private: bool = False) -> str:
-        """YAML rendering (same content as :meth:`to_json`; key order kept)."""
+        """YAML rendering (same content as :meth:`to_json`; key order kept).
+
+        Parameters
+        ----------
+        include_private : bool, default False
+            Also write ``private_notes`` (facts about the true data; not for publication).
+
+        Returns
+        -------
+        str
+            The YAML document; :meth:`from_yaml` reads it back.
+        """
         import yaml
 
         return yaml.safe_dump(self.to_dict(include_private=include_private), sort_keys=False,
@@ -252,13 +364,35 @@ class Ledger:
 
     @classmethod
     def from_yaml(cls, text: str) -> Ledger:
+        """Read back a ledger written by :meth:`to_yaml` (see :meth:`from_dict`).
+
+        Parameters
+        ----------
+        text : str
+            The YAML document.
+
+        Returns
+        -------
+        Ledger
+        """
         import yaml
 
         return cls.from_dict(yaml.safe_load(text))
 
     def accountant(self) -> Accountant:
         """An :class:`hierdp.accounting.Accountant` holding one spend per measured level
-        (levels compose basically: the total equals :attr:`spent`)."""
+        (levels compose basically: the total equals :attr:`spent`).
+
+        Returns
+        -------
+        hierdp.accounting.Accountant
+            In the levels' unit (ε or ρ).
+
+        Raises
+        ------
+        ValueError
+            When the levels are budgeted in several units.
+        """
         units = {ls.unit for ls in self.levels if ls.measured}
         if len(units) > 1:
             raise ValueError(f"levels are budgeted in several units {sorted(units)}")

@@ -228,7 +228,30 @@ class Session:
                                   f"{k}={total:g}; lower the release's budget or open a new session for new data")
 
     def check(self, guarantee: Mapping[str, Any]) -> None:
-        """Refuse (BudgetError) a release that would overspend; records nothing."""
+        """Refuse (BudgetError) a release that would overspend; records nothing.
+
+        Parameters
+        ----------
+        guarantee : mapping
+            The release's guarantee as its ledger states it: ``"guarantee"`` (``"pure"``,
+            ``"approx"`` or ``"zcdp"``) with its ``"epsilon"``, ``"delta"`` and ``"rho"``
+            (and ``"accountant"`` for a Gaussian release on its exact curve).
+
+        Raises
+        ------
+        BudgetError
+            When the release would take the session beyond its total.
+
+        Examples
+        --------
+        >>> import hierdp
+        >>> s = hierdp.Session(epsilon=1.0)
+        >>> s.check({"guarantee": "pure", "epsilon": 0.5})
+        >>> s.check({"guarantee": "pure", "epsilon": 2.0})
+        Traceback (most recent call last):
+        ...
+        hierdp.errors.BudgetError: this release needs epsilon=2 but the session has 1 left of epsilon=1; ...
+        """
         cost = self._cost(guarantee)
         with self._lock:
             self._refuse_overspend(cost, self._spent())
@@ -236,7 +259,20 @@ class Session:
     def reserve(self, guarantee: Mapping[str, Any]) -> int:
         """Charge a release's cost before it draws noise (refusing an overspend, atomically
         with the check); the charge stands even if the release then fails. Returns the
-        ticket :meth:`settle` takes once the release is made."""
+        ticket :meth:`settle` takes once the release is made.
+
+        Parameters
+        ----------
+        guarantee : mapping
+            The release's guarantee as its ledger states it: ``"guarantee"`` (``"pure"``,
+            ``"approx"`` or ``"zcdp"``) with its ``"epsilon"``, ``"delta"`` and ``"rho"``
+            (and ``"accountant"`` for a Gaussian release on its exact curve).
+
+        Returns
+        -------
+        int
+            The reservation's ticket.
+        """
         cost = self._cost(guarantee)
         with self._lock:
             self._refuse_overspend(cost, self._spent())
@@ -247,12 +283,31 @@ class Session:
         """:meth:`reserve`, as a :class:`Reservation` a door hands to
         :func:`hierdp.release` as ``session=``: a door that draws noise of its own before
         the release (a private structure) reserves the whole release's cost first, so the
-        charge stands even if the release then fails."""
+        charge stands even if the release then fails.
+
+        Parameters
+        ----------
+        guarantee : mapping
+            The release's guarantee as its ledger states it: ``"guarantee"`` (``"pure"``,
+            ``"approx"`` or ``"zcdp"``) with its ``"epsilon"``, ``"delta"`` and ``"rho"``
+            (and ``"accountant"`` for a Gaussian release on its exact curve).
+
+        Returns
+        -------
+        Reservation
+            To pass as ``session=``; it serves one release.
+        """
         return Reservation(self, self.reserve(guarantee))
 
     def claim(self, ticket: int) -> None:
         """Take reservation ``ticket`` for one release, before it draws noise; a reservation
-        serves one release only (a second claim is refused: it would be a free release)."""
+        serves one release only (a second claim is refused: it would be a free release).
+
+        Parameters
+        ----------
+        ticket : int
+            What :meth:`reserve` returned.
+        """
         with self._lock:
             if not 0 <= ticket < len(self._records) or self._records[ticket]["outcome"] != _DREW_NOISE:
                 raise BudgetError("this session reservation was already used by a release; reserve again")
@@ -262,7 +317,16 @@ class Session:
         """Mark reservation ``ticket`` released with ``ledger``'s guarantee, and note the
         session's totals in the ledger. A ledger costing more than was reserved (e.g. a δ
         only known after measuring) is charged the larger cost; beyond the budget that is
-        a BudgetError, and the charge stands (noise was drawn)."""
+        a BudgetError, and the charge stands (noise was drawn).
+
+        Parameters
+        ----------
+        ticket : int
+            What :meth:`reserve` returned.
+        ledger : hierdp.Ledger
+            The release's ledger; a note on the session's totals is appended to its
+            ``notes``.
+        """
         g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho,
              "accountant": getattr(ledger, "certified_by", "")}
         cost = self._cost(g)
@@ -288,7 +352,21 @@ class Session:
 
     def charge(self, ledger: Any) -> None:
         """Record a release (its ledger) against the budget; refuses an overspend. (Prefer
-        :meth:`reserve` before drawing noise and :meth:`settle` after.)"""
+        :meth:`reserve` before drawing noise and :meth:`settle` after.)
+
+        Parameters
+        ----------
+        ledger : hierdp.Ledger
+            The release's ledger (its guarantee is charged; a note is appended to it).
+
+        Examples
+        --------
+        >>> import hierdp
+        >>> s = hierdp.Session(epsilon=1.0)
+        >>> s.charge(hierdp.Ledger(guarantee="pure", epsilon=0.25))
+        >>> s.spent, s.remaining
+        ({'epsilon': 0.25}, {'epsilon': 0.75})
+        """
         g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho}
         self.settle(self.reserve(g), ledger)
 

@@ -446,11 +446,12 @@ def release_to_dataset(
     resume : continue the unfinished release in ``workdir`` (same arguments and input).
     dense : write every cell of integer output (default: only non-zero cells).
     std : add the ``std`` column (NaN after a non-linear step, as ``ReleaseResult.frame``).
-    progress : progress bars per stage and a summary on ``stream`` (stderr).
+    progress : progress bars per stage and a summary on ``stream``.
+    stream : where the progress and the summary go (default ``sys.stderr``).
     stats : a dict filled with the run's figures: ``times`` (seconds per stage),
         ``node_cells``, ``tasks``, ``peak_rss`` (bytes, the process's), ``cpu`` (CPU seconds of
         the process per parallel stage: CPU / wall time is how many cores were busy).
-    keywords : those of :func:`hierdp.release` (``epsilon``, ``postprocess``, ``seed``, ...).
+    **keywords : those of :func:`hierdp.release` (``epsilon``, ``postprocess``, ``seed``, ...).
 
     Returns
     -------

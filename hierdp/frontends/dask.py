@@ -166,7 +166,20 @@ class DaskDPTree(TreeDoor):
         return isinstance(domains, Mapping) and any(isinstance(v, str) and v == "observed" for v in domains.values())
 
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """True node counts (external order) and private notes; the counting runs on Dask."""
+        """True node counts (external order) and private notes; the counting runs on Dask.
+
+        Parameters
+        ----------
+        rng : RandomSource, optional
+            The randomness that picks the rows kept per unit (``max_contributions``); a
+            seeded one seeds each partition's choice, ``None`` uses the secure source.
+
+        Returns
+        -------
+        (numpy.ndarray, dict)
+            NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes (e.g.
+            ``rows_dropped_out_of_domain``). Never publish them.
+        """
         seed_base = None
         if self.unit is not None and rng is not None and not rng.secure:
             seed_base = int(rng.words(1)[0] >> np.uint64(1))
@@ -196,7 +209,13 @@ class DaskDPTree(TreeDoor):
 
     def out_of_domain(self) -> Any:
         """NON-PRIVATE diagnostics: a lazy Dask DataFrame of the rows outside the declared
-        domains (``.compute()`` it, or ``.head()``). Never publish them."""
+        domains (``.compute()`` it, or ``.head()``). Never publish them.
+
+        Returns
+        -------
+        dask.dataframe.DataFrame
+            NON-PRIVATE: the out-of-domain rows, lazily.
+        """
         return self._ddf.map_partitions(_bad_rows, _wrap(self._structure), _wrap(self.cells),
                                         meta=_empty_like(self._ddf))
 
@@ -212,6 +231,21 @@ class DPTreeDaskAccessor:
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DaskDPTree:
+        """Place this Dask DataFrame's rows on a public tree: ``ddf.dptree(levels=[...],
+        domains=...)``, as ``df.dptree`` on pandas; counting runs on the Dask scheduler.
+
+        Parameters
+        ----------
+        levels, domains, count, unit, max_contributions, unknown, root, cells
+            As for ``df.dptree`` (:meth:`DPTreeFrameAccessor.__call__
+            <hierdp.frontends.pandas.DPTreeFrameAccessor.__call__>`).
+
+        Returns
+        -------
+        DaskDPTree
+            The door: ``.release(epsilon=...)``, ``.tree`` and the NON-PRIVATE diagnostics
+            ``.true_counts()`` and ``.out_of_domain()``.
+        """
         return DaskDPTree(self._obj, levels, domains, count=count, unit=unit, max_contributions=max_contributions,
                           unknown=unknown, root=root, cells=cells, spent=self._spent)
 

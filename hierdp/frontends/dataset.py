@@ -567,7 +567,20 @@ class DatasetDPTree(TreeDoor):
 
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
         """True node counts (external order) and private notes; counted in DuckDB. Reads
-        private data; ``rng`` draws the contribution bounds."""
+        private data; ``rng`` draws the contribution bounds.
+
+        Parameters
+        ----------
+        rng : RandomSource, optional
+            The randomness that picks the rows kept per unit (``max_contributions``);
+            ``None`` uses the secure source.
+
+        Returns
+        -------
+        (numpy.ndarray, dict)
+            NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes (e.g.
+            ``rows_dropped_out_of_domain``). Never publish them.
+        """
         keys, w, notes = self._leaf_keys(rng)
         k = self.n_cells
         flat = np.zeros(self._structure.n_ext * k, np.int64)
@@ -578,7 +591,13 @@ class DatasetDPTree(TreeDoor):
     def out_of_domain(self) -> pd.DataFrame:
         """NON-PRIVATE diagnostics: the distinct level and cell paths of the records outside
         the declared domains, with their number of records (``n``) and the file. Never
-        publish them."""
+        publish them.
+
+        Returns
+        -------
+        pandas.DataFrame
+            NON-PRIVATE: the level and cell columns, ``file`` and ``n``.
+        """
         names = self.levels + list(self.cells)
         with self._connect() as con:
             joins, key, _ = self._join_tables(con)
@@ -612,6 +631,20 @@ class DatasetDPTree(TreeDoor):
         level-complete tree), so one task's counts are read from its own row groups only.
         ``rng`` draws the contribution bounds (secure by default). Returns the
         :class:`CountedDataset` (``.tree``, ``.n_cells``, ``.counts_of(task)``).
+
+        Parameters
+        ----------
+        workdir : str or os.PathLike
+            The folder to write ``counts.parquet`` in (created if missing; the file is owner-only;
+            PRIVATE).
+        rng : RandomSource, optional
+            The randomness that picks the rows kept per unit (``max_contributions``);
+            ``None`` uses the secure source.
+
+        Returns
+        -------
+        CountedDataset
+            Its ``counts_of`` is the ``counts_of`` of :func:`hierdp.outofcore.release_to_dataset`.
         """
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -659,7 +692,19 @@ class CountedDataset:
         """True counts of ``task.nodes`` (the full tree's internal ids, ascending, all levels
         of the task; a :class:`~hierdp.subtrees.SubtreeTask`) as ``(m,)`` without cells or
         ``(m, n_cells)``: the task's leaves read from their row groups only (a filter on the
-        sorted ``leaf`` column), then summed up the task's own tree."""
+        sorted ``leaf`` column), then summed up the task's own tree.
+
+        Parameters
+        ----------
+        task : hierdp.subtrees.SubtreeTask
+            The task whose ``nodes`` (and ``parent``) to count.
+
+        Returns
+        -------
+        numpy.ndarray
+            NON-PRIVATE: the exact int64 counts ``(m,)`` or ``(m, n_cells)``, in the order of
+            ``task.nodes``. Never publish them.
+        """
         import pyarrow.parquet as pq
 
         nodes = np.asarray(task.nodes, dtype=np.int64)

@@ -274,7 +274,25 @@ class TreeDoor(ABC):
         :func:`hierdp.outofcore.release_to_dataset`). Reads the data; draws no noise.
         ``values=False``: the counts are not read (``None``, and no private notes of the
         count: a runner that counts task by task, e.g. from
-        :meth:`hierdp.frontends.dataset.DatasetDPTree.counted`, adds its own)."""
+        :meth:`hierdp.frontends.dataset.DatasetDPTree.counted`, adds its own).
+
+        Parameters
+        ----------
+        epsilon, delta, rho, session, seed, neighbours, invariants, postprocess, plan, mechanism
+            As for :meth:`release`.
+        budget, sensitivity, invariants_cover, allow_invariants_with_add_remove, notes, split
+            As for :meth:`release`.
+        values : bool, default True
+            Read the true counts; ``False`` returns ``None`` in their place.
+        **older
+            As for :meth:`release`.
+
+        Returns
+        -------
+        (numpy.ndarray or None, dict)
+            NON-PRIVATE: the exact node counts (``None`` with ``values=False``), and the
+            keywords for :func:`hierdp.release`. Never publish the counts.
+        """
         where = f"{self._accessor}.dptree(...).release()"
         kwargs: dict[str, Any] = canonical_keywords(where, older, ("privacy_unit", "max_contributions"),
                                                      type(self).release)

@@ -231,7 +231,20 @@ class ArrayDPTree(TreeDoor):
         return problems
 
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """True node counts (n,) or (n, k), external order, and private notes. Reads private data."""
+        """True node counts (n,) or (n, k), external order, and private notes. Reads private data.
+
+        Parameters
+        ----------
+        rng : RandomSource, optional
+            Unused: an array of counts has no privacy-unit column, so no contribution bound
+            is drawn (kept for the door's common signature).
+
+        Returns
+        -------
+        (numpy.ndarray, dict)
+            NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes (e.g.
+            ``rows_dropped_out_of_domain``). Never publish them.
+        """
         r = self._reduce()
         name = self.count
         if r["neg"]:
@@ -271,7 +284,13 @@ class ArrayDPTree(TreeDoor):
 
     def out_of_domain(self) -> pd.DataFrame:
         """NON-PRIVATE diagnostics: the (path, cell) entries with nonzero counts outside the
-        declared domains, long form (level columns, cell columns, count). Never publish them."""
+        declared domains, long form (level columns, cell columns, count). Never publish them.
+
+        Returns
+        -------
+        pandas.DataFrame
+            NON-PRIVATE: one row per out-of-domain entry with a nonzero count.
+        """
         r = self._reduce()
         A = self._A
         sizes = [len(ix) for ix in self._cell_labels.values()]
@@ -306,6 +325,39 @@ class DPTreeDataArrayAccessor:
 
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None,
                  cells: Mapping[str, Any] | None = None, unknown: str = "raise", root: str = "total") -> ArrayDPTree:
+        """Place this array's counts on a public tree: ``da.dptree(domains, levels=[...])``.
+
+        Parameters
+        ----------
+        domains : mapping, DataFrame, "observed" or None, optional
+            The public structure, as for ``df.dptree`` (:class:`DPTreeFrameAccessor
+            <hierdp.frontends.pandas.DPTreeFrameAccessor>`); ``"observed"`` takes the
+            coordinate labels, an explicit assertion that they are public.
+        levels : sequence of str, optional
+            The dimensions (or stacked index levels) naming each count's path, top-down.
+        cells : mapping, optional
+            The dimensions that are histogram cells per node: ``{dim: labels}`` (or
+            ``"observed"``).
+        unknown : {"raise", "drop"}, default "raise"
+            Counts outside the declared domains: refuse (the error names the level, never
+            the value) or drop them (the ledger says counts may have been dropped, not how
+            many).
+        root : str, default "total"
+            The name of the root level.
+
+        Returns
+        -------
+        ArrayDPTree
+            The door: ``.release(epsilon=...)``, ``.tree`` and the NON-PRIVATE diagnostics
+            ``.true_counts()`` and ``.out_of_domain()``.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, hierdp
+        >>> da = xr.DataArray(np.array([3, 1, 2]), dims=["state"], coords={"state": ["A", "B", "C"]})
+        >>> da.dptree("observed").tree.n_nodes
+        4
+        """
         return ArrayDPTree(self._obj, domains, levels=levels, cells=cells, unknown=unknown, root=root,
                            spent=self._spent)
 
@@ -321,6 +373,29 @@ class DPTreeDatasetAccessor:
 
     def __call__(self, domains: Any = None, *, count: str | None = None, levels: Sequence[str] | None = None,
                  cells: Mapping[str, Any] | None = None, unknown: str = "raise", root: str = "total") -> ArrayDPTree:
+        """Place the counts of the variable ``count`` on a public tree, as
+        :class:`DPTreeDataArrayAccessor` does for a DataArray.
+
+        Parameters
+        ----------
+        domains : mapping, DataFrame, "observed" or None, optional
+            The public structure, as for ``da.dptree``.
+        count : str, optional
+            The data variable holding the counts (optional when there is only one).
+        levels, cells
+            As for ``da.dptree``.
+        unknown : {"raise", "drop"}, default "raise"
+            Counts outside the declared domains: refuse (the error names the level, never
+            the value) or drop them (the ledger says counts may have been dropped, not how
+            many).
+        root : str, default "total"
+            The name of the root level.
+
+        Returns
+        -------
+        ArrayDPTree
+            The door, as ``da.dptree`` returns.
+        """
         ds = self._obj
         names = [str(v) for v in ds.data_vars]
         if count is None:

@@ -1,7 +1,10 @@
 """Every public door and function documents its parameters (numpydoc), issue 33 item 3.
 
 Walks ``hierdp.__all__`` (and the functions of ``hierdp.plot``), the ``.dptree`` accessors
-and the door's public methods: each callable that takes parameters has a numpydoc
+(pandas, xarray, Dask), the door's public methods, the public methods of the objects a
+release hands back (``ReleaseResult``, ``Ledger``, ``Session``) and of the other doors
+(xarray, Dask, dataset; ``CountedDataset``), and ``hierdp.outofcore.release_to_dataset``:
+each callable that takes parameters has a numpydoc
 ``Parameters`` section naming every one of them (``a, b : ...`` may share an entry;
 ``*args``/``**kwargs`` are named with their stars), and each function that returns
 something has a ``Returns`` section. The API reference (docs/api, autodoc + napoleon)
@@ -19,7 +22,14 @@ import pandas as pd
 import pytest
 
 import hierdp
+import hierdp.outofcore
+from hierdp.frontends.dask import DaskDPTree, DPTreeDaskAccessor
+from hierdp.frontends.dataset import CountedDataset, DatasetDPTree
 from hierdp.frontends.pandas import DPTree, DPTreeFrameAccessor, DPTreeSeriesAccessor
+from hierdp.frontends.xarray import ArrayDPTree, DPTreeDataArrayAccessor, DPTreeDatasetAccessor
+from hierdp.ledger import Ledger
+from hierdp.result import ReleaseResult
+from hierdp.session import Session
 
 #: classes the library builds and hands back (a release's results, the door ``df.dptree``
 #: returns): users never call their constructors, so those take no Parameters section
@@ -31,6 +41,11 @@ PUBLIC_CONSTRUCTORS = {"Tree": ("from_parent", "complete", "from_frame")}
 #: the door methods a user calls on ``df.dptree(...)``
 DOOR_METHODS = ("release", "privtree_taxonomy", "privtree", "node_values", "true_counts", "out_of_domain",
                 "release_defaults", "spent_text")
+
+#: classes whose every public method (no leading underscore, defined in hierdp, inherited
+#: ones included; properties are attributes, not callables) is held to the rule: what a
+#: release hands back, the session, and the doors other than pandas
+METHOD_CLASSES = (ReleaseResult, Ledger, Session, ArrayDPTree, DaskDPTree, DatasetDPTree, CountedDataset)
 
 _ENTRY = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?::|$)")
 
@@ -78,6 +93,17 @@ def _returns_something(func: Callable[..., Any]) -> bool:
     return ret not in (None, "None", inspect.Signature.empty) or ret is inspect.Signature.empty
 
 
+def public_methods(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
+    """``(name, function)`` for the public methods of ``cls`` defined in hierdp."""
+    for name in sorted(dir(cls)):
+        if name.startswith("_"):
+            continue
+        attr = inspect.getattr_static(cls, name)
+        func = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
+        if inspect.isfunction(func) and func.__module__.split(".")[0] == "hierdp":
+            yield name, func
+
+
 def public_callables() -> Iterator[tuple[str, Callable[..., Any], bool]]:
     """``(name, callable, is_function)`` for everything the test holds to the rule."""
     for name in hierdp.__all__:
@@ -104,6 +130,13 @@ def public_callables() -> Iterator[tuple[str, Callable[..., Any], bool]]:
         yield f"DataFrame.dptree.{meth}", getattr(DPTreeFrameAccessor, meth), True
     for meth in DOOR_METHODS:
         yield f"df.dptree(...).{meth}", getattr(DPTree, meth), True
+    yield "DataArray.dptree(...)", DPTreeDataArrayAccessor.__call__, True
+    yield "Dataset.dptree(...)", DPTreeDatasetAccessor.__call__, True
+    yield "dask.DataFrame.dptree(...)", DPTreeDaskAccessor.__call__, True
+    for cls in METHOD_CLASSES:
+        for meth, func in public_methods(cls):
+            yield f"{cls.__name__}.{meth}", func, True
+    yield "hierdp.outofcore.release_to_dataset", hierdp.outofcore.release_to_dataset, True
 
 
 CALLABLES = list(public_callables())
@@ -130,6 +163,18 @@ def test_the_walk_covers_the_doors():
     names = {n for n, _, _ in CALLABLES}
     assert {"hierdp.release", "hierdp.dptree", "DataFrame.dptree(...)", "df.dptree(...).release",
             "hierdp.Session", "hierdp.plot.decomposition", "hierdp.Tree.from_parent"} <= names
+
+
+def test_the_walk_covers_what_a_release_hands_back():
+    names = {n for n, _, _ in CALLABLES}
+    assert {"ReleaseResult.report", "ReleaseResult.intervals", "ReleaseResult.to_frame",
+            "ReleaseResult.to_xarray", "Ledger.to_json", "Ledger.from_json", "Ledger.epsilon_at",
+            "Session.reserve", "Session.settle", "ArrayDPTree.node_values", "DaskDPTree.out_of_domain",
+            "DatasetDPTree.counted", "DatasetDPTree.release_inputs", "CountedDataset.counts_of",
+            "DataArray.dptree(...)", "dask.DataFrame.dptree(...)",
+            "hierdp.outofcore.release_to_dataset"} <= names
+    # properties are attributes (no Parameters to list), private helpers are not public
+    assert not names & {"ReleaseResult.values", "Ledger.spent", "Session.remaining", "ReleaseResult._frame"}
 
 
 def test_the_checker_finds_a_missing_or_incomplete_section():

@@ -2,7 +2,7 @@
 
 Walks ``hierdp.__all__`` (and the functions of ``hierdp.plot``), the ``.dptree`` accessors
 (pandas, xarray, Dask), the door's public methods, the public methods of the objects a
-release hands back (``ReleaseResult``, ``Ledger``, ``Session``) and of the other doors
+release hands back (``ReleaseResult``, ``PointsResult``, ``Ledger``, ``Session``) and of the other doors
 (xarray, Dask, dataset; ``CountedDataset``), and ``hierdp.outofcore.release_to_dataset``:
 each callable that takes parameters has a numpydoc
 ``Parameters`` section naming every one of them (``a, b : ...`` may share an entry;
@@ -26,6 +26,7 @@ import hierdp.outofcore
 from hierdp.frontends.dask import DaskDPTree, DPTreeDaskAccessor
 from hierdp.frontends.dataset import CountedDataset, DatasetDPTree
 from hierdp.frontends.pandas import DPTree, DPTreeFrameAccessor, DPTreeSeriesAccessor
+from hierdp.frontends.points import PointsResult
 from hierdp.frontends.xarray import ArrayDPTree, DPTreeDataArrayAccessor, DPTreeDatasetAccessor
 from hierdp.ledger import Ledger
 from hierdp.result import ReleaseResult
@@ -45,7 +46,7 @@ DOOR_METHODS = ("release", "privtree_taxonomy", "privtree", "node_values", "true
 #: classes whose every public method (no leading underscore, defined in hierdp, inherited
 #: ones included; properties are attributes, not callables) is held to the rule: what a
 #: release hands back, the session, and the doors other than pandas
-METHOD_CLASSES = (ReleaseResult, Ledger, Session, ArrayDPTree, DaskDPTree, DatasetDPTree, CountedDataset)
+METHOD_CLASSES = (ReleaseResult, PointsResult, Ledger, Session, ArrayDPTree, DaskDPTree, DatasetDPTree, CountedDataset)
 
 _ENTRY = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?::|$)")
 
@@ -168,7 +169,7 @@ def test_the_walk_covers_the_doors():
 def test_the_walk_covers_what_a_release_hands_back():
     names = {n for n, _, _ in CALLABLES}
     assert {"ReleaseResult.report", "ReleaseResult.intervals", "ReleaseResult.to_frame",
-            "ReleaseResult.to_xarray", "Ledger.to_json", "Ledger.from_json", "Ledger.epsilon_at",
+            "ReleaseResult.to_xarray", "PointsResult.query", "Ledger.to_json", "Ledger.from_json", "Ledger.epsilon_at",
             "Session.reserve", "Session.settle", "ArrayDPTree.node_values", "DaskDPTree.out_of_domain",
             "DatasetDPTree.counted", "DatasetDPTree.release_inputs", "CountedDataset.counts_of",
             "DataArray.dptree(...)", "dask.DataFrame.dptree(...)",

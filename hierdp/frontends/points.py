@@ -195,6 +195,18 @@ class PointsResult(ReleaseResult):
         return pd.DataFrame(cols)
 
     def to_frame(self, noisy: bool = False) -> pd.DataFrame:
+        """:attr:`frame`, optionally with the raw measurements. Post-processing: no privacy cost.
+
+        Parameters
+        ----------
+        noisy : bool, default False
+            Add the ``noisy`` column: the raw region measurements (NaN where unmeasured).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per region (external node order).
+        """
         out = self.frame.copy()
         if noisy:
             var = self.measurements.variance
@@ -204,7 +216,34 @@ class PointsResult(ReleaseResult):
 
     def query(self, lows: Any, highs: Any) -> np.ndarray:
         """Estimated counts in the boxes ``[lows[i], highs[i]]`` (arrays of shape (q, d)),
-        from the released leaf estimates with the uniformity assumption (§2.2)."""
+        from the released leaf estimates with the uniformity assumption (Zhang, Xiao & Xie
+        2016, §2.2): a region inside a box counts whole, a leaf crossing it the share of its
+        estimate proportional to the overlapping volume. Post-processing: no privacy cost.
+
+        Parameters
+        ----------
+        lows, highs : array_like, shape (q, d)
+            The boxes' lower and upper corners, one row per query, one column per coordinate
+            (in the order of the released ``columns``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (q,)
+            The estimated count in each box.
+
+        Examples
+        --------
+        >>> import numpy as np, pandas as pd, hierdp, warnings
+        >>> pts = pd.DataFrame(np.random.default_rng(0).random((2000, 2)), columns=["x", "y"])
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+        ...     r = pts.dptree.privtree(["x", "y"], bounds=[(0, 1), (0, 1)], epsilon=1.0, seed=1)
+        >>> q = r.query([[0, 0], [0, 0]], [[1, 1], [0.5, 0.5]])  # the whole box, its lower-left quarter
+        >>> q.shape
+        (2,)
+        >>> bool(np.isclose(q[0], r.values[r.tree.leaves].sum()))  # the whole box: all the leaves
+        True
+        """
         leaves = self.tree.leaves
         return query_structure(self.structure, np.asarray(self.estimate.values, dtype=np.float64)[leaves],
                                lows, highs)

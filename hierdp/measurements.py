@@ -38,7 +38,13 @@ class Measurements:
     def as_estimate(self) -> Estimate:
         """The measurements as the first estimate of a chain: linear in the noise, and not
         consistent unless the plan says otherwise (``info["consistent"]``/``info["linear"]``,
-        e.g. a plan that hands on its own least-squares estimate, or integers)."""
+        e.g. a plan that hands on its own least-squares estimate, or integers).
+
+        Returns
+        -------
+        Estimate
+            The same values and variances, with the plan's ``linear``/``consistent`` flags.
+        """
         return Estimate(values=self.values, variance=self.variance, info={},
                         measurement_variance=self.variance, linear=bool(self.info.get("linear", True)),
                         consistent=bool(self.info.get("consistent", False)))

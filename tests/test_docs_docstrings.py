@@ -27,8 +27,10 @@ from hierdp.frontends.dask import DaskDPTree, DPTreeDaskAccessor
 from hierdp.frontends.dataset import CountedDataset, DatasetDPTree
 from hierdp.frontends.pandas import DPTree, DPTreeFrameAccessor, DPTreeSeriesAccessor
 from hierdp.frontends.points import PointsResult
+from hierdp.frontends.sequences import SequenceResult
 from hierdp.frontends.xarray import ArrayDPTree, DPTreeDataArrayAccessor, DPTreeDatasetAccessor
 from hierdp.ledger import Ledger
+from hierdp.measurements import Measurements
 from hierdp.result import ReleaseResult
 from hierdp.session import Session
 
@@ -46,7 +48,8 @@ DOOR_METHODS = ("release", "privtree_taxonomy", "privtree", "node_values", "true
 #: classes whose every public method (no leading underscore, defined in hierdp, inherited
 #: ones included; properties are attributes, not callables) is held to the rule: what a
 #: release hands back, the session, and the doors other than pandas
-METHOD_CLASSES = (ReleaseResult, PointsResult, Ledger, Session, ArrayDPTree, DaskDPTree, DatasetDPTree, CountedDataset)
+METHOD_CLASSES = (ReleaseResult, PointsResult, SequenceResult, Measurements, Ledger, Session, ArrayDPTree, DaskDPTree,
+                  DatasetDPTree, CountedDataset)
 
 _ENTRY = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?::|$)")
 

@@ -132,6 +132,16 @@ class SequenceResult(ReleaseResult):
         to its nearest ancestor when its released histogram is empty). Strings are over the
         alphabet (a string holding another symbol has frequency 0); vectorised over all
         queries and positions.
+
+        Parameters
+        ----------
+        strings : sequence of str or of sequences of symbols
+            The query strings (each of at least one symbol).
+
+        Returns
+        -------
+        numpy.ndarray
+            One estimated frequency per query string (float; post-processing of the release).
         """
         codes, starts, lengths = self._codes(strings)
         if np.any(lengths == 0):
@@ -169,6 +179,18 @@ class SequenceResult(ReleaseResult):
         estimate; the first ``k`` popped (of the requested length) are exactly the top k
         under the model. Each pop costs one longest-suffix lookup and pushes |I| children
         (vectorised over the alphabet). Strings with estimate 0 are never returned.
+
+        Parameters
+        ----------
+        k : int
+            How many strings to return.
+        length : int, optional
+            Only strings of exactly this many symbols (default: any length).
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``string``, ``length``, ``estimate``; best first, at most ``k`` rows.
         """
         if isinstance(k, bool) or int(k) != k or k < 1:
             raise DataError(f"k must be a positive integer, got {k!r}")
@@ -204,7 +226,24 @@ class SequenceResult(ReleaseResult):
     def sample_codes(self, n: int, seed: int | None = None, *, max_length: int | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
         """``n`` synthetic sequences as codes ``(n, max_length)`` (−1 after the end) and
-        their lengths; see :meth:`sample`."""
+        their lengths; see :meth:`sample`.
+
+        Parameters
+        ----------
+        n : int
+            Number of sequences.
+        seed : int, optional
+            Makes the draws reproducible (numpy's generator; post-processing only).
+        max_length : int, optional
+            Longest sequence drawn (default l⊤, the release's truncation length).
+
+        Returns
+        -------
+        codes : numpy.ndarray
+            ``(n, max_length)`` symbol codes (indices into the alphabet), −1 after each end.
+        lengths : numpy.ndarray
+            The number of symbols of each sequence.
+        """
         if isinstance(n, bool) or int(n) != n or n < 0:
             raise DataError(f"n must be a non-negative integer, got {n!r}")
         cap = self._st.l_top if max_length is None else int(max_length)
@@ -240,6 +279,20 @@ class SequenceResult(ReleaseResult):
         far, stop at ``&``. A sequence reaching ``max_length`` symbols (default l⊤) stops
         there (the data were truncated at l⊤ too). Post-processing: ``seed`` only makes the
         draws reproducible (numpy's generator). Strings if the data were strings, else tuples.
+
+        Parameters
+        ----------
+        n : int
+            Number of sequences.
+        seed : int, optional
+            Makes the draws reproducible (post-processing only: no privacy is spent).
+        max_length : int, optional
+            Longest sequence drawn (default l⊤).
+
+        Returns
+        -------
+        pandas.Series
+            ``n`` synthetic sequences (name ``sequence``).
         """
         codes, lengths = self.sample_codes(n, seed, max_length=max_length)
         alphabet = self._st.alphabet
@@ -264,7 +317,18 @@ class SequenceResult(ReleaseResult):
                              "estimate": self._h.reshape(-1)})
 
     def to_frame(self, noisy: bool = False) -> pd.DataFrame:  # type: ignore[override]
-        """:attr:`frame`, with the raw noisy leaf measurements (``noisy``, NaN for internal nodes)."""
+        """:attr:`frame`, with the raw noisy leaf measurements (``noisy``, NaN for internal nodes).
+
+        Parameters
+        ----------
+        noisy : bool, default False
+            Add the ``noisy`` column.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per (node, next symbol) of the released suffix tree.
+        """
         out = self.frame.copy()
         if noisy:
             var = np.asarray(self.measurements.variance, dtype=np.float64)

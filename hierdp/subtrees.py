@@ -225,22 +225,28 @@ class Partition:
         return int(self.top.size + 3 * self.roots.size)
 
     def top_bytes(self, n_cells: int, block: int = 1) -> int:
-        """Bytes the top solve of ``n_cells`` cells needs in blocks of ``block`` cells: the
-        arrays it holds whole (:data:`TOP_HELD_BYTES_PER_NODE_CELL` per cell of the top part
-        and the roots) plus one block's working set (:data:`BYTES_PER_NODE_CELL` per cell of
-        :attr:`top_nodes`)."""
+        """Bytes the top solve of ``n_cells`` cells needs in blocks of ``block`` cells: in
+        one block (``block >= n_cells``) :data:`BYTES_PER_NODE_CELL` per node-cell of
+        :attr:`top_nodes`; in smaller blocks, the arrays it holds whole
+        (:data:`TOP_HELD_BYTES_PER_NODE_CELL` per cell of the top part and the roots) plus
+        one block's working set (:data:`BYTES_PER_NODE_CELL` per cell of :attr:`top_nodes`)."""
         return _top_bytes(int(self.top.size), int(self.roots.size), int(n_cells), int(block))
 
     def top_block(self, n_cells: int) -> int:
         """Cells per block of the top solve (:meth:`SplitGLS.top`, :meth:`SplitTopDown.top`):
-        as many as keep one block's working set within :data:`TOP_BLOCK_BYTES` and, with a
-        ``memory`` budget, within what the held arrays leave of it; at least 1. Every cell
-        is its own tree problem, so the block changes the memory, not the result."""
-        budget = TOP_BLOCK_BYTES
+        all of them when their working set fits in :data:`TOP_BLOCK_BYTES` (and ``memory``),
+        else as many as keep one block within :data:`TOP_BLOCK_BYTES` and within what the
+        held arrays leave of ``memory``; at least 1. Every cell is its own tree problem, so
+        the block changes the memory, not the result."""
+        k = max(int(n_cells), 1)
+        nt, nr = int(self.top.size), int(self.roots.size)
+        budget = TOP_BLOCK_BYTES if self.memory is None else min(TOP_BLOCK_BYTES, self.memory)
+        if _top_bytes(nt, nr, k, k) <= budget:
+            return k
         if self.memory is not None:
-            budget = min(budget, self.memory - _top_bytes(int(self.top.size), int(self.roots.size), int(n_cells), 0))
+            budget = min(budget, self.memory - _top_bytes(nt, nr, k, 0))
         per_cell = max(self.top_nodes, 1) * BYTES_PER_NODE_CELL
-        return int(min(max(budget // per_cell, 1), max(int(n_cells), 1)))
+        return int(min(max(budget // per_cell, 1), k))
 
     def task(self, t: int) -> SubtreeTask:
         """Task ``t``'s nodes and local structure (O(task size), vectorised)."""
@@ -311,8 +317,15 @@ def _subtree_sizes(tree: Tree) -> np.ndarray:
 
 def _top_bytes(n_top: int, n_roots: int, n_cells: int, block: int) -> int:
     """:meth:`Partition.top_bytes` from the level sizes (arithmetic only)."""
-    return ((n_top + n_roots) * n_cells * TOP_HELD_BYTES_PER_NODE_CELL
-            + (n_top + 3 * n_roots) * block * BYTES_PER_NODE_CELL)
+    solve = (n_top + 3 * n_roots) * BYTES_PER_NODE_CELL
+    if block >= n_cells:  # one block: the whole solve's working set, outputs included
+        return solve * n_cells
+    return (n_top + n_roots) * n_cells * TOP_HELD_BYTES_PER_NODE_CELL + solve * block
+
+
+def _top_least(n_top: int, n_roots: int, n_cells: int) -> int:
+    """The least bytes the top solve needs: in one block, or in blocks of one cell."""
+    return min(_top_bytes(n_top, n_roots, n_cells, n_cells), _top_bytes(n_top, n_roots, n_cells, 1))
 
 
 def _choose_level(tree: Tree, memory: int, n_cells: int) -> int:
@@ -326,8 +339,8 @@ def _choose_level(tree: Tree, memory: int, n_cells: int) -> int:
     np.maximum.at(largest, depth, sizes)
     per_level = np.bincount(depth, minlength=n_levels)
     above = np.concatenate(([0], np.cumsum(per_level)[:-1]))
-    need = [max(int(largest[d]) * n_cells * BYTES_PER_NODE_CELL, _top_bytes(int(above[d]), int(per_level[d]),
-                                                                            n_cells, 1))
+    need = [max(int(largest[d]) * n_cells * BYTES_PER_NODE_CELL, _top_least(int(above[d]), int(per_level[d]),
+                                                                            n_cells))
             for d in range(n_levels)]  # one entry per level
     ok = [d for d in range(n_levels) if need[d] <= memory]
     if not ok:
@@ -382,14 +395,14 @@ def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
     top = np.flatnonzero(d < depth)
     if limit is not None and memory is not None:
         biggest = int(sizes[roots].max())
-        top_need = _top_bytes(int(top.size), int(roots.size), int(n_cells), 1)
+        top_need = _top_least(int(top.size), int(roots.size), int(n_cells))
         if biggest > limit:
             raise DataError(f"at split level {tree.level_names[depth]!r} a subtree of {biggest:,} nodes x {n_cells} "
                             f"cells exceeds split memory {memory:,} bytes ({BYTES_PER_NODE_CELL} B per node-cell); "
                             "choose a deeper level or give more memory")
         if top_need > memory:
             raise DataError(f"at split level {tree.level_names[depth]!r} the top solve ({top.size:,} top nodes and "
-                            f"{roots.size:,} roots x {n_cells} cells, in blocks of one cell) needs {top_need:,} bytes, "
+                            f"{roots.size:,} roots x {n_cells} cells, in blocks of cells) needs {top_need:,} bytes, "
                             f"more than split memory {memory:,}; choose a shallower level or give more memory")
     block = limit if limit is not None else max(DEFAULT_TASK_CELLS // int(n_cells), 1)
     task_of_root = _greedy_blocks(np.ascontiguousarray(sizes[roots]), int(block))

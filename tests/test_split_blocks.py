@@ -159,6 +159,7 @@ def test_the_top_is_counted_at_its_held_arrays_plus_one_block() -> None:
     part = subtrees.partition(t, {"level": "L2", "memory": 800_000}, n_cells=100)
     assert (part.top.size, part.roots.size, part.top_nodes) == (11, 200, 611)
     assert part.top_bytes(100) == 711_860
+    assert part.top_bytes(100, block=100) == 3_666_000  # one block: the whole working set, as before
     assert part.top_bytes(100, block=3) == 675_200 + 3 * 36_660
     assert part.top_block(100) == (800_000 - 675_200) // 36_660 == 3
     with pytest.raises(DataError, match=r"the top solve .* needs 711,860 bytes, more than split memory 711,859"):
@@ -166,6 +167,11 @@ def test_the_top_is_counted_at_its_held_arrays_plus_one_block() -> None:
     subtrees.partition(t, {"level": "L2", "memory": 711_860}, n_cells=100)  # exactly enough
     # the chooser: L0 and L1 hold too large a subtree (2,211 and 221 nodes x 6,000 B), L2 fits
     assert subtrees.partition(t, {"memory": 800_000}, n_cells=100).level == "L2"
+    # one cell: one block is cheaper (611 x 60 B = 36,660 B, no held copies), as before blocks
+    subtrees.partition(t, {"level": "L2", "memory": 36_660}, n_cells=1)
+    with pytest.raises(DataError, match="needs 36,660 bytes"):
+        subtrees.partition(t, {"level": "L2", "memory": 36_659}, n_cells=1)
+    assert subtrees.partition(t, {"level": "L2", "memory": 4_000_000}, n_cells=100).top_block(100) == 100
     # without a budget, a block's working set stays within TOP_BLOCK_BYTES
     free = subtrees.partition(t, "L2", n_cells=100)
     assert free.top_block(100) == 100 and free.top_block(10**7) == subtrees.TOP_BLOCK_BYTES // (611 * 60)

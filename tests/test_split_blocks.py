@@ -209,3 +209,24 @@ def test_the_split_gls_chooses_interpreted_kernels_by_node_cells(monkeypatch: py
         z, u = _up(part, y, np.ones((n, 1)))
         subtrees.SplitGLS(part).top(y[part.top], np.ones((part.top.size, 1)), z, u)
         assert (BK.blue_2d in seen) == want_interpreted, k
+
+
+def test_a_split_release_with_a_top_in_one_cell_blocks_is_the_same_bit_for_bit(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    """Through the pipeline (``_SplitStages.top``): with a block budget that leaves one cell
+    per block, the release (GLS, top-down nonneg and round) equals the one-block release."""
+    t = random_tree(3000, 5, seed=9)
+    r = np.random.default_rng(10)
+    vals = t.aggregate(r.integers(0, 4, size=(t.n_leaves, 6)) * (r.random((t.n_leaves, 6)) < 0.35))
+    kw: dict[str, Any] = dict(epsilon=1.0, seed=11, split="L2",
+                              postprocess=["blue", "nonneg", {"name": "round", "method": "topdown"}])
+    want = hierdp.release(t, vals, **kw)
+    blocks: list[int] = []
+    real = subtrees.Partition.top_block
+    monkeypatch.setattr(subtrees, "TOP_BLOCK_BYTES", 1)
+    monkeypatch.setattr(subtrees.Partition, "top_block", lambda self, k: blocks.append(real(self, k)) or blocks[-1])
+    got = hierdp.release(t, vals, **kw)
+    assert blocks and set(blocks) == {1}
+    assert got.estimate.values.dtype == np.int64
+    assert np.array_equal(got.estimate.values, want.estimate.values)
+    assert np.array_equal(got.estimate.variance, want.estimate.variance)

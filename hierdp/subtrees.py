@@ -36,7 +36,10 @@ split release; a post-processor declares that it can run by subtree through
 
 Memory: a task holds about :data:`BYTES_PER_NODE_CELL` bytes per node-cell at its peak
 (``docs/scale.md``); ``split={"memory": "4GiB"}`` picks the level and the blocks so that
-the largest task (and the top part) fit.
+the largest task (and the top part) fit. The top solve runs in blocks of cells (every cell
+is its own tree problem), so it counts :data:`TOP_HELD_BYTES_PER_NODE_CELL` per cell of the
+top part and the roots for what it holds whole, plus one block's working set
+(:meth:`Partition.top_bytes`, :meth:`Partition.top_block`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp._engine import tree_kernels as TK
+from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp.accounting import Spend
 from hierdp.errors import DataError, PluginError, did_you_mean
@@ -67,7 +71,8 @@ if TYPE_CHECKING:
     from hierdp.plans.marginals import Marginals, MarginalsDesign
     from hierdp.postprocessors.base import PostProcessor
 
-__all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "SPLIT_KEYS", "Partition", "SubtreeTask", "SplitGLS",
+__all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "TOP_HELD_BYTES_PER_NODE_CELL", "TOP_BLOCK_BYTES",
+           "SPLIT_KEYS", "Partition", "SubtreeTask", "SplitGLS",
            "partition", "parse_memory", "split_steps", "split_chain", "SplitTopDown", "per_level_allocation",
            "marginals_design", "check_marginals"]
 
@@ -76,6 +81,12 @@ __all__ = ["BYTES_PER_NODE_CELL", "DEFAULT_TASK_CELLS", "SPLIT_KEYS", "Partition
 BYTES_PER_NODE_CELL = 60
 #: a task given by level only holds subtrees up to about this many node-cells (2^20: ~60 MB)
 DEFAULT_TASK_CELLS = 1 << 20
+#: bytes per node-cell the top solve holds whole while it runs in blocks of cells: the
+#: roots' ``z``/``u`` handed up and the ``x``/``v`` it hands down, for the top part and the
+#: roots (four float64 ``(nodes, k)`` arrays; :meth:`Partition.top_bytes`)
+TOP_HELD_BYTES_PER_NODE_CELL = 32
+#: the most one block of the top solve's cells works in (bytes; :meth:`Partition.top_block`)
+TOP_BLOCK_BYTES = 1 << 30
 #: the keys of ``split={...}``
 SPLIT_KEYS = ("level", "memory")
 #: the share of physical memory ``split="auto"`` budgets for the largest task
@@ -213,6 +224,30 @@ class Partition:
         """Nodes of the top solve: the top part, the roots and two stand-ins per root."""
         return int(self.top.size + 3 * self.roots.size)
 
+    def top_bytes(self, n_cells: int, block: int = 1) -> int:
+        """Bytes the top solve of ``n_cells`` cells needs in blocks of ``block`` cells: in
+        one block (``block >= n_cells``) :data:`BYTES_PER_NODE_CELL` per node-cell of
+        :attr:`top_nodes`; in smaller blocks, the arrays it holds whole
+        (:data:`TOP_HELD_BYTES_PER_NODE_CELL` per cell of the top part and the roots) plus
+        one block's working set (:data:`BYTES_PER_NODE_CELL` per cell of :attr:`top_nodes`)."""
+        return _top_bytes(int(self.top.size), int(self.roots.size), int(n_cells), int(block))
+
+    def top_block(self, n_cells: int) -> int:
+        """Cells per block of the top solve (:meth:`SplitGLS.top`, :meth:`SplitTopDown.top`):
+        all of them when their working set fits in :data:`TOP_BLOCK_BYTES` (and ``memory``),
+        else as many as keep one block within :data:`TOP_BLOCK_BYTES` and within what the
+        held arrays leave of ``memory``; at least 1. Every cell is its own tree problem, so
+        the block changes the memory, not the result."""
+        k = max(int(n_cells), 1)
+        nt, nr = int(self.top.size), int(self.roots.size)
+        budget = TOP_BLOCK_BYTES if self.memory is None else min(TOP_BLOCK_BYTES, self.memory)
+        if _top_bytes(nt, nr, k, k) <= budget:
+            return k
+        if self.memory is not None:
+            budget = min(budget, self.memory - _top_bytes(nt, nr, k, 0))
+        per_cell = max(self.top_nodes, 1) * BYTES_PER_NODE_CELL
+        return int(min(max(budget // per_cell, 1), k))
+
     def task(self, t: int) -> SubtreeTask:
         """Task ``t``'s nodes and local structure (O(task size), vectorised)."""
         if not 0 <= t < self.n_tasks:
@@ -280,8 +315,22 @@ def _subtree_sizes(tree: Tree) -> np.ndarray:
     return sizes
 
 
-def _choose_level(tree: Tree, limit_nodes: int, memory: int, n_cells: int) -> int:
-    """The shallowest depth whose largest subtree and top solve both hold at most ``limit_nodes``."""
+def _top_bytes(n_top: int, n_roots: int, n_cells: int, block: int) -> int:
+    """:meth:`Partition.top_bytes` from the level sizes (arithmetic only)."""
+    solve = (n_top + 3 * n_roots) * BYTES_PER_NODE_CELL
+    if block >= n_cells:  # one block: the whole solve's working set, outputs included
+        return solve * n_cells
+    return (n_top + n_roots) * n_cells * TOP_HELD_BYTES_PER_NODE_CELL + solve * block
+
+
+def _top_least(n_top: int, n_roots: int, n_cells: int) -> int:
+    """The least bytes the top solve needs: in one block, or in blocks of one cell."""
+    return min(_top_bytes(n_top, n_roots, n_cells, n_cells), _top_bytes(n_top, n_roots, n_cells, 1))
+
+
+def _choose_level(tree: Tree, memory: int, n_cells: int) -> int:
+    """The shallowest depth whose largest task and top solve (in blocks of cells, at least
+    one cell a block) both fit in ``memory`` bytes."""
     ti = tree.internal
     depth = ti.depth
     sizes = _subtree_sizes(tree)
@@ -290,15 +339,16 @@ def _choose_level(tree: Tree, limit_nodes: int, memory: int, n_cells: int) -> in
     np.maximum.at(largest, depth, sizes)
     per_level = np.bincount(depth, minlength=n_levels)
     above = np.concatenate(([0], np.cumsum(per_level)[:-1]))
-    need = np.maximum(largest, above + 3 * per_level)
-    ok = np.flatnonzero(need <= limit_nodes)
-    if ok.size == 0:
+    need = [max(int(largest[d]) * n_cells * BYTES_PER_NODE_CELL, _top_least(int(above[d]), int(per_level[d]),
+                                                                            n_cells))
+            for d in range(n_levels)]  # one entry per level
+    ok = [d for d in range(n_levels) if need[d] <= memory]
+    if not ok:
         best = int(np.argmin(need))
-        raise DataError(f"no split level keeps a task within split memory {memory:,} bytes at "
+        raise DataError(f"no split level keeps a task within split memory {memory:,} bytes (nor the top solve) at "
                         f"{BYTES_PER_NODE_CELL} B per node-cell x {n_cells} cells; the smallest is level "
-                        f"{tree.level_names[best]!r} at {int(need[best]) * n_cells * BYTES_PER_NODE_CELL:,} bytes: "
-                        "give more memory")
-    return int(ok[0])
+                        f"{tree.level_names[best]!r} at {need[best]:,} bytes: give more memory")
+    return ok[0]
 
 
 def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
@@ -334,7 +384,7 @@ def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
     if limit is not None and limit < 1:
         raise DataError(f"split memory {memory:,} bytes holds less than one node of {n_cells} cells; give more")
     if level is None:
-        depth = _choose_level(tree, int(limit or 1), int(memory or 0), int(n_cells))
+        depth = _choose_level(tree, int(memory or 0), int(n_cells))
     else:
         depth = _level(tree, level)
     ti = tree.internal
@@ -343,15 +393,17 @@ def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
     sizes = _subtree_sizes(tree)
     roots = np.flatnonzero(d == depth)
     top = np.flatnonzero(d < depth)
-    if limit is not None:
+    if limit is not None and memory is not None:
         biggest = int(sizes[roots].max())
-        top_solve = int(top.size + 3 * roots.size)
-        if max(biggest, top_solve) > limit:
-            what, fix = ((f"a subtree of {biggest:,} nodes", "choose a deeper level") if biggest > limit else
-                         (f"the top solve of {top_solve:,} nodes", "choose a shallower level"))
-            raise DataError(f"at split level {tree.level_names[depth]!r} {what} x {n_cells} cells exceeds split "
-                            f"memory {memory:,} bytes ({BYTES_PER_NODE_CELL} B per node-cell); {fix} or give more "
-                            "memory")
+        top_need = _top_least(int(top.size), int(roots.size), int(n_cells))
+        if biggest > limit:
+            raise DataError(f"at split level {tree.level_names[depth]!r} a subtree of {biggest:,} nodes x {n_cells} "
+                            f"cells exceeds split memory {memory:,} bytes ({BYTES_PER_NODE_CELL} B per node-cell); "
+                            "choose a deeper level or give more memory")
+        if top_need > memory:
+            raise DataError(f"at split level {tree.level_names[depth]!r} the top solve ({top.size:,} top nodes and "
+                            f"{roots.size:,} roots x {n_cells} cells, in blocks of cells) needs {top_need:,} bytes, "
+                            f"more than split memory {memory:,}; choose a shallower level or give more memory")
     block = limit if limit is not None else max(DEFAULT_TASK_CELLS // int(n_cells), 1)
     task_of_root = _greedy_blocks(np.ascontiguousarray(sizes[roots]), int(block))
     below = np.flatnonzero(d >= depth)
@@ -410,13 +462,14 @@ def gls_info(step: PostProcessor, variance: np.ndarray | None) -> dict[str, Any]
 # ---------------------------------------------------------------------------- the split GLS
 def _blue(parent: np.ndarray, n_children: np.ndarray, leafcount: np.ndarray, y: np.ndarray,
           var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The compiled two-pass BLUE (:func:`hierdp.postprocessors._blue_kernels.blue_2d`) on
-    parent-before-child arrays whose trailing run of leaves count one leaf each."""
+    """The two-pass BLUE (:func:`hierdp.postprocessors._blue_kernels.blue_2d`) on
+    parent-before-child arrays whose trailing run of leaves count one leaf each; compiled
+    or interpreted by node-cells (:func:`hierdp._engine.jit.for_size`), the same numbers."""
     y = np.ascontiguousarray(y, dtype=np.float64)
     var = np.ascontiguousarray(var, dtype=np.float64)
     x = np.empty_like(y)
     xv = np.empty_like(var)
-    BK.blue_2d(parent, n_children, leafcount, y, var, x, xv)
+    for_size(BK.blue_2d, y.size)(parent, n_children, leafcount, y, var, x, xv)
     return x, xv
 
 
@@ -453,7 +506,7 @@ class SplitGLS:
         return x[1 + task.root_pos], xv[1 + task.root_pos]
 
     def top(self, y: np.ndarray | None, var: np.ndarray | None, z: np.ndarray,
-            u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            u: np.ndarray, *, block: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The top solve: ``y``/``var`` of the top part (``part.top`` order; ``None`` at a
         root-level split), ``z``/``u`` of every root (``part.roots`` order). Returns the top
         part's estimates and variances, then the roots'.
@@ -462,7 +515,14 @@ class SplitGLS:
         u_r)`` and ``(0, 0)`` — or ``(z_r, 1)`` and ``(0, inf)`` where ``u_r = inf`` — so
         that the kernel combines ``r`` exactly as in the full tree's pass 1 (the stand-ins
         give back ``(z_r, u_r)``, a value carried even when uninformative) and splits an
-        undetermined residual by ``r``'s full-tree leaf count."""
+        undetermined residual by ``r``'s full-tree leaf count.
+
+        Every cell (column) is its own tree problem (Dawson et al. 2023, Alg. 1-2 act per
+        cell; variances shared by the cells or one per cell), so the solve runs ``block``
+        cells at a time (default :meth:`Partition.top_block`): only the outputs are held
+        whole. The result is the same bit for bit whatever the block (the kernel's one-cell
+        path differs from the general one only in the stand-in leaves, which are dropped;
+        ``tests/test_split_blocks.py`` holds blocks of 1, 5, 6 and all cells equal)."""
         part = self.part
         ti = part.tree.internal
         nt, nr = part.top.size, part.roots.size
@@ -476,18 +536,35 @@ class SplitGLS:
         nch = np.bincount(parent[1:], minlength=parent.size).astype(np.int64)
         lc = np.ones(parent.size, np.int64)
         lc[:m] = ti.leafcount[ids]
-        yy = np.zeros((parent.size, k))
-        vv = np.empty((parent.size, kv))
-        if nt:
-            yy[:nt] = np.asarray(y, dtype=np.float64).reshape(nt, k)
-            vv[:nt] = np.asarray(var, dtype=np.float64).reshape(nt, kv)
-        vv[nt:m] = np.inf
-        uninformed = np.isinf(u)
-        yy[m::2] = z
-        vv[m::2] = np.where(uninformed, 1.0, u)
-        vv[m + 1::2] = np.where(uninformed, np.inf, 0.0)
-        x, xv = _blue(parent, nch, lc, yy, vv)
-        return x[:nt], xv[:nt], x[nt:m], xv[nt:m]
+        yt = np.asarray(y, dtype=np.float64).reshape(nt, k) if nt else np.zeros((0, k))
+        vt = np.asarray(var, dtype=np.float64).reshape(nt, kv) if nt else np.zeros((0, kv))
+        kb = part.top_block(k) if block is None else int(block)
+        if kb < 1:
+            raise DataError(f"the top solve's block must be a positive number of cells, got {block!r}")
+        x = np.empty((m, k))
+        xv = np.empty((m, kv))
+        for a in range(0, k, kb):
+            cols = np.arange(a, min(a + kb, k))
+            vcols = cols if kv > 1 else np.zeros(1, np.int64)
+            yy = np.zeros((parent.size, cols.size))
+            vv = np.empty((parent.size, vcols.size))
+            yy[:nt] = yt[:, cols]
+            vv[:nt] = vt[:, vcols]
+            vv[nt:m] = np.inf
+            ub = u[:, vcols]
+            uninformed = np.isinf(ub)
+            yy[m::2] = z[:, cols]
+            vv[m::2] = np.where(uninformed, 1.0, ub)
+            vv[m + 1::2] = np.where(uninformed, np.inf, 0.0)
+            xb, xvb = _blue(parent, nch, lc, yy, vv)
+            w = cols.size
+            x[:, a:a + w] = xb[:m]
+            if kv > 1:
+                xv[:, a:a + w] = xvb[:m]
+            elif a == 0:  # shared variances: every block computes the same ones
+                xv[:] = xvb[:m]
+            del yy, vv, xb, xvb
+        return x[:nt], xv[:nt], x[nt:], xv[nt:]
 
     def down(self, task: SubtreeTask, y: np.ndarray, var: np.ndarray, x_roots: np.ndarray,
              v_roots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -657,22 +734,46 @@ class SplitTopDown:
             outs.append(y)
         return y, outs
 
-    def top(self, x_top: np.ndarray, v_top: np.ndarray, x_roots: np.ndarray, v_roots: np.ndarray
-            ) -> tuple[np.ndarray, list[np.ndarray]]:
+    def top(self, x_top: np.ndarray, v_top: np.ndarray, x_roots: np.ndarray, v_roots: np.ndarray, *,
+            block: int | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
         """The top part's final values and, per step, the subtree roots' values (in
-        ``part.roots`` order)."""
+        ``part.roots`` order).
+
+        The steps act on each cell alone (every parent's projection is per cell:
+        :func:`hierdp.postprocessors._topdown_kernels.project_parents` and
+        ``integer_parents``), so they run ``block`` cells at a time (default
+        :meth:`Partition.top_block`) with the same values. One difference: ``nonneg``'s
+        consistency check compares its residual with the block's largest root value,
+        not all cells' (a residual of round-off size passes either way)."""
         part = self.part
         par = part.tree.internal.parent
         top_par = np.where(par[part.top] >= 0, np.searchsorted(part.top, par[part.top]), -1)
         root_par = np.where(par[part.roots] >= 0, np.searchsorted(part.top, par[part.roots]), -1)
         t2 = Tree.from_parent(np.concatenate((top_par, root_par)).astype(np.int64))
         k = x_roots.shape[1]
-        x2 = np.concatenate((np.reshape(x_top, (part.top.size, k)), np.reshape(x_roots, (part.roots.size, k))))
+        nt = part.top.size
+        x2 = np.concatenate((np.reshape(x_top, (nt, k)), np.reshape(x_roots, (part.roots.size, k))))
         vr = _per_node(v_roots, part.roots.size)
-        vt = _per_node(v_top, part.top.size) if part.top.size else np.zeros((0,) + vr.shape[1:])
+        vt = _per_node(v_top, nt) if nt else np.zeros((0,) + vr.shape[1:])
         v2 = np.concatenate((vt, vr))
-        last, outs = self._run(t2, x2, v2, None, None)
-        return last[: part.top.size], [o[part.top.size:] for o in outs]
+        kb = part.top_block(k) if block is None else int(block)
+        if kb < 1:
+            raise DataError(f"the top-down steps' block must be a positive number of cells, got {block!r}")
+        last: np.ndarray | None = None
+        outs: list[np.ndarray] = []
+        for a in range(0, k, kb):
+            b = min(a + kb, k)
+            lb, ob = self._run(t2, x2[:, a:b], v2[:, a:b] if v2.ndim == 2 else v2, None, None)
+            if last is None:
+                last = np.empty((nt, k), lb.dtype)
+                outs = [np.empty((part.roots.size, k), o.dtype) for o in ob]
+            last[:, a:b] = lb[:nt]
+            for o, o_b in zip(outs, ob, strict=True):
+                o[:, a:b] = o_b[nt:]
+        if last is None:  # no cells
+            lb, ob = self._run(t2, x2, v2, None, None)
+            return lb[:nt], [o[nt:] for o in ob]
+        return last, outs
 
     def down(self, task: SubtreeTask, x: np.ndarray, xv: np.ndarray, fixed: list[np.ndarray]) -> np.ndarray:
         """The task's final values (``task.nodes`` order) given its roots' values per step."""

@@ -411,13 +411,16 @@ def load_prior(spec: ReleaseSpec, tree: Any, ref: Mapping[str, Any]) -> np.ndarr
     return tree.to_external(internal)
 
 
-def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | None = None):
-    how: dict[str, Any]
+def _how(spec: ReleaseSpec, dpt: Any) -> dict[str, Any]:
+    """The spec's plan, or its mechanism and budget, as release keywords."""
     if spec.plan is not None:
-        how = {"plan": {"name": spec.plan[0], "params": dict(spec.plan[1])}}
-    else:
-        how = {"mechanism": {"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
-               "budget": _budget_arg(spec, dpt)}
+        return {"plan": {"name": spec.plan[0], "params": dict(spec.plan[1])}}
+    return {"mechanism": {"name": spec.mechanism[0], "params": dict(spec.mechanism[1])},
+            "budget": _budget_arg(spec, dpt)}
+
+
+def _release(spec: ReleaseSpec, dpt: Any, seed: int | None, epsilon: float | None = None):
+    how = _how(spec, dpt)
     eps = spec.epsilon if epsilon is None else epsilon
     loss: dict[str, Any] = {"epsilon": eps, "delta": spec.delta, "rho": spec.rho if epsilon is None else None}
     if spec.accountant != "tight" and eps is not None and spec.delta is not None:  # privacy.accountant
@@ -664,12 +667,7 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     ex = rs.execution or {"split": rs.split if rs.split is not None else "auto", "workers": 2, "workdir": None}
     source_id = source_identity(rs)
     dpt = prepare(rs)
-    how: dict[str, Any]
-    if rs.plan is not None:
-        how = {"plan": {"name": rs.plan[0], "params": dict(rs.plan[1])}}
-    else:
-        how = {"mechanism": {"name": rs.mechanism[0], "params": dict(rs.mechanism[1])},
-               "budget": _budget_arg(rs, dpt)}
+    how = _how(rs, dpt)
     counted = rs.engine == "duckdb"
     with _source_errors(rs):
         values, keywords = dpt.release_inputs(

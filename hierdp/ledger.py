@@ -17,7 +17,19 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from hierdp._version import __version__
-from hierdp.accountants import ANALYTIC, BASIC, DISCRETE, PLD, ZCDP, Measured, gaussian_epsilon, pld_epsilon
+from hierdp.accountants import (
+    ANALYTIC,
+    BASIC,
+    DISCRETE,
+    GRID_DELTA_MARGIN,
+    MIXED,
+    PLD,
+    ZCDP,
+    Measured,
+    gaussian_epsilon,
+    mixed_epsilon,
+    pld_epsilon,
+)
 from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
 from hierdp.errors import PrivacyError
 
@@ -589,6 +601,25 @@ def pld_parts(ledger: Ledger) -> list[Measured]:
     return parts
 
 
+def _laplace_levels(ledger: Ledger) -> list[tuple[float, int, int]] | None:
+    """The discrete Laplace measurements of a pure-ε ``ledger`` as (a, Δ = 1, unit moves)
+    for :func:`~hierdp.accountants.mixed_epsilon`, or None when the ledger is not made of
+    them entirely (another mechanism, a structure's spends, a level with δ, a budget its
+    levels do not make up, or a sensitivity other than unit moves)."""
+    if ledger.guarantee != "pure" or ledger.epsilon is None or ledger.decomposition.get("spends") or \
+            not math.isclose(ledger.spent, float(ledger.epsilon), rel_tol=1e-9):
+        return None
+    out = []
+    for ls in ledger.levels:
+        if not ls.measured:
+            continue
+        shifts = _unit_shifts(ls)
+        if ls.mechanism != "discrete_laplace" or ls.unit != "epsilon" or ls.delta or not shifts or ls.budget <= 0:
+            return None
+        out.append((ls.budget / ls.sensitivity_l1, 1, shifts))  # P ∝ e^{-a|z|}, a = ε_level / Δ₁
+    return out or None
+
+
 def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight") -> dict[str, Any]:
     """The (ε, δ) that several releases (their ledgers) certify together, at ``delta``.
 
@@ -597,7 +628,10 @@ def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight
       supported: give it (ε, δ)).
     * ``"tight"`` (no extra package): releases whose noise is Gaussian (``gaussian``
       mechanism, any calibration) are one Gaussian mechanism with μ² = 2 Σ ρ (Balle & Wang
-      2018); the others compose with it basically: ε = Σ εⱼ + ε_G(μ; δ - Σ δⱼ).
+      2018); the others compose with it basically: ε = Σ εⱼ + ε_G(μ; δ - Σ δⱼ). When
+      there is Gaussian noise, pure-ε releases made of discrete Laplace levels join it on
+      their exact joint curve (:func:`~hierdp.accountants.mixed_epsilon`, accountant
+      ``MIXED``) if that ε is smaller; pure-ε releases alone compose basically, as before.
     * ``"pld"``: privacy-loss distributions of every measured level (:func:`pld_parts`)
       composed by ``dp-accounting`` (``pip install "hierdp[accounting]"``).
 
@@ -610,12 +644,18 @@ def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight
     if accountant not in ("tight", "basic"):
         raise PrivacyError(f"accountant must be 'tight', 'basic' or 'pld', got {accountant!r:.40}")
     eps, dl, mu2 = [], [], []
+    lap_eps: list[float] = []  # the pure-ε releases of discrete Laplace levels (also in eps)
+    laplace: list[tuple[float, int, int]] = []
     for led in ledgers:
         gaussian = led.rho is not None and all(ls.mechanism == "gaussian" for ls in led.levels if ls.measured) \
             and not led.decomposition.get("spends")
         if accountant == "tight" and gaussian:
             mu2.append(2.0 * float(led.rho))  # type: ignore[arg-type]
         elif led.guarantee == "pure":
+            lap = _laplace_levels(led) if accountant == "tight" else None
+            if lap is not None:
+                laplace.extend(lap)
+                lap_eps.append(float(cast(float, led.epsilon)))
             eps.append(float(cast(float, led.epsilon)))
         elif led.epsilon is not None and led.delta is not None:
             eps.append(float(led.epsilon))
@@ -628,6 +668,14 @@ def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight
         raise PrivacyError(f"the releases spend δ = {spent_delta:g} by themselves, not below delta = {d:g}")
     total = math.fsum(eps)
     if mu2:
-        total += gaussian_epsilon(math.sqrt(math.fsum(mu2)), d - spent_delta)
+        mu = math.sqrt(math.fsum(mu2))
+        total += gaussian_epsilon(mu, d - spent_delta)
+        if laplace:
+            # the gaussian mechanism's lattice term: its curve is met at δ·(1 - GRID_DELTA_MARGIN)
+            left = (d - spent_delta) * (1.0 - GRID_DELTA_MARGIN)
+            joint = math.fsum(eps) - math.fsum(lap_eps) + mixed_epsilon(laplace, mu, left)
+            if joint < total:
+                return {"epsilon": joint, "delta": d,
+                        "accountant": f"{MIXED} + {BASIC}" if len(lap_eps) < len(eps) else MIXED}
         return {"epsilon": total, "delta": d, "accountant": f"{ANALYTIC} + {BASIC}" if eps else ANALYTIC}
     return {"epsilon": total, "delta": spent_delta if spent_delta else None, "accountant": BASIC}

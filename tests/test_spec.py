@@ -447,6 +447,10 @@ def test_public_paths_file_glob_source_and_unknown_drop(tmp_path):
         # (b) a domain file with the level's and every ancestor's column: public paths of that level
         "file": "levels:\n    - {name: state, column: st, domain: [A, B]}\n"
                 "    - {name: county, column: co, domain: {file: public/geo.csv}}",
+        # (c) a declared top level above levels taken from the public paths (validated, then failed
+        # to release: the paths frame held only the county column)
+        "mixed": "paths: {file: public/geo.csv}\n  levels:\n    - {name: state, column: st, domain: [A, B]}\n"
+                 "    - {name: county, column: co}",
     }
     for name, levels in specs.items():
         path = tmp_path / f"{name}.yaml"
@@ -460,6 +464,19 @@ def test_public_paths_file_glob_source_and_unknown_drop(tmp_path):
         assert got == {("A", None): 2, ("B", None): 2, ("A", "x"): 1, ("A", "y"): 1, ("B", "z"): 2,
                        ("B", "w"): 0}, name
         assert any("dropped" in n for n in result.ledger.notes)
+
+
+def test_public_paths_must_hold_the_levels_above_the_ones_they_declare(tmp_path):
+    """A paths file declares a level under its parents: without the parent's column the spec is
+    refused at validation, in one line naming the column (not at release)."""
+    (tmp_path / "a.csv").write_text("st,co\nA,x\n")
+    (tmp_path / "geo.csv").write_text("co\nx\ny\n")
+    path = tmp_path / "s.yaml"
+    path.write_text("hierdp: 1\nsource: {path: a.csv}\nhierarchy:\n  paths: {file: geo.csv}\n  levels:\n"
+                    "    - {name: state, column: st, domain: [A]}\n    - {name: county, column: co}\n"
+                    "privacy: {epsilon: 1}\n")
+    with pytest.raises(SpecError, match="the paths file has no column 'st'"):
+        validate(path)
 
 
 def test_yaml_anchors_and_aliases_are_allowed():

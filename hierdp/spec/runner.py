@@ -128,7 +128,10 @@ def _paths_frame(spec: ReleaseSpec) -> pd.DataFrame | None:
         frame = demo_geography(ref)
     else:
         frame = _public_table(ref)
-    cols = {lv.column: lv.name for lv in spec.levels if lv.domain == ("paths",)}
+    # a level's paths carry the levels above it too (the door places each level under its parent),
+    # so the frame holds every level down to the deepest one declared by the paths
+    last = max((i for i, lv in enumerate(spec.levels) if lv.domain == ("paths",)), default=-1)
+    cols = {lv.column: lv.name for lv in spec.levels[:last + 1]}
     missing = [c for c in cols if c not in frame.columns]
     if missing:
         raise SpecError(f"hierarchy.paths: the public paths have no column {missing[0]!r}; add it")

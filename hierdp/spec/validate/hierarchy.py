@@ -77,9 +77,10 @@ class HierarchyChecks(Context):
             levels.append(LevelSpec(name=name, column=col, domain=dom, attribute=get(lv, "attribute", str)))
         if paths is not None and paths[0] == "file" and self.check_files:
             hdr = self.read_header([paths[1]], "csv", ("hierarchy", "paths", "file"))
-            if hdr is not None:
-                for lv in levels:
-                    if lv.domain == ("paths",) and lv.column not in hdr:
+            if hdr is not None:  # the paths hold every level down to the deepest one they declare
+                last = max((i for i, lv in enumerate(levels) if lv.domain == ("paths",)), default=-1)
+                for lv in levels[:last + 1]:
+                    if lv.column not in hdr:
                         self.err(("hierarchy", "paths", "file"), f"the paths file has no column {lv.column!r}"
                                                                   f"{did_you_mean(lv.column, hdr)}; it needs one "
                                                                   "column per level")

@@ -218,6 +218,20 @@ DISCRETE_MAX_ATOMS = 200_000
 DISCRETE_GRID_BINS = 20_000
 
 
+def _convolve_power(p: np.ndarray, n: int) -> np.ndarray:
+    """The pmf of the sum of ``n >= 1`` independent copies of ``p`` (on consecutive integers):
+    its n-fold convolution by repeated squaring (direct sums of non-negative terms: no FFT)."""
+    base, k, out = p, n, None
+    while k:
+        if k & 1:
+            out = base if out is None else np.convolve(out, base)
+        k >>= 1
+        if k:
+            base = np.convolve(base, base)
+    assert out is not None
+    return out
+
+
 def _dgauss_group(sigma2: float, n: int, log_tail: float,
                   max_atoms: int = DISCRETE_MAX_ATOMS) -> tuple[np.ndarray, np.ndarray, float] | None:
     """The pmf of the sum S of ``n`` independent N_Z(0, σ²) truncated to |Yⱼ| <= T each:
@@ -235,15 +249,7 @@ def _dgauss_group(sigma2: float, n: int, log_tail: float,
     w = np.exp(-(y * y) / (2.0 * sigma2))
     p = w / math.fsum(w)
     tail = n * 2.0 * sigma * math.sqrt(math.pi / 2) * float(erfc(t / (sigma * math.sqrt(2.0))))
-    base = p  # n-fold convolution by repeated squaring (direct sums of non-negative terms: no FFT)
-    k, out = n, None
-    while k:
-        if k & 1:
-            out = base if out is None else np.convolve(out, base)
-        k >>= 1
-        if k:
-            base = np.convolve(base, base)
-    assert out is not None
+    out = _convolve_power(p, n)
     s = np.arange(out.size, dtype=np.float64) - n * t
     return s, out, tail
 
@@ -404,14 +410,7 @@ def _laplace_group(a: float, shift: int, count: int) -> tuple[np.ndarray, np.nda
         return a * (2.0 * j - count), binom.pmf(j, count, float(lp[0]))
     one = np.zeros(2 * shift + 1)
     one[np.rint(lv / a).astype(np.int64) + shift] = lp
-    base, k, out = one, count, None
-    while k:  # repeated squaring
-        if k & 1:
-            out = base if out is None else np.convolve(out, base)
-        k >>= 1
-        if k:
-            base = np.convolve(base, base)
-    assert out is not None
+    out = _convolve_power(one, count)
     m = np.arange(out.size) - shift * count
     nz = out > 0
     return a * m[nz].astype(np.float64), out[nz]

@@ -15,12 +15,12 @@ hierdp expresses it:
   cannot express, so each level's remaining shares are renormalised to add up to 1 (its
   share, e.g. 26/4097 at the US, goes to the others in proportion). The US and state
   totals are invariant (published exactly; ``invariants_cover="total"``, add/remove
-  neighbours as the ledger states), and the output is consistent non-negative integers
-  (``integer=True``: ``nonneg`` then ``round`` top-down, weighted by the GLS variances —
-  the plan's way of ``postprocess=["nonneg", "round"]`` that keeps the totals exact;
-  the chain form is refused with node-total invariants). Today the split path refuses
-  plan ``marginals`` (being built on branch ``marg``): the run is in memory (``--in-memory``;
-  fine for DC, ~10.6k units x 2,016 cells).
+  neighbours as the ledger states), and the output is consistent non-negative integers:
+  ``postprocess=["nonneg", {"name": "round", "method": "topdown"}]``, TopDown's shape — the
+  US cells under the US total, the 51 states' cells jointly under their totals and the US
+  cells (:mod:`hierdp.postprocessors._totals`), then every unit below per cell under its
+  parent's released cells, weighted by the GLS variances. It runs by subtree like the
+  ``per_level`` chain (``--in-memory`` for one small state as a check).
 * ``--plan per_level`` (the streaming machinery at full scale, today): the 2,016 cells of
   every unit measured as one histogram with the level's share, ``blue`` then ``nonneg``
   and ``round`` (method ``topdown``) by subtree; no invariants (``per_level`` can only
@@ -355,10 +355,11 @@ def release_keywords(plan: str, seed: int | None) -> dict[str, Any]:
     budgets = level_budgets()
     if plan == "marginals":
         strategy, _ = marginal_strategy()
-        return dict(rho=float(RHO), seed=seed, postprocess=[], invariants=["US", "State"], invariants_cover="total",
+        return dict(rho=float(RHO), seed=seed, invariants=["US", "State"], invariants_cover="total",
                     allow_invariants_with_add_remove=True,
+                    postprocess=["nonneg", {"name": "round", "method": "topdown"}],
                     plan={"name": "marginals", "strategy": strategy, "cells": CELL_DIMS,
-                          "mechanism": "discrete_gaussian", "budget": budgets, "integer": True})
+                          "mechanism": "discrete_gaussian", "budget": budgets})
     return dict(rho=float(RHO), seed=seed, mechanism="discrete_gaussian", budget=budgets,
                 postprocess=["blue", "nonneg", {"name": "round", "method": "topdown"}])
 
@@ -394,7 +395,8 @@ def run(args: argparse.Namespace) -> None:
         _, dropped = marginal_strategy()
         print("  hhinstlevels is not a marginal (it coarsens hhgq into 3 groups): left out, each level's other "
               "query shares renormalised (dropped: " + ", ".join(f"{lv} {s}" for lv, s in dropped.items()) + ")")
-        print("  US and state totals invariant; integer=True (nonneg then round top-down, totals kept)")
+        print("  US and state totals invariant; nonneg then round top-down (the states jointly under their totals "
+              "and the US cells)")
     else:
         print("  per_level: the 2,016 cells of each unit as one histogram; blue, nonneg, round (topdown); "
               "no invariants (per_level holds only every cell exact)")
@@ -447,8 +449,7 @@ def run(args: argparse.Namespace) -> None:
         try:
             res = release_by_subtree(tree, counts.of_task, sink, split=split, n_cells=k, **kw)
         except hierdp.errors.PluginError as e:
-            raise SystemExit(f"plan {args.plan} by subtree: {e}\n(the split path of plan marginals is on branch "
-                             "marg; run --in-memory on one small state until it is merged)") from None
+            raise SystemExit(f"plan {args.plan} by subtree: {e}") from None
         except hierdp.errors.DataError as e:  # e.g. a split that does not fit --memory
             raise SystemExit(f"split release refused: {e}") from None
         total, c_total = time.perf_counter() - t0, time.process_time() - c0

@@ -34,6 +34,10 @@ class Measurements:
     spends: list[Any] = field(default_factory=list)
     levels: list[Any] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    #: the invariant nodes' published totals over their cells, NaN elsewhere ((n,), internal
+    #: order), when a release keeps node totals exact (``invariants_cover="total"``); the
+    #: top-down ``nonneg``/``round`` solve those nodes' cells jointly under them
+    exact_totals: np.ndarray | None = None
 
     def as_estimate(self) -> Estimate:
         """The measurements as the first estimate of a chain: linear in the noise, and not
@@ -47,7 +51,7 @@ class Measurements:
         """
         return Estimate(values=self.values, variance=self.variance, info={},
                         measurement_variance=self.variance, linear=bool(self.info.get("linear", True)),
-                        consistent=bool(self.info.get("consistent", False)))
+                        consistent=bool(self.info.get("consistent", False)), exact_totals=self.exact_totals)
 
 
 @dataclass
@@ -72,6 +76,9 @@ class Estimate:
     measurement_variance: np.ndarray | None = None
     linear: bool = False
     consistent: bool = False
+    #: the invariant nodes' published totals over their cells (NaN elsewhere), handed on by
+    #: the chain (:attr:`Measurements.exact_totals`)
+    exact_totals: np.ndarray | None = None
 
     @property
     def weights_variance(self) -> np.ndarray | None:

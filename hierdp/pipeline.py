@@ -461,6 +461,14 @@ def account(resolved: Resolved, acc: Accountant, meas: Measurements) -> dict[str
     return guarantee
 
 
+def _exact_totals(mask: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """The invariant nodes' published totals over their cells, NaN elsewhere ((n,), the
+    order of ``mask``): what the top-down ``nonneg``/``round`` hold exact."""
+    t = np.full(mask.shape[0], np.nan)
+    t[mask] = np.asarray(exact, dtype=np.float64).reshape(int(mask.sum()), -1).sum(axis=1)
+    return t
+
+
 def post_process(resolved: Resolved, tree: Tree, meas: Measurements, exact: np.ndarray | None = None) -> Estimate:
     """Step 5: the post-processing chain on the (internal-order) measurements only.
 
@@ -470,6 +478,8 @@ def post_process(resolved: Resolved, tree: Tree, meas: Measurements, exact: np.n
     :func:`postprocess`, which runs one named post-processor on external-order arrays.)
     """
     pps = resolved.postprocessors
+    if resolved.invariant_names and resolved.cover == "total" and exact is not None and np.ndim(meas.values) == 2:
+        meas = replace(meas, exact_totals=_exact_totals(resolved.invariants, exact))
     est = run_chain(tree, meas, pps)
     if not pps:  # the estimate is the plan's output: its diagnostics (e.g. ghazi's thresholds) stay valid
         est = Estimate(est.values, est.variance, dict(meas.info), est.measurement_variance, est.linear, est.consistent)
@@ -1007,6 +1017,7 @@ class _SplitStages:
         self.down_steps = subtrees.SplitTopDown(part, tail, inv) if tail else None
         self.exact: dict[int, np.ndarray] = {}  # invariant values per task (published exactly)
         self._root_exact: tuple[np.ndarray, np.ndarray] | None = None
+        self._totals2: np.ndarray | None = None  # node-total invariants of the top part and the roots
 
     def summary(self) -> Measurements:
         """The plan's spends, levels and info as :class:`~hierdp.measurements.Measurements`
@@ -1053,9 +1064,13 @@ class _SplitStages:
         if inv is not None and self.exact_cells and self.tail:  # invariant roots: their exact cells, top-down
             root_inv = inv[part.roots]
             self._root_exact = (root_inv, roots_vals[root_inv])
+        tvals = _task_counts(top, counts, self.n_cells) if top.n_nodes else np.zeros((0, self.n_cells), np.int64)
+        if inv is not None and self.r.cover == "total" and not self.exact_cells and self.tail:
+            # node-total invariants: the top-down steps solve those nodes' cells jointly (as in memory)
+            mask2 = np.concatenate((inv[part.top], inv[part.roots]))
+            self._totals2 = _exact_totals(mask2, np.concatenate((tvals, roots_vals))[mask2])
         if not top.n_nodes:
             return np.zeros((0, self.n_cells)), (np.zeros((0, self.n_cells)) if self.marg else np.zeros(0))
-        tvals = _task_counts(top, counts, self.n_cells)
         both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
         rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), self.check_counts), DataError)
         return self.measured(top, tvals)
@@ -1092,7 +1107,7 @@ class _SplitStages:
                 if self._root_exact is not None and self._root_exact[0].any():
                     xr[self._root_exact[0]] = self._root_exact[1]
                     vr[self._root_exact[0]] = 0.0
-            final, fixed = self.down_steps.top(x_top, v_top, xr, vr)
+            final, fixed = self.down_steps.top(x_top, v_top, xr, vr, totals=self._totals2)
         return _TopSolution(x_top, v_top, final, x_roots, v_roots, fixed)
 
     def finish_top(self, top: subtrees.SubtreeTask, tnoisy: np.ndarray, tvar: np.ndarray, sol: _TopSolution

@@ -61,6 +61,7 @@ from hierdp.errors import DataError, PluginError, did_you_mean
 from hierdp.ledger import LevelSpend
 from hierdp.plans import per_level as PL
 from hierdp.postprocessors import _blue_kernels as BK
+from hierdp.postprocessors import _totals as TT
 from hierdp.postprocessors.topdown import topdown_nonneg, topdown_round
 from hierdp.rules import delta_mechanism_problem, enforce
 from hierdp.tree import Tree
@@ -709,17 +710,24 @@ class SplitTopDown:
         self.tail = list(tail)
 
     def _run(self, tree: Tree, x: np.ndarray, v: np.ndarray, held: np.ndarray | None,
-             fixed: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
+             fixed: list[np.ndarray] | None, pinned: tuple[np.ndarray, list[np.ndarray]] | None = None
+             ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The steps on ``tree`` (values ``x`` (n, k), variances ``v`` (n,), in ``tree``'s
         external order); ``held`` rows take ``fixed[j]`` before step ``j`` (variance 0) and
-        the root then takes their sum; ``v`` may also be per cell (n, k). Returns the last
-        step's values and every step's."""
+        the root then takes their sum; ``v`` may also be per cell (n, k). ``pinned``: rows
+        (the root among them) that take the given values before each step, variance 0 (the
+        invariant-total nodes, solved jointly by :meth:`_pinned`). Returns the last step's
+        values and every step's."""
         y = np.asarray(x, dtype=np.float64)
         outs: list[np.ndarray] = []
         for j, pp in enumerate(self.tail):
             weighted = pp.name == "nonneg" or getattr(pp, "method", "") == "topdown"
             var = np.array(v, dtype=np.float64) if weighted else np.ones(np.shape(v))
             root = None
+            if pinned is not None:
+                y = y.copy()
+                y[pinned[0]] = pinned[1][j]
+                var[pinned[0]] = 0.0
             if held is not None and fixed is not None:
                 y = y.copy()
                 y[held] = fixed[j]
@@ -734,8 +742,31 @@ class SplitTopDown:
             outs.append(y)
         return y, outs
 
+    def _pinned(self, t2: Tree, x2: np.ndarray, v2: np.ndarray, totals: np.ndarray
+                ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """The invariant-total nodes of the top tree ``t2`` (``totals``: (n2,), NaN where a
+        node's total is not exact; external order) and their cells after each step, solved
+        over all cells at once (they couple through the totals:
+        :func:`hierdp.postprocessors._totals.solve_region`, the same call as in memory)."""
+        fin = np.isfinite(totals)
+        if not fin.any():
+            return None
+        ext_of = t2.to_internal(np.arange(t2.n_nodes))  # internal position -> external row
+        reg, par_reg = TT.total_region(t2.internal.parent, fin[ext_of])
+        rows = ext_of[reg]
+        k = x2.shape[1]
+        y = x2[rows]
+        var = np.broadcast_to(np.asarray(v2, dtype=np.float64)[rows].reshape(rows.size, -1), (rows.size, k))
+        out: list[np.ndarray] = []
+        for pp in self.tail:
+            weighted = pp.name == "nonneg" or getattr(pp, "method", "") == "topdown"
+            y = TT.solve_region(par_reg, y, var if weighted else np.ones((rows.size, k)), totals[rows],
+                                integer=pp.name != "nonneg")
+            out.append(y)
+        return rows, out
+
     def top(self, x_top: np.ndarray, v_top: np.ndarray, x_roots: np.ndarray, v_roots: np.ndarray, *,
-            block: int | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
+            block: int | None = None, totals: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
         """The top part's final values and, per step, the subtree roots' values (in
         ``part.roots`` order).
 
@@ -759,11 +790,13 @@ class SplitTopDown:
         kb = part.top_block(k) if block is None else int(block)
         if kb < 1:
             raise DataError(f"the top-down steps' block must be a positive number of cells, got {block!r}")
+        pin = None if totals is None else self._pinned(t2, x2, v2, np.asarray(totals, dtype=np.float64))
         last: np.ndarray | None = None
         outs: list[np.ndarray] = []
         for a in range(0, k, kb):
             b = min(a + kb, k)
-            lb, ob = self._run(t2, x2[:, a:b], v2[:, a:b] if v2.ndim == 2 else v2, None, None)
+            pb = None if pin is None else (pin[0], [f[:, a:b] for f in pin[1]])
+            lb, ob = self._run(t2, x2[:, a:b], v2[:, a:b] if v2.ndim == 2 else v2, None, None, pb)
             if last is None:
                 last = np.empty((nt, k), lb.dtype)
                 outs = [np.empty((part.roots.size, k), o.dtype) for o in ob]
@@ -771,7 +804,7 @@ class SplitTopDown:
             for o, o_b in zip(outs, ob, strict=True):
                 o[:, a:b] = o_b[nt:]
         if last is None:  # no cells
-            lb, ob = self._run(t2, x2, v2, None, None)
+            lb, ob = self._run(t2, x2, v2, None, None, pin)
             return lb[:nt], [o[nt:] for o in ob]
         return last, outs
 

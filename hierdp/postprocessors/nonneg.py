@@ -514,7 +514,7 @@ class NonNegative(PostProcessor):
             checked = None if wv is None else checked_variance(tree, wv, y.shape)
             b = blue(tree, y, np.ones(tree.n_nodes) if checked is None else checked)
             values, var = b.values, b.variance
-        x = topdown_nonneg(tree, values, var)
+        x = topdown_nonneg(tree, values, var, totals=estimate.exact_totals)
         # a direct solution (one exact projection per parent and cell), not an iteration:
         # "converged" and "iterations" keep the global method's keys meaningful
         info: dict[str, Any] = {"method": "nonneg", "mode": "topdown", "converged": True, "iterations": 0}

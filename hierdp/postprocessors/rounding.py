@@ -131,7 +131,8 @@ class ControlledRounding(PostProcessor):
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
         if self.method == "topdown":
-            return Estimate(topdown_round(tree, estimate.values, var), None if var is None else var.copy(),
+            return Estimate(topdown_round(tree, estimate.values, var, totals=estimate.exact_totals),
+                            None if var is None else var.copy(),
                             {"method": "round", "mode": "topdown"})
         out = controlled_round(tree, estimate.values, atol=self.atol)
         info = {"method": "round"}

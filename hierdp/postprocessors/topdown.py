@@ -52,6 +52,7 @@ from hierdp._engine.threads import run_pieces
 from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _topdown_kernels as TK
+from hierdp.postprocessors import _totals as TT
 from hierdp.postprocessors.base import checked_variance, finite_values
 
 if TYPE_CHECKING:
@@ -112,6 +113,27 @@ def _inputs(tree: Tree, values: Any, variance: Any) -> tuple[np.ndarray, np.ndar
     return y2, v2, v2 == 0, y.shape
 
 
+def _pin_totals(tree: Tree, y2: np.ndarray, v2: np.ndarray, totals: Any, *, integer: bool
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nodes with an exact total over their cells (``totals``: (n,), NaN elsewhere, internal
+    order; the invariant levels, a top of the tree): their cells solved jointly
+    (:func:`hierdp.postprocessors._totals.solve_region`) and then held (variance 0) for
+    the per-cell pass below them. Returns the values, variances and exact mask."""
+    t = np.asarray(totals, dtype=np.float64).reshape(-1)
+    n, k = y2.shape
+    if t.size != n:
+        raise DataError(f"totals must hold one value per node ({n}), NaN where a node's total is not exact")
+    reg, par_reg = TT.total_region(tree.internal.parent, np.isfinite(t))
+    if not reg.size:
+        return y2, v2, v2 == 0
+    fixed = TT.solve_region(par_reg, y2[reg], v2[reg], t[reg], integer=integer)
+    y2 = y2.copy()
+    y2[reg] = fixed
+    v2 = np.array(np.broadcast_to(v2, (n, k)) if v2.shape[1] != k else v2, dtype=np.float64)
+    v2[reg] = 0.0
+    return y2, v2, v2 == 0
+
+
 def _root_value(fixed_root: Any, k: int, what: str) -> np.ndarray:
     r = np.asarray(fixed_root, dtype=np.float64).reshape(-1)
     if r.size == 1:
@@ -123,7 +145,7 @@ def _root_value(fixed_root: Any, k: int, what: str) -> np.ndarray:
 
 
 def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *,
-                   fixed_root: float | np.ndarray | None = None) -> np.ndarray:
+                   fixed_root: float | np.ndarray | None = None, totals: np.ndarray | None = None) -> np.ndarray:
     """Top-down non-negative consistent values (internal order).
 
     Parameters
@@ -140,6 +162,11 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     fixed_root : float or ndarray (k,), optional
         The root's value (per cell), e.g. a subtree root's value from the levels above.
         Default: the root's ``values`` clipped at 0 (at least the known mass below it).
+    totals : ndarray (n,), optional
+        Exact totals over the cells (node-total invariants; NaN where a node has none), on a
+        top of the tree (whole levels from the root down): those nodes' cells are solved
+        jointly first, each parent's invariant children under their totals and the parent's
+        cells (TopDown's step; :mod:`hierdp.postprocessors._totals`), then held.
 
     Returns
     -------
@@ -147,6 +174,10 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
         Non-negative values, each parent equal to the sum of its children (in every cell).
     """
     y2, v2, exact, shape = _inputs(tree, values, variance)
+    if totals is not None:
+        if fixed_root is not None:
+            raise DataError("nonneg: give either fixed_root or totals (the totals fix the root's cells)")
+        y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=False)
     n, k = y2.shape
     low = np.zeros((n, k))
     if exact.any():
@@ -170,7 +201,7 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
 
 
 def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *,
-                  fixed_root: int | np.ndarray | None = None) -> np.ndarray:
+                  fixed_root: int | np.ndarray | None = None, totals: np.ndarray | None = None) -> np.ndarray:
     """Top-down non-negative consistent integers (int64, internal order).
 
     The root is ``values[root]`` rounded (half up, at least 0; or ``fixed_root``); then,
@@ -182,9 +213,16 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
     node stays within 1 of its input; with unequal ones a high-variance child may move
     further (it is the closest point in that norm). The input need not be consistent or
     non-negative (the projection handles both). Nodes known exactly (variance 0) keep
-    their value, which must be an integer.
+    their value, which must be an integer. ``totals`` (n,), NaN where none: exact integer
+    totals over the cells on a top of the tree (node-total invariants), solved jointly
+    first by controlled rounding (:func:`hierdp.postprocessors._totals.round_table`), then
+    held; ``values`` must keep them (``topdown_nonneg`` with the same ``totals``).
     """
     y2, v2, exact, shape = _inputs(tree, values, variance)
+    if totals is not None:
+        if fixed_root is not None:
+            raise DataError("round: give either fixed_root or totals (the totals fix the root's cells)")
+        y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=True)
     n, k = y2.shape
     if not np.all(np.abs(y2) < 2.0**53):
         raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "

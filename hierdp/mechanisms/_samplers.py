@@ -77,8 +77,10 @@ from hierdp.keyed_noise import (
     KIND_SEGMENT,
     KeyedStream,
     NoiseKey,
+    SegmentStream,
     chacha_block,
     nonce_word,
+    segment_stream,
     segment_words,
 )
 from hierdp.mechanisms import _keyed_small
@@ -914,6 +916,8 @@ _ST_EXT_BLOCK, _ST_ON_EXT = 21, 22  # st slots: next extension block; 1 once the
 _KEYED_GROUP = 8  # keyed chunks whose segments are in memory at once (8 x 2**16 draws x W words: <= 16 MiB)
 #: keyed draws try their common path first (:func:`_fill_keyed_common`; False: the state machine only, the same values)
 COMMON_PATH = True
+#: words of consecutive segments computed at a time, then sampled while in cache (256 KiB)
+_PIECE_WORDS = 1 << 15
 _BOUNDS_MAX = 1 << 16  # body magnitudes whose acceptance bounds are tabulated (blocks one wide: sigma up to ~170)
 _NO_BOUNDS = np.zeros(0, np.float64)
 
@@ -1211,7 +1215,7 @@ def _fill_keyed_common(gauss, common, out, start, jbits, g0, gint, fnum, fden, m
 class _KeyedDraws:
     """One chunk of keyed draws: its outputs, global draw indices and state."""
 
-    __slots__ = ("out", "draws", "i", "st", "cb", "nwords", "words", "slot", "ext")
+    __slots__ = ("out", "draws", "i", "st", "cb", "nwords", "words", "slot", "ext", "stream", "ready")
 
     def __init__(self, out: np.ndarray, draws: np.ndarray, gauss: int, cb: np.ndarray, slot: np.ndarray) -> None:
         self.out, self.draws, self.i, self.cb, self.nwords, self.slot = out, draws, 0, cb, _TABLE_WORDS, slot
@@ -1219,6 +1223,8 @@ class _KeyedDraws:
         self.st[0] = _ZA if gauss == 2 else _YB
         self.words: np.ndarray | None = None
         self.ext = np.zeros(_EXT_WORDS, dtype=np.int64)
+        self.stream: SegmentStream | None = None  # consecutive draws: their segments piece by piece
+        self.ready = 0  # draws whose segments are in ``words``
 
 
 def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], draws: np.ndarray, key: NoiseKey,
@@ -1266,11 +1272,28 @@ def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], dra
         zlo, zhi = zig.bounds(_ACCEPT_FUZZ)
 
     def step(d: _KeyedDraws) -> tuple[int, int]:
+        n = d.out.shape[0]
         if d.words is None:
-            d.words = (segment_words(key, n0, d.draws, seg, out=d.slot) if words is None
-                       else words[: d.draws.size * seg]).view(np.int64)
-        return fill(gauss, common, d.out, d.i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den, _ACCEPT_FUZZ,
-                    _FAST_PATH, d.cb, d.words, seg, d.st, *zarrs, keyw, n0x, d.draws, d.ext, zlo, zhi)
+            dd = d.draws
+            if words is None and n > 1 and int(dd[-1]) - int(dd[0]) == n - 1 and bool((np.diff(dd) == 1).all()):
+                d.stream = segment_stream(key, n0, int(dd[0]), n, seg)
+            if d.stream is None:
+                d.words = (segment_words(key, n0, dd, seg, out=d.slot) if words is None
+                           else words[: n * seg]).view(np.int64)
+                d.ready = n
+            else:
+                d.words = d.slot[: n * seg].view(np.int64)
+        while True:
+            if d.ready == d.i < n:  # the next piece of consecutive segments, sampled while in cache
+                stop = min(n, d.ready + max(1, _PIECE_WORDS // seg))
+                d.stream.next_into(d.slot[d.ready * seg: stop * seg])
+                d.ready = stop
+            i, status = fill(gauss, common, d.out[: d.ready], d.i, jbits, g0, gint, fnum, fden, mm, bb, 1.0 / den,
+                             _ACCEPT_FUZZ, _FAST_PATH, d.cb, d.words, seg, d.st, *zarrs, keyw, n0x, d.draws, d.ext,
+                             zlo, zhi)
+            d.i = i
+            if status != 0 or i >= n:
+                return i, status
 
     def settle(d: _KeyedDraws, status: int) -> bool:
         st = d.st

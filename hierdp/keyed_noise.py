@@ -80,10 +80,10 @@ import struct
 
 import numpy as np
 
+from hierdp import rng as _rng
 from hierdp._engine import jit as _jit
 from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
-from hierdp import rng as _rng
 from hierdp.rng import RandomSource, _WordSource, chacha20_fill
 
 __all__ = ["NoiseKey", "ExportedNoiseKey", "KeyedStream", "chacha_block", "segment_words", "draw_ids",
@@ -275,7 +275,7 @@ def _keystream_into(key: bytes, nonce: bytes, counter: int, skip: int, out: np.n
     enc = _rng._cipher(key, int(counter).to_bytes(4, "little") + nonce)
     if skip:  # the words of the first block before ours: computed and dropped
         enc.update_into(_rng._ZEROS_VIEW[: 8 * skip], bytearray(8 * skip))
-    view = memoryview(out.view(np.uint8))
+    view = out.view(np.uint8).data
     step = len(_rng._ZEROS_VIEW)
     for start in range(0, 8 * out.size, step):
         stop = min(8 * out.size, start + step)
@@ -318,7 +318,7 @@ class SegmentStream:
 
     def next_into(self, out: np.ndarray) -> None:
         """The next ``len(out)`` words of the run into ``out`` (contiguous uint64)."""
-        view = memoryview(out.view(np.uint8))
+        view = out.view(np.uint8).data
         step = len(_rng._ZEROS_VIEW)
         for start in range(0, view.nbytes, step):
             stop = min(view.nbytes, start + step)

@@ -32,6 +32,14 @@ that key:
   kernel by :func:`chacha_block` (a plain implementation of the RFC 8439 block function,
   tested word for word against OpenSSL's).
 
+How the words are computed does not change which words a draw gets: a run of consecutive
+draws (a level, a chunk of one) takes its segments from one OpenSSL context, 256 KiB at a
+time, each piece sampled while it is in cache (:class:`SegmentStream`; an OpenSSL context
+costs ~40 µs to set up, a word ~3 ns); scattered draws get theirs per run
+(:func:`segment_words`). Both compute the same keystream positions ``d·W ..`` of the same
+nonce, so the argument below covers them alike (tests/test_keyed_noise.py checks the two
+word for word).
+
 The samplers (:mod:`hierdp.mechanisms._samplers`) run each draw on its segment and, when
 it runs out, continue *that draw* on its extension exactly where it stopped (their state
 machines are resumable), so every draw consumes an unbounded stream of its own words.

@@ -1200,18 +1200,21 @@ def _fill_keyed_common(gauss, common, out, start, jbits, g0, gint, fnum, fden, m
     """:func:`_fill_keyed` with each draw first tried on its common path (``common``:
     :func:`_dlap_common` for ``gauss = 0``, :func:`_dg_common` for ``gauss = 2``); a draw
     that leaves it runs through :func:`_fill_keyed` from its start (``st[23] = 1`` while
-    it does, so that a call after a status 2/3/4 resumes it there). The same values."""
+    it does, so that a call after a status 2/3/4 resumes it there). The same values.
+    Without a common path, :func:`_fill_keyed` over all the draws at once."""
+    if not common:
+        return _fill_keyed(gauss, out, start, jbits, g0, gint, fnum, fden, mm, bb, inv_den, fuzz, fast, cb, words, seg,
+                           st, zi, zf, zthr, zalias, zhinv, keyw, n0x, draws, ext)
     n = out.shape[0]
     i = start
     while i < n:
         if st[23] == 0:
-            if common:
-                if gauss == 0:
-                    i = _dlap_common(out, i, words, seg, jbits, cb)
-                else:
-                    i = _dg_common(out, i, words, seg, zi, zthr, zalias, zhinv, zf[0], fuzz, zlo, zhi)
-                if i >= n:
-                    break
+            if gauss == 0:
+                i = _dlap_common(out, i, words, seg, jbits, cb)
+            else:
+                i = _dg_common(out, i, words, seg, zi, zthr, zalias, zhinv, zf[0], fuzz, zlo, zhi)
+            if i >= n:
+                break
             for t in range(st.shape[0]):
                 st[t] = 0
             st[0] = _ZA if gauss == 2 else _YB

@@ -311,7 +311,20 @@ class SegmentStream:
     after piece, from one OpenSSL context (set up once: ~40 µs). :meth:`next_into` writes
     the next ``len(out)`` words: a run is computed a cache-sized piece at a time, each
     piece sampled while it is in cache, instead of all at once (the same words as
-    :func:`segment_words`). Make one with :func:`segment_stream`."""
+    :func:`segment_words`: keystream words ``d0·seg ..`` of the kind-1 nonce, RFC 8439).
+    Make one with :func:`segment_stream`.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    n0 : int
+        The nonce's first word (:func:`nonce_word` of kind 1).
+    d0 : int
+        The first draw's global index.
+    seg : int
+        Words per segment.
+    """
 
     __slots__ = ("_enc",)
 
@@ -325,7 +338,13 @@ class SegmentStream:
             self._enc.update_into(_rng._ZEROS_VIEW[: 8 * (w & 7)], bytearray(8 * (w & 7)))
 
     def next_into(self, out: np.ndarray) -> None:
-        """The next ``len(out)`` words of the run into ``out`` (contiguous uint64)."""
+        """The next ``len(out)`` words of the run into ``out``.
+
+        Parameters
+        ----------
+        out : numpy.ndarray
+            Contiguous uint64, written in place.
+        """
         view = out.view(np.uint8).data
         step = len(_rng._ZEROS_VIEW)
         for start in range(0, view.nbytes, step):
@@ -337,7 +356,23 @@ def segment_stream(key: NoiseKey, n0: int, d0: int, n: int, seg: int) -> Segment
     """A :class:`SegmentStream` for the draws ``d0 .. d0 + n - 1``, or None when one OpenSSL
     context cannot serve them (a big-endian host; a run that crosses block 2**32·h, where the
     nonce's high part changes; a run too short to pay for the context): then use
-    :func:`segment_words`."""
+    :func:`segment_words`.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    n0 : int
+        The nonce's first word (:func:`nonce_word` of kind 1).
+    d0, n : int
+        The first draw's global index and the number of consecutive draws.
+    seg : int
+        Words per segment.
+
+    Returns
+    -------
+    SegmentStream or None
+    """
     if not np.little_endian or n * seg < _OPENSSL_MIN_WORDS or d0 < 0 or (d0 + n) * seg >= (1 << 62):
         return None
     if (d0 * seg) >> 35 != ((d0 + n) * seg - 1) >> 35:

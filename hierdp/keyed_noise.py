@@ -32,6 +32,14 @@ that key:
   kernel by :func:`chacha_block` (a plain implementation of the RFC 8439 block function,
   tested word for word against OpenSSL's).
 
+How the words are computed does not change which words a draw gets: a run of consecutive
+draws (a level, a chunk of one) takes its segments from one OpenSSL context, 256 KiB at a
+time, each piece sampled while it is in cache (:class:`SegmentStream`; an OpenSSL context
+costs ~40 µs to set up, a word ~3 ns); scattered draws get theirs per run
+(:func:`segment_words`). Both compute the same keystream positions ``d·W ..`` of the same
+nonce, so the argument below covers them alike (tests/test_keyed_noise.py checks the two
+word for word).
+
 The samplers (:mod:`hierdp.mechanisms._samplers`) run each draw on its segment and, when
 it runs out, continue *that draw* on its extension exactly where it stopped (their state
 machines are resumable), so every draw consumes an unbounded stream of its own words.
@@ -80,12 +88,14 @@ import struct
 
 import numpy as np
 
+from hierdp import rng as _rng
 from hierdp._engine import jit as _jit
 from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp.rng import RandomSource, _WordSource, chacha20_fill
 
 __all__ = ["NoiseKey", "ExportedNoiseKey", "KeyedStream", "chacha_block", "segment_words", "draw_ids",
+           "SegmentStream", "segment_stream",
            "KIND_SEGMENT", "KIND_EXTENSION", "KIND_NODE", "MAX_MEASUREMENT", "nonce_word"]
 
 KIND_SEGMENT, KIND_EXTENSION, KIND_NODE = 1, 2, 3
@@ -260,6 +270,26 @@ def _stream_runs(keyw, n0, word_starts, lengths, out):
                 w += 1
 
 
+def _keystream_into(key: bytes, nonce: bytes, counter: int, skip: int, out: np.ndarray) -> None:
+    """The ChaCha20 keystream of ``key``/``nonce`` from word ``skip`` (< 8) of block
+    ``counter`` on, written straight into ``out`` (contiguous uint64; no temporary: a fresh
+    buffer and a copy cost about as much as the keystream itself). The caller keeps the
+    block range inside the 32-bit counter."""
+    if not np.little_endian:  # pragma: no cover - big-endian hosts
+        buf = np.empty(skip + out.size, dtype=np.uint64)
+        chacha20_fill(key, nonce, counter, buf)
+        out[:] = buf[skip:]
+        return
+    enc = _rng._cipher(key, int(counter).to_bytes(4, "little") + nonce)
+    if skip:  # the words of the first block before ours: computed and dropped
+        enc.update_into(_rng._ZEROS_VIEW[: 8 * skip], bytearray(8 * skip))
+    view = out.view(np.uint8).data
+    step = len(_rng._ZEROS_VIEW)
+    for start in range(0, 8 * out.size, step):
+        stop = min(8 * out.size, start + step)
+        enc.update_into(_rng._ZEROS_VIEW[: stop - start], view[start:stop])
+
+
 def _openssl_run(key: NoiseKey, n0: int, word_start: int, out: np.ndarray) -> None:
     """Words ``[word_start, word_start + len(out))`` of the kind-1 stream ``n0`` by OpenSSL,
     split where the block index crosses a multiple of 2**32 (the nonce's ``hi`` changes)."""
@@ -270,13 +300,84 @@ def _openssl_run(key: NoiseKey, n0: int, word_start: int, out: np.ndarray) -> No
         hi, ctr = block >> 32, block & _MASK32
         stop = min(end, ((hi + 1) << 35))  # the last word of this 2**32-block span
         nonce = struct.pack("<III", n0, hi & _MASK32, hi >> 32)
-        head = pos & 7
         nb_words = stop - pos
-        buf = np.empty(head + nb_words, dtype=np.uint64)
-        chacha20_fill(key._key, nonce, ctr, buf)
-        out[o:o + nb_words] = buf[head:]
+        _keystream_into(key._key, nonce, ctr, pos & 7, out[o:o + nb_words])
         o += nb_words
         pos = stop
+
+
+class SegmentStream:
+    """The segments of the consecutive draws ``d0, d0 + 1, ...`` (``seg`` words each), piece
+    after piece, from one OpenSSL context (set up once: ~40 µs). :meth:`next_into` writes
+    the next ``len(out)`` words: a run is computed a cache-sized piece at a time, each
+    piece sampled while it is in cache, instead of all at once (the same words as
+    :func:`segment_words`: keystream words ``d0·seg ..`` of the kind-1 nonce, RFC 8439).
+    Make one with :func:`segment_stream`.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    n0 : int
+        The nonce's first word (:func:`nonce_word` of kind 1).
+    d0 : int
+        The first draw's global index.
+    seg : int
+        Words per segment.
+    """
+
+    __slots__ = ("_enc",)
+
+    def __init__(self, key: NoiseKey, n0: int, d0: int, seg: int) -> None:
+        w = d0 * seg
+        block = w >> 3
+        hi = block >> 32
+        nonce = struct.pack("<III", n0, hi & _MASK32, hi >> 32)
+        self._enc = _rng._cipher(key._key, int(block & _MASK32).to_bytes(4, "little") + nonce)
+        if w & 7:  # the words of the first block before d0's segment: computed and dropped
+            self._enc.update_into(_rng._ZEROS_VIEW[: 8 * (w & 7)], bytearray(8 * (w & 7)))
+
+    def next_into(self, out: np.ndarray) -> None:
+        """The next ``len(out)`` words of the run into ``out``.
+
+        Parameters
+        ----------
+        out : numpy.ndarray
+            Contiguous uint64, written in place.
+        """
+        view = out.view(np.uint8).data
+        step = len(_rng._ZEROS_VIEW)
+        for start in range(0, view.nbytes, step):
+            stop = min(view.nbytes, start + step)
+            self._enc.update_into(_rng._ZEROS_VIEW[: stop - start], view[start:stop])
+
+
+def segment_stream(key: NoiseKey, n0: int, d0: int, n: int, seg: int) -> SegmentStream | None:
+    """A :class:`SegmentStream` for the draws ``d0 .. d0 + n - 1``, or None when one OpenSSL
+    context cannot serve them (a big-endian host; a run that crosses block 2**32·h, where the
+    nonce's high part changes; a run too short to pay for the context): then use
+    :func:`segment_words`.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    n0 : int
+        The nonce's first word (:func:`nonce_word` of kind 1).
+    d0, n : int
+        The first draw's global index and the number of consecutive draws.
+    seg : int
+        Words per segment.
+
+    Returns
+    -------
+    SegmentStream or None
+    """
+    if not np.little_endian or n * seg < _OPENSSL_MIN_WORDS or d0 < 0 or (d0 + n) * seg >= (1 << 62):
+        return None
+    if (d0 * seg) >> 35 != ((d0 + n) * seg - 1) >> 35:
+        return None
+    return SegmentStream(key, n0, d0, seg)
 
 
 def segment_words(key: NoiseKey, n0: int, draws: np.ndarray, seg: int, out: np.ndarray | None = None) -> np.ndarray:

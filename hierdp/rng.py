@@ -103,6 +103,7 @@ _CHUNK = 1 << 20  # words per os.urandom call (8 MiB)
 _BLOCKS_PER_KEY = 1 << 27  # 2**30 words (8 GiB) per ChaCha20 key, far below the 2**32-block counter
 MAX_BLOCKS = 1 << 32  # the RFC 8439 block counter is one 32-bit word
 _ZEROS = bytes(1 << 20)  # plaintext: the keystream is the encryption of zeros (1 MiB at a time)
+_ZEROS_VIEW = memoryview(_ZEROS)  # sliced without a copy (a slice of the bytes copies up to 1 MiB a call)
 #: calls of :meth:`SecureRandom.words` for at most this many words are served from the buffer
 SMALL_WORDS = 256
 #: words per buffer reservation (64 KiB: computing them costs about one OpenSSL context set-up)
@@ -146,7 +147,7 @@ def chacha20_fill(key: bytes, nonce: bytes, counter: int, out: np.ndarray) -> np
         view = memoryview(dest)
         for start in range(0, dest.size, len(_ZEROS)):
             stop = min(dest.size, start + len(_ZEROS))
-            enc.update_into(_ZEROS[: stop - start], view[start:stop])
+            enc.update_into(_ZEROS_VIEW[: stop - start], view[start:stop])
     else:  # pragma: no cover - big-endian hosts
         out[:] = np.frombuffer(enc.update(bytes(dest.size)), dtype="<u8")
     return out

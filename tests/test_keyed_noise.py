@@ -490,3 +490,178 @@ def test_a_draw_continues_on_its_extension_exactly_where_its_segment_stopped(mon
         # a draw reached its extension iff another tail changes its value (up to coincidence)
         extended += S.sample_discrete_laplace(p, 1, _Concatenated(head, tail[::-1].copy()))[0] != want
     assert extended > 20  # the comparison covered many draws that went on to their extension
+
+
+# --------------------------------------------------------------------------------------
+# the common path and the streamed segments (issue 30 item 4: speed, the same values)
+# --------------------------------------------------------------------------------------
+def _machine_values(gauss, p, z, words, seg, n):
+    """Reference: every draw run by the state machine :func:`S._fill` alone from its start on
+    its segment (``None`` where it leaves its segment: those need the extension)."""
+    if gauss == 0:
+        jbits, g0, gint, fnum, fden = S._core(p.s, p.t)
+        cb, dg, zarrs = S._table(p.s, p.t, jbits, g0, S._TABLE_WORDS), (0, 1, 1), S._NO_ZIG
+    else:
+        jbits, g0, gint, fnum, fden = S._core(z.a.numerator, z.a.denominator)
+        cb = S._table(z.a.numerator, z.a.denominator, jbits, g0, S._TABLE_WORDS)
+        dg, zarrs = (p.mm, p.bb, p.den), (z.zi, z.zf, z.thr, z.alias, z.hinv)
+    out = np.zeros(n, np.int64)
+    got: list[int | None] = []
+    for i in range(n):
+        st = np.zeros(S._NSTATE, np.int64)
+        st[0] = S._ZA if gauss == 2 else S._YB
+        st[16] = i * seg
+        j, status = S._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
+                            True, cb, words, seg, st, *zarrs)
+        got.append(int(out[i]) if j > i and status in (0, 1) else None)
+    return got
+
+
+@pytest.mark.parametrize("gauss,param", [(0, 0.05), (0, 1.0), (0, 4.0), (0, 9.0), (2, 1.0), (2, 10.0), (2, 300.0)])
+def test_common_path_kernels_give_the_state_machines_values_draw_for_draw(gauss, param):
+    """The straight-line kernels (:func:`S._dlap_common`, :func:`S._dg_common`) against the
+    state machine run draw by draw on the same segments: they stop exactly at draws the
+    machine does not finish the common way, and give its value for every draw before;
+    restarted after each stop, they cover ~all draws (so the comparison is not vacuous)."""
+    n = 1500
+    if gauss == 0:
+        p, z = S.dlap_params(1 / param), None
+        seg = S.segment_length(0, p.s, p.t)
+        jbits = S._core(p.s, p.t)[0]
+        cb = S._table(p.s, p.t, jbits, S._core(p.s, p.t)[1], S._TABLE_WORDS)
+    else:
+        p = S.dgauss_params(param * param)
+        z = S._zig(p.t, p.mm, p.bb)
+        seg = S._zig_segment_length(z)
+    words = K.segment_words(KEY, K.nonce_word(K.KIND_SEGMENT, 9), np.arange(n), seg).view(np.int64)
+    ref = _machine_values(gauss, p, z, words, seg, n)
+    tables = [(S._NO_BOUNDS, S._NO_BOUNDS)]
+    if z is not None and z.zi[3] == 1:
+        tables.append(z.bounds(S._ACCEPT_FUZZ))
+    for run in (lambda f: f, interpreted):
+        for lo, hi in tables:
+            out = np.full(n, -(1 << 62), np.int64)
+            i = done = 0
+            while i < n:
+                if gauss == 0:
+                    j = run(S._dlap_common)(out, i, words, seg, jbits, cb)
+                else:
+                    j = run(S._dg_common)(out, i, words, seg, z.zi, z.thr, z.alias, z.hinv, float(z.zf[0]),
+                                          S._ACCEPT_FUZZ, lo, hi)
+                assert [int(v) for v in out[i:j]] == ref[i:j]
+                done += j - i
+                i = j + 1  # a draw the common path leaves: left to the state machine
+            assert done >= 0.99 * n
+
+
+@pytest.mark.parametrize("seg", [None, 1])
+def test_keyed_draws_are_the_same_with_and_without_the_common_path(monkeypatch, seg):
+    """The whole keyed sampler (compiled, and interpreted for a small request) with the
+    common path against the state machine only (``COMMON_PATH = False``), at census
+    parameters and with one-word segments (most draws leave the common path)."""
+    monkeypatch.setattr(S, "_SEG_WORDS", seg)
+    d = np.arange(3 * 10**9, 3 * 10**9 + 40_000)
+    for sub in (d, d[::37].copy()):
+        for eps in (0.1, 1.0, 4.0):
+            p = S.dlap_params(1 / eps)
+            monkeypatch.setattr(S, "COMMON_PATH", True)
+            a = S.sample_discrete_laplace_keyed(p, KEY, sub)
+            monkeypatch.setattr(S, "COMMON_PATH", False)
+            np.testing.assert_array_equal(a, S.sample_discrete_laplace_keyed(p, KEY, sub))
+        for sigma in (1.0, 32.0, 300.0):
+            g = S.dgauss_params(sigma * sigma)
+            monkeypatch.setattr(S, "COMMON_PATH", True)
+            a = S.sample_discrete_gaussian_keyed(g, KEY, sub)
+            monkeypatch.setattr(S, "COMMON_PATH", False)
+            np.testing.assert_array_equal(a, S.sample_discrete_gaussian_keyed(g, KEY, sub))
+
+
+def test_streamed_segments_are_the_segment_words_piece_by_piece():
+    n0 = K.nonce_word(K.KIND_SEGMENT, 5)
+    for seg, d0 in ((3, 7), (4, 0), (2, 12_345), (1, 3)):
+        n = 3000
+        ref = K.segment_words(KEY, n0, np.arange(d0, d0 + n), seg)
+        s = K.segment_stream(KEY, n0, d0, n, seg)
+        got = np.empty(n * seg, np.uint64)
+        cuts = [0, 1, 17, 600, 601, n * seg]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            s.next_into(got[a:b])
+        np.testing.assert_array_equal(got, ref)
+    # no single context across a change of the nonce's high part, nor for a short run
+    assert K.segment_stream(KEY, n0, (1 << 34) - 300, 600, 2) is None
+    assert K.segment_stream(KEY, n0, 0, 10, 2) is None
+
+
+def test_streamed_pieces_resume_a_stopped_draw_where_it_stopped(monkeypatch):
+    """Consecutive draws, segments streamed in tiny pieces, most candidates stopping for the
+    exact acceptance (status 4) and resumed: the same values as the same draws in another
+    order (their segments computed per run by :func:`K.segment_words`)."""
+    monkeypatch.setattr(S, "_PIECE_WORDS", 40)
+    monkeypatch.setattr(S, "_ACCEPT_FUZZ", 0.3)
+    monkeypatch.setattr(S, "_CHUNK_DRAWS", 2500)
+    p = S.dgauss_params(2.25)
+    d = np.arange(5 * 10**8, 5 * 10**8 + 6000)
+    x = S.sample_discrete_gaussian_keyed(p, KEY, d)
+    perm = np.random.default_rng(3).permutation(d.size)
+    np.testing.assert_array_equal(S.sample_discrete_gaussian_keyed(p, KEY, d[perm]), x[perm])
+    for eps in (0.5, 4.0):
+        q = S.dlap_params(1 / eps)
+        y = S.sample_discrete_laplace_keyed(q, KEY, d)
+        np.testing.assert_array_equal(S.sample_discrete_laplace_keyed(q, KEY, d[perm]), y[perm])
+
+
+def _chi2_counts(counts: np.ndarray, lo: int, pmf) -> float:
+    """Chi-square p-value of a histogram of integer draws (``counts[y - lo]``) against ``pmf``,
+    bins merged until each expects >= 50."""
+    from scipy import stats
+
+    n = counts.sum()
+    ys = np.arange(lo, lo + counts.size)
+    probs = np.array([pmf(int(y)) for y in ys])
+    probs = probs / probs.sum()  # the range covers all but a tail below 1e-17 (the caller checks no draw is in it)
+    obs, exp, acc_o, acc_e = [], [], 0.0, 0.0
+    for o, e in zip(counts, probs * n):
+        acc_o += o
+        acc_e += e
+        if acc_e >= 50:
+            obs.append(acc_o)
+            exp.append(acc_e)
+            acc_o = acc_e = 0.0
+    obs[-1] += acc_o
+    exp[-1] += acc_e
+    obs, exp = np.array(obs), np.array(exp)
+    return float(stats.chi2.sf(((obs - exp) ** 2 / exp).sum(), obs.size - 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,param", [("dlap", 4.0), ("dgauss", 1.0)])
+def test_keyed_samplers_match_the_exact_pmf_at_1e8_draws(kind, param):
+    """10^8 keyed draws (the common path and the state machine, as releases draw them) at
+    census parameters against the exact pmf: a bias of a few 1e-4 in any bin would show.
+    The two parameters where the common path does most (eps = 4: half the rounds end in
+    the "-0" rejection; sigma = 1: the padding slot, the zero drawn without a sign)."""
+    n, step = 10**8, 1 << 22
+    key = K.NoiseKey.from_seed(777)
+    if kind == "dlap":
+        p = S.dlap_params(1 / param)
+        q = math.exp(-p.s / p.t)
+        half = int(40 / (p.s / p.t)) + 5
+
+        def pmf(y):
+            return (1 - q) / (1 + q) * q ** abs(y)
+    else:
+        p = S.dgauss_params(param * param)
+        s2 = float(p.sigma2)
+        half = int(12 * math.sqrt(s2)) + 5
+        norm = sum(math.exp(-y * y / (2 * s2)) for y in range(-half, half + 1))
+
+        def pmf(y):
+            return math.exp(-y * y / (2 * s2)) / norm
+    counts = np.zeros(2 * half + 1, np.int64)
+    for a in range(0, n, step):
+        d = np.arange(a, min(n, a + step), dtype=np.int64)
+        x = (S.sample_discrete_laplace_keyed(p, key, d) if kind == "dlap" else S.sample_discrete_gaussian_keyed(p, key, d))
+        assert np.abs(x).max() <= half  # the table's tail beyond is below 1e-17
+        counts += np.bincount(x + half, minlength=2 * half + 1)
+    assert counts.sum() == n
+    assert _chi2_counts(counts, -half, pmf) > 1e-4

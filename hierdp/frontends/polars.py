@@ -36,6 +36,7 @@ Nothing here logs or prints a count; the numbers of dropped rows are private not
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -65,6 +66,7 @@ WORD_CHUNK = 1 << 16
 # internal column names (never shown)
 _ROW, _LEN, _SUM, _FSUM, _DROP = "__hierdp_row__", "__hierdp_rows__", "__hierdp_sum__", "__hierdp_fsum__", \
     "__hierdp_dropped__"
+_NODE, _CODE = "__hierdp_node__", "__hierdp_code__"
 
 
 def _missing(kind: str, name: str, columns: Sequence[str]) -> DataError:
@@ -191,6 +193,80 @@ class PolarsDPTree(TreeDoor):
         node, bad, problems = self._structure.locate_paths(frame)
         return node, bad, problems
 
+    def _labels_as(self, index: pd.Index, name: str) -> Any:
+        """The labels of a declared domain as a Polars Series of column ``name``'s type, when
+        a join on it matches exactly what the pandas door matches (text labels in a text
+        column, integer labels in an integer column); else None."""
+        dtype = self._schema[name]
+        values = index.to_numpy()
+        if dtype == pl.String and (pd.api.types.is_string_dtype(index.dtype) or index.dtype == object) and all(
+                isinstance(v, str) for v in values.tolist()):
+            return pl.Series(name, values.astype(object), dtype=pl.String)
+        if dtype.is_integer() and pd.api.types.is_integer_dtype(index.dtype):
+            try:  # labels outside the column type's range: the pandas placement decides
+                return pl.Series(name, values).cast(dtype, strict=True)
+            except pl.exceptions.PolarsError:
+                return None
+        return None
+
+    @functools.cached_property
+    def _key_tables(self) -> tuple[Any, list[Any]] | None:
+        """Polars tables that place in-domain rows by a join: the label path of every leaf at
+        the deepest level with its external node id, and each cell dimension's labels with
+        their codes. None when a join would not match like the pandas door (label types)."""
+        levels = self._structure._levels  # depth by depth: sorted (parent * n_labels + code) keys
+        columns: dict[str, np.ndarray] = {}
+        prev_offset = 0
+        for d, lo in enumerate(levels):
+            n = max(len(lo.index), 1)
+            parent, code = lo.keys // n, lo.keys % n
+            if d:
+                rows = parent - prev_offset
+                columns = {name: col[rows] for name, col in columns.items()}
+            columns[lo.name] = code
+            prev_offset = lo.offset
+        leaf = {}
+        for lo in levels:
+            labels = self._labels_as(lo.index, lo.name)
+            if labels is None:
+                return None
+            leaf[lo.name] = labels.gather(columns[lo.name])
+        last = levels[-1]
+        leaf[_NODE] = pl.Series(_NODE, last.offset + np.arange(last.keys.size, dtype=np.int64))
+        cell_tables = []
+        for name, idx in self.cells.items():
+            labels = self._labels_as(idx, name)
+            if labels is None:
+                return None
+            cell_tables.append(pl.DataFrame({name: labels, _CODE + name: np.arange(len(idx), dtype=np.int64)}))
+        return pl.DataFrame(leaf), cell_tables
+
+    def _place_grouped(self, grouped: Any) -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
+        """Place the grouped (path, cell) combinations: in-domain ones by a Polars join on the
+        public leaf paths and cell labels (leaves x cells rows at most), the others (none,
+        normally) by the pandas door's own placement, for its errors word for word.
+        Returns the combinations reordered, their keys, the out-of-domain mask and problems."""
+        keys = self._keys()
+        tables = self._key_tables
+        if tables is None:
+            return (grouped, *self._place(grouped.select(keys)))
+        leaf, cell_tables = tables
+        joined = grouped.join(leaf, on=list(self.levels), how="left")
+        flat = pl.col(_NODE)
+        for (name, idx), table in zip(self.cells.items(), cell_tables):
+            joined = joined.join(table, on=name, how="left")
+            flat = flat * len(idx) + pl.col(_CODE + name)
+        joined = joined.with_columns(flat.alias(_NODE))
+        matched = joined.filter(pl.col(_NODE).is_not_null())
+        rest = joined.filter(pl.col(_NODE).is_null())
+        key = matched[_NODE].to_numpy().astype(np.int64)
+        bad = np.zeros(key.size, bool)
+        problems: list[str] = []
+        if rest.height:
+            rkey, rbad, problems = self._place(rest.select(keys))
+            key, bad = np.r_[key, rkey], np.r_[bad, rbad]
+        return pl.concat([matched, rest]), key, bad, problems
+
     # -- contribution bounding ----------------------------------------------------------
     def _dropped_by_bound(self, rng: Any) -> tuple[Any, int]:
         """The level and cell values of the rows the pandas door's contribution bound drops
@@ -256,7 +332,7 @@ class PolarsDPTree(TreeDoor):
             minus = dropped.group_by(keys).agg(pl.len().cast(pl.Int64).alias(_DROP))
             grouped = (grouped.join(minus, on=keys, how="left", nulls_equal=True)
                        .with_columns(pl.col(_LEN) - pl.col(_DROP).fill_null(0)).filter(pl.col(_LEN) > 0))
-        key, bad, problems = self._place(grouped.select(keys))
+        grouped, key, bad, problems = self._place_grouped(grouped)
         rows = grouped[_LEN].to_numpy()
         if bad.any():
             if self.unknown == "raise":

@@ -109,6 +109,6 @@ if __name__ == "__main__":
             _make(n, folder)
     release(str(folder), bound=False, seed=1)  # warm up: numba kernels, the geography cache
     for bound in (False, True):
-        f = min(_time(floor, str(folder)) for _ in range(3))
-        r = min(_time(release, str(folder), bound=bound, seed=1) for _ in range(3))
+        f = min(_time(floor, str(folder)) for _ in range(2))
+        r = min(_time(release, str(folder), bound=bound, seed=1) for _ in range(2))
         print(f"polars n={n:.0e} bound={bound}: release {r:.2f} s, floor (group-by) {f:.2f} s, ratio {r / f:.2f}x")

@@ -1,8 +1,8 @@
 """The front door: what every input type provides, and the one release path they all take.
 
 A *door* turns one kind of input (a pandas DataFrame or Series, an xarray DataArray or
-Dataset, a Dask DataFrame, a Parquet/CSV dataset path, points, sequences, a taxonomy, mixed
-attributes; Spark and Polars next) into true counts on a structure, and releases them through
+Dataset, a Dask DataFrame, a Polars DataFrame or LazyFrame, a Parquet/CSV dataset path, points,
+sequences, a taxonomy, mixed attributes; Spark next) into true counts on a structure, and releases them through
 :func:`release_path`. Every door speaks the same release language:
 
 * ``epsilon`` / ``delta`` / ``rho`` — the privacy loss (pure ε, (ε, δ) or ρ-zCDP);

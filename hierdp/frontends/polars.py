@@ -242,21 +242,23 @@ class PolarsDPTree(TreeDoor):
         return pl.DataFrame(leaf), cell_tables
 
     def _place_grouped(self, grouped: Any) -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
-        """Place the grouped (path, cell) combinations: in-domain ones by a Polars join on the
-        public leaf paths and cell labels (leaves x cells rows at most), the others (none,
-        normally) by the pandas door's own placement, for its errors word for word.
+        """Run the grouped (path, cell) combinations (a lazy query) and place them: in-domain
+        ones by a Polars join on the public leaf paths and cell labels (in the same query), the
+        others (none, normally) by the pandas door's own placement, for its errors word for word.
         Returns the combinations reordered, their keys, the out-of-domain mask and problems."""
         keys = self._keys()
         tables = self._key_tables
         if tables is None:
+            grouped = self._collect(grouped)
             return (grouped, *self._place(grouped.select(keys)))
         leaf, cell_tables = tables
-        joined = grouped.join(leaf, on=list(self.levels), how="left")
+        joined = grouped.join(leaf.lazy(), on=list(self.levels), how="left")
         flat = pl.col(_NODE)
         for (name, idx), table in zip(self.cells.items(), cell_tables):
-            joined = joined.join(table, on=name, how="left")
+            joined = joined.join(table.lazy(), on=name, how="left")
             flat = flat * len(idx) + pl.col(_CODE + name)
-        joined = joined.with_columns(flat.alias(_NODE))
+        # one query: the group-by and the joins of its (path, cell) rows, run by the engine in one go
+        joined = self._collect(joined.with_columns(flat.alias(_NODE)))
         matched = joined.filter(pl.col(_NODE).is_not_null())
         rest = joined.filter(pl.col(_NODE).is_null())
         key = matched[_NODE].to_numpy().astype(np.int64)
@@ -327,10 +329,10 @@ class PolarsDPTree(TreeDoor):
             lf = lf.filter(pl.col(self.count) != 0)  # zero-count rows count nothing and are never out of domain
             aggs += [pl.col(self.count).cast(pl.Int64).sum().alias(_SUM),
                      pl.col(self.count).cast(pl.Float64).sum().alias(_FSUM)]
-        grouped = self._collect(lf.group_by(keys).agg(aggs))  # THE count: one group-by of the records
+        grouped = lf.group_by(keys).agg(aggs)  # THE count: one group-by of the records (run below, once)
         if dropped is not None:  # take the rows the bound drops off their paths (bound and count exclude)
             minus = dropped.group_by(keys).agg(pl.len().cast(pl.Int64).alias(_DROP))
-            grouped = (grouped.join(minus, on=keys, how="left", nulls_equal=True)
+            grouped = (grouped.join(minus.lazy(), on=keys, how="left", nulls_equal=True)
                        .with_columns(pl.col(_LEN) - pl.col(_DROP).fill_null(0)).filter(pl.col(_LEN) > 0))
         grouped, key, bad, problems = self._place_grouped(grouped)
         rows = grouped[_LEN].to_numpy()

@@ -299,3 +299,24 @@ def test_spec_engine_polars_refuses_what_it_cannot_do(tmp_path):
     spec.write_text(SPEC.format(path="r.csv", extra=", engine: polars, filter: [{column: age, op: '<', value: 2}]"))
     with pytest.raises(SpecError, match="engine: polars counts every record of the files; source.filter"):
         validate(spec)
+
+
+def test_spec_engine_polars_dataset_output_equals_the_pandas_one(people, tmp_path):
+    from hierdp.spec.runner import release_dataset_spec
+
+    records = tmp_path / "records"
+    records.mkdir()
+    frame = people.with_columns(pl.col("county").fill_null("010"))
+    for i in range(2):
+        frame.slice(1500 * i, 1500).write_parquet(records / f"p{i}.parquet")
+    text = SPEC.replace("privacy: {{epsilon: 1, unit: pid, max_contributions: 2}}",
+                        "privacy: {{epsilon: 1}}\nexecution: {{split: state, workers: 1}}")
+    out = {}
+    for engine in ("pandas", "polars"):
+        spec = tmp_path / f"{engine}.yaml"
+        spec.write_text(text.format(path="records/*.parquet", extra=f", engine: {engine}"))
+        release_dataset_spec(spec, tmp_path / f"{engine}-out", seed=3)
+        out[engine] = pd.read_parquet(tmp_path / f"{engine}-out").sort_values(["level", *LEVELS, "age", "sex"],
+                                                                                ignore_index=True)
+    assert len(out["polars"]) == (1 + 3 + 6) * 6
+    pd.testing.assert_frame_equal(out["polars"], out["pandas"])

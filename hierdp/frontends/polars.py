@@ -66,7 +66,7 @@ WORD_CHUNK = 1 << 16
 # internal column names (never shown)
 _ROW, _LEN, _SUM, _FSUM, _DROP = "__hierdp_row__", "__hierdp_rows__", "__hierdp_sum__", "__hierdp_fsum__", \
     "__hierdp_dropped__"
-_NODE, _CODE = "__hierdp_node__", "__hierdp_code__"
+_NODE, _CODE, _K1, _K2 = "__hierdp_node__", "__hierdp_code__", "__hierdp_key1__", "__hierdp_key2__"
 
 
 def _missing(kind: str, name: str, columns: Sequence[str]) -> DataError:
@@ -286,19 +286,17 @@ class PolarsDPTree(TreeDoor):
             return None, 0  # every unit keeps all its rows (the pandas draw keeps them all too)
         n = int(sizes[_LEN].sum())
         rows = self._collect(self._lf.with_row_index(_ROW).join(over.lazy().select(unit), on=unit, how="semi")
-                             .select([_ROW, unit, *self._keys()])).sort(_ROW)
+                             .select([_ROW, unit, *self._keys()]))
         positions = rows[_ROW].to_numpy().astype(np.int64)
-        k1 = _words_at(rng, n, positions)  # the pandas door's rng.words(n), at these rows
-        k2 = _words_at(rng, n, positions)  # and its second rng.words(n)
-        codes = pd.factorize(rows[unit].to_numpy())[0].astype(np.int64)
-        m = positions.size
-        order = np.lexsort((k2, k1, codes))  # within a unit: key1, key2, then position (rows are in order)
-        sorted_codes = codes[order]
-        starts = np.r_[0, np.flatnonzero(np.diff(sorted_codes)) + 1]
-        rank = np.arange(m) - np.repeat(starts, np.diff(np.r_[starts, m]))
-        drop = np.ones(m, bool)
-        drop[order[rank < c]] = False
-        return rows.filter(pl.Series(drop)).select(self._keys()), int(drop.sum())
+        by_position = np.argsort(positions, kind="stable")
+        k1 = np.empty(positions.size, np.uint64)
+        k2 = np.empty(positions.size, np.uint64)
+        k1[by_position] = _words_at(rng, n, positions[by_position])  # the pandas door's rng.words(n), here
+        k2[by_position] = _words_at(rng, n, positions[by_position])  # and its second rng.words(n)
+        # within a unit the c rows of smallest (key1, key2, position) stay: the pandas door's ranking
+        ranked = rows.with_columns(pl.Series(_K1, k1), pl.Series(_K2, k2)).sort([unit, _K1, _K2, _ROW])
+        drop = ranked.select(pl.int_range(pl.len()).over(unit) >= c).to_series()
+        return ranked.filter(drop).select(self._keys()), int(drop.sum())
 
     # -- what a door provides ------------------------------------------------------------
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:

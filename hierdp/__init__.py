@@ -10,7 +10,7 @@ xarray and Dask objects are the idiomatic form), the doors without a public tree
 :func:`release_mixed`) and their results (:class:`PointsResult`, :class:`SequenceResult`,
 :class:`RegionsResult`, all :class:`ReleaseResult`). Importing hierdp registers the
 ``.dptree`` accessor on pandas and xarray objects (and on Dask DataFrames once
-``dask.dataframe`` is imported).
+``dask.dataframe`` is imported, on Polars DataFrames and LazyFrames once ``polars`` is).
 """
 
 from __future__ import annotations
@@ -136,7 +136,8 @@ _state = {"loaded": False, "loading": False}
 
 def _load() -> None:
     """Import the library: its public names, ``.dptree`` on pandas and xarray objects, and
-    ``ddf.dptree`` once dask.dataframe is imported. ``import hierdp`` runs it, except when
+    ``ddf.dptree`` once dask.dataframe is imported (``.dptree`` on Polars frames once polars
+    is). ``import hierdp`` runs it, except when
     the process is the ``hierdp`` command (see :func:`_started_as_command`)."""
     if _state["loaded"] or _state["loading"]:
         return
@@ -148,6 +149,7 @@ def _load() -> None:
         from hierdp.accounting import PrivacyLoss
         from hierdp.evaluation import evaluate
         from hierdp.frontends._dask_hook import install as install_dask_frontend
+        from hierdp.frontends._dask_hook import install_polars as install_polars_frontend
         from hierdp.frontends.base import dptree
         from hierdp.frontends.pandas import DPTree
         from hierdp.frontends.points import PointsResult, release_points
@@ -163,6 +165,7 @@ def _load() -> None:
         from hierdp.tree import Tree
 
         install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)
+        install_polars_frontend()  # .dptree on Polars frames once polars is imported (not before)
         globals().update(get_threads=get_threads, set_threads=set_threads, evaluate=evaluate, DPTree=DPTree,
                          Ledger=Ledger, Sensitivity=Sensitivity, postprocess=postprocess, release=release,
                          Estimate=Estimate, Measurements=Measurements, ReleaseResult=ReleaseResult,

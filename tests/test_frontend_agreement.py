@@ -54,6 +54,14 @@ def test_one_out_of_domain_error_with_dask(people):
     assert got == want
 
 
+def test_one_out_of_domain_error_with_polars(people):
+    pl = pytest.importorskip("polars")
+    want = _error(lambda: people.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS).true_counts())
+    frame = pl.from_pandas(people)
+    for data in (frame, frame.lazy()):
+        assert _error(lambda d=data: d.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS).true_counts()) == want
+
+
 def test_dropped_rows_have_one_private_note_name_and_meaning(people):
     # pandas pre-aggregated rows, and xarray (path, cell) entries, are the same rows of counts:
     # (A, q, F) and (A, q, M) -> 2 rows dropped, whichever container they came in
@@ -123,6 +131,17 @@ def test_a_total_above_2_53_is_refused_alike_and_never_wraps_around():
     with pytest.raises(DataError) as info:
         da.dptree({"state": ["A"], "county": counties}).true_counts()
     assert str(info.value) == rules.value_range_problem((n // 2) * 2 ** 53, "the total of the counts")
+
+
+def test_a_total_above_2_53_is_refused_by_polars_too():
+    pl = pytest.importorskip("polars")
+    n = 2048
+    frame = pl.DataFrame({"state": ["A"] * n, "county": ["x"] * n, "sex": ["F"] * n, "n": [2 ** 53] * n})
+    want = rules.value_range_problem(n * 2 ** 53, "the total of the counts")
+    for data in (frame, frame.lazy()):  # int64 sums in Polars wrap around to 0: the float total catches it
+        with pytest.raises(DataError) as info:
+            data.dptree(levels=LEVELS, domains=DOMAINS, count="n", cells=CELLS).true_counts()
+        assert str(info.value) == want
 
 
 def test_a_total_above_2_53_is_refused_by_dask_too():

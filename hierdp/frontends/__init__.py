@@ -8,6 +8,8 @@
 * :mod:`hierdp.frontends.pandas` — ``.dptree`` on DataFrames and Series (registered on import).
 * :mod:`hierdp.frontends.xarray` — ``.dptree`` on DataArrays and Datasets.
 * :mod:`hierdp.frontends.dask` — ``.dptree`` on Dask DataFrames.
+* :mod:`hierdp.frontends.polars` — ``.dptree`` on Polars DataFrames and LazyFrames, counted
+  in Polars' engine (registered when polars is imported).
 * :mod:`hierdp.frontends.dataset` — ``hierdp.dptree("records/", ...)`` on Parquet/CSV files,
   counted out of core in DuckDB.
 * :mod:`hierdp.frontends.points` — coordinates in a public box: private spatial

@@ -1,8 +1,8 @@
 """The front door: what every input type provides, and the one release path they all take.
 
 A *door* turns one kind of input (a pandas DataFrame or Series, an xarray DataArray or
-Dataset, a Dask DataFrame, a Parquet/CSV dataset path, points, sequences, a taxonomy, mixed
-attributes; Spark and Polars next) into true counts on a structure, and releases them through
+Dataset, a Dask DataFrame, a Polars DataFrame or LazyFrame, a Parquet/CSV dataset path, points,
+sequences, a taxonomy, mixed attributes; Spark next) into true counts on a structure, and releases them through
 :func:`release_path`. Every door speaks the same release language:
 
 * ``epsilon`` / ``delta`` / ``rho`` — the privacy loss (pure ε, (ε, δ) or ρ-zCDP);
@@ -263,6 +263,7 @@ def spent_text(spent: Sequence[Mapping[str, Any]]) -> str:
 _DOORS: list[tuple[str, Callable[[Any], bool], Callable[..., Any]]] = []
 #: top-level module of an input type -> the hierdp module that registers its door on import
 _LAZY_DOORS: dict[str, str] = {"dask": "hierdp.frontends.dask", "xarray": "hierdp.frontends.xarray",
+                                "polars": "hierdp.frontends.polars",
                                 # a path (str or pathlib.Path): a Parquet/CSV dataset on disk
                                 "builtins": "hierdp.frontends.dataset", "pathlib": "hierdp.frontends.dataset"}
 

@@ -210,8 +210,8 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if eps is not None and eps > _LARGE_EPSILON:
             self.warnings.append(f"privacy.epsilon = {eps:g} is unusually large (> {_LARGE_EPSILON:g}): "
                                  "the release protects individuals only weakly")
-        if src["engine"] == "duckdb":
-            self.check_dataset_engine(levels, cells, decomposition)
+        if src["engine"] in ("duckdb", "polars"):
+            self.check_dataset_engine(levels, cells, decomposition, src["engine"])
         if self.issues:
             return None
         spec = ReleaseSpec(

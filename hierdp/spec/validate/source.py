@@ -42,6 +42,17 @@ class SourceChecks(Context):
             problem = _duckdb_problem()
             if problem is not None:
                 self.err(("source", "engine"), problem)
+        if out["engine"] == "polars":
+            if "demo" in s:
+                self.err(("source", "engine"), "engine: polars reads source files (source.path); a bundled demo is "
+                                               "read in memory: remove `engine: polars`", prefer_key=True)
+            if s.get("filter"):
+                self.err(("source", "filter"), "engine: polars counts every record of the files; source.filter "
+                                               "is not supported there: filter the files first, or remove "
+                                               "`engine: polars`", prefer_key=True)
+            problem = _polars_problem()
+            if problem is not None:
+                self.err(("source", "engine"), problem)
         path, demo = get(s, "path", str), get(s, "demo", str)
         out["columns"] = get(s, "columns", list)
         out["count"] = get(s, "count", str)
@@ -72,7 +83,7 @@ class SourceChecks(Context):
                 return out
             if self.check_files:
                 self.header = _demo_columns(demo)
-        elif path is not None and out["engine"] == "duckdb" and self.resolve(path).is_dir():
+        elif path is not None and out["engine"] in ("duckdb", "polars") and self.resolve(path).is_dir():
             # a folder of parts: every Parquet/CSV file in it (the dataset door's rule)
             try:
                 files, fmt_found = dataset_files(self.resolve(path), get(s, "format", str))
@@ -114,12 +125,16 @@ class SourceChecks(Context):
         return out
 
 
-    def check_dataset_engine(self, levels: Any, cells: Any, decomposition: Any) -> None:
+    def check_dataset_engine(self, levels: Any, cells: Any, decomposition: Any, engine: str = "duckdb") -> None:
         """What ``engine: duckdb`` (the dataset door) does not do: a spatial decomposition,
-        and level or cell columns read under another name."""
+        and level or cell columns read under another name; ``engine: polars`` (the Polars
+        door) reads no decomposition either."""
         if decomposition is not None:
-            self.err(("source", "engine"), "engine: duckdb counts records on a declared hierarchy; a decomposition "
-                                           "reads the points in memory: remove `engine: duckdb`", prefer_key=True)
+            self.err(("source", "engine"), f"engine: {engine} counts records on a declared hierarchy; a "
+                                           f"decomposition reads the points in memory: remove `engine: {engine}`",
+                     prefer_key=True)
+        if engine != "duckdb":
+            return
         for item in [*(levels or []), *(cells or [])]:
             if getattr(item, "column", None) != getattr(item, "name", None):
                 self.err(("source", "engine"), f"engine: duckdb reads each level and cell column under its own name; "
@@ -135,6 +150,16 @@ def _dask_problem() -> str | None:
     except ImportError:
         return ("engine: dask needs the optional package dask (dask.dataframe); install it with: "
                 "pip install 'hierdp[dask]' (or remove `engine: dask` to read the source with pandas)")
+    return None
+
+
+def _polars_problem() -> str | None:
+    """Why ``engine: polars`` cannot run here (polars missing), else None."""
+    try:
+        import polars  # noqa: F401
+    except ImportError:
+        return ("engine: polars needs the optional package polars; install it with: "
+                "pip install 'hierdp[polars]' (or remove `engine: polars` to read the source with pandas)")
     return None
 
 

@@ -26,6 +26,7 @@ from scipy.special import logsumexp
 import hierdp
 from hierdp.accountants import (
     ANALYTIC,
+    APPROX,
     BASIC,
     DISCRETE,
     GRID_DELTA_MARGIN,
@@ -215,8 +216,11 @@ def test_pure_releases_report_the_same_epsilon_by_basic_composition():
         r = hierdp.release(tree, v, epsilon=0.7, mechanism=mech, seed=2)
         assert r.ledger.epsilon == 0.7 and r.ledger.guarantee == "pure" and r.ledger.certified_by == BASIC
         assert r.ledger.epsilon_at(1e-9) == 0.7
+    g = hierdp.release(tree, v, plan={"name": "ghazi", "alpha": 0.5}, seed=2,
+                       epsilon=hierdp.PrivacyLoss(epsilon=1.0, delta=1e-6, accountant="zcdp"))
+    assert (g.ledger.epsilon, g.ledger.certified_by) == (1.0, BASIC)  # the Ghazi plan as before issue 34
     g = hierdp.release(tree, v, epsilon=1.0, delta=1e-6, plan={"name": "ghazi", "alpha": 0.5}, seed=2)
-    assert (g.ledger.epsilon, g.ledger.certified_by) == (1.0, BASIC)
+    assert g.ledger.epsilon < 1.0 and g.ledger.certified_by == APPROX  # its steps composed optimally
 
 
 def test_rho_requests_are_unchanged():
@@ -349,7 +353,7 @@ def test_compose_ledgers_tight_is_the_analytic_curve_plus_basic():
     assert compose([led["laplace"], led["gaussian"]], 2e-6, accountant="basic") == \
         {"epsilon": 2.0, "delta": 1e-6, "accountant": BASIC}
     # the discrete Gaussian and the Ghazi plan enter at their own (ε, δ): basic
-    assert compose([led["dgauss"], led["ghazi"]], 2e-6)["epsilon"] == 2.0
+    assert compose([led["dgauss"], led["ghazi"]], 2e-6)["epsilon"] == 1.0 + led["ghazi"].epsilon
 
 
 def test_compose_ledgers_by_pld_is_tighter_and_refuses_incomplete_ledgers():

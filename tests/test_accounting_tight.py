@@ -383,8 +383,12 @@ def test_session_composes_gaussian_releases_on_their_exact_curve():
     with pytest.raises(BudgetError, match="would take the session to epsilon=2.04"):
         hierdp.release(tree, v, epsilon=1.0, delta=5e-7, mechanism="gaussian", seed=4, session=s)
     r = hierdp.release(tree, v, epsilon=0.1, mechanism="discrete_laplace", seed=5, session=s)
-    assert s.spent["epsilon"] == pytest.approx(0.1 + gaussian_epsilon(mu, 1e-6 * (1 - GRID_DELTA_MARGIN)))
-    assert "analytic Gaussian (Balle & Wang 2018) for its Gaussian releases" in r.ledger.notes[-1]
+    # a released discrete Laplace release joins the Gaussian ones on their exact joint curve (tests/test_session_tight.py)
+    k = len(r.ledger.levels)
+    assert all(ls.budget == pytest.approx(0.1 / k) for ls in r.ledger.levels)
+    assert s.spent["epsilon"] < 0.1 + gaussian_epsilon(mu, 1e-6 * (1 - GRID_DELTA_MARGIN))
+    assert _mixed_exact_delta(s.spent["epsilon"], k, 0.1 / k, mu) <= 1e-6 * (1 - GRID_DELTA_MARGIN)
+    assert "exact discrete Laplace + analytic Gaussian curve" in r.ledger.notes[-1]
     # the old calibration composes as before: ε and δ add up
     old = hierdp.Session(epsilon=2.0, delta=1e-6)
     for i in range(2):

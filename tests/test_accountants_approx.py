@@ -153,7 +153,10 @@ def test_ghazi_reports_a_tighter_epsilon_at_the_same_delta_with_the_same_noise(e
     sch = gz.ghazi_schedule(eps, dlt, 0.5, 0.05, tree.n_levels)
     parts = gz.schedule_steps(sch)
     assert L.epsilon == approx_epsilon(parts, dlt)
-    assert math.fsum(e * n for e, _, n in parts) <= eps and math.fsum(d * n for _, d, n in parts) <= dlt
+    # every step the plan can run (max_steps of them): basic composition of the parts is the requested (ε, δ)
+    assert len(parts) == 1 + 2 * sch.max_steps and sum(n for _, _, n in parts) == 1 + (1 + sch.c) * sch.max_steps
+    assert eps * (1 - 1e-9) <= math.fsum(e * n for e, _, n in parts) <= eps
+    assert dlt * (1 - 1e-9) <= math.fsum(d * n for _, d, n in parts) <= dlt
     other = hierdp.release(tree, v * 3, plan=plan, epsilon=eps, delta=dlt, seed=4)
     assert other.ledger.epsilon == L.epsilon  # whatever the counts (and however many steps ran)
     assert L.epsilon_at(2 * dlt) == L.epsilon

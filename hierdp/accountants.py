@@ -28,6 +28,13 @@ The accountants a release can be certified by (their names are what the ledger s
   many values (:func:`discrete_laplace_loss`), the Gaussian part's is N(μ²/2, μ²), and
   δ(ε) = E[(1 - e^{ε - L})₊] is a finite sum of analytic-Gaussian terms at shifted ε
   (:func:`mixed_delta`, :func:`mixed_epsilon`).
+* :data:`APPROX` — the optimal composition of (ε, δ)-DP steps (Kairouz, Oh & Viswanath
+  2015, Thm 3.3 for equal steps; Murtagh & Vadhan 2016 for unequal ones): each step
+  enters by the canonical pair that dominates *every* (ε, δ)-DP mechanism (its privacy
+  loss is +∞ with probability δ, else ±ε), so what is certified holds for any mechanisms
+  with those guarantees, adaptively chosen. δ(ε) = 1 - Π(1 - δⱼ) + Π(1 - δⱼ)·δ_pure(ε),
+  δ_pure the curve of the ±εⱼ losses, summed on a grid with every loss rounded up
+  (:func:`approx_delta`, :func:`approx_epsilon`). Used for the Ghazi plan.
 * :data:`PLD` — privacy-loss distributions through Google's ``dp-accounting`` (optional:
   ``pip install "hierdp[accounting]"``), for compositions of different mechanisms
   (discrete Laplace, Gaussian and discrete Gaussian measurements):
@@ -41,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -51,7 +59,7 @@ from hierdp.errors import BudgetError
 
 __all__ = ["BASIC", "ZCDP", "ANALYTIC", "DISCRETE", "MIXED", "PLD", "discrete_laplace_loss", "mixed_delta",
            "mixed_epsilon", "discrete_gaussian_delta", "discrete_gaussian_rho",
-           "ACCOUNTANTS", "GRID_DELTA_MARGIN", "gaussian_log_delta",
+           "APPROX", "approx_delta", "approx_epsilon", "ACCOUNTANTS", "GRID_DELTA_MARGIN", "gaussian_log_delta",
            "gaussian_delta", "gaussian_epsilon", "gaussian_mu", "cks_epsilon", "cks_rho", "bs16_rho",
            "Measured", "pld_epsilon", "pld_delta", "accounting_text", "PLD_INSTALL"]
 
@@ -61,6 +69,7 @@ ANALYTIC = "analytic Gaussian (Balle & Wang 2018)"
 PLD = "PLD (dp-accounting)"
 DISCRETE = "exact discrete Gaussian curve (Canonne, Kamath & Steinke 2020)"
 MIXED = "exact discrete Laplace + analytic Gaussian curve"
+APPROX = "optimal composition of (ε, δ) steps (Kairouz, Oh & Viswanath 2015)"
 
 #: what a user may ask a release for: ``"tight"`` (default for (ε, δ) requests: the exact
 #: curve of the noise where it is known, else the tightest proven zCDP conversion) or
@@ -512,6 +521,148 @@ def mixed_epsilon(laplace: Sequence[tuple[float, int, int]], mu: float, delta: f
     return hi
 
 
+# -- (ε, δ) steps: the optimal composition of their canonical pairs -------------------------
+#: grid points per pass of :func:`approx_epsilon` (each pass narrows the range of ε it spans)
+APPROX_BINS = 1 << 17
+#: relative slack on the summed pure part (float rounding of the probabilities and of the sum)
+_APPROX_RTOL = 1e-9
+
+
+def _approx_parts(parts: Sequence[tuple[float, float, int]]) -> tuple[list[tuple[float, int]], Fraction, Fraction]:
+    """Validated (ε, count) of the pure parts, Σ count·ε and 1 - Π (1 - δ)^count, both exact."""
+    pure: list[tuple[float, int]] = []
+    e_sum, keep = Fraction(0), Fraction(1)
+    for eps, dlt, count in parts:
+        eps, dlt = float(eps), float(dlt)
+        if not (eps >= 0 and math.isfinite(eps)) or not (0 <= dlt < 1) or int(count) != count or count < 0:
+            raise BudgetError(f"an (ε, δ) step needs ε >= 0 finite, 0 <= δ < 1 and an integer count >= 0, got "
+                              f"ε={eps!r:.30}, δ={dlt!r:.30}, count={count!r:.30}")
+        if not count:
+            continue
+        if eps > 0:
+            pure.append((eps, int(count)))
+            e_sum += Fraction(eps) * int(count)
+        if dlt > 0:
+            keep *= (1 - Fraction(dlt)) ** int(count)
+    return pure, e_sum, 1 - keep
+
+
+def _up(x: Fraction) -> float:
+    """The smallest float >= x."""
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
+def _approx_grid(pure: list[tuple[float, int]], e_up: float, eps0: float,
+                 bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pure part's privacy loss where it can exceed ``eps0``, on a grid, rounded up.
+
+    Step j's loss is εⱼ - 2εⱼBⱼ, Bⱼ ~ Bernoulli(1/(1 + e^{εⱼ})) (the canonical ε-DP pair).
+    The total is E - 2D, E = Σ εⱼ, D = Σ εⱼBⱼ; with each εⱼ in D rounded *down* to the grid
+    h = (E - ε₀)/(2·bins) the loss only grows (δ only grows), and D is accumulated step by
+    step (a two-point shift-add: non-negative sums, no FFT), dropping D > (E - ε₀)/2, whose
+    loss is below ε₀ and stays there (D only grows). Returns the losses (each raised by
+    10⁻¹² relative for the float rounding) and their probabilities; the dropped mass is
+    not there (it adds nothing to δ(ε) at ε >= ε₀)."""
+    t = (e_up - eps0) / 2.0
+    h = t / bins
+    hf = Fraction(h)
+    p = np.zeros(bins + 1)
+    p[0] = 1.0
+    for eps, count in pure:
+        k = math.floor(Fraction(eps) / hf)  # k·h <= ε exactly
+        if k == 0 or k > bins:
+            if k > bins:  # a flip drops below ε₀: only the no-flip part stays
+                p *= (1.0 / (1.0 + math.exp(-eps))) ** count
+            continue
+        q = 1.0 / (1.0 + math.exp(eps))
+        for _ in range(count):
+            moved = q * p[:bins + 1 - k]
+            p *= 1.0 - q
+            p[k:] += moved
+    loss = e_up - 2.0 * h * np.arange(bins + 1, dtype=np.float64)
+    return loss + 1e-12 * (1.0 + np.abs(loss)), p
+
+
+def _approx_pure_delta(eps: float, loss: np.ndarray, p: np.ndarray) -> float:
+    """Σ p·(1 - e^{ε - loss})₊ raised for float rounding."""
+    x = np.minimum(eps - loss, 0.0)
+    return float(np.sum(p * -np.expm1(x))) * (1.0 + _APPROX_RTOL) + 1e-300 * p.size
+
+
+def approx_delta(epsilon: float, parts: Sequence[tuple[float, float, int]], *, bins: int = APPROX_BINS) -> float:
+    """An upper bound on δ(ε) of the adaptive composition of (ε, δ)-DP steps.
+
+    ``parts``: (εⱼ, δⱼ, countⱼ), ``countⱼ`` steps each (εⱼ, δⱼ)-DP. Every (ε, δ)-DP
+    mechanism is a post-processing of the canonical pair (Kairouz, Oh & Viswanath 2015,
+    Thm 2.4): privacy loss +∞ with probability δ, else +ε with probability e^ε/(1 + e^ε)
+    and -ε otherwise. Their composition's curve is (ibid. Thm 3.3; Murtagh & Vadhan 2016
+    for unequal steps)
+
+        δ(ε) = 1 - Π(1 - δⱼ) + Π(1 - δⱼ)·E[(1 - e^{ε - L})₊],  L = Σ ±εⱼ,
+
+    and by the adaptive composition theorem for dominating pairs (Dong, Roth & Su 2022,
+    Thm 3.2; concurrent interactive steps: Vadhan & Zhang 2023) it bounds any adaptive
+    composition of such steps. Here Π(1 - δⱼ) is exact (rationals), the expectation is
+    summed on a grid with each loss rounded up (:func:`_approx_grid`): the result is never
+    below the true δ(ε)."""
+    eps = float(epsilon)
+    pure, e_sum, dl = _approx_parts(parts)
+    e_up = _up(e_sum)
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise BudgetError(f"the (ε, δ) composition needs a finite ε >= 0, got {eps!r:.30}")
+    if eps >= e_up or not pure:
+        return min(1.0, _up(dl))
+    loss, p = _approx_grid(pure, e_up, eps, bins)
+    return min(1.0, _up(dl + (1 - dl) * Fraction(_approx_pure_delta(eps, loss, p))))
+
+
+def approx_epsilon(parts: Sequence[tuple[float, float, int]], delta: float, *,
+                   bins: int = APPROX_BINS) -> float | None:
+    """The smallest ε (to the grid) with :func:`approx_delta` (ε) <= ``delta``: a certified
+    upper bound on the ε at ``delta`` of any adaptive composition of the (ε, δ) steps
+    ``parts`` (εⱼ, δⱼ, countⱼ); never above basic composition Σ countⱼ·εⱼ. None when the
+    steps' δ alone, 1 - Π(1 - δⱼ), is not below ``delta`` (no ε meets it).
+
+    Three passes, each on ``bins`` grid points over the losses above the last pass's lower
+    bound on the optimum (the rounding costs at most 2h per step with a flip, so the true
+    optimum is above ε₁ - 2h·Σ countⱼ): the grid narrows to ~10⁻⁷ of the range in the
+    last pass. Every bisection keeps the side that meets δ on its (pessimistic) grid."""
+    d = float(delta)
+    if not 0 < d < 1:
+        raise BudgetError(f"the (ε, δ) composition needs 0 < delta < 1, got {delta!r:.30}")
+    pure, e_sum, dl = _approx_parts(parts)
+    left = Fraction(d) - dl
+    if left <= 0:
+        return None
+    e_up = _up(e_sum)
+    if not pure:
+        return 0.0
+    left /= 1 - dl  # δ = dl + (1 - dl)·δ_pure <= delta
+    target = float(left)
+    if Fraction(target) > left:
+        target = math.nextafter(target, 0.0)
+    steps = sum(n for _, n in pure)
+    lo_bound, best = 0.0, e_up  # basic composition: δ_pure(E) = 0 and the steps' δ fit
+    for _ in range(3):
+        loss, p = _approx_grid(pure, e_up, lo_bound, bins)
+        h = (e_up - lo_bound) / (2.0 * bins)
+        if _approx_pure_delta(lo_bound, loss, p) <= target:
+            return lo_bound  # the whole range meets δ (lo_bound = 0, or the optimum sits on it)
+        lo, hi = lo_bound, best
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            if mid in (lo, hi) or hi - lo <= 1e-13 * hi:
+                break
+            if _approx_pure_delta(mid, loss, p) > target:
+                lo = mid
+            else:
+                hi = mid
+        best = min(best, hi)
+        lo_bound = max(lo_bound, best - 2.0 * h * steps - 1e-12 * (1.0 + best))
+    return best
+
+
 def accounting_text(accountant: str, guarantee: str) -> str:
     """The ledger's ``accounting`` sentence for a release certified by ``accountant``."""
     if accountant == ANALYTIC:
@@ -527,6 +678,11 @@ def accounting_text(accountant: str, guarantee: str) -> str:
     if accountant == MIXED:
         return ("exact discrete Laplace + analytic Gaussian curve: the discrete Laplace levels' finite privacy loss "
                 "summed against the Gaussian noise's (Balle & Wang 2018, Thm 8 at each shifted ε)")
+    if accountant == APPROX:
+        return ("optimal composition of (ε, δ) steps (Kairouz, Oh & Viswanath 2015; Murtagh & Vadhan 2016): every "
+                "step of the longest schedule the plan can run enters by the canonical (ε, δ) pair that dominates "
+                "any mechanism with its guarantee; their curve summed on a grid with losses rounded up (an upper "
+                "bound), capped at basic composition")
     if accountant == PLD:
         return "privacy-loss distributions (dp-accounting, pessimistic discretisation): a tight upper bound on δ(ε)"
     return ""

@@ -33,7 +33,7 @@ from hierdp.accountants import (
 from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
 from hierdp.errors import PrivacyError
 
-__all__ = ["LevelSpend", "Ledger", "compose", "pld_parts"]
+__all__ = ["LevelSpend", "Ledger", "compose", "compose_parts", "discrete_laplace_levels", "pld_parts"]
 
 
 @dataclass
@@ -601,11 +601,22 @@ def pld_parts(ledger: Ledger) -> list[Measured]:
     return parts
 
 
-def _laplace_levels(ledger: Ledger) -> list[tuple[float, int, int]] | None:
-    """The discrete Laplace measurements of a pure-ε ``ledger`` as (a, Δ = 1, unit moves)
-    for :func:`~hierdp.accountants.mixed_epsilon`, or None when the ledger is not made of
-    them entirely (another mechanism, a structure's spends, a level with δ, a budget its
-    levels do not make up, or a sensitivity other than unit moves)."""
+def discrete_laplace_levels(ledger: Ledger) -> list[tuple[float, int, int]] | None:
+    """The discrete Laplace measurements of a pure-ε ``ledger``, for their exact curve.
+
+    Parameters
+    ----------
+    ledger : Ledger
+        A release's ledger (public fields only are read).
+
+    Returns
+    -------
+    list of (a, Δ, count) or None
+        Per measured level (a = ε_level / Δ₁, Δ = 1, the unit moves) for
+        :func:`~hierdp.accountants.mixed_epsilon`; None when the ledger is not made of them
+        entirely (another mechanism, a structure's spends, a level with δ, a budget its
+        levels do not make up, or a sensitivity other than unit moves).
+    """
     if ledger.guarantee != "pure" or ledger.epsilon is None or ledger.decomposition.get("spends") or \
             not math.isclose(ledger.spent, float(ledger.epsilon), rel_tol=1e-9):
         return None
@@ -620,18 +631,73 @@ def _laplace_levels(ledger: Ledger) -> list[tuple[float, int, int]] | None:
     return out or None
 
 
+def compose_parts(delta: float, *, basic: Sequence[tuple[float, float]] = (), mu2: float = 0.0,
+                  laplace: Sequence[tuple[float, Sequence[tuple[float, int, int]]]] = ()) -> dict[str, Any]:
+    """The tight composition of releases given by their parts, at ``delta`` (what
+    :func:`compose` and :class:`hierdp.Session` compute).
+
+    Parameters
+    ----------
+    delta : float
+        The δ the composition is stated at.
+    basic : sequence of (ε, δ)
+        Releases composed basically (pure ε with δ = 0; (ε, δ) releases).
+    mu2 : float
+        Σ μ² of the Gaussian releases on their exact curve (μ² = 2ρ each; Balle & Wang 2018).
+    laplace : sequence of (ε, levels)
+        Pure-ε releases made of discrete Laplace levels (:func:`discrete_laplace_levels`).
+
+    Returns
+    -------
+    dict
+        ``epsilon`` (``inf`` when the (ε, δ) releases leave no δ for the Gaussian part),
+        ``delta`` (the δ stated; without Gaussian noise Σ δⱼ, ``None`` when 0),
+        ``accountant`` and, with Gaussian noise, ``gaussian_mu``.
+
+    Notes
+    -----
+    Without Gaussian noise: basic composition (Dwork & Roth 2014, Thm 3.16). With it: the
+    Gaussian releases are one Gaussian mechanism (μ² adds up) met at what δ the others
+    leave, times 1 - :data:`~hierdp.accountants.GRID_DELTA_MARGIN` (the ``gaussian``
+    mechanism's lattice term), the others added basically; the discrete Laplace releases
+    join the Gaussian part on their exact joint curve
+    (:func:`~hierdp.accountants.mixed_epsilon`) when that is smaller.
+    """
+    d = check_delta(delta)
+    eps = [float(e) for e, _ in basic]
+    spent_delta = math.fsum(float(x) for _, x in basic)
+    lap_eps = [float(e) for e, _ in laplace]
+    if not mu2:
+        return {"epsilon": math.fsum(eps + lap_eps), "delta": spent_delta if spent_delta else None,
+                "accountant": BASIC}
+    mu = math.sqrt(mu2)
+    if spent_delta >= d:
+        return {"epsilon": math.inf, "delta": d, "accountant": ANALYTIC, "gaussian_mu": mu}
+    left = (d - spent_delta) * (1.0 - GRID_DELTA_MARGIN)
+    total = math.fsum(eps + lap_eps) + gaussian_epsilon(mu, left)
+    out = {"epsilon": total, "delta": d, "accountant": f"{ANALYTIC} + {BASIC}" if eps or lap_eps else ANALYTIC,
+           "gaussian_mu": mu}
+    if laplace:
+        joint = math.fsum(eps) + mixed_epsilon([lv for _, lvs in laplace for lv in lvs], mu, left)
+        if joint < total:
+            out.update(epsilon=joint, accountant=f"{MIXED} + {BASIC}" if eps else MIXED)
+    return out
+
+
 def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight") -> dict[str, Any]:
     """The (ε, δ) that several releases (their ledgers) certify together, at ``delta``.
 
     * ``"basic"``: ε and δ add up (Dwork & Roth 2014, Thm 3.16); each release at its own
       (ε, δ) (a ρ-zCDP one at the CKS 2020 conversion of its ρ at ``delta``/n... not
       supported: give it (ε, δ)).
-    * ``"tight"`` (no extra package): releases whose noise is Gaussian (``gaussian``
-      mechanism, any calibration) are one Gaussian mechanism with μ² = 2 Σ ρ (Balle & Wang
-      2018); the others compose with it basically: ε = Σ εⱼ + ε_G(μ; δ - Σ δⱼ). When
-      there is Gaussian noise, pure-ε releases made of discrete Laplace levels join it on
-      their exact joint curve (:func:`~hierdp.accountants.mixed_epsilon`, accountant
+    * ``"tight"`` (no extra package; :func:`compose_parts`): releases whose noise is Gaussian
+      (``gaussian`` mechanism, any calibration) are one Gaussian mechanism with μ² = 2 Σ ρ
+      (Balle & Wang 2018); the others compose with it basically: ε = Σ εⱼ + ε_G(μ; δ - Σ δⱼ).
+      When there is Gaussian noise, pure-ε releases made of discrete Laplace levels join it
+      on their exact joint curve (:func:`~hierdp.accountants.mixed_epsilon`, accountant
       ``MIXED``) if that ε is smaller; pure-ε releases alone compose basically, as before.
+      (ε, δ) releases enter at the ε their ledger certifies (the Ghazi plan's: the optimal
+      composition of its steps).
     * ``"pld"``: privacy-loss distributions of every measured level (:func:`pld_parts`)
       composed by ``dp-accounting`` (``pip install "hierdp[accounting]"``).
 
@@ -643,39 +709,28 @@ def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight
         return {"epsilon": pld_epsilon(parts, d), "delta": d, "accountant": PLD}
     if accountant not in ("tight", "basic"):
         raise PrivacyError(f"accountant must be 'tight', 'basic' or 'pld', got {accountant!r:.40}")
-    eps, dl, mu2 = [], [], []
-    lap_eps: list[float] = []  # the pure-ε releases of discrete Laplace levels (also in eps)
-    laplace: list[tuple[float, int, int]] = []
+    basic: list[tuple[float, float]] = []
+    mu2: list[float] = []
+    laplace: list[tuple[float, list[tuple[float, int, int]]]] = []
     for led in ledgers:
         gaussian = led.rho is not None and all(ls.mechanism == "gaussian" for ls in led.levels if ls.measured) \
             and not led.decomposition.get("spends")
         if accountant == "tight" and gaussian:
             mu2.append(2.0 * float(led.rho))  # type: ignore[arg-type]
         elif led.guarantee == "pure":
-            lap = _laplace_levels(led) if accountant == "tight" else None
+            lap = discrete_laplace_levels(led) if accountant == "tight" else None
             if lap is not None:
-                laplace.extend(lap)
-                lap_eps.append(float(cast(float, led.epsilon)))
-            eps.append(float(cast(float, led.epsilon)))
+                laplace.append((float(cast(float, led.epsilon)), lap))
+            else:
+                basic.append((float(cast(float, led.epsilon)), 0.0))
         elif led.epsilon is not None and led.delta is not None:
-            eps.append(float(led.epsilon))
-            dl.append(float(led.delta))
+            basic.append((float(led.epsilon), float(led.delta)))
         else:
             raise PrivacyError("a ρ-zCDP release without δ states no (ε, δ) to compose basically; "
                                "give the release delta=, or compose with accountant='tight'")
-    spent_delta = math.fsum(dl)
+    spent_delta = math.fsum(x for _, x in basic)
     if spent_delta > d or (mu2 and spent_delta >= d):
         raise PrivacyError(f"the releases spend δ = {spent_delta:g} by themselves, not below delta = {d:g}")
-    total = math.fsum(eps)
-    if mu2:
-        mu = math.sqrt(math.fsum(mu2))
-        total += gaussian_epsilon(mu, d - spent_delta)
-        if laplace:
-            # the gaussian mechanism's lattice term: its curve is met at δ·(1 - GRID_DELTA_MARGIN)
-            left = (d - spent_delta) * (1.0 - GRID_DELTA_MARGIN)
-            joint = math.fsum(eps) - math.fsum(lap_eps) + mixed_epsilon(laplace, mu, left)
-            if joint < total:
-                return {"epsilon": joint, "delta": d,
-                        "accountant": f"{MIXED} + {BASIC}" if len(lap_eps) < len(eps) else MIXED}
-        return {"epsilon": total, "delta": d, "accountant": f"{ANALYTIC} + {BASIC}" if eps else ANALYTIC}
-    return {"epsilon": total, "delta": spent_delta if spent_delta else None, "accountant": BASIC}
+    out = compose_parts(d, basic=basic, mu2=math.fsum(mu2), laplace=laplace)
+    out.pop("gaussian_mu", None)
+    return out

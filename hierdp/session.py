@@ -5,10 +5,14 @@ budget once; every release made with ``session=`` is checked against what is lef
 *before* any noise is drawn, refused with a :class:`~hierdp.errors.BudgetError` when it
 would overspend, and recorded. Composition is basic (Dwork & Roth, Thm. 3.16): pure ε
 adds up, δ adds up, ρ adds up (Bun & Steinke 2016, Lemma 2.3); a pure ε-DP release in a
-ρ session costs ρ = ε²/2 (ibid., Prop. 1.4). Under the tight accountant (issue 34), the
-Gaussian releases of an (ε, δ) session that were calibrated on their exact curve compose
-as one Gaussian mechanism (μ² adds up, Balle & Wang 2018) and with the others basically:
-the session holds while Σ εⱼ + ε_G(μ; δ - Σ δⱼ) <= ε. Unlike the per-object note on repeated
+ρ session costs ρ = ε²/2 (ibid., Prop. 1.4). An (ε, δ) session composes its releases
+under the same accountant as :func:`hierdp.ledger.compose` (``"tight"``, issue 34;
+:func:`hierdp.ledger.compose_parts`): the Gaussian releases calibrated on their exact
+curve are one Gaussian mechanism (μ² adds up, Balle & Wang 2018), the released discrete
+Laplace releases join it on their exact joint curve when that is smaller
+(:func:`hierdp.accountants.mixed_epsilon`), the others add up (an (ε, δ) release at the ε
+its ledger certifies); the session holds while that ε at its δ is <= its ε. Without
+Gaussian releases this is basic composition, as before. Unlike the per-object note on repeated
 releases of one DataFrame, a session counts whatever data the releases read: it is the
 honest way to account several releases of the same population.
 """
@@ -21,9 +25,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
-from hierdp.accountants import ANALYTIC, GRID_DELTA_MARGIN, gaussian_epsilon
+from hierdp.accountants import ANALYTIC
 from hierdp.accounting import check_delta, check_epsilon, check_rho, pure_to_zcdp
 from hierdp.errors import BudgetError, PrivacyError
+from hierdp.ledger import compose_parts, discrete_laplace_levels
 
 __all__ = ["Session"]
 
@@ -170,35 +175,57 @@ class Session:
         raise PrivacyError("a ρ-zCDP release cannot draw from a pure ε session; open the session with rho=... "
                            "(or with epsilon= and delta=, and release with epsilon= and delta=)")
 
-    def _spent(self) -> dict[str, float]:
+    def _spent(self, records: list[dict[str, Any]] | None = None) -> dict[str, float]:
+        """Each unit's costs added up (basic composition), over ``records`` (all by default)."""
         out: dict[str, float] = {}
-        for r in self._records:
+        for r in self._records if records is None else records:
             for k, v in r["cost"].items():
                 out[k] = math.fsum([out.get(k, 0.0), v])
         return out
 
-    def _composed(self, spent: Mapping[str, float]) -> dict[str, float]:
-        """``spent`` as the session states it: with Gaussian releases on their exact curve
-        (``mu2`` = Σ μ²), ε is the other releases' ε plus the Gaussian part's exact ε at the
-        δ they leave (Balle & Wang 2018; basic composition between the parts), and
-        ``gaussian_mu`` their μ."""
+    def _joint(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """:func:`hierdp.ledger.compose_parts` of ``records`` at the session's δ (there are
+        Gaussian releases on their exact curve among them)."""
+        basic, laplace = [], []
+        for r in records:
+            c = r["cost"]
+            if "mu2" in c:
+                continue
+            if r.get("laplace"):
+                laplace.append((c["epsilon"], r["laplace"]))
+            else:
+                basic.append((c.get("epsilon", 0.0), c.get("delta", 0.0)))
+        return compose_parts(self._total("delta"), basic=basic, mu2=self._spent(records)["mu2"], laplace=laplace)
+
+    def _composed(self, records: list[dict[str, Any]]) -> dict[str, float]:
+        """What ``records`` spend as the session states it: basic composition
+        (:meth:`_spent`) unless there are Gaussian releases on their exact curve (``mu2``);
+        then ε is :func:`hierdp.ledger.compose_parts`'s at the session's δ — the Gaussian
+        part's exact ε at the δ the others leave, the released discrete Laplace releases on
+        their joint curve with it when smaller, the others added — with ``delta`` the
+        others' δ and ``gaussian_mu`` the Gaussian part's μ."""
+        spent = self._spent(records)
         if "mu2" not in spent:
-            return dict(spent)
-        out = {k: v for k, v in spent.items() if k != "mu2"}
-        mu = math.sqrt(spent["mu2"])
-        left = self._total("delta") - spent.get("delta", 0.0)
-        eps_g = gaussian_epsilon(mu, left * (1 - GRID_DELTA_MARGIN)) if left > 0 else math.inf
-        out["epsilon"] = math.fsum([out.get("epsilon", 0.0), eps_g])
-        out["delta"] = spent.get("delta", 0.0)
-        out["gaussian_mu"] = mu
-        return out
+            return spent
+        out = self._joint(records)
+        return {"epsilon": out["epsilon"], "delta": spent.get("delta", 0.0), "gaussian_mu": out["gaussian_mu"]}
+
+    def _how(self, records: list[dict[str, Any]]) -> str:
+        """The ledger note's account of how the releases compose."""
+        if "mu2" not in self._spent(records):
+            return "basic composition"
+        accountant = self._joint(records)["accountant"]
+        if accountant.startswith(ANALYTIC):
+            return f"{ANALYTIC} for its Gaussian releases, basic composition with the others"
+        return (f"{accountant}: its Gaussian and discrete Laplace releases on their exact joint curve, "
+                "basic composition with the others")
 
     @property
     def spent(self) -> dict[str, float]:
-        """What the releases so far spend together (basic composition; Gaussian releases
-        on their exact curve compose as one Gaussian mechanism, see :meth:`_composed`)."""
+        """What the releases so far spend together (basic composition; with Gaussian
+        releases on their exact curve, the session's accountant: see :meth:`_composed`)."""
         with self._lock:
-            return self._composed(self._spent())
+            return self._composed(self._records)
 
     @property
     def remaining(self) -> dict[str, float]:
@@ -206,14 +233,13 @@ class Session:
         spent = self.spent
         return {k: max(0.0, total - spent.get(k, 0.0)) for k, total in self._totals().items()}
 
-    def _refuse_overspend(self, cost: Mapping[str, float], spent: Mapping[str, float]) -> None:
+    def _refuse_overspend(self, cost: Mapping[str, float], records: list[dict[str, Any]]) -> None:
+        """Refuse a release of ``cost`` beside ``records`` when together they overspend."""
+        spent = self._spent(records)
         if "mu2" in cost or "mu2" in spent:
-            after = dict(spent)
-            for k, v in cost.items():
-                after[k] = math.fsum([after.get(k, 0.0), v])
-            need = self._composed(after)
+            need = self._composed(records + [{"cost": dict(cost)}])
             if need["epsilon"] > self._total("epsilon") * (1 + _RTOL) or need["delta"] >= self._total("delta"):
-                before = self._composed(dict(spent)) if spent else {"epsilon": 0.0}
+                before = self._composed(records) if records else {"epsilon": 0.0}
                 raise BudgetError(f"this release would take the session to epsilon={need['epsilon']:.6g} at "
                                   f"delta={self._total('delta'):g} (its Gaussian releases composed on their exact "
                                   f"curve: mu = {need['gaussian_mu']:.6g}; spent so far epsilon="
@@ -254,7 +280,7 @@ class Session:
         """
         cost = self._cost(guarantee)
         with self._lock:
-            self._refuse_overspend(cost, self._spent())
+            self._refuse_overspend(cost, self._records)
 
     def reserve(self, guarantee: Mapping[str, Any]) -> int:
         """Charge a release's cost before it draws noise (refusing an overspend, atomically
@@ -275,7 +301,7 @@ class Session:
         """
         cost = self._cost(guarantee)
         with self._lock:
-            self._refuse_overspend(cost, self._spent())
+            self._refuse_overspend(cost, self._records)
             self._records.append({"guarantee": dict(guarantee), "cost": cost, "outcome": _DREW_NOISE})
             return len(self._records) - 1
 
@@ -330,23 +356,24 @@ class Session:
         g = {"guarantee": ledger.guarantee, "epsilon": ledger.epsilon, "delta": ledger.delta, "rho": ledger.rho,
              "accountant": getattr(ledger, "certified_by", "")}
         cost = self._cost(g)
+        # a released discrete Laplace release of an (ε, δ) session: its levels, for the joint curve
+        lap = discrete_laplace_levels(ledger) if self._delta is not None and g["guarantee"] == "pure" and \
+            hasattr(ledger, "levels") else None
         with self._lock:
             rec = self._records[ticket]
             more = {k: max(v, rec["cost"].get(k, 0.0)) for k, v in cost.items()}
             over = any(v > rec["cost"].get(k, 0.0) for k, v in more.items())
             if over:
-                others = {k: v for k, v in self._spent().items()}
-                for k, v in rec["cost"].items():
-                    others[k] = others.get(k, 0.0) - v
+                others = [r for i, r in enumerate(self._records) if i != ticket]
                 rec["cost"] = dict(rec["cost"], **more)
-                self._refuse_overspend(more, others)
+                self._refuse_overspend(rec["cost"], others)
             rec["guarantee"], rec["outcome"] = g, _RELEASED
+            if lap is not None and rec["cost"] == cost:
+                rec["laplace"] = tuple(lap)
             n = ticket + 1
-            raw = self._spent()
-            spent = ", ".join(f"{k}={v:.6g}" for k, v in self._composed(raw).items())
+            spent = ", ".join(f"{k}={v:.6g}" for k, v in self._composed(self._records).items())
+            how = self._how(self._records)
         total = ", ".join(f"{k}={v:g}" for k, v in self._totals().items())
-        how = "basic composition" if "mu2" not in raw else \
-            f"{ANALYTIC} for its Gaussian releases, basic composition with the others"
         ledger.notes.append(f"release {n} of a session with total {total}: the session's releases spend "
                             f"{spent} together ({how})")
 

@@ -166,12 +166,13 @@ def test_other_releases_stay_basic_beside_the_mixed_part(led):
     mu = math.sqrt(2 * led["gau"].rho)
     joint = mixed_epsilon([(1 / 6, 1, 6), (0.5 / 6, 1, 6)], mu, (3e-6 - led["ghazi"].delta) * (1 - 1e-6))
     assert out["accountant"] == f"{MIXED} + {BASIC}"
-    assert out["epsilon"] == pytest.approx(2.0 + joint, rel=1e-12) and joint < 1.5 + gaussian_epsilon(mu, 2e-6)
+    assert out["epsilon"] == pytest.approx(1.0 + led["ghazi"].epsilon + joint, rel=1e-12) and joint < 1.5 + gaussian_epsilon(mu, 2e-6)
 
 
 def test_pure_epsilon_releases_report_the_same_epsilon(led):
     assert compose([led["lap"], led["lap_half"]], 1e-6) == {"epsilon": 1.5, "delta": None, "accountant": BASIC}
     assert compose([led["lap"], led["laplace"]], 1e-6)["epsilon"] == 2.0
     assert led["lap"].epsilon_at(1e-6) == 1.0 and led["lap"].certified_by == BASIC
-    assert compose([led["lap"], led["ghazi"]], 2e-6)["epsilon"] == 2.0  # no Gaussian: basic, as before
+    # no Gaussian: basic, as before (the Ghazi plan at the ε its ledger certifies, below 1: issue 34)
+    assert compose([led["lap"], led["ghazi"]], 2e-6)["epsilon"] == 1.0 + led["ghazi"].epsilon
     assert compose([led["lap"], led["gau"]], 1e-6, accountant="basic")["accountant"] == BASIC

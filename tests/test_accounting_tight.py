@@ -26,6 +26,7 @@ from scipy.special import logsumexp
 import hierdp
 from hierdp.accountants import (
     ANALYTIC,
+    APPROX,
     BASIC,
     DISCRETE,
     GRID_DELTA_MARGIN,
@@ -215,8 +216,11 @@ def test_pure_releases_report_the_same_epsilon_by_basic_composition():
         r = hierdp.release(tree, v, epsilon=0.7, mechanism=mech, seed=2)
         assert r.ledger.epsilon == 0.7 and r.ledger.guarantee == "pure" and r.ledger.certified_by == BASIC
         assert r.ledger.epsilon_at(1e-9) == 0.7
+    g = hierdp.release(tree, v, plan={"name": "ghazi", "alpha": 0.5}, seed=2,
+                       epsilon=hierdp.PrivacyLoss(epsilon=1.0, delta=1e-6, accountant="zcdp"))
+    assert (g.ledger.epsilon, g.ledger.certified_by) == (1.0, BASIC)  # the Ghazi plan as before issue 34
     g = hierdp.release(tree, v, epsilon=1.0, delta=1e-6, plan={"name": "ghazi", "alpha": 0.5}, seed=2)
-    assert (g.ledger.epsilon, g.ledger.certified_by) == (1.0, BASIC)
+    assert g.ledger.epsilon < 1.0 and g.ledger.certified_by == APPROX  # its steps composed optimally
 
 
 def test_rho_requests_are_unchanged():
@@ -349,7 +353,7 @@ def test_compose_ledgers_tight_is_the_analytic_curve_plus_basic():
     assert compose([led["laplace"], led["gaussian"]], 2e-6, accountant="basic") == \
         {"epsilon": 2.0, "delta": 1e-6, "accountant": BASIC}
     # the discrete Gaussian and the Ghazi plan enter at their own (ε, δ): basic
-    assert compose([led["dgauss"], led["ghazi"]], 2e-6)["epsilon"] == 2.0
+    assert compose([led["dgauss"], led["ghazi"]], 2e-6)["epsilon"] == 1.0 + led["ghazi"].epsilon
 
 
 def test_compose_ledgers_by_pld_is_tighter_and_refuses_incomplete_ledgers():
@@ -379,8 +383,12 @@ def test_session_composes_gaussian_releases_on_their_exact_curve():
     with pytest.raises(BudgetError, match="would take the session to epsilon=2.04"):
         hierdp.release(tree, v, epsilon=1.0, delta=5e-7, mechanism="gaussian", seed=4, session=s)
     r = hierdp.release(tree, v, epsilon=0.1, mechanism="discrete_laplace", seed=5, session=s)
-    assert s.spent["epsilon"] == pytest.approx(0.1 + gaussian_epsilon(mu, 1e-6 * (1 - GRID_DELTA_MARGIN)))
-    assert "analytic Gaussian (Balle & Wang 2018) for its Gaussian releases" in r.ledger.notes[-1]
+    # a released discrete Laplace release joins the Gaussian ones on their exact joint curve (tests/test_session_tight.py)
+    k = len(r.ledger.levels)
+    assert all(ls.budget == pytest.approx(0.1 / k) for ls in r.ledger.levels)
+    assert s.spent["epsilon"] < 0.1 + gaussian_epsilon(mu, 1e-6 * (1 - GRID_DELTA_MARGIN))
+    assert _mixed_exact_delta(s.spent["epsilon"], k, 0.1 / k, mu) <= 1e-6 * (1 - GRID_DELTA_MARGIN)
+    assert "exact discrete Laplace + analytic Gaussian curve" in r.ledger.notes[-1]
     # the old calibration composes as before: ε and δ add up
     old = hierdp.Session(epsilon=2.0, delta=1e-6)
     for i in range(2):

@@ -132,7 +132,8 @@ def test_ledger_records_each_substep_and_stays_within_the_budget():
     tree = hierdp.Tree.complete(2, 8)
     r = hierdp.release(tree, _heavy(tree, scale=500.0), plan="ghazi", epsilon=0.8, delta=1e-7, seed=2)
     L = r.ledger
-    assert (L.guarantee, L.epsilon, L.delta, L.plan) == ("approx", 0.8, 1e-7, "ghazi")
+    # the ledger's ε: the optimal composition of the longest schedule's steps (issue 34), below 0.8
+    assert (L.guarantee, L.delta, L.plan) == ("approx", 1e-7, "ghazi") and 0.79 < L.epsilon < 0.8
     labels = [ls.level for ls in L.levels]
     assert labels[0].startswith("upper bound M")
     assert any("sparse vector" in x for x in labels) and any("truncated Laplace, <=" in x for x in labels)

@@ -22,10 +22,12 @@ import pytest
 import hierdp
 from hierdp.errors import BudgetError, DataError, PrivacyError
 from hierdp.mechanisms.base import Sensitivity
+from hierdp.plans.ghazi import composed_epsilon, ghazi_schedule
 
 T = hierdp.Tree.complete(fanout=2, height=2)
 X = np.array([5, 2, 3])
 HUGE = 2 ** 52  # the Ghazi plan refuses this root count after drawing its noisy bound
+EPS_GHAZI = composed_epsilon(ghazi_schedule(1.0, 1e-6, 0.5, 0.05, T.n_levels))  # what a release certifies
 
 
 def _ghazi_huge(session):
@@ -38,11 +40,12 @@ def test_a_release_refused_after_drawing_noise_is_charged():
     s = hierdp.Session(epsilon=2.5, delta=1e-5)
     with pytest.raises(DataError, match="root count is too large"):
         _ghazi_huge(s)
-    assert s.spent["epsilon"] == pytest.approx(1.0) and len(s.releases) == 1
+    # charged the plan's certified ε (issue 34: its steps composed optimally, 0.98… < 1)
+    assert s.spent["epsilon"] == pytest.approx(EPS_GHAZI) and len(s.releases) == 1
     assert s.releases[0]["outcome"] == "drew noise, not released"
     with pytest.raises(DataError, match="root count is too large"):
         _ghazi_huge(s)
-    with pytest.raises(BudgetError, match="needs epsilon=1 but the session has 0.5 left"):
+    with pytest.raises(BudgetError, match=r"needs epsilon=0\.98\d* but the session has 0\.5\d* left"):
         _ghazi_huge(s)  # the third try is refused before any noise is drawn
     assert len(s.releases) == 2
 

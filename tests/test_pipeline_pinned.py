@@ -158,8 +158,11 @@ CASES = {
     # re-pinned at the merge with keyed noise (issue 30): the same ρ, the noise keyed per node
     "approx_gaussian_tight": (_approx_gaussian_tight,
                              "46f1eebb3f9b74cfed714d304b76647ff5851f604d52aa8e146e4e1afc5d002b"),
+    # re-pinned on branch acct2 (issue 34): the ledger's ε is the optimal composition of the plan's
+    # (ε, δ) steps, 0.98700 instead of 1.0; with ledger.epsilon set back to 1.0 the digest is the
+    # original b3313f62… (the same noise, estimates, δ and levels)
     "ghazi": (_ghazi,
-             "b3313f62eaa5382488dd298c3037cff68f013531b3adf3e77602e44a16a8c025"),
+             "3a728c7ca26534e1a22f0505e358241d58ba2df457f47248f5e5a8e0f05ee4f5"),
     # re-pinned when nonneg's default became the top-down method (issue 30 item 3): the same
     # measurements and variances; {"name": "nonneg", "method": "global"} gave the original
     # digest 4adc9e9b… before noise was keyed per node (5bee0757… after); re-pinned at that merge

@@ -178,5 +178,9 @@ def test_the_ledger_states_the_loss_it_was_given(kw):
     t, v = _tree_and_values()
     r = hierdp.release(t, v, seed=3, **kw)
     given = PrivacyLoss(epsilon=kw.get("epsilon"), delta=kw.get("delta"), rho=kw.get("rho"))
-    assert r.ledger.privacy_loss == given
+    stated = r.ledger.privacy_loss
+    if kw.get("plan") == "ghazi":  # issue 34: its steps composed optimally certify a smaller ε at the same δ
+        assert stated.delta == given.delta and stated.epsilon < given.epsilon
+        given = stated
+    assert stated == given
     assert hierdp.Ledger.from_json(r.ledger.to_json()).privacy_loss == given

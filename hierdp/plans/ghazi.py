@@ -52,6 +52,20 @@ What the paper leaves open, and what this implementation does:
    runs) the claim still held with every τ_i halved (worst node failing 7.5% of runs) and
    failed with τ_i / 4 (a node failing in every run).
 
+Accounting (issue 34). The ledger's ε at the requested δ is the optimal composition of the
+(ε, δ) steps of the *longest* schedule the plan can run (:func:`schedule_steps`; ℓ depends
+on the private M, so the public maximum ``max_steps`` is composed, steps not run being
+null mechanisms), each step entering by the canonical pair that dominates every
+mechanism with its guarantee (Kairouz, Oh & Viswanath 2015;
+:func:`hierdp.accountants.approx_epsilon`): the bound M (ε_M, δ_M); per step i its Sparse
+(ε_i/2, 0) and, with s = 1, its c truncated Laplace rounds (ε_i/(2c), δ_i/c) each (one
+person is in one tree of F_i, whose Sparse triggers at most c rounds; the rounds of other
+trees do not read that person's rows); with s > 1 the step's rounds as one (ε_i/2, δ_i)
+step (basic composition over the trees a person reaches). The Sparse runs interleave with
+the rounds they trigger: concurrent composition of interactive mechanisms obeys the same
+bounds (Vadhan & Zhang 2023). Capped at basic composition (the requested ε); with
+``PrivacyLoss(..., accountant="zcdp")`` the ledger states basic composition as before.
+
 The estimator is not linear in the measurements: ``Measurements.variance`` is ``None``,
 so chains that need variances (``blue``) refuse; the plan's default chain is empty.
 Histograms ((n, k) values) are not supported.
@@ -67,6 +81,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from hierdp.accountants import APPROX, accounting_text, approx_epsilon
 from hierdp.accounting import PrivacyLoss, Spend
 from hierdp.errors import BudgetError, DataError, PrivacyError
 from hierdp.ledger import LevelSpend
@@ -81,7 +96,7 @@ if TYPE_CHECKING:
     from hierdp.rng import RandomSource
     from hierdp.tree import Tree
 
-__all__ = ["Ghazi", "GhaziSchedule", "ghazi_schedule", "svt_margin"]
+__all__ = ["Ghazi", "GhaziSchedule", "ghazi_schedule", "svt_margin", "schedule_steps", "composed_epsilon"]
 
 _MAX_COUNT = 1e19  # thresholds beyond any int64 count are never needed
 
@@ -234,6 +249,32 @@ def ghazi_schedule(epsilon: float, delta: float, alpha: float, eta: float, level
     return best
 
 
+def schedule_steps(sch: GhaziSchedule) -> list[tuple[float, float, int]]:
+    """The (ε, δ, count) steps of the longest run of ``sch`` (public: ``max_steps`` steps),
+    as one person's data meets them (see the module docstring): the bound M, and per step
+    its Sparse and its truncated Laplace rounds (c rounds of (ε_i/(2c), δ_i/c) when s = 1,
+    one (ε_i/2, δ_i) block otherwise). Their ε add up to at most ``sch.epsilon`` and their δ
+    to at most ``sch.delta`` (basic composition, what the ledger stated before issue 34)."""
+    out = [(sch.eps_bound, sch.delta_bound, 1)]
+    for i in range(1, sch.max_steps + 1):
+        eps_i, delta_i = sch.eps_step(i), sch.delta_step(i)
+        out.append((eps_i / 2.0, 0.0, 1))
+        if sch.s == 1:
+            out.append((eps_i / (2.0 * sch.c), delta_i / sch.c, sch.c))
+        else:
+            out.append((eps_i / 2.0, delta_i, 1))
+    return out
+
+
+@lru_cache(maxsize=64)
+def composed_epsilon(sch: GhaziSchedule) -> float:
+    """The ε at ``sch.delta`` that the plan certifies: the optimal composition of
+    :func:`schedule_steps` (:func:`hierdp.accountants.approx_epsilon`, an upper bound),
+    never above the requested ``sch.epsilon`` (basic composition)."""
+    tight = approx_epsilon(schedule_steps(sch), sch.delta)
+    return sch.epsilon if tight is None else min(sch.epsilon, tight)
+
+
 def _exact_tau1(sch: GhaziSchedule) -> tuple[float, int]:
     """τ_1 = max over the usable steps of (Δ_i + 2N_i)/(a·r^(i-1)) with the exact noises, and the
     number of usable steps (until τ_i passes any int64 count or the noise scale leaves the
@@ -377,6 +418,20 @@ class Ghazi(Plan):
                                "plan 'per_level' for pure ε-DP")
         return cast(float, loss.epsilon), {"guarantee": "approx", "epsilon": loss.epsilon, "delta": loss.delta,
                                            "rho": None}
+
+    def calibrate(self, tree: Tree, loss: PrivacyLoss, total: float, guarantee: dict[str, Any], *,
+                  sensitivity: Sensitivity, invariants: np.ndarray | None = None) -> tuple[float, dict[str, Any]]:
+        """The noise is unchanged (``total`` is the requested ε); the guarantee's ε becomes
+        :func:`composed_epsilon` of the public schedule for this tree when it is below the
+        requested ε (``certified_by``: the optimal composition of (ε, δ) steps), unless
+        ``loss.accountant == "zcdp"`` (basic composition, as before issue 34)."""
+        if loss.accountant != "tight" or loss.delta is None:
+            return total, guarantee
+        sch = self.schedule(tree, total=total, delta=loss.delta, sensitivity=sensitivity)
+        eps = composed_epsilon(sch)
+        if not eps < total:
+            return total, guarantee
+        return total, dict(guarantee, epsilon=eps, accountant=APPROX, accounting=accounting_text(APPROX, "approx"))
 
     def schedule(self, tree: Tree, *, total: float, delta: float, sensitivity: Sensitivity) -> GhaziSchedule:
         """The public parameters (thresholds, budgets per step) for this tree and budget."""

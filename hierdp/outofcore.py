@@ -73,6 +73,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import subtrees
+from hierdp._dask_tasks import DaskStageRunner, is_dask_client
 from hierdp.errors import DataError, MissingDependencyError, NotForPublicationWarning
 from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
 from hierdp.keyed_noise import NoiseKey
@@ -587,8 +588,6 @@ def release_to_dataset(
         raise DataError(f"workers must be a positive integer, got {workers!r:.40}")
     runner = None
     if executor is not None:
-        from hierdp._dask_tasks import DaskStageRunner, is_dask_client
-
         if not is_dask_client(executor):
             raise DataError(f"executor must be None (threads of this process) or a dask distributed.Client, got "
                             f"{type(executor).__name__}; pass executor=distributed.Client(...) or leave it out")

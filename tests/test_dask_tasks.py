@@ -215,3 +215,45 @@ def test_a_missing_distributed_names_the_extra(monkeypatch):
         with _dask_tasks.local_client(2):
             pass
     assert not _dask_tasks.is_dask_client(object())
+
+
+SPEC = """hierdp: 1
+source:
+  demo: census
+hierarchy:
+  root: total
+  paths:
+    demo: census
+  levels:
+    - name: state
+    - name: county
+    - name: tract
+privacy:
+  epsilon: 1.0
+seed: 3
+execution:
+  split: county
+  memory: 9kB
+"""
+
+
+def test_spec_execution_engine_dask_writes_the_local_dataset(client, tmp_path):
+    """``execution.engine: dask`` runs the spec's tasks on the client this process has;
+    ``local`` (the default) on threads: the same dataset."""
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_spec, release_dataset_spec
+
+    assert "engine" not in load_spec(SPEC).execution
+    assert load_spec(SPEC + "  engine: dask\n").execution["engine"] == "dask"
+    with pytest.raises(SpecError, match="engine"):
+        load_spec(SPEC + "  engine: threads\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+        release_dataset_spec(SPEC + "  engine: local\n", tmp_path / "local")
+        with distributed.get_task_stream(client) as ts:
+            release_dataset_spec(SPEC + "  engine: dask\n", tmp_path / "dask")
+    ran = {t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in ts.data}
+    assert any(k.startswith("_remote_up") for k in ran) and any(k.startswith("_remote_down") for k in ran)
+    a, b = _tables(tmp_path / "dask"), _tables(tmp_path / "local")
+    assert sorted(a) == sorted(b) and len(a) == 3  # the top part and 2 tasks
+    assert all(a[n].equals(b[n]) for n in a)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp._dask_tasks import local_client
 from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
@@ -659,6 +660,9 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     only its own leaves (:meth:`hierdp.frontends.dataset.DatasetDPTree.counted`); with
     ``engine: pandas`` the source is read and counted in memory as today, then handed to
     the runner task by task. ``plan: marginals`` and ``per_level`` both run by subtree.
+    ``execution.engine: dask`` runs the subtree tasks as Dask tasks (the distributed client
+    this process already has, else a local cluster of ``workers`` processes); ``local``
+    (the default) on ``workers`` threads.
     Returns the :class:`~hierdp.ledger.Ledger`."""
     rs = load_spec(spec, **({"seed": seed} if seed is not None else {}))
     if rs.decomposition is not None or rs.engine not in ("pandas", "duckdb"):
@@ -696,9 +700,13 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
         def counts_of(task: Any) -> np.ndarray:
             return internal[task.nodes]
 
-    ledger = release_to_dataset(tree, counts_of, out, workdir=workdir, split=ex["split"],
-                                n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None, source_id=source_id,
-                                workers=ex["workers"], resume=resume, progress=progress, stream=stream, **keywords)
+    args = dict(workdir=workdir, split=ex["split"], n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None,
+                source_id=source_id, workers=ex["workers"], resume=resume, progress=progress, stream=stream)
+    if ex.get("engine", "local") == "dask":  # the subtree tasks as Dask tasks (this process's client, or a new one)
+        with local_client(ex["workers"]) as client:
+            ledger = release_to_dataset(tree, counts_of, out, executor=client, **args, **keywords)
+    else:
+        ledger = release_to_dataset(tree, counts_of, out, **args, **keywords)
     if counts_dir is not None:  # the release is complete: its true counts go
         shutil.rmtree(counts_dir, ignore_errors=True)
     return ledger

@@ -88,6 +88,11 @@ class DaskStageRunner:
         """``obj`` as a future made by a task (recomputed if the worker holding it dies)."""
         return self.client.submit(_identity, obj, pure=False)
 
+    def value(self, obj: Any) -> Any:
+        """``obj``, or its value when it is a future (e.g. the top part's counts, used here)."""
+        distributed = _distributed()
+        return obj.result() if isinstance(obj, distributed.Future) else obj
+
     def run(self, what: str, todo: list[int], submit: Callable[[int], Any], done: Callable[[int], None]) -> None:
         """Submit ``submit(t)`` (a future) for each ``t`` of ``todo``, at most
         :attr:`window` at once, and call ``done(t)`` on the client as each finishes (in any

@@ -747,8 +747,10 @@ def release_to_dataset(
                         if stages.gls:
                             z_all.append(f["z"])
                             u_all.append(f["u"])
-                tnoisy, tvar = stages.top_measured(top, counts_of(top) if top.n_nodes else None,
-                                                   np.concatenate(roots_all))
+                top_counts = counts_of(top) if top.n_nodes else None
+                if runner is not None:  # on Dask, counts_of may give a future: the top is solved here
+                    top_counts = runner.value(top_counts)
+                tnoisy, tvar = stages.top_measured(top, top_counts, np.concatenate(roots_all))
                 del roots_all
                 sol = stages.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
                                  np.concatenate(u_all) if u_all else None)

@@ -257,3 +257,50 @@ def test_spec_execution_engine_dask_writes_the_local_dataset(client, tmp_path):
     a, b = _tables(tmp_path / "dask"), _tables(tmp_path / "local")
     assert sorted(a) == sorted(b) and len(a) == 3  # the top part and 2 tasks
     assert all(a[n].equals(b[n]) for n in a)
+
+
+def test_the_dask_door_counts_each_task_on_the_cluster(client, tmp_path):
+    """``ddf.dptree(...).counted_on(client, partition)``: every partition counted on a
+    worker, split by task, each task's counts summed on a worker (a future): the dataset
+    equals the local run from the door's whole counts; the pandas error for a bad value."""
+    dd = pytest.importorskip("dask.dataframe")
+    leaf_rows = np.repeat(np.arange(TREE.n_leaves), _leaf.sum(axis=1))
+    sex = np.concatenate([np.repeat(["f", "m"], c) for c in _leaf])
+    paths = pd.DataFrame(_rows, columns=LEVELS)  # leaves in the order of _leaf (TREE's leaf order)
+    leaves_ext = np.asarray(TREE.leaves)
+    labels = pd.DataFrame({lv: [TREE.path(int(v))[i] for v in leaves_ext] for i, lv in enumerate(LEVELS)})
+    records = labels.iloc[leaf_rows].reset_index(drop=True).assign(sex=sex)
+    domains = {"state": sorted(paths["state"].unique()),
+               **{lv: paths.groupby(up)[lv].apply(lambda s: sorted(s.unique())).to_dict()
+                  for up, lv in zip(LEVELS[:-1], LEVELS[1:])}}
+    door = dd.from_pandas(records, npartitions=4).dptree(levels=LEVELS, domains=domains, cells=CELLS)
+    tree = door.tree
+    part = hierdp.subtrees.partition(tree, SPLIT, n_cells=2)
+    assert part.n_tasks == 24
+    whole = tree.to_internal(door.node_values()[0])
+    assert whole[0].sum() == len(records)
+    counted = door.counted_on(client, part)
+    assert counted.notes == {}
+    for t in (0, 13):  # a task's counts come back only when asked, here for the test
+        task = part.task(t)
+        np.testing.assert_array_equal(counted.counts_of(task).result(), whole[task.nodes])
+
+    def run(out, counts, **extra):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+            release_to_dataset(tree, counts, out, workdir=tmp_path / f"{out.name}.work", split=SPLIT, n_cells=2,
+                               cells=CELLS, progress=False, **KWS["blue-topdown"], **extra)
+
+    run(tmp_path / "local", lambda task: whole[task.nodes])
+    run(tmp_path / "dask", counted.counts_of, executor=client)
+    a, b = _tables(tmp_path / "dask"), _tables(tmp_path / "local")
+    assert sorted(a) == sorted(b) and len(a) == 25 and all(a[n].equals(b[n]) for n in a)
+
+    bad = records.copy()
+    bad.loc[len(bad) // 2, "sex"] = "x"
+    with pytest.raises(DataError) as pandas_err:
+        bad.dptree(levels=LEVELS, domains=domains, cells=CELLS).true_counts()
+    with pytest.raises(DataError) as dask_err:
+        dd.from_pandas(bad, npartitions=4).dptree(levels=LEVELS, domains=domains, cells=CELLS).counted_on(client,
+                                                                                                           part)
+    assert str(dask_err.value) == str(pandas_err.value)

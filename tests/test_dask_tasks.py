@@ -304,3 +304,44 @@ def test_the_dask_door_counts_each_task_on_the_cluster(client, tmp_path):
         dd.from_pandas(bad, npartitions=4).dptree(levels=LEVELS, domains=domains, cells=CELLS).counted_on(client,
                                                                                                            part)
     assert str(dask_err.value) == str(pandas_err.value)
+
+
+FILE_SPEC = """hierdp: 1
+source: {{path: 'records.csv', engine: {engine}}}
+hierarchy:
+  levels:
+    - {{name: state, domain: observed}}
+    - {{name: county, domain: observed}}
+    - {{name: tract, domain: observed}}
+    - {{name: block, domain: observed}}
+cells:
+  - {{name: sex, domain: [f, m]}}
+privacy: {{epsilon: 2}}
+seed: 5
+execution: {{split: county, memory: 7000{tasks}}}
+"""
+
+
+def test_spec_source_engine_dask_counts_each_task_on_the_cluster(client, tmp_path):
+    """``source.engine: dask`` with a dataset output: counted per task on the cluster, and
+    the same dataset as ``engine: pandas`` (the tasks on Dask too)."""
+    from hierdp.spec.runner import release_dataset_spec
+
+    leaf_rows = np.repeat(np.arange(TREE.n_leaves), _leaf.sum(axis=1))
+    leaves_ext = np.asarray(TREE.leaves)
+    labels = pd.DataFrame({lv: [TREE.path(int(v))[i] for v in leaves_ext] for i, lv in enumerate(LEVELS)})
+    labels.iloc[leaf_rows].assign(sex=np.concatenate([np.repeat(["f", "m"], c) for c in _leaf])).to_csv(
+        tmp_path / "records.csv", index=False)
+    outs = {}
+    for engine, tasks in (("pandas", ""), ("dask", ", engine: dask")):
+        spec = tmp_path / f"{engine}{bool(tasks)}.yaml"
+        spec.write_text(FILE_SPEC.format(engine=engine, tasks=tasks))
+        out = tmp_path / f"out-{spec.stem}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+            release_dataset_spec(spec, out)
+        outs[spec.stem] = _tables(out)
+    ref = outs.pop("pandasFalse")
+    assert len(ref) == 13  # the top part and 12 tasks (observed domains: the counties with records)
+    for got in outs.values():
+        assert sorted(got) == sorted(ref) and all(got[n].equals(ref[n]) for n in ref)

@@ -12,7 +12,9 @@ runs too) in three stages:
 3. **down**, per task on ``workers`` threads: the pass down (and top-down ``nonneg`` /
    ``round``) from the spilled state; the task's part is written.
 
-Memory is bounded by ``workers`` tasks (the largest) plus the top solve.
+Memory is bounded by ``workers`` tasks (the largest) plus the top solve. With
+``executor=`` a :class:`distributed.Client`, stages 1 and 3 run as Dask tasks on its
+cluster instead (the workers write the spills and parts; :mod:`hierdp._dask_tasks`).
 
 *Spill or recompute.* Stage 3 needs a task's noisy measurements again. They are spilled
 (``np.save`` of the noisy values and variances, ~16 B per node-cell) rather than
@@ -71,6 +73,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import subtrees
+from hierdp._dask_tasks import DaskStageRunner, is_dask_client
 from hierdp.errors import DataError, MissingDependencyError, NotForPublicationWarning
 from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
 from hierdp.keyed_noise import NoiseKey
@@ -352,9 +355,111 @@ def _write_part(path: Path, table: Any, ledger_json: str, release_id: str) -> No
             raise
 
 
+# ---------------------------------------------------------------------------- the per-task stages
+def _spill_path(spill: Path, t: int) -> Path:
+    return spill / f"task-{t:05d}.npz"
+
+
+def _up_work(stages: _SplitStages, task: subtrees.SubtreeTask, counts: Any, path: Path) -> None:
+    """Stage 1 of a task: measure and pass up, the task's state spilled to ``path``
+    (atomically). Runs on a worker thread, or on a Dask worker."""
+    noisy, var, roots_vals, z, u = stages.up(task, counts)
+    arrays = {"noisy": noisy, "var": var, "roots": roots_vals}
+    if z is not None and u is not None:
+        arrays.update(z=z, u=u)
+    exact = stages.exact.pop(task.index, None)
+    if exact is not None:
+        arrays["exact"] = exact
+    with _atomic(path, f"task {task.index}'s state") as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **cast(Any, arrays))
+
+
+def _down_work(stages: _SplitStages, task: subtrees.SubtreeTask, path: Path, x_roots: np.ndarray,
+               v_roots: np.ndarray, fixed: list[np.ndarray], part_path: Path, cells: dict[str, Any] | None,
+               dense: bool, std: bool, ledger_json: str, release_id: str) -> None:
+    """Stage 3 of a task: the pass down from its roots' values (``x_roots``... : the task's
+    roots only), the top-down steps, and its part written (atomically)."""
+    t = task.index
+    with np.load(path) as f:
+        noisy, var = f["noisy"], f["var"]
+        if "exact" in f.files:
+            stages.exact[t] = f["exact"]
+    est, _ = stages.down(task, noisy, var, x_roots, v_roots, fixed)
+    stages.exact.pop(t, None)
+    _write_part(part_path, _part_table(stages.tree, task, est, cells, stages.n_cells, dense, std), ledger_json,
+                release_id)
+
+
+class _StageContext:
+    """What a Dask worker needs to run a task's stages: the resolved release, the
+    partition, the release key (exported: it is as secret as the data), the work and
+    output folders (on storage the workers share) and how parts are written. Pickles
+    without its built :class:`~hierdp.pipeline._SplitStages`, which each worker builds
+    once (the same arrays as the client's: a deterministic function of these fields)."""
+
+    def __init__(self, r: Any, part: subtrees.Partition, step: Any, tail: list[Any], n_cells: int, total: float,
+                 key: NoiseKey, check_counts: Any, spill: Path, out: Path, cells: dict[str, Any] | None,
+                 dense: bool, std: bool, ledger_json: str, release_id: str) -> None:
+        self.r, self.part, self.step, self.tail, self.n_cells, self.total = r, part, step, tail, n_cells, total
+        self.key, self.check_counts = key.export(), check_counts
+        self.spill, self.out, self.cells, self.dense, self.std = spill, out, cells, dense, std
+        self.ledger_json, self.release_id = ledger_json, release_id
+        self._stages: _SplitStages | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_stages", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stages = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<hierdp stage context: {self.part!r}>"
+
+    def stages(self) -> _SplitStages:
+        with self._lock:
+            if self._stages is None:
+                self._stages = _SplitStages(self.r, self.part, self.step, self.tail, self.n_cells, total=self.total,
+                                            key=self.key.key(), check_counts=self.check_counts)
+            return self._stages
+
+
+def _remote_up(ctx: _StageContext, t: int, counts: Any) -> None:
+    """Stage 1 of task ``t`` on a Dask worker."""
+    _up_work(ctx.stages(), ctx.part.task(t), counts, _spill_path(ctx.spill, t))
+
+
+def _remote_down(ctx: _StageContext, t: int, x_roots: np.ndarray, v_roots: np.ndarray,
+                 fixed: list[np.ndarray]) -> None:
+    """Stage 3 of task ``t`` on a Dask worker."""
+    _down_work(ctx.stages(), ctx.part.task(t), _spill_path(ctx.spill, t), x_roots, v_roots, fixed,
+               ctx.out / part_name(t), ctx.cells, ctx.dense, ctx.std, ctx.ledger_json, ctx.release_id)
+
+
 # ---------------------------------------------------------------------------- the runner
 def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+#: the work-folder locks this process holds: a child forked while one is held (e.g. a Dask
+#: worker restarted by its nanny with the fork method) closes its copies, so the lock ends
+#: with the run that took it, not with the child
+_HELD_LOCKS: set[int] = set()
+
+
+def _close_inherited_locks() -> None:
+    for fd in list(_HELD_LOCKS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
 
 
 def _lock(work: Path) -> int:
@@ -367,7 +472,13 @@ def _lock(work: Path) -> int:
         os.close(fd)
         raise WorkFolderError(f"work folder {str(work)!r} is in use by another running release; wait for it to "
                               "end, or stop it and resume") from None
+    _HELD_LOCKS.add(fd)
     return fd
+
+
+def _unlock(fd: int) -> None:
+    _HELD_LOCKS.discard(fd)
+    os.close(fd)
 
 
 def _cpu_seconds() -> float:
@@ -417,6 +528,7 @@ def release_to_dataset(
     check_counts: bool | str = True,
     stream: TextIO | None = None,
     stats: dict[str, Any] | None = None,
+    executor: Any = None,
     **keywords: Any,
 ) -> Ledger:
     """Release ``tree``'s counts by subtree into the Parquet dataset ``out/``, out of core.
@@ -451,6 +563,17 @@ def release_to_dataset(
     stats : a dict filled with the run's figures: ``times`` (seconds per stage),
         ``node_cells``, ``tasks``, ``peak_rss`` (bytes, the process's), ``cpu`` (CPU seconds of
         the process per parallel stage: CPU / wall time is how many cores were busy).
+    executor : where stages 1 and 3 run: ``None`` (default) on ``workers`` threads of this
+        process; a :class:`distributed.Client`: as Dask tasks on its cluster (``workers`` is
+        then unused). On Dask, ``counts_of`` is called in this process as tasks are
+        submitted (a few at a time) and may return a ``distributed.Future`` of the counts
+        (counted on the cluster); each task ships with its counts and the stage context,
+        which holds the release key; the workers write the spills and the parts, so
+        ``workdir`` and ``out`` must be on storage the workers share (one machine, or a
+        shared file system). The journal, the top solve and the ledger stay here. A task
+        whose worker dies is rerun by Dask on another worker with the same keyed noise (the
+        same result); past ``distributed.scheduler.allowed-failures`` deaths the run stops
+        with one line and resumes. ``stats["cpu"]`` counts this process only.
     **keywords : those of :func:`hierdp.release` (``epsilon``, ``postprocess``, ``seed``, ...).
 
     Returns
@@ -463,6 +586,12 @@ def release_to_dataset(
     out, work = Path(out), Path(workdir)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise DataError(f"workers must be a positive integer, got {workers!r:.40}")
+    runner = None
+    if executor is not None:
+        if not is_dask_client(executor):
+            raise DataError(f"executor must be None (threads of this process) or a dask distributed.Client, got "
+                            f"{type(executor).__name__}; pass executor=distributed.Client(...) or leave it out")
+        runner = DaskStageRunner(executor)
     if resume and source_id is None:
         raise WorkFolderError("resume needs source_id= (the input's identity, e.g. its files' names, sizes and "
                               "mtimes) so the work folder can show it holds this input's release")
@@ -531,7 +660,8 @@ def release_to_dataset(
             _save_key(work / _KEY, key)
             checkpoint()
             acc, decomposition = open_account(r, tree, None)
-            stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
+            stage_total = r.total - acc.total  # before the account is charged below
+            stages = _SplitStages(r, part, step, tail, n_cells, total=stage_total, key=key,
                                   check_counts=check_counts)
             ticket, sess = _reserve(session, r)
             meas = stages.summary()
@@ -546,7 +676,8 @@ def release_to_dataset(
                                       "resumed: use an empty work folder for a new release")
             key = _load_key(work / _KEY)
             acc, _ = open_account(r, tree, None)
-            stages = _SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
+            stage_total = r.total - acc.total
+            stages = _SplitStages(r, part, step, tail, n_cells, total=stage_total, key=key,
                                   check_counts=check_counts)
             ledger = Ledger.from_json((work / _LEDGER).read_text(encoding="utf-8"))
             if r.seed is not None:
@@ -557,37 +688,52 @@ def release_to_dataset(
         _remove_temporaries(out)
         times: dict[str, float] = {}
         cpu: dict[str, float] = {}
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hierdp-outofcore")
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hierdp-outofcore") if runner is None \
+            else None
+        ctx_future: Any = None
 
-        def run(name: str, todo: list[int], job: Callable[[int], None]) -> None:
+        def run(name: str, todo: list[int], job: Callable[[int], None], remote: Callable[[int], Any],
+                done: Callable[[int], None]) -> None:
             t0, c0 = time.perf_counter(), _cpu_seconds()
             with _bar(len(todo), name, progress, err) as bar:
-                for _ in pool.map(job, todo):  # results in order; the first error stops the stage
-                    bar.update(1)
+                if pool is not None:
+                    for _ in pool.map(job, todo):  # results in order; the first error stops the stage
+                        bar.update(1)
+                else:  # Dask tasks; the client writes the journal as each one ends
+                    def ended(t: int) -> None:
+                        done(t)
+                        bar.update(1)
+
+                    cast(Any, runner).run(name, todo, remote, ended)
             times[name] = time.perf_counter() - t0
             cpu[name] = _cpu_seconds() - c0
 
         def spill_of(t: int) -> Path:
-            return spill / f"task-{t:05d}.npz"
+            return _spill_path(spill, t)
 
         # ---- stage 1: measure and pass up, per task
         def up(t: int) -> None:
             task = part.task(t)
-            noisy, var, roots_vals, z, u = stages.up(task, counts_of(task))
-            arrays = {"noisy": noisy, "var": var, "roots": roots_vals}
-            if z is not None and u is not None:
-                arrays.update(z=z, u=u)
-            exact = stages.exact.pop(t, None)
-            if exact is not None:
-                arrays["exact"] = exact
-            with _atomic(spill_of(t), f"task {t}'s state") as tmp:
-                with open(tmp, "wb") as fh:
-                    np.savez(fh, **cast(Any, arrays))
+            _up_work(stages, task, counts_of(task), spill_of(t))
             checkpoint()
             journal.add(f"up {t}")
 
+        def up_remote(t: int) -> Any:
+            return cast(Any, runner).client.submit(_remote_up, ctx_future, t, counts_of(part.task(t)), pure=False)
+
+        def finished(stage: str) -> Callable[[int], None]:
+            def done(t: int) -> None:  # the client's half of a task run on Dask: as the local job's end
+                checkpoint()
+                journal.add(f"{stage} {t}")
+            return done
+
         try:
-            run("measure + pass up", [t for t in range(part.n_tasks) if f"up {t}" not in journal], up)
+            if runner is not None:
+                ctx_future = runner.ship(_StageContext(r, part, step, tail, n_cells, stage_total, key,
+                                                       check_counts, spill, out, cells, dense, std, ledger_json,
+                                                       ledger.release_id))
+            run("measure + pass up", [t for t in range(part.n_tasks) if f"up {t}" not in journal], up,
+                up_remote, finished("up"))
 
             # ---- stage 2: the top, in memory
             t0 = time.perf_counter()
@@ -601,8 +747,10 @@ def release_to_dataset(
                         if stages.gls:
                             z_all.append(f["z"])
                             u_all.append(f["u"])
-                tnoisy, tvar = stages.top_measured(top, counts_of(top) if top.n_nodes else None,
-                                                   np.concatenate(roots_all))
+                top_counts = counts_of(top) if top.n_nodes else None
+                if runner is not None:  # on Dask, counts_of may give a future: the top is solved here
+                    top_counts = runner.value(top_counts)
+                tnoisy, tvar = stages.top_measured(top, top_counts, np.concatenate(roots_all))
                 del roots_all
                 sol = stages.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
                                  np.concatenate(u_all) if u_all else None)
@@ -627,24 +775,28 @@ def release_to_dataset(
             times["top"] = time.perf_counter() - t0
 
             # ---- stage 3: pass down, top-down steps, the parts
+            def roots_of(task: subtrees.SubtreeTask) -> slice:
+                a = int(np.searchsorted(part.roots, task.roots[0])) if task.roots.size else 0
+                return slice(a, a + task.roots.size)
+
             def down(t: int) -> None:
                 task = part.task(t)
-                with np.load(spill_of(t)) as f:
-                    noisy, var = f["noisy"], f["var"]
-                    if "exact" in f.files:
-                        stages.exact[t] = f["exact"]
-                a = int(np.searchsorted(part.roots, task.roots[0])) if task.roots.size else 0
-                b = a + task.roots.size
-                est, _ = stages.down(task, noisy, var, x_roots[a:b], v_roots[a:b], [fx[a:b] for fx in fixed])
-                stages.exact.pop(t, None)
-                _write_part(out / part_name(t), _part_table(tree, task, est, cells, n_cells, dense, std), ledger_json,
-                            ledger.release_id)
+                s = roots_of(task)
+                _down_work(stages, task, spill_of(t), x_roots[s], v_roots[s], [fx[s] for fx in fixed],
+                           out / part_name(t), cells, dense, std, ledger_json, ledger.release_id)
                 checkpoint()
                 journal.add(f"down {t}")
 
-            run("pass down + write", [t for t in range(part.n_tasks) if f"down {t}" not in journal], down)
+            def down_remote(t: int) -> Any:
+                s = roots_of(part.task(t))
+                return cast(Any, runner).client.submit(_remote_down, ctx_future, t, x_roots[s], v_roots[s],
+                                                       [fx[s] for fx in fixed], pure=False)
+
+            run("pass down + write", [t for t in range(part.n_tasks) if f"down {t}" not in journal], down,
+                down_remote, finished("down"))
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
 
         # ---- the end: ledger, then _SUCCESS; the secrets go
         _write_text(out / LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
@@ -671,4 +823,4 @@ def release_to_dataset(
                 f"{_peak_rss_bytes() / 1024**2:,.0f} MiB")
         return ledger
     finally:
-        os.close(lock)  # releases the lock
+        _unlock(lock)  # releases the lock

@@ -37,6 +37,7 @@ from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.rng import make_rng
+from hierdp.tree import Tree
 
 try:  # an optional dependency: pip install "hierdp[dask]"
     import dask
@@ -207,6 +208,76 @@ class DaskDPTree(TreeDoor):
         counts = counts.reshape(self._structure.n_ext, k) if self.cells else counts
         return leaf_counts_to_nodes(self._structure.tree, counts), notes
 
+    def counted_on(self, client: Any, partition: Any, rng: Any = None) -> DaskTaskCounts:
+        """Count the records per subtree task on the cluster, for the subtree tasks on Dask
+        (:func:`hierdp.outofcore.release_to_dataset` with ``executor=client``).
+
+        Each partition is counted on a worker as in :meth:`node_values` (the domain checks,
+        the bound, the pandas errors), then split by the task owning each leaf; a task's
+        counts are summed on a worker from its pieces, and never reach this process. Only
+        the numbers of dropped rows (private notes) come back here. Counting runs now, so a
+        bad partition raises here, before any noise.
+
+        Parameters
+        ----------
+        client : distributed.Client
+            The cluster's client.
+        partition : hierdp.subtrees.Partition
+            The release's partition (``hierdp.subtrees.partition(tree, split, n_cells=...)``).
+        rng : RandomSource, optional
+            As for :meth:`node_values`.
+
+        Returns
+        -------
+        DaskTaskCounts
+            ``.counts_of(task)`` (futures) and ``.notes``.
+        """
+        import distributed
+
+        seed_base = None
+        if self.unit is not None and rng is not None and not rng.secure:
+            seed_base = int(rng.words(1)[0] >> np.uint64(1))
+        frame = self._ddf.shuffle(on=self.unit) if self.unit is not None else self._ddf
+        meta = pd.DataFrame({"key": pd.Series(dtype="int64"), "w": pd.Series(dtype="int64")})
+        per_part = frame.map_partitions(_count_partition, _wrap(self._structure), _wrap(self.cells), self.count,
+                                        self.unit, self.max_contributions, self.unknown, seed_base, meta=meta)
+        tree = self.tree
+        ti = tree.internal
+        k = self.n_cells
+        n_tasks = partition.n_tasks
+        task_of = np.full(tree.n_nodes, -1, np.int64)  # internal id -> its task (-1: the top part)
+        for t in range(n_tasks):  # one vectorised step per task
+            task_of[partition.task(t).nodes] = t
+        depth, par = np.asarray(ti.depth), np.asarray(ti.parent)
+        anchor = np.arange(tree.n_nodes, dtype=np.int64)  # the ancestor in the top part (depth < split)
+        while partition.depth > 0:  # one vectorised step per level
+            deep = depth[anchor] >= partition.depth
+            if not deep.any():
+                break
+            anchor = np.where(deep, par[anchor], anchor)
+        if partition.depth == 0:
+            anchor[:] = -1
+        inv = ti.inverse_perm
+        internal_of_ext = np.arange(tree.n_nodes) if inv is None else np.asarray(inv)
+        where = np.empty(3 * tree.n_nodes, np.int64)
+        where[0::3] = task_of[internal_of_ext]
+        where[1::3] = internal_of_ext
+        where[2::3] = anchor[internal_of_ext]
+        parts = client.compute(per_part.to_delayed())
+        where_f = client.submit(_same, where, pure=False)  # a task: recomputed if its worker dies
+        buckets = [client.submit(_by_task, f, where_f, k, n_tasks, pure=False) for f in parts]
+        dropped = client.gather([client.submit(operator_getitem_last, b, pure=False) for b in buckets])
+        distributed.wait(buckets)
+        keys = np.concatenate([d[0] for d in dropped]) if dropped else np.zeros(0, np.int64)
+        w = np.concatenate([d[1] for d in dropped]) if dropped else np.zeros(0, np.int64)
+        notes: dict[str, Any] = {}
+        if self.unit is not None:
+            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
+        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
+        if n_ood:
+            notes["rows_dropped_out_of_domain"] = n_ood
+        return DaskTaskCounts(client, buckets, n_tasks, k, notes)
+
     def out_of_domain(self) -> Any:
         """NON-PRIVATE diagnostics: a lazy Dask DataFrame of the rows outside the declared
         domains (``.compute()`` it, or ``.head()``). Never publish them.
@@ -218,6 +289,96 @@ class DaskDPTree(TreeDoor):
         """
         return self._ddf.map_partitions(_bad_rows, _wrap(self._structure), _wrap(self.cells),
                                         meta=_empty_like(self._ddf))
+
+
+def _by_task(frame: pd.DataFrame, where: np.ndarray, k: int, n_tasks: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One partition's ``(key, w)`` counts, bucketed by subtree task. ``where[3 * ext]`` is
+    the task holding leaf ``ext`` (``-1``: the top part), ``where[3 * ext + 1]`` its internal
+    id, ``where[3 * ext + 2]`` its ancestor in the top part (``-1`` without a top part).
+    Buckets ``0 .. n_tasks - 1``: each task's ``(internal leaf * k + cell, w)``; bucket
+    ``n_tasks``: the top part's, every count at its ancestor there (summed); bucket
+    ``n_tasks + 1``: the reserved keys (numbers of dropped rows). Runs on a worker."""
+    key = frame["key"].to_numpy(np.int64)
+    w = frame["w"].to_numpy(np.int64)
+    ok = key >= 0
+    ext = key[ok] // k
+    cell = key[ok] % k
+    wk = w[ok]
+    task = where[3 * ext]
+    node = where[3 * ext + 1] * k + cell
+    order = np.argsort(task, kind="stable")
+    ts = task[order]
+    bounds = np.searchsorted(ts, np.arange(n_tasks + 1))
+    out = [(node[order[lo:hi]], wk[order[lo:hi]]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    anchor = where[3 * ext + 2]
+    has = anchor >= 0
+    top_key, inv = np.unique(anchor[has] * k + cell[has], return_inverse=True)
+    out.append((top_key, np.bincount(inv, weights=wk[has], minlength=top_key.size).astype(np.int64)))
+    out.append((key[~ok], w[~ok]))
+    return out
+
+
+def _task_counts(nodes: np.ndarray, parent: np.ndarray, k: int, *pieces: tuple[np.ndarray, np.ndarray]
+                 ) -> np.ndarray:
+    """A task's true counts ``(m, k)`` (``task.nodes`` order) from its buckets of every
+    partition: each count added at its node, then summed up the task's own tree. On a worker."""
+    m = nodes.size
+    off = parent.size - m  # 1: a subtree task (its unmeasured root first); 0: the top part
+    vals = np.zeros((m + off, k), np.int64)
+    for node_cell, w in pieces:
+        node = node_cell // k
+        pos = np.searchsorted(nodes, node)
+        np.add.at(vals, (pos + off, node_cell % k), w)
+    local = Tree(parent, _check=False)
+    sums = local.to_external(local.internal.sum_up(np.ascontiguousarray(local.to_internal(vals)), consume=True))
+    return np.asarray(sums)[off:]
+
+
+def _same(obj: Any) -> Any:
+    return obj
+
+
+def operator_getitem_last(buckets: list[Any]) -> Any:
+    """The last bucket of :func:`_by_task` (the reserved keys: numbers of dropped rows)."""
+    return buckets[-1]
+
+
+class DaskTaskCounts:
+    """True counts of a Dask DataFrame's records per subtree task, kept on the cluster
+    (PRIVATE); made by :meth:`DaskDPTree.counted_on`. ``counts_of(task)`` returns a
+    ``distributed.Future`` of the task's ``(m, n_cells)`` counts, for
+    :func:`hierdp.outofcore.release_to_dataset` with ``executor=`` the same client.
+
+    Attributes
+    ----------
+    notes : the private notes of the count (rows dropped by the bound or out of the domains).
+    """
+
+    def __init__(self, client: Any, buckets: list[Any], n_tasks: int, n_cells: int, notes: dict[str, Any]) -> None:
+        self._client, self._buckets, self._n_tasks, self._k = client, buckets, n_tasks, n_cells
+        self.notes = notes
+
+    def counts_of(self, task: Any) -> Any:
+        """A future of ``task``'s true counts (NON-PRIVATE: never publish them), summed on a
+        worker from every partition's bucket of that task.
+
+        Parameters
+        ----------
+        task : hierdp.subtrees.SubtreeTask
+            A task of the partition given to :meth:`DaskDPTree.counted_on` (``index == -1``:
+            the top part).
+
+        Returns
+        -------
+        distributed.Future
+            Of the exact int64 counts ``(m, n_cells)`` in ``task.nodes`` order.
+        """
+        import operator
+
+        b = self._n_tasks if task.index < 0 else int(task.index)
+        pieces = [self._client.submit(operator.getitem, f, b, pure=False) for f in self._buckets]
+        return self._client.submit(_task_counts, np.asarray(task.nodes), np.asarray(task.parent), self._k, *pieces,
+                                   pure=False)
 
 
 class DPTreeDaskAccessor:

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp import subtrees
+from hierdp._dask_tasks import local_client
 from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
@@ -689,11 +691,16 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     only its own leaves (:meth:`hierdp.frontends.dataset.DatasetDPTree.counted`); with
     ``engine: pandas`` the source is read and counted in memory as today, then handed to
     the runner task by task. ``plan: marginals`` and ``per_level`` both run by subtree.
+    With ``engine: dask`` each task is counted on the cluster
+    (:meth:`hierdp.frontends.dask.DaskDPTree.counted_on`; the process's distributed client,
+    else a local cluster of ``workers`` processes). ``execution.engine: dask`` runs the
+    subtree tasks as Dask tasks (the distributed client this process already has, else a
+    local cluster of ``workers`` processes); ``local`` (the default) on ``workers`` threads.
     Returns the :class:`~hierdp.ledger.Ledger`."""
     rs = load_spec(spec, **({"seed": seed} if seed is not None else {}))
-    if rs.decomposition is not None or rs.engine not in ("pandas", "duckdb", "polars"):
+    if rs.decomposition is not None or rs.engine not in ("pandas", "duckdb", "polars", "dask"):
         raise SpecError("a dataset output (-o DIR/) runs a release on a declared hierarchy read with pandas, "
-                        "polars or duckdb; remove the decomposition or engine: dask, or write one table (-o FILE)")
+                        "polars, dask or duckdb; remove the decomposition, or write one table (-o FILE)")
     if resume and rs.unit is not None and rs.seed is None:
         raise SpecError("a release that bounds contributions per unit (privacy.unit) draws its sample of rows "
                         "afresh on every run, so it cannot be resumed: run it again with an empty work folder")
@@ -701,7 +708,7 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     source_id = source_identity(rs)
     dpt = prepare(rs)
     how = _how(rs, dpt)
-    counted = rs.engine == "duckdb"
+    counted = rs.engine in ("duckdb", "dask")
     with _source_errors(rs):
         values, keywords = dpt.release_inputs(
             epsilon=rs.epsilon, delta=rs.delta, rho=rs.rho,
@@ -713,6 +720,16 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     n_cells = int(dpt.n_cells)
     workdir = Path(ex["workdir"] if ex["workdir"] is not None else default_workdir(out))
     counts_dir: Path | None = None
+    args = dict(workdir=workdir, split=ex["split"], n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None,
+                source_id=source_id, workers=ex["workers"], resume=resume, progress=progress, stream=stream)
+    if rs.engine == "dask":  # counted per task on the cluster; the tasks on Dask, or here on threads
+        with local_client(ex["workers"]) as client, _source_errors(rs):
+            part = subtrees.partition(tree, ex["split"], n_cells=n_cells)  # the one release_to_dataset cuts
+            data = dpt.counted_on(client, part, rng=door_rng(rs.seed, 97))
+            keywords["private_notes"] = {**dict(keywords.get("private_notes") or {}), **dict(data.notes)}
+            if ex.get("engine", "local") == "dask":
+                return release_to_dataset(tree, data.counts_of, out, executor=client, **args, **keywords)
+            return release_to_dataset(tree, lambda task: data.counts_of(task).result(), out, **args, **keywords)
     if counted:  # true counts on disk, beside the work folder and as protected (owner-only)
         counts_dir = workdir.with_name(workdir.name + ".counts")
         counts_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -726,9 +743,11 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
         def counts_of(task: Any) -> np.ndarray:
             return internal[task.nodes]
 
-    ledger = release_to_dataset(tree, counts_of, out, workdir=workdir, split=ex["split"],
-                                n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None, source_id=source_id,
-                                workers=ex["workers"], resume=resume, progress=progress, stream=stream, **keywords)
+    if ex.get("engine", "local") == "dask":  # the subtree tasks as Dask tasks (this process's client, or a new one)
+        with local_client(ex["workers"]) as client:
+            ledger = release_to_dataset(tree, counts_of, out, executor=client, **args, **keywords)
+    else:
+        ledger = release_to_dataset(tree, counts_of, out, **args, **keywords)
     if counts_dir is not None:  # the release is complete: its true counts go
         shutil.rmtree(counts_dir, ignore_errors=True)
     return ledger

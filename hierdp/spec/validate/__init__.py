@@ -129,7 +129,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         return raw
 
     def execution(self, levels: Any, root: Any, per_level: bool, split: Any) -> dict[str, Any] | None:
-        """``execution:`` (``split``, ``workers``, ``workdir``, ``memory``): the out-of-core
+        """``execution:`` (``split``, ``workers``, ``engine``, ``workdir``, ``memory``): the out-of-core
         run (:func:`hierdp.outofcore.release_to_dataset`). Its split is checked as ``split:``
         (one of the two, not both); ``memory`` sizes the tasks (``{level, memory}``); the work
         folder is relative to the spec."""
@@ -167,8 +167,13 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if chosen is None:
             chosen = "auto"
         workdir = raw.get("workdir")
-        return {"split": chosen, "workers": int(raw.get("workers", 2)),
-                "workdir": None if workdir is None else (self.base_dir / workdir)}
+        out = {"split": chosen, "workers": int(raw.get("workers", 2)),
+               "workdir": None if workdir is None else (self.base_dir / workdir)}
+        if "engine" in raw:  # where the subtree tasks run: local threads (default) or Dask tasks
+            if raw["engine"] not in ("local", "dask"):
+                self.err(("execution", "engine"), f"execution.engine must be local or dask, got {raw['engine']!r:.40}")
+            out["engine"] = raw["engine"]
+        return out
 
     def run(self, fname: str | None) -> ReleaseSpec | None:
         """Every section in order; the normalised spec, or ``None`` when a problem was found."""

@@ -263,6 +263,7 @@ def spent_text(spent: Sequence[Mapping[str, Any]]) -> str:
 _DOORS: list[tuple[str, Callable[[Any], bool], Callable[..., Any]]] = []
 #: top-level module of an input type -> the hierdp module that registers its door on import
 _LAZY_DOORS: dict[str, str] = {"dask": "hierdp.frontends.dask", "xarray": "hierdp.frontends.xarray",
+                                "pyspark": "hierdp.frontends.spark",
                                 # a path (str or pathlib.Path): a Parquet/CSV dataset on disk
                                 "builtins": "hierdp.frontends.dataset", "pathlib": "hierdp.frontends.dataset"}
 

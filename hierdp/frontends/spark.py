@@ -33,26 +33,31 @@ loopback address) and says in one line when Java is missing.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from hierdp import outofcore as ooc
+from hierdp import pipeline as pl
 from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, HierDPError, MissingDependencyError, expected_one_of
-from hierdp.frontends._cells import cell_sizes, check_cell_columns, domain_error, resolve_cells
+from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
-from hierdp.frontends.base import register_door, releases_of
+from hierdp.frontends.base import door_rng, register_door, releases_of
 from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.rng import make_rng
 
-__all__ = ["SparkDPTree", "JavaNotFoundError", "local_session", "require_pyspark", "is_spark_frame"]
+__all__ = ["SparkDPTree", "JavaNotFoundError", "local_session", "require_pyspark", "is_spark_frame",
+           "release_to_dataset", "merge_problems"]
 
 #: reserved keys of the per-task result (real keys are >= 0)
 _DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = -1, -2
@@ -337,9 +342,10 @@ class SparkDPTree(TreeDoor):
         cols += [c for c in (self.count, self.unit) if c is not None and c not in cols]
         return cols
 
-    def keyed_counts(self, rng: Any = None) -> pd.DataFrame:
-        """NON-PRIVATE: the per-key sums computed by Spark, collected (``key``, ``err``,
-        ``w``): one row per (leaf, cell) reached, the reserved keys, or the errors found.
+    def keyed_sums(self, rng: Any = None) -> Any:
+        """NON-PRIVATE: a lazy Spark DataFrame of the per-key sums (``key``, ``err``, ``w``):
+        one row per (leaf, cell) reached (``key = node * k + cell``, external node ids), the
+        reserved negative keys (rows dropped) and the errors the tasks found.
 
         Parameters
         ----------
@@ -349,8 +355,8 @@ class SparkDPTree(TreeDoor):
 
         Returns
         -------
-        pandas.DataFrame
-            NON-PRIVATE. Never publish it.
+        pyspark.sql.DataFrame
+            NON-PRIVATE, lazy. Never publish it.
         """
         from pyspark.sql import functions as F
 
@@ -374,7 +380,28 @@ class SparkDPTree(TreeDoor):
             n_buckets = max(1, int(sdf.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200))
             bucket = F.pmod(F.xxhash64(F.col(self.unit)), F.lit(n_buckets))
             per_task = sdf.withColumn(_BUCKET, bucket).groupBy(_BUCKET).applyInPandas(count_bucket, _RESULT_SCHEMA)
-        return per_task.groupBy("key", "err").agg(F.sum("w").alias("w")).toPandas()
+        return per_task.groupBy("key", "err").agg(F.sum("w").alias("w"))
+
+    def _settle(self, reserved: pd.DataFrame) -> dict[str, Any]:
+        """The errors the tasks found, raised as the pandas door raises them (its first), and
+        the private notes, from the rows of the reserved (negative) keys."""
+        keys = reserved["key"].to_numpy(np.int64)
+        errs = reserved["err"].to_numpy(object)
+        for stage in _STAGES:  # the first error the pandas door would meet
+            found = sorted({str(e) for e in errs[keys == stage]})
+            if not found:
+                continue
+            if stage == _ERR_DOMAIN:
+                raise domain_error(merge_problems(found, self.levels, list(self.cells)))
+            raise DataError(found[0])
+        w = reserved["w"].to_numpy(np.int64)
+        notes: dict[str, Any] = {}
+        if self.unit is not None:
+            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
+        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
+        if n_ood:
+            notes["rows_dropped_out_of_domain"] = n_ood
+        return notes
 
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
         """True node counts (external order) and private notes; the counting runs on Spark.
@@ -391,26 +418,13 @@ class SparkDPTree(TreeDoor):
             NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes (e.g.
             ``rows_dropped_out_of_domain``). Never publish them.
         """
-        sums = self.keyed_counts(rng)
+        sums = self.keyed_sums(rng).toPandas()  # only the (leaf, cell) counts come to the driver
         keys = sums["key"].to_numpy(np.int64)
-        errs = sums["err"].to_numpy(object)
-        for stage in _STAGES:  # the first error the pandas door would meet
-            found = sorted({str(e) for e in errs[keys == stage]})
-            if not found:
-                continue
-            if stage == _ERR_DOMAIN:
-                raise domain_error(merge_problems(found, self.levels, list(self.cells)))
-            raise DataError(found[0])
+        notes = self._settle(sums[keys < 0])
         w = sums["w"].to_numpy(np.int64)
         if self.count is not None:
             rules.enforce(total_problem(w[keys >= 0]), DataError)
-        notes: dict[str, Any] = {}
-        if self.unit is not None:
-            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
-        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
-        if n_ood:
-            notes["rows_dropped_out_of_domain"] = n_ood
-        k = int(np.prod(cell_sizes(self.cells))) if self.cells else 1
+        k = self.n_cells
         flat = np.zeros(self._structure.n_ext * k, np.int64)
         ok = keys >= 0
         flat[keys[ok]] = w[ok]
@@ -462,3 +476,231 @@ def spark_door(data: Any, levels: Sequence[str] | None = None, domains: Any = No
 
 
 register_door("pyspark.sql.DataFrame", is_spark_frame, spark_door)
+
+
+# ---------------------------------------------------------------------------- subtree tasks on Spark
+def _npz(**arrays: Any) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **{k: v for k, v in arrays.items() if v is not None})
+    return buf.getvalue()
+
+
+def _unnpz(blob: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _sum_up(vals: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Children's counts added into their parents (local ``parent``, -1: none inside),
+    deepest level first: one vectorised step per level."""
+    for d in range(int(depth.max(initial=0)), 0, -1):
+        sel = (depth == d) & (parent >= 0)
+        if sel.any():
+            np.add.at(vals, parent[sel], vals[sel])
+    return vals
+
+
+def _task_values(task: Any, tree: Any, keys: np.ndarray, w: np.ndarray, n_cells: int) -> np.ndarray:
+    """The true counts ``(m, n_cells)`` of ``task.nodes`` from its leaves' ``(key, w)``
+    (``key = external node * n_cells + cell``), summed up the task's subtrees."""
+    ti = tree.internal
+    ext = keys // n_cells
+    internal = ext if ti.inverse_perm is None else ti.inverse_perm[ext]
+    vals = np.zeros((task.n_nodes, n_cells), np.int64)
+    np.add.at(vals, (np.searchsorted(task.nodes, internal), keys % n_cells), w)
+    return _sum_up(vals, task.parent[1:] - 1, ti.depth[task.nodes])
+
+
+#: the split stages of the release an executor's Python worker is running (the last one
+#: only: it holds the release key)
+_EXECUTOR_STAGES: dict[str, Any] = {}
+
+
+def _executor_stages(token: str, build: tuple[Any, ...]) -> Any:
+    """The release's :class:`~hierdp.pipeline._SplitStages`, built once per Python worker
+    from its public parts and the explicitly exported key (``build``)."""
+    stages = _EXECUTOR_STAGES.get(token)
+    if stages is None:
+        r, part, step, tail, n_cells, total, exported = build
+        stages = pl._SplitStages(r, part, step, tail, n_cells, total=total, key=exported.key(), check_counts=True)
+        _EXECUTOR_STAGES.clear()
+        _EXECUTOR_STAGES[token] = stages
+    return stages
+
+
+def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split: Any = "auto",
+                       dense: bool = False, std: bool = False, session: Any = None, **keywords: Any) -> Any:
+    """A split release of a Spark door's records into the Parquet dataset ``out/``, its
+    subtree tasks run on the Spark executors.
+
+    The stages of :func:`hierdp.outofcore.release_to_dataset` (the one code path of
+    :class:`hierdp.pipeline._SplitStages`; exact split GLS of Dawson et al. 2023, Alg.
+    1-2, then top-down ``nonneg``/``round``), placed on Spark:
+
+    1. the records counted to (leaf, cell) on the executors (the door's tasks: checks,
+       contribution bounding, aggregation), fixed once (``localCheckpoint``: a lost
+       executor fails the release rather than draw another sample of rows);
+    2. **up**, ``groupBy(task).applyInPandas``: each task's counts summed up its subtrees,
+       measured (noise keyed per node: the bits the local release draws) and passed up;
+       only the roots' ``(z, u)`` and counts go to the driver;
+    3. **top** on the driver (the levels above the split; its part is written there);
+    4. **down**, ``groupBy(task).applyInPandas`` again over the tasks' measurements joined
+       with their roots' solution: pass down, top-down steps, and the task's part written
+       by the executor.
+
+    The output has the layout of :func:`hierdp.outofcore.release_to_dataset` (``part-NNNNN
+    .parquet`` with the ledger in each part's metadata, ``_ledger.json``, then
+    ``_SUCCESS``), so the same readers work on both; ``out`` must be a folder every
+    executor can write (local mode, or a shared file system). The release key travels to
+    the executors inside the tasks: it is as sensitive as the data (TLS between machines).
+    There is no work folder and no resume: Spark retries failed tasks (whose output is
+    the same bits); a failed release is run again as a new release.
+
+    Parameters
+    ----------
+    door : SparkDPTree
+        ``hierdp.dptree(spark_df, levels=..., domains=..., ...)``.
+    out : str or path
+        The dataset folder (created; its parent must exist).
+    split : str, int or dict, default "auto"
+        As for :func:`hierdp.release` (a level, ``"auto"`` or ``{"memory": ...}``).
+    dense, std : bool, default False
+        As for :func:`hierdp.outofcore.release_to_dataset`.
+    session : Session, optional
+        Draw the spend from this :class:`hierdp.Session` (checked before any noise).
+    **keywords
+        The release keywords of ``door.release`` (``epsilon``, ``postprocess``, ``seed``, ...).
+
+    Returns
+    -------
+    Ledger
+        The release's ledger (also in ``out/_ledger.json`` and in every part).
+    """
+    from pyspark.sql import functions as F
+
+    if not isinstance(door, SparkDPTree):
+        raise DataError(f"release_to_dataset on Spark needs a Spark door (hierdp.dptree(spark_df, ...)), "
+                        f"got {type(door).__name__}")
+    _, kw = door.release_inputs(values=False, split=split, **keywords)
+    for name in ("split", "session"):
+        kw.pop(name, None)
+    tree, n_cells = door.tree, door.n_cells
+    cells = {k: list(v) for k, v in door.cells.items()} if door.cells else None
+    pl._split_setup(tree, n_cells, split, dict(kw))  # refusals before the data are read
+    out = Path(out)
+    ooc._check_out(out)
+    ooc._pyarrow()
+
+    # 1. the counts, on the executors, fixed once; errors raised as the pandas door raises them
+    sums = door.keyed_sums(door_rng(kw.get("seed"), 97)).localCheckpoint(eager=True)
+    kw["private_notes"] = {**dict(kw.get("private_notes") or {}),
+                           **door._settle(sums.where(F.col("key") < 0).toPandas())}
+    r, part, step, tail = pl._split_setup(tree, n_cells, split, kw)
+
+    # the release: checked, keyed and charged once, before any noise (as outofcore)
+    pl.check(r, session)
+    key = pl.noise_key(r.seed)
+    acc, decomposition = pl.open_account(r, tree, None)
+    driver = pl._SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key, check_counts=True)
+    # what the executors build their stages from: the release key goes explicitly, exported
+    build = (r, part, step, tail, n_cells, r.total - acc.total, key.export())
+    ticket, sess = pl._reserve(session, r)
+    meas = driver.summary()
+    ledger = pl.build_ledger(r, tree, meas, pl.account(r, acc, meas), decomposition=decomposition,
+                             rng=make_rng(r.seed))
+    pl._settle_split(r, ledger, part, True, sess, ticket)
+    ledger_json, release_id = ledger.to_json(), ledger.release_id
+    token = f"{release_id}-{os.urandom(8).hex()}"
+
+    # each leaf's task (-1: a leaf above the split level, in the top part)
+    ti = tree.internal
+    task_of = np.full(tree.n_nodes, -1, np.int64)
+    for t in range(part.n_tasks):
+        task_of[part.task(t).nodes] = t
+    task_of_ext = task_of if ti.inverse_perm is None else task_of[ti.inverse_perm]
+
+    def with_task(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for b in batches:
+            yield pd.DataFrame({"task": task_of_ext[b["key"].to_numpy(np.int64) // n_cells],
+                                "key": b["key"].to_numpy(np.int64), "w": b["w"].to_numpy(np.int64)})
+
+    spark = sums.sparkSession
+    counts = sums.where(F.col("key") >= 0).select("key", "w").mapInPandas(with_task, "task long, key long, w long")
+    every_task = spark.range(part.n_tasks).select(F.col("id").alias("task"), F.lit(-1).cast("long").alias("key"),
+                                                  F.lit(0).cast("long").alias("w"))  # tasks without records too
+
+    # 2. up, per task on the executors
+    def up(group: tuple[Any, ...], rows: pd.DataFrame) -> pd.DataFrame:
+        t = int(group[0])
+        task = part.task(t)
+        stages = _executor_stages(token, build)
+        keys = rows["key"].to_numpy(np.int64)
+        mine = keys >= 0
+        vals = _task_values(task, tree, keys[mine], rows["w"].to_numpy(np.int64)[mine], n_cells)
+        noisy, var, roots_vals, z, u = stages.up(task, vals)
+        exact = stages.exact.pop(t, None)
+        return pd.DataFrame({"task": [t], "roots": [_npz(roots=roots_vals, z=z, u=u)],
+                             "state": [_npz(noisy=noisy, var=var, exact=exact)]})
+
+    measured = (counts.where(F.col("task") >= 0).unionByName(every_task).groupBy("task")
+                .applyInPandas(up, "task long, roots binary, state binary").localCheckpoint(eager=True))
+
+    # 3. the top, on the driver
+    ups = measured.select("task", "roots").toPandas().sort_values("task")
+    got = [_unnpz(b) for b in ups["roots"]]
+    if len(got) != part.n_tasks:  # pragma: no cover - every task is in every_task
+        raise DataError("a subtree task went missing on Spark; run the release again")
+    roots_vals = np.concatenate([g["roots"] for g in got])
+    z_all = np.concatenate([g["z"] for g in got]) if driver.gls else None
+    u_all = np.concatenate([g["u"] for g in got]) if driver.gls else None
+    top = pl._top_task(part)
+    top_vals = None
+    if top.n_nodes:
+        top_leaves = counts.where(F.col("task") < 0).select("key", "w").toPandas()  # leaves above the split
+        tk = top_leaves["key"].to_numpy(np.int64)
+        ext = tk // n_cells
+        internal = ext if ti.inverse_perm is None else ti.inverse_perm[ext]
+        top_vals = np.zeros((top.n_nodes, n_cells), np.int64)
+        np.add.at(top_vals, (np.searchsorted(part.top, internal), tk % n_cells), top_leaves["w"].to_numpy(np.int64))
+        np.add.at(top_vals, np.searchsorted(part.top, ti.parent[part.roots]), roots_vals.reshape(-1, n_cells))
+        top_vals = _sum_up(top_vals, top.parent, ti.depth[part.top])
+    tnoisy, tvar = driver.top_measured(top, top_vals, roots_vals)
+    sol = driver.top(tnoisy, tvar, z_all, u_all)
+    del z_all, u_all, roots_vals, top_vals
+    if top.n_nodes:
+        est, _ = driver.finish_top(top, tnoisy, tvar, sol)
+        ooc._write_part(out / ooc.part_name(-1), ooc._part_table(tree, top, est, cells, n_cells, dense, std),
+                        ledger_json, release_id)
+    driver.exact.pop(-1, None)
+
+    # 4. down, per task on the executors, each writing its part
+    first = 0
+    rows = []
+    for t in range(part.n_tasks):
+        m = part.task(t).roots.size if driver.gls else 0
+        rows.append((t, _npz(x=sol.x_roots[first:first + m], v=sol.v_roots[first:first + m],
+                             **{f"fixed{j}": f[first:first + m] for j, f in enumerate(sol.fixed)})))
+        first += m
+    solved = spark.createDataFrame(pd.DataFrame(rows, columns=["task", "solution"]), "task long, solution binary")
+    n_fixed = len(sol.fixed)
+
+    def down(group: tuple[Any, ...], rows: pd.DataFrame) -> pd.DataFrame:
+        t = int(group[0])
+        task = part.task(t)
+        stages = _executor_stages(token, build)
+        state, solution = _unnpz(rows["state"].iloc[0]), _unnpz(rows["solution"].iloc[0])
+        if "exact" in state:
+            stages.exact[t] = state["exact"]
+        est, _ = stages.down(task, state["noisy"], state["var"], solution["x"], solution["v"],
+                             [solution[f"fixed{j}"] for j in range(n_fixed)])
+        stages.exact.pop(t, None)
+        table = ooc._part_table(tree, task, est, cells, n_cells, dense, std)
+        ooc._write_part(out / ooc.part_name(t), table, ledger_json, release_id)
+        return pd.DataFrame({"task": [t], "rows": [int(table.num_rows)]})
+
+    written = measured.join(solved, "task").groupBy("task").applyInPandas(down, "task long, rows long").toPandas()
+    if len(written) != part.n_tasks:  # pragma: no cover
+        raise DataError("a subtree task's part was not written on Spark; run the release again")
+    ooc._write_text(out / ooc.LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
+    ooc._write_text(out / ooc.SUCCESS, "", "the success marker", mode=0o644)
+    return ledger

@@ -274,3 +274,49 @@ def test_subtree_tasks_on_spark_equal_the_local_split_release_bit_for_bit(spark,
     assert got.index.is_unique and (ds["estimate"] != 0).all()
     assert got.equals(want[want != 0])  # the same values in the same cells, exactly
     assert ledger.levels == local.release(split=SPLIT, **SPLIT_KW).ledger.levels
+
+
+SPARK_SPEC = """hierdp: 1
+source:
+  path: records.parquet
+  engine: spark
+hierarchy:
+  root: total
+  paths:
+    demo: census
+  levels:
+    - name: state
+    - name: county
+    - name: tract
+privacy:
+  epsilon: 1.0
+postprocess: [blue, {name: nonneg, params: {method: topdown}}, {name: round, params: {method: topdown}}]
+execution:
+  engine: spark
+  split: county
+  memory: 9kB
+"""
+
+
+def test_a_spec_runs_the_subtree_tasks_on_spark(spark, tmp_path):
+    from hierdp.data import load_demo
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_spec, release_dataset_spec
+
+    load_demo("census").to_parquet(tmp_path / "records.parquet", index=False)
+    (tmp_path / "spec.yaml").write_text(SPARK_SPEC)
+    ledger = release_dataset_spec(str(tmp_path / "spec.yaml"), tmp_path / "out", seed=3)
+    local = SPARK_SPEC.replace("  engine: spark\n", "", 2).replace("execution:\n  split: county\n  memory: 9kB\n", "")
+    (tmp_path / "local.yaml").write_text(local)
+    mem = hierdp.run_spec(str(tmp_path / "local.yaml"), seed=3, write=False, split={"level": "county", "memory": "9kB"})
+    levels = ["state", "county", "tract"]
+
+    def keyed(frame):
+        key = frame[levels].astype("string").fillna("-").agg("/".join, axis=1)
+        return pd.Series(frame["estimate"].to_numpy(), index=key.to_numpy()).sort_index()
+
+    want, got = keyed(mem.frame), keyed(pd.read_parquet(tmp_path / "out"))
+    assert got.equals(want[want != 0])
+    assert ledger.levels == mem.ledger.levels and len(list((tmp_path / "out").glob("part-*.parquet"))) >= 3
+    with pytest.raises(SpecError, match="set source.engine: spark too"):
+        load_spec(local + "execution: {engine: spark}\n")

@@ -167,8 +167,16 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if chosen is None:
             chosen = "auto"
         workdir = raw.get("workdir")
-        return {"split": chosen, "workers": int(raw.get("workers", 2)),
-                "workdir": None if workdir is None else (self.base_dir / workdir)}
+        engine = raw.get("engine", "local")
+        source = self.data.get("source")
+        if engine == "spark" and not (isinstance(source, dict) and source.get("engine") == "spark"):
+            self.err(("execution", "engine"), "execution.engine: spark runs the subtree tasks on the records Spark "
+                                              "reads: set source.engine: spark too")
+        out = {"split": chosen, "workers": int(raw.get("workers", 2)),
+               "workdir": None if workdir is None else (self.base_dir / workdir)}
+        if "engine" in raw:
+            out["engine"] = engine
+        return out
 
     def run(self, fname: str | None) -> ReleaseSpec | None:
         """Every section in order; the normalised spec, or ``None`` when a problem was found."""

@@ -28,7 +28,9 @@ seed and the bucket number and orders the bucket's rows first, so it is reproduc
 whatever the input's partitioning (for the same number of shuffle partitions).
 
 Sessions are the caller's; :func:`local_session` builds a local one (bound to the
-loopback address) and says in one line when Java is missing.
+loopback address) and says in one line when Java is missing. :func:`release_to_dataset`
+runs a split release's subtree tasks on the executors (``groupBy(task).applyInPandas``)
+into a Parquet dataset in the layout of :func:`hierdp.outofcore.release_to_dataset`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
 * :mod:`hierdp.frontends.pandas` — ``.dptree`` on DataFrames and Series (registered on import).
 * :mod:`hierdp.frontends.xarray` — ``.dptree`` on DataArrays and Datasets.
 * :mod:`hierdp.frontends.dask` — ``.dptree`` on Dask DataFrames.
+* :mod:`hierdp.frontends.spark` — ``hierdp.dptree(spark_df, ...)`` on Spark DataFrames
+  (checks, bounding and counting on the executors; subtree tasks on Spark).
 * :mod:`hierdp.frontends.dataset` — ``hierdp.dptree("records/", ...)`` on Parquet/CSV files,
   counted out of core in DuckDB.
 * :mod:`hierdp.frontends.points` — coordinates in a public box: private spatial

@@ -192,6 +192,7 @@ LAZY_IMPORTS = {
     ("hierdp.io", "hierdp.readers"): "pandas loads when a table is read, not for the CLI's --version",
     ("hierdp.spec.runner", "hierdp.frontends.dask"): "an optional dependency (dask)",
     ("hierdp.spec.runner", "hierdp.frontends.polars"): "an optional dependency (polars)",
+    ("hierdp.spec.runner", "hierdp.frontends.spark"): "an optional dependency (pyspark)",
     ("hierdp.spec.runner", "hierdp.plot"): "an optional dependency (matplotlib)",
     ("hierdp.plugins.params", "hierdp.spec.loader"): "the spec machinery loads only for a params_schema",
     ("hierdp.plugins.params", "hierdp.spec.schema"): "the spec machinery loads only for a params_schema",

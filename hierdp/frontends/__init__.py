@@ -10,6 +10,8 @@
 * :mod:`hierdp.frontends.dask` — ``.dptree`` on Dask DataFrames.
 * :mod:`hierdp.frontends.polars` — ``.dptree`` on Polars DataFrames and LazyFrames, counted
   in Polars' engine (registered when polars is imported).
+* :mod:`hierdp.frontends.spark` — ``hierdp.dptree(spark_df, ...)`` on Spark DataFrames
+  (checks, bounding and counting on the executors; subtree tasks on Spark).
 * :mod:`hierdp.frontends.dataset` — ``hierdp.dptree("records/", ...)`` on Parquet/CSV files,
   counted out of core in DuckDB.
 * :mod:`hierdp.frontends.points` — coordinates in a public box: private spatial

@@ -264,6 +264,7 @@ _DOORS: list[tuple[str, Callable[[Any], bool], Callable[..., Any]]] = []
 #: top-level module of an input type -> the hierdp module that registers its door on import
 _LAZY_DOORS: dict[str, str] = {"dask": "hierdp.frontends.dask", "xarray": "hierdp.frontends.xarray",
                                 "polars": "hierdp.frontends.polars",
+                                "pyspark": "hierdp.frontends.spark",
                                 # a path (str or pathlib.Path): a Parquet/CSV dataset on disk
                                 "builtins": "hierdp.frontends.dataset", "pathlib": "hierdp.frontends.dataset"}
 

@@ -24,7 +24,7 @@ from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
-from hierdp.frontends.base import door_rng
+from hierdp.frontends.base import door_rng, dptree
 from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
@@ -298,6 +298,41 @@ def _read_source_polars(spec: ReleaseSpec) -> Any:
     return lf.rename(_renames(spec))
 
 
+def _read_source_spark(spec: ReleaseSpec) -> Any:
+    """The source files as a Spark DataFrame (the active session, or a local[2] one on the
+    loopback address) under the :mod:`hierdp.readers` rules where Spark allows: label
+    columns as text, the count column as numbers (CSV: every column read as text, the
+    empty cell missing), filtered per Arrow batch with the pandas filters."""
+    from hierdp.frontends.spark import local_session
+
+    spark = local_session()
+    cols = spec.needed_columns()
+    files = [str(f) for f in spec.source_files]
+    if spec.source_format == "parquet":
+        sdf = spark.read.parquet(*files)
+    else:
+        sdf = spark.read.csv(files, header=True, inferSchema=False, encoding="UTF-8")
+    missing = [c for c in cols if c not in sdf.columns]
+    if missing:
+        raise DataError(f"{files[0]}: no column {missing[0]!r}; it has: {', '.join(sdf.columns)}")
+    sdf = sdf.select(*cols)
+    for c in spec.label_columns:
+        sdf = sdf.withColumn(c, sdf[c].cast("string"))
+    if spec.count is not None and spec.source_format != "parquet":
+        sdf = sdf.withColumn(spec.count, sdf[spec.count].cast("double"))
+    if spec.filters:
+        filters = spec.filters
+
+        def keep(batches: Any) -> Any:
+            for b in batches:
+                yield _apply_filters(b, filters)
+
+        sdf = sdf.mapInPandas(keep, sdf.schema)
+    for old_name, new_name in _renames(spec).items():
+        sdf = sdf.withColumnRenamed(old_name, new_name)
+    return sdf
+
+
 def _as_numbers(part: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """A CSV partition's ``columns`` (read as text) as numbers where every value is one, as
     pandas infers a file's columns (integers stay exact integers; an empty cell is missing);
@@ -341,6 +376,8 @@ def read_source(spec: ReleaseSpec) -> Any:
         return _read_source_dask(spec)
     if spec.engine == "polars":
         return _read_source_polars(spec)
+    if spec.engine == "spark":
+        return _read_source_spark(spec)
     if spec.engine == "duckdb":  # the dataset door reads the files itself, out of core
         return list(spec.source_files)
     cols = spec.needed_columns()
@@ -371,6 +408,10 @@ def prepare(spec: ReleaseSpec, data: Any = None):
         return DatasetDPTree(df, [lv.name for lv in spec.levels], _domains(spec), count=spec.count,
                              unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
                              root=spec.root, cells=_cells(spec), format=spec.source_format, labels_as_text=True)
+    if spec.engine == "spark":  # a Spark DataFrame has no accessor: the functional door
+        return dptree(df, levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
+                      unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
+                      root=spec.root, cells=_cells(spec))
     with _source_errors(spec):
         return df.dptree(levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
                          unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
@@ -698,13 +739,23 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     local cluster of ``workers`` processes); ``local`` (the default) on ``workers`` threads.
     Returns the :class:`~hierdp.ledger.Ledger`."""
     rs = load_spec(spec, **({"seed": seed} if seed is not None else {}))
-    if rs.decomposition is not None or rs.engine not in ("pandas", "duckdb", "polars", "dask"):
+    if rs.decomposition is not None or rs.engine not in ("pandas", "duckdb", "polars", "dask", "spark"):
         raise SpecError("a dataset output (-o DIR/) runs a release on a declared hierarchy read with pandas, "
-                        "polars, dask or duckdb; remove the decomposition, or write one table (-o FILE)")
+                        "polars, dask, spark or duckdb; remove the decomposition, or write one table (-o FILE)")
     if resume and rs.unit is not None and rs.seed is None:
         raise SpecError("a release that bounds contributions per unit (privacy.unit) draws its sample of rows "
                         "afresh on every run, so it cannot be resumed: run it again with an empty work folder")
     ex = rs.execution or {"split": rs.split if rs.split is not None else "auto", "workers": 2, "workdir": None}
+    if ex.get("engine") == "spark":  # the subtree tasks on the Spark executors (no work folder: no resume)
+        from hierdp.frontends.spark import release_to_dataset as spark_release_to_dataset
+
+        if resume:
+            raise SpecError("execution.engine: spark has no work folder to resume; run the release again")
+        dpt = prepare(rs)
+        return spark_release_to_dataset(
+            dpt, out, split=ex["split"], epsilon=rs.epsilon, delta=rs.delta, rho=rs.rho,
+            postprocess=[{"name": n, "params": dict(p)} for n, p in rs.postprocess], seed=rs.seed,
+            **_how(rs, dpt), **_privacy_relation(rs))
     source_id = source_identity(rs)
     dpt = prepare(rs)
     how = _how(rs, dpt)

@@ -167,12 +167,17 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if chosen is None:
             chosen = "auto"
         workdir = raw.get("workdir")
+        engine = raw.get("engine", "local")
+        source = self.data.get("source")
+        if engine not in ("local", "dask", "spark"):
+            self.err(("execution", "engine"), f"execution.engine must be local, dask or spark, got {engine!r:.40}")
+        elif engine == "spark" and not (isinstance(source, dict) and source.get("engine") == "spark"):
+            self.err(("execution", "engine"), "execution.engine: spark runs the subtree tasks on the records Spark "
+                                              "reads: set source.engine: spark too")
         out = {"split": chosen, "workers": int(raw.get("workers", 2)),
                "workdir": None if workdir is None else (self.base_dir / workdir)}
-        if "engine" in raw:  # where the subtree tasks run: local threads (default) or Dask tasks
-            if raw["engine"] not in ("local", "dask"):
-                self.err(("execution", "engine"), f"execution.engine must be local or dask, got {raw['engine']!r:.40}")
-            out["engine"] = raw["engine"]
+        if "engine" in raw:  # where the subtree tasks run: local threads (default), Dask tasks or Spark tasks
+            out["engine"] = engine
         return out
 
     def run(self, fname: str | None) -> ReleaseSpec | None:

@@ -31,6 +31,13 @@ class SourceChecks(Context):
             problem = _dask_problem()
             if problem is not None:
                 self.err(("source", "engine"), problem)
+        if out["engine"] == "spark":
+            if "demo" in s:
+                self.err(("source", "engine"), "engine: spark reads source files (source.path); a bundled demo is "
+                                               "read in memory: remove `engine: spark`", prefer_key=True)
+            problem = _spark_problem()
+            if problem is not None:
+                self.err(("source", "engine"), problem)
         if out["engine"] == "duckdb":
             if "demo" in s:
                 self.err(("source", "engine"), "engine: duckdb reads source files (source.path); a bundled demo is "
@@ -141,6 +148,16 @@ class SourceChecks(Context):
                                                f"{item.name!r} reads column {item.column!r}: name it {item.column!r}, "
                                                "or remove `engine: duckdb`", prefer_key=True)
                 return
+
+
+def _spark_problem() -> str | None:
+    """Why ``engine: spark`` cannot run here (pyspark missing), else None (Java is checked
+    when the session starts)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return "engine: spark needs the optional package pyspark; install it with: pip install 'hierdp[spark]'"
+    return None
 
 
 def _dask_problem() -> str | None:

@@ -1,0 +1,708 @@
+"""The Spark DataFrame front-end: ``hierdp.dptree(spark_df, levels=..., domains=...)``.
+
+Records that live in Spark, counted where they live. Same arguments and errors as the
+pandas ``df.dptree`` (``levels``, ``domains``, ``cells``, ``count``, ``unit``,
+``max_contributions``, ``unknown``, ``root``). Only the DataFrame API that Spark Connect
+supports is used (``groupBy().applyInPandas``, ``mapInPandas``, SQL functions; no RDDs,
+no ``SparkContext``, no broadcast variables): the public structure travels to the
+executors inside the tasks' closures. What runs where:
+
+* executors — contribution bounding (``groupBy(bucket).applyInPandas``: the rows are
+  grouped into buckets by a hash of ``unit``, as many as the session's
+  ``spark.sql.shuffle.partitions``, so every unit's rows meet in one pandas frame,
+  which keeps ``c`` rows per unit chosen uniformly with a random source created inside
+  the task: secure by default), the domain checks (a missing or out-of-domain value in any
+  partition gives the pandas error, word for word: the tasks report the kinds of problem,
+  the driver merges them as pandas finds them over all rows) and the aggregation of the
+  rows to ``(leaf-cell key, count)`` pairs, summed by key in Spark;
+* driver — the public structure (built from the declared domains; ``"observed"`` computes
+  only the distinct level paths / cell labels on the executors), the (leaves x cells)
+  counts, the noise and the post-processing: the one release path of every door.
+
+Without contribution bounding no randomness is drawn on executors and a seeded release is
+identical to the pandas door's. With bounding, the pandas door draws one random key per
+row over the whole frame in its row order, which a distributed frame does not have: the
+Spark door keeps the same law (each unit keeps a uniformly chosen ``c`` of its rows, or
+all of them), not the same rows. A seeded release (tests only) seeds each bucket from the
+seed and the bucket number and orders the bucket's rows first, so it is reproducible
+whatever the input's partitioning (for the same number of shuffle partitions).
+
+Sessions are the caller's; :func:`local_session` builds a local one (bound to the
+loopback address) and says in one line when Java is missing. :func:`release_to_dataset`
+runs a split release's subtree tasks on the executors (``groupBy(task).applyInPandas``)
+into a Parquet dataset in the layout of :func:`hierdp.outofcore.release_to_dataset`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hierdp import outofcore as ooc
+from hierdp import pipeline as pl
+from hierdp import rules
+from hierdp.decompositions.declared import Declared
+from hierdp.errors import DataError, HierDPError, MissingDependencyError, expected_one_of
+from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
+from hierdp.frontends._contributions import bound_contributions
+from hierdp.frontends.base import door_rng, register_door, releases_of
+from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
+from hierdp.frontends.tree_door import TreeDoor
+from hierdp.rng import make_rng
+
+__all__ = ["SparkDPTree", "JavaNotFoundError", "local_session", "require_pyspark", "is_spark_frame",
+           "release_to_dataset", "merge_problems"]
+
+#: reserved keys of the per-task result (real keys are >= 0)
+_DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = -1, -2
+#: errors found in a task, by the stage of the pandas door that finds them (its order)
+_ERR_UNIT, _ERR_COUNT, _ERR_PLACE, _ERR_DOMAIN, _ERR_TOTAL = -3, -4, -5, -6, -7
+_STAGES = (_ERR_UNIT, _ERR_COUNT, _ERR_PLACE, _ERR_DOMAIN, _ERR_TOTAL)
+_RESULT_SCHEMA = "key long, w long, err string"
+_BUCKET = "__hierdp_bucket__"
+
+
+class JavaNotFoundError(HierDPError, RuntimeError):
+    """Spark needs a Java runtime and none was found (the message says where it looked)."""
+
+
+def require_pyspark() -> Any:
+    """``pyspark.sql`` or one line naming the extra: ``pip install 'hierdp[spark]'``."""
+    try:
+        import pyspark.sql
+    except ImportError:
+        raise MissingDependencyError("pyspark", "spark") from None
+    return pyspark.sql
+
+
+def _java_problem() -> str | None:
+    """Where Spark's launcher looks for ``java`` (``$JAVA_HOME/bin/java``, else ``java``
+    on the ``PATH``), and why it is not there; ``None`` when it is."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        exe = os.path.join(home, "bin", "java")
+        if os.path.isfile(exe) and os.access(exe, os.X_OK):
+            return None
+        return f"JAVA_HOME={home} has no bin/java"
+    if shutil.which("java") is None:
+        return "no java on the PATH and JAVA_HOME is not set"
+    return None
+
+
+def _java_error(why: str) -> JavaNotFoundError:
+    return JavaNotFoundError(f"Spark needs a Java runtime (17 or later) and {why}: install one (e.g. apt-get install "
+                             "openjdk-17-jre-headless) and set JAVA_HOME to it, or put its java on the PATH")
+
+
+def local_session(master: str = "local[2]", *, shuffle_partitions: int = 8,
+                  conf: Mapping[str, str] | None = None) -> Any:
+    """The active Spark session, or a new local one bound to the loopback address.
+
+    A new session runs ``master`` with ``spark.driver.host=127.0.0.1`` (and
+    ``SPARK_LOCAL_IP=127.0.0.1`` unless set: by default Spark picks the machine's network
+    interface), no web UI and ``shuffle_partitions`` shuffle partitions.
+
+    Parameters
+    ----------
+    master : str, default "local[2]"
+        The Spark master of a new session.
+    shuffle_partitions : int, default 8
+        ``spark.sql.shuffle.partitions`` of a new session.
+    conf : mapping, optional
+        More configuration of a new session.
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+
+    Raises
+    ------
+    MissingDependencyError
+        pyspark is not installed (``pip install 'hierdp[spark]'``).
+    JavaNotFoundError
+        No Java runtime where Spark looks for one.
+    """
+    sql = require_pyspark()
+    active = sql.SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    why = _java_problem()
+    if why is not None:
+        raise _java_error(why)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (sql.SparkSession.builder.master(master).appName("hierdp")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # the launcher failed: the JVM did not start
+        if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway" in str(exc):
+            raise _java_error("its launcher could not start it (JAVA_GATEWAY_EXITED)") from None
+        raise
+
+
+def is_spark_frame(data: Any) -> bool:
+    """Whether ``data`` is a Spark DataFrame (classic or Spark Connect), without importing pyspark."""
+    if "pyspark" not in sys.modules:
+        return False
+    try:
+        from pyspark.sql import DataFrame
+    except ImportError:  # pragma: no cover - a broken install
+        return False
+    if isinstance(data, DataFrame):  # the parent of classic and Connect DataFrames (Spark >= 4)
+        return True
+    connect = sys.modules.get("pyspark.sql.connect.dataframe")  # only if the user's code loaded it
+    return connect is not None and isinstance(data, connect.DataFrame)
+
+
+# ---------------------------------------------------------------------------- tasks (executors)
+def _check_columns(columns: Sequence[Any], levels: Sequence[str], cells: Mapping[str, Any], count: str | None,
+                   unit: str | None) -> None:
+    """The pandas errors for a missing level, cell, count or privacy-unit column."""
+    cols = [str(c) for c in columns]
+    for lv in levels:
+        if lv not in cols:
+            raise DataError(expected_one_of("level column", lv, cols).replace("unknown level column",
+                                                                              "missing level column"))
+    check_cell_columns(cells, cols)
+    if count is not None and count not in cols:
+        raise DataError(expected_one_of("count column", count, cols).replace("unknown count column",
+                                                                             "missing count column"))
+    if unit is not None and unit not in cols:
+        raise DataError(expected_one_of("privacy-unit column", unit, cols).replace("unknown privacy-unit column",
+                                                                                   "missing privacy-unit column"))
+
+
+def _error_rows(stage: int, messages: Sequence[str]) -> pd.DataFrame:
+    return pd.DataFrame({"key": np.full(len(messages), stage, np.int64), "w": np.zeros(len(messages), np.int64),
+                         "err": pd.Series(list(messages), dtype=object)})
+
+
+def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index], count: str | None,
+                 unit: str | None, max_contributions: int | None, unknown: str,
+                 seed: int | None) -> pd.DataFrame:
+    """One frame of rows -> ``(key, w, err)``: the count per leaf-cell key (``node * k +
+    cell``), the private numbers of rows dropped under the reserved negative keys, or the
+    errors found (by stage). Runs on an executor; ``seed`` (tests only) seeds the choice
+    of rows per unit, else a secure source is created here."""
+    part = part.drop(columns=[_BUCKET], errors="ignore").reset_index(drop=True)
+    dropped_bound = 0
+    if unit is not None:
+        rng = make_rng(None if seed is None else seed % (1 << 63))
+        if seed is not None:  # the rows' order as delivered is not reproducible: order them first
+            try:
+                part = part.sort_values(list(part.columns), kind="mergesort").reset_index(drop=True)
+            except TypeError:
+                pass
+        try:
+            part, dropped_bound = bound_contributions(part, unit, int(max_contributions or 0), rng)
+        except DataError as exc:
+            return _error_rows(_ERR_UNIT, [str(exc)])
+    try:
+        part, w = counted_rows(part, count)
+    except DataError as exc:
+        return _error_rows(_ERR_COUNT, [str(exc)])
+    try:
+        if cells:
+            key, bad, problems = place_cells(structure, part, cells)
+        else:
+            key, bad, problems = structure.locate(part)
+    except DataError as exc:
+        return _error_rows(_ERR_PLACE, [str(exc)])
+    dropped = 0
+    if bad.any():
+        if unknown == "raise":
+            return _error_rows(_ERR_DOMAIN, problems)  # the kinds of problem (levels, never values)
+        dropped = int(bad.sum())
+    keep = ~bad
+    if w is not None:
+        problem = total_problem(w[keep])
+        if problem is not None:
+            return _error_rows(_ERR_TOTAL, [problem])
+    key = key[keep]
+    uniq, inv = np.unique(key, return_inverse=True)
+    if w is None:
+        sums = np.bincount(inv, minlength=len(uniq)).astype(np.int64)
+    else:
+        sums = np.zeros(len(uniq), np.int64)
+        np.add.at(sums, inv, w[keep])
+    return pd.DataFrame({"key": np.r_[uniq, _DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN].astype(np.int64),
+                         "w": np.r_[sums, dropped_bound, dropped].astype(np.int64),
+                         "err": pd.Series([None] * (len(uniq) + 2), dtype=object)})
+
+
+def _count_batches(batches: Iterator[pd.DataFrame], **kw: Any) -> Iterator[pd.DataFrame]:
+    """``mapInPandas``: each Arrow batch of a partition counted on its own (no unit)."""
+    for part in batches:
+        yield _count_frame(part, seed=None, **kw)
+
+
+def _count_bucket(key: tuple[Any, ...], part: pd.DataFrame, *, seed_base: int | None, **kw: Any) -> pd.DataFrame:
+    """``applyInPandas`` over the unit buckets: a bucket holds every row of its units."""
+    seed = None if seed_base is None else seed_base * 1_000_003 + int(key[0])
+    return _count_frame(part, seed=seed, **kw)
+
+
+def _bad_rows(batches: Iterator[pd.DataFrame], structure: Any, cells: Mapping[str, pd.Index]) -> Iterator[pd.DataFrame]:
+    for part in batches:
+        part = part.reset_index(drop=True)
+        bad = place_cells(structure, part, cells)[1] if cells else structure.locate(part)[1]
+        yield part[bad]
+
+
+# ---------------------------------------------------------------------------- the driver
+def merge_problems(problems: Sequence[str], levels: Sequence[str], cells: Sequence[str]) -> list[str]:
+    """The kinds of problem the tasks found, as pandas finds them over all rows: per level
+    (top-down) then per cell dimension, "outside the domain" when any task saw a value
+    outside it, else "missing values".
+
+    Parameters
+    ----------
+    problems : sequence of str
+        The problems reported by the tasks (:func:`hierdp.frontends._cells.domain_error`'s
+        kinds: they name levels and cell dimensions, never values).
+    levels, cells : sequence of str
+        The level columns (top-down) and the cell dimensions.
+
+    Returns
+    -------
+    list of str
+        The problems in the order the pandas door reports them.
+    """
+    seen = set(problems)
+    kinds: list[tuple[str, ...]] = [(f"{name!r} values outside the declared domain",
+              f"{name!r} values outside the declared domain of their parent", f"missing {name!r} values")
+             for name in levels]
+    kinds += [(f"{name!r} values outside the declared cell domain", f"missing {name!r} values") for name in cells]
+    out: list[str] = []
+    for candidates in kinds:  # outside the domain first: "missing" only when every miss was missing
+        found = next((what for what in candidates if what in seen), None)
+        if found is not None and found not in out:
+            out.append(found)
+    known = {what for candidates in kinds for what in candidates}
+    return out + sorted(p for p in seen if p not in known)
+
+
+def _meta(sdf: Any) -> pd.DataFrame:
+    """An empty pandas frame with the Spark frame's columns and the dtypes the tasks see."""
+    return sdf.limit(0).toPandas()
+
+
+class SparkDPTree(TreeDoor):
+    """Records in a Spark DataFrame placed on a public tree; what
+    ``hierdp.dptree(spark_df, levels=..., domains=...)`` returns.
+
+    Same interface as :class:`~hierdp.frontends.pandas.DPTree`; checks, contribution
+    bounding and counting run on the Spark executors (see the module docstring), the
+    release on the driver.
+    """
+
+    def __init__(self, sdf: Any, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
+                 unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
+                 root: str = "total", cells: Mapping[str, Any] | None = None,
+                 spent: list[dict[str, Any]] | None = None) -> None:
+        require_pyspark()
+        if not is_spark_frame(sdf):
+            raise DataError(f"expected a Spark DataFrame, got {type(sdf).__name__}")
+        meta = _meta(sdf)
+        columns = [str(c) for c in meta.columns]
+        self._how_rows_count(meta.columns, levels, root, count=count, unit=unit,
+                             max_contributions=max_contributions, unknown=unknown, spent=spent)
+        self._sdf = sdf
+        decl = Declared(self.levels, domains, root=root)
+        if self._observed(domains):
+            _check_columns(columns, self.levels, {}, None, None)
+            rows = sdf if count is None else sdf.where(sdf[count] != 0)
+            # the distinct level paths are enough for the observed domains (and small)
+            self._structure = decl.decompose(rows.select(*self.levels).distinct().toPandas())
+        else:
+            self._structure = decl.decompose(meta)  # checks the domains and the columns; reads no data
+        if count is not None:
+            check_counts(meta, count)
+        self.cells = resolve_cells(cells, levels=self.levels, root=root, columns=columns,
+                                   observed=lambda name: sdf.select(name).dropna().distinct().toPandas()[name])
+
+    @staticmethod
+    def _observed(domains: Any) -> bool:
+        if isinstance(domains, str):
+            return domains == "observed"
+        return isinstance(domains, Mapping) and any(isinstance(v, str) and v == "observed" for v in domains.values())
+
+    def _columns(self) -> list[str]:
+        cols = [*self.levels, *self.cells]
+        cols += [c for c in (self.count, self.unit) if c is not None and c not in cols]
+        return cols
+
+    def keyed_sums(self, rng: Any = None) -> Any:
+        """NON-PRIVATE: a lazy Spark DataFrame of the per-key sums (``key``, ``err``, ``w``):
+        one row per (leaf, cell) reached (``key = node * k + cell``, external node ids), the
+        reserved negative keys (rows dropped) and the errors the tasks found.
+
+        Parameters
+        ----------
+        rng : RandomSource, optional
+            A seeded source seeds the choice of rows per unit; ``None`` or a secure one:
+            each task creates a secure source.
+
+        Returns
+        -------
+        pyspark.sql.DataFrame
+            NON-PRIVATE, lazy. Never publish it.
+        """
+        from pyspark.sql import functions as F
+
+        seed_base = None
+        if self.unit is not None and rng is not None and not rng.secure:
+            seed_base = int(rng.words(1)[0] >> np.uint64(1))
+        kw = dict(structure=self._structure, cells=self.cells, count=self.count, unit=self.unit,
+                  max_contributions=self.max_contributions, unknown=self.unknown)
+        sdf = self._sdf.select(*self._columns())
+        if self.unit is None:
+            def count_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+                return _count_batches(batches, **kw)
+
+            per_task = sdf.mapInPandas(count_batches, _RESULT_SCHEMA)
+        else:
+            def count_bucket(key: tuple[Any, ...], part: pd.DataFrame) -> pd.DataFrame:
+                return _count_bucket(key, part, seed_base=seed_base, **kw)
+
+            # as many buckets as the session's shuffle partitions: about one bucket (one
+            # pandas frame, one call) per task
+            n_buckets = max(1, int(sdf.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200))
+            bucket = F.pmod(F.xxhash64(F.col(self.unit)), F.lit(n_buckets))
+            per_task = sdf.withColumn(_BUCKET, bucket).groupBy(_BUCKET).applyInPandas(count_bucket, _RESULT_SCHEMA)
+        return per_task.groupBy("key", "err").agg(F.sum("w").alias("w"))
+
+    def _settle(self, reserved: pd.DataFrame) -> dict[str, Any]:
+        """The errors the tasks found, raised as the pandas door raises them (its first), and
+        the private notes, from the rows of the reserved (negative) keys."""
+        keys = reserved["key"].to_numpy(np.int64)
+        errs = reserved["err"].to_numpy(object)
+        for stage in _STAGES:  # the first error the pandas door would meet
+            found = sorted({str(e) for e in errs[keys == stage]})
+            if not found:
+                continue
+            if stage == _ERR_DOMAIN:
+                raise domain_error(merge_problems(found, self.levels, list(self.cells)))
+            raise DataError(found[0])
+        w = reserved["w"].to_numpy(np.int64)
+        notes: dict[str, Any] = {}
+        if self.unit is not None:
+            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
+        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
+        if n_ood:
+            notes["rows_dropped_out_of_domain"] = n_ood
+        return notes
+
+    def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """True node counts (external order) and private notes; the counting runs on Spark.
+
+        Parameters
+        ----------
+        rng : RandomSource, optional
+            The randomness that picks the rows kept per unit (``max_contributions``); a
+            seeded one seeds each bucket's choice, ``None`` uses the secure source.
+
+        Returns
+        -------
+        (numpy.ndarray, dict)
+            NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes (e.g.
+            ``rows_dropped_out_of_domain``). Never publish them.
+        """
+        sums = self.keyed_sums(rng).toPandas()  # only the (leaf, cell) counts come to the driver
+        keys = sums["key"].to_numpy(np.int64)
+        notes = self._settle(sums[keys < 0])
+        w = sums["w"].to_numpy(np.int64)
+        if self.count is not None:
+            rules.enforce(total_problem(w[keys >= 0]), DataError)
+        k = self.n_cells
+        flat = np.zeros(self._structure.n_ext * k, np.int64)
+        ok = keys >= 0
+        flat[keys[ok]] = w[ok]
+        counts = flat.reshape(self._structure.n_ext, k) if self.cells else flat
+        return leaf_counts_to_nodes(self._structure.tree, counts), notes
+
+    def out_of_domain(self) -> Any:
+        """NON-PRIVATE diagnostics: a lazy Spark DataFrame of the rows outside the declared
+        domains (``.toPandas()`` it, or ``.show()``). Never publish them.
+
+        Returns
+        -------
+        pyspark.sql.DataFrame
+            NON-PRIVATE: the out-of-domain rows, lazily.
+        """
+        structure, cells = self._structure, self.cells
+
+        def bad_rows(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            return _bad_rows(batches, structure, cells)
+
+        return self._sdf.mapInPandas(bad_rows, self._sdf.schema)
+
+
+def spark_door(data: Any, levels: Sequence[str] | None = None, domains: Any = None, **keywords: Any) -> SparkDPTree:
+    """``hierdp.dptree(spark_df, levels=[...], domains=..., ...)``: the keywords of the
+    pandas ``df.dptree`` (``count``, ``unit``, ``max_contributions``, ``unknown``,
+    ``root``, ``cells``).
+
+    Parameters
+    ----------
+    data : pyspark.sql.DataFrame
+        The private records (classic or Spark Connect).
+    levels : sequence of str
+        The hierarchy columns, top-down.
+    domains : mapping, DataFrame, "observed" or None, optional
+        The public structure, as for ``df.dptree``.
+    **keywords
+        ``count``, ``unit``, ``max_contributions``, ``unknown``, ``root``, ``cells``.
+
+    Returns
+    -------
+    SparkDPTree
+        The door: ``.release(epsilon=...)``, ``.tree``, and the NON-PRIVATE diagnostics
+        ``.true_counts()`` and ``.out_of_domain()``.
+    """
+    if levels is None:
+        raise DataError("hierdp.dptree(Spark DataFrame, ...) needs levels=[...] (the hierarchy columns, top-down)")
+    return SparkDPTree(data, levels, domains, spent=releases_of(data), **keywords)
+
+
+register_door("pyspark.sql.DataFrame", is_spark_frame, spark_door)
+
+
+# ---------------------------------------------------------------------------- subtree tasks on Spark
+def _npz(**arrays: Any) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **{k: v for k, v in arrays.items() if v is not None})
+    return buf.getvalue()
+
+
+def _unnpz(blob: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _sum_up(vals: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Children's counts added into their parents (local ``parent``, -1: none inside),
+    deepest level first: one vectorised step per level."""
+    for d in range(int(depth.max(initial=0)), 0, -1):
+        sel = (depth == d) & (parent >= 0)
+        if sel.any():
+            np.add.at(vals, parent[sel], vals[sel])
+    return vals
+
+
+def _task_values(task: Any, tree: Any, keys: np.ndarray, w: np.ndarray, n_cells: int) -> np.ndarray:
+    """The true counts ``(m, n_cells)`` of ``task.nodes`` from its leaves' ``(key, w)``
+    (``key = external node * n_cells + cell``), summed up the task's subtrees."""
+    ti = tree.internal
+    ext = keys // n_cells
+    internal = ext if ti.inverse_perm is None else ti.inverse_perm[ext]
+    vals = np.zeros((task.n_nodes, n_cells), np.int64)
+    np.add.at(vals, (np.searchsorted(task.nodes, internal), keys % n_cells), w)
+    return _sum_up(vals, task.parent[1:] - 1, ti.depth[task.nodes])
+
+
+#: the split stages of the release an executor's Python worker is running (the last one
+#: only: it holds the release key)
+_EXECUTOR_STAGES: dict[str, Any] = {}
+
+
+def _executor_stages(token: str, build: tuple[Any, ...]) -> Any:
+    """The release's :class:`~hierdp.pipeline._SplitStages`, built once per Python worker
+    from its public parts and the explicitly exported key (``build``)."""
+    stages = _EXECUTOR_STAGES.get(token)
+    if stages is None:
+        r, part, step, tail, n_cells, total, exported = build
+        stages = pl._SplitStages(r, part, step, tail, n_cells, total=total, key=exported.key(), check_counts=True)
+        _EXECUTOR_STAGES.clear()
+        _EXECUTOR_STAGES[token] = stages
+    return stages
+
+
+def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split: Any = "auto",
+                       dense: bool = False, std: bool = False, session: Any = None, **keywords: Any) -> Any:
+    """A split release of a Spark door's records into the Parquet dataset ``out/``, its
+    subtree tasks run on the Spark executors.
+
+    The stages of :func:`hierdp.outofcore.release_to_dataset` (the one code path of
+    :class:`hierdp.pipeline._SplitStages`; exact split GLS of Dawson et al. 2023, Alg.
+    1-2, then top-down ``nonneg``/``round``), placed on Spark:
+
+    1. the records counted to (leaf, cell) on the executors (the door's tasks: checks,
+       contribution bounding, aggregation), fixed once (``localCheckpoint``: a lost
+       executor fails the release rather than draw another sample of rows);
+    2. **up**, ``groupBy(task).applyInPandas``: each task's counts summed up its subtrees,
+       measured (noise keyed per node: the bits the local release draws) and passed up;
+       only the roots' ``(z, u)`` and counts go to the driver;
+    3. **top** on the driver (the levels above the split; its part is written there);
+    4. **down**, ``groupBy(task).applyInPandas`` again over the tasks' measurements joined
+       with their roots' solution: pass down, top-down steps, and the task's part written
+       by the executor.
+
+    The output has the layout of :func:`hierdp.outofcore.release_to_dataset` (``part-NNNNN
+    .parquet`` with the ledger in each part's metadata, ``_ledger.json``, then
+    ``_SUCCESS``), so the same readers work on both; ``out`` must be a folder every
+    executor can write (local mode, or a shared file system). The release key travels to
+    the executors inside the tasks: it is as sensitive as the data (TLS between machines).
+    There is no work folder and no resume: Spark retries failed tasks (whose output is
+    the same bits); a failed release is run again as a new release.
+
+    Parameters
+    ----------
+    door : SparkDPTree
+        ``hierdp.dptree(spark_df, levels=..., domains=..., ...)``.
+    out : str or path
+        The dataset folder (created; its parent must exist).
+    split : str, int or dict, default "auto"
+        As for :func:`hierdp.release` (a level, ``"auto"`` or ``{"memory": ...}``).
+    dense, std : bool, default False
+        As for :func:`hierdp.outofcore.release_to_dataset`.
+    session : Session, optional
+        Draw the spend from this :class:`hierdp.Session` (checked before any noise).
+    **keywords
+        The release keywords of ``door.release`` (``epsilon``, ``postprocess``, ``seed``, ...).
+
+    Returns
+    -------
+    Ledger
+        The release's ledger (also in ``out/_ledger.json`` and in every part).
+    """
+    from pyspark.sql import functions as F
+
+    if not isinstance(door, SparkDPTree):
+        raise DataError(f"release_to_dataset on Spark needs a Spark door (hierdp.dptree(spark_df, ...)), "
+                        f"got {type(door).__name__}")
+    _, kw = door.release_inputs(values=False, split=split, **keywords)
+    for name in ("split", "session"):
+        kw.pop(name, None)
+    tree, n_cells = door.tree, door.n_cells
+    cells = {k: list(v) for k, v in door.cells.items()} if door.cells else None
+    pl._split_setup(tree, n_cells, split, dict(kw))  # refusals before the data are read
+    out = Path(out)
+    ooc._check_out(out)
+    ooc._pyarrow()
+
+    # 1. the counts, on the executors, fixed once; errors raised as the pandas door raises them
+    sums = door.keyed_sums(door_rng(kw.get("seed"), 97)).localCheckpoint(eager=True)
+    kw["private_notes"] = {**dict(kw.get("private_notes") or {}),
+                           **door._settle(sums.where(F.col("key") < 0).toPandas())}
+    r, part, step, tail = pl._split_setup(tree, n_cells, split, kw)
+
+    # the release: checked, keyed and charged once, before any noise (as outofcore)
+    pl.check(r, session)
+    key = pl.noise_key(r.seed)
+    acc, decomposition = pl.open_account(r, tree, None)
+    driver = pl._SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key, check_counts=True)
+    # what the executors build their stages from: the release key goes explicitly, exported
+    build = (r, part, step, tail, n_cells, r.total - acc.total, key.export())
+    ticket, sess = pl._reserve(session, r)
+    meas = driver.summary()
+    ledger = pl.build_ledger(r, tree, meas, pl.account(r, acc, meas), decomposition=decomposition,
+                             rng=make_rng(r.seed))
+    pl._settle_split(r, ledger, part, True, sess, ticket)
+    ledger_json, release_id = ledger.to_json(), ledger.release_id
+    token = f"{release_id}-{os.urandom(8).hex()}"
+
+    # each leaf's task (-1: a leaf above the split level, in the top part)
+    ti = tree.internal
+    task_of = np.full(tree.n_nodes, -1, np.int64)
+    for t in range(part.n_tasks):
+        task_of[part.task(t).nodes] = t
+    task_of_ext = task_of if ti.inverse_perm is None else task_of[ti.inverse_perm]
+
+    def with_task(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for b in batches:
+            yield pd.DataFrame({"task": task_of_ext[b["key"].to_numpy(np.int64) // n_cells],
+                                "key": b["key"].to_numpy(np.int64), "w": b["w"].to_numpy(np.int64)})
+
+    spark = sums.sparkSession
+    counts = sums.where(F.col("key") >= 0).select("key", "w").mapInPandas(with_task, "task long, key long, w long")
+    every_task = spark.range(part.n_tasks).select(F.col("id").alias("task"), F.lit(-1).cast("long").alias("key"),
+                                                  F.lit(0).cast("long").alias("w"))  # tasks without records too
+
+    # 2. up, per task on the executors
+    def up(group: tuple[Any, ...], rows: pd.DataFrame) -> pd.DataFrame:
+        t = int(group[0])
+        task = part.task(t)
+        stages = _executor_stages(token, build)
+        keys = rows["key"].to_numpy(np.int64)
+        mine = keys >= 0
+        vals = _task_values(task, tree, keys[mine], rows["w"].to_numpy(np.int64)[mine], n_cells)
+        noisy, var, roots_vals, z, u = stages.up(task, vals)
+        exact = stages.exact.pop(t, None)
+        return pd.DataFrame({"task": [t], "roots": [_npz(roots=roots_vals, z=z, u=u)],
+                             "state": [_npz(noisy=noisy, var=var, exact=exact)]})
+
+    measured = (counts.where(F.col("task") >= 0).unionByName(every_task).groupBy("task")
+                .applyInPandas(up, "task long, roots binary, state binary").localCheckpoint(eager=True))
+
+    # 3. the top, on the driver
+    ups = measured.select("task", "roots").toPandas().sort_values("task")
+    got = [_unnpz(b) for b in ups["roots"]]
+    if len(got) != part.n_tasks:  # pragma: no cover - every task is in every_task
+        raise DataError("a subtree task went missing on Spark; run the release again")
+    roots_vals = np.concatenate([g["roots"] for g in got])
+    z_all = np.concatenate([g["z"] for g in got]) if driver.gls else None
+    u_all = np.concatenate([g["u"] for g in got]) if driver.gls else None
+    top = pl._top_task(part)
+    top_vals = None
+    if top.n_nodes:
+        top_leaves = counts.where(F.col("task") < 0).select("key", "w").toPandas()  # leaves above the split
+        tk = top_leaves["key"].to_numpy(np.int64)
+        ext = tk // n_cells
+        internal = ext if ti.inverse_perm is None else ti.inverse_perm[ext]
+        top_vals = np.zeros((top.n_nodes, n_cells), np.int64)
+        np.add.at(top_vals, (np.searchsorted(part.top, internal), tk % n_cells), top_leaves["w"].to_numpy(np.int64))
+        np.add.at(top_vals, np.searchsorted(part.top, ti.parent[part.roots]), roots_vals.reshape(-1, n_cells))
+        top_vals = _sum_up(top_vals, top.parent, ti.depth[part.top])
+    tnoisy, tvar = driver.top_measured(top, top_vals, roots_vals)
+    sol = driver.top(tnoisy, tvar, z_all, u_all)
+    del z_all, u_all, roots_vals, top_vals
+    if top.n_nodes:
+        est, _ = driver.finish_top(top, tnoisy, tvar, sol)
+        ooc._write_part(out / ooc.part_name(-1), ooc._part_table(tree, top, est, cells, n_cells, dense, std),
+                        ledger_json, release_id)
+    driver.exact.pop(-1, None)
+
+    # 4. down, per task on the executors, each writing its part
+    first = 0
+    rows = []
+    for t in range(part.n_tasks):
+        m = part.task(t).roots.size if driver.gls else 0
+        rows.append((t, _npz(x=sol.x_roots[first:first + m], v=sol.v_roots[first:first + m],
+                             **{f"fixed{j}": f[first:first + m] for j, f in enumerate(sol.fixed)})))
+        first += m
+    solved = spark.createDataFrame(pd.DataFrame(rows, columns=["task", "solution"]), "task long, solution binary")
+    n_fixed = len(sol.fixed)
+
+    def down(group: tuple[Any, ...], rows: pd.DataFrame) -> pd.DataFrame:
+        t = int(group[0])
+        task = part.task(t)
+        stages = _executor_stages(token, build)
+        state, solution = _unnpz(rows["state"].iloc[0]), _unnpz(rows["solution"].iloc[0])
+        if "exact" in state:
+            stages.exact[t] = state["exact"]
+        est, _ = stages.down(task, state["noisy"], state["var"], solution["x"], solution["v"],
+                             [solution[f"fixed{j}"] for j in range(n_fixed)])
+        stages.exact.pop(t, None)
+        table = ooc._part_table(tree, task, est, cells, n_cells, dense, std)
+        ooc._write_part(out / ooc.part_name(t), table, ledger_json, release_id)
+        return pd.DataFrame({"task": [t], "rows": [int(table.num_rows)]})
+
+    written = measured.join(solved, "task").groupBy("task").applyInPandas(down, "task long, rows long").toPandas()
+    if len(written) != part.n_tasks:  # pragma: no cover
+        raise DataError("a subtree task's part was not written on Spark; run the release again")
+    ooc._write_text(out / ooc.LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
+    ooc._write_text(out / ooc.SUCCESS, "", "the success marker", mode=0o644)
+    return ledger

@@ -58,9 +58,8 @@ def main() -> None:
         nk = t.n_nodes * k
         sigma = 3.0
         floor_s = best(lambda: np.rint(np.random.default_rng(1).normal(0.0, sigma, nk)), args.repeat)
-        x = np.ones(nk)
-        floor_x = best(lambda: x * 2.0, args.repeat)
-        del x
+        ones = np.ones(nk)
+        floor_x = best(lambda: ones * 2.0, args.repeat)
         print(f"{t.n_nodes:8,d} {k:6d} {'':>7s} {'floors':>11s} sampler {floor_s * 1e9 / nk:.1f} ns, "
               f"stream {floor_x * 1e9 / nk:.1f} ns per value")
         rho = 0.5 / sigma**2 * (height + 1)  # about sigma per level with the equal split

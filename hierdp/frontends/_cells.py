@@ -27,7 +27,8 @@ import pandas as pd
 from hierdp.decompositions.declared import RESERVED_COLUMNS, domain_index
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 
-__all__ = ["resolve_cells", "cell_sizes", "cell_codes", "cells_notes", "domain_error", "check_cell_columns"]
+__all__ = ["resolve_cells", "cell_sizes", "cell_codes", "cells_notes", "domain_error", "check_cell_columns",
+           "check_columns"]
 
 #: output columns a cell dimension cannot be named like ("cell" is the default cell name itself)
 _RESERVED_FOR_CELLS = RESERVED_COLUMNS - {"cell"}
@@ -167,3 +168,21 @@ def cells_notes(cells: Mapping[str, pd.Index], *, unit: str | None, max_contribu
                      "hold: bound the rows per unit with unit='column', max_contributions=c (each row one cell), "
                      "which gives Sensitivity.bounded(c)")
     return notes
+
+
+def check_columns(columns: Sequence[Any], levels: Sequence[str], cells: Mapping[str, Any], count: str | None,
+                   unit: str | None) -> None:
+    """The pandas errors for a missing level, cell, count or privacy-unit column (the doors
+    that check a partition's or batch's columns on a worker: Dask, Spark)."""
+    cols = [str(c) for c in columns]
+    for lv in levels:
+        if lv not in cols:
+            raise DataError(expected_one_of("level column", lv, cols).replace("unknown level column",
+                                                                              "missing level column"))
+    check_cell_columns(cells, cols)
+    if count is not None and count not in cols:
+        raise DataError(expected_one_of("count column", count, cols).replace("unknown count column",
+                                                                             "missing count column"))
+    if unit is not None and unit not in cols:
+        raise DataError(expected_one_of("privacy-unit column", unit, cols).replace("unknown privacy-unit column",
+                                                                                   "missing privacy-unit column"))

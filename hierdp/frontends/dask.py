@@ -30,8 +30,8 @@ import pandas as pd
 
 from hierdp import rules
 from hierdp.decompositions.declared import Declared
-from hierdp.errors import DataError, MissingDependencyError, expected_one_of
-from hierdp.frontends._cells import cell_sizes, check_cell_columns, domain_error, resolve_cells
+from hierdp.errors import DataError, MissingDependencyError
+from hierdp.frontends._cells import cell_sizes, check_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
@@ -51,23 +51,6 @@ __all__ = ["DaskDPTree", "DPTreeDaskAccessor"]
 _DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = -1, -2  # reserved keys of the per-partition result
 
 
-def _check_columns(columns: Sequence[Any], levels: Sequence[str], cells: Mapping[str, Any], count: str | None,
-                   unit: str | None) -> None:
-    """The pandas errors for a missing level, cell, count or privacy-unit column."""
-    cols = [str(c) for c in columns]
-    for lv in levels:
-        if lv not in cols:
-            raise DataError(expected_one_of("level column", lv, cols).replace("unknown level column",
-                                                                              "missing level column"))
-    check_cell_columns(cells, cols)
-    if count is not None and count not in cols:
-        raise DataError(expected_one_of("count column", count, cols).replace("unknown count column",
-                                                                             "missing count column"))
-    if unit is not None and unit not in cols:
-        raise DataError(expected_one_of("privacy-unit column", unit, cols).replace("unknown privacy-unit column",
-                                                                                   "missing privacy-unit column"))
-
-
 def _place(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index]) -> tuple[np.ndarray, np.ndarray,
                                                                                         list[str]]:
     if cells:
@@ -81,7 +64,7 @@ def _count_partition(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.
                      partition_info: dict | None = None) -> pd.DataFrame:
     """One partition → ``(key, w)``: the count per leaf-cell key (``node * k + cell``), plus
     the private numbers of rows dropped under the reserved negative keys. Runs on a worker."""
-    _check_columns(part.columns, structure.levels, cells, count, unit)
+    check_columns(part.columns, structure.levels, cells, count, unit)
     dropped_bound = 0
     if unit is not None:
         if seed_base is None:
@@ -112,7 +95,7 @@ def _count_partition(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.
 
 
 def _bad_rows(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index]) -> pd.DataFrame:
-    _check_columns(part.columns, structure.levels, cells, None, None)
+    check_columns(part.columns, structure.levels, cells, None, None)
     return part[_place(part, structure, cells)[1]]
 
 
@@ -150,7 +133,7 @@ class DaskDPTree(TreeDoor):
         self._ddf = ddf
         decl = Declared(self.levels, domains, root=root)
         if self._observed(domains):
-            _check_columns(meta.columns, self.levels, {}, None, None)
+            check_columns(meta.columns, self.levels, {}, None, None)
             # the distinct level paths are enough for the observed domains (and small)
             self._structure = decl.decompose(ddf[self.levels].drop_duplicates().compute())
         else:

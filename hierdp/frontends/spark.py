@@ -50,8 +50,8 @@ from hierdp import outofcore as ooc
 from hierdp import pipeline as pl
 from hierdp import rules
 from hierdp.decompositions.declared import Declared
-from hierdp.errors import DataError, HierDPError, MissingDependencyError, expected_one_of
-from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
+from hierdp.errors import DataError, HierDPError, MissingDependencyError
+from hierdp.frontends._cells import check_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.base import door_rng, register_door, releases_of
 from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
@@ -167,23 +167,6 @@ def is_spark_frame(data: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------- tasks (executors)
-def _check_columns(columns: Sequence[Any], levels: Sequence[str], cells: Mapping[str, Any], count: str | None,
-                   unit: str | None) -> None:
-    """The pandas errors for a missing level, cell, count or privacy-unit column."""
-    cols = [str(c) for c in columns]
-    for lv in levels:
-        if lv not in cols:
-            raise DataError(expected_one_of("level column", lv, cols).replace("unknown level column",
-                                                                              "missing level column"))
-    check_cell_columns(cells, cols)
-    if count is not None and count not in cols:
-        raise DataError(expected_one_of("count column", count, cols).replace("unknown count column",
-                                                                             "missing count column"))
-    if unit is not None and unit not in cols:
-        raise DataError(expected_one_of("privacy-unit column", unit, cols).replace("unknown privacy-unit column",
-                                                                                   "missing privacy-unit column"))
-
-
 def _error_rows(stage: int, messages: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame({"key": np.full(len(messages), stage, np.int64), "w": np.zeros(len(messages), np.int64),
                          "err": pd.Series(list(messages), dtype=object)})
@@ -322,7 +305,7 @@ class SparkDPTree(TreeDoor):
         self._sdf = sdf
         decl = Declared(self.levels, domains, root=root)
         if self._observed(domains):
-            _check_columns(columns, self.levels, {}, None, None)
+            check_columns(columns, self.levels, {}, None, None)
             rows = sdf if count is None else sdf.where(sdf[count] != 0)
             # the distinct level paths are enough for the observed domains (and small)
             self._structure = decl.decompose(rows.select(*self.levels).distinct().toPandas())

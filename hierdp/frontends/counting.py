@@ -18,7 +18,8 @@ from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_codes, cell_sizes, domain_error
 from hierdp.tree import Tree
 
-__all__ = ["check_counts", "counted_rows", "total_problem", "leaf_counts_to_nodes", "count_rows", "count_cells",
+__all__ = ["dropped_notes", "DROPPED_BY_BOUND", "DROPPED_OUT_OF_DOMAIN",
+           "check_counts", "counted_rows", "total_problem", "leaf_counts_to_nodes", "count_rows", "count_cells",
            "place_cells", "keyed_counts"]
 
 
@@ -200,3 +201,22 @@ def keyed_counts(key: np.ndarray, weights: np.ndarray | None, size: int) -> np.n
         np.add.at(out, key, w)
         return out
     return np.rint(np.bincount(key, weights=w, minlength=size)).astype(np.int64)
+
+
+#: reserved keys of a worker's (key, count) result: rows the contribution bound dropped,
+#: rows outside the public domains (``unknown="drop"``); leaf-cell keys are >= 0
+DROPPED_BY_BOUND, DROPPED_OUT_OF_DOMAIN = -1, -2
+
+
+def dropped_notes(keys: np.ndarray, w: np.ndarray, bounded: bool) -> dict[str, Any]:
+    """The private notes of the rows a distributed door dropped, from its workers' summed
+    ``(key, count)`` rows (:data:`DROPPED_BY_BOUND`, :data:`DROPPED_OUT_OF_DOMAIN`):
+    ``rows_dropped_by_contribution_bound`` when the door bounds contributions, and
+    ``rows_dropped_out_of_domain`` when any row was dropped that way. Never published."""
+    notes: dict[str, Any] = {}
+    if bounded:
+        notes["rows_dropped_by_contribution_bound"] = int(w[keys == DROPPED_BY_BOUND].sum())
+    n_ood = int(w[keys == DROPPED_OUT_OF_DOMAIN].sum())
+    if n_ood:
+        notes["rows_dropped_out_of_domain"] = n_ood
+    return notes

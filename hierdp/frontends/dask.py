@@ -34,7 +34,16 @@ from hierdp.errors import DataError, MissingDependencyError
 from hierdp.frontends._cells import cell_sizes, check_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.base import register_door, releases_of
-from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
+from hierdp.frontends.counting import (
+    DROPPED_BY_BOUND,
+    DROPPED_OUT_OF_DOMAIN,
+    check_counts,
+    counted_rows,
+    dropped_notes,
+    leaf_counts_to_nodes,
+    place_cells,
+    total_problem,
+)
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.rng import make_rng
 from hierdp.tree import Tree
@@ -48,7 +57,7 @@ except ImportError:  # pragma: no cover - exercised only without dask
 
 __all__ = ["DaskDPTree", "DPTreeDaskAccessor"]
 
-_DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = -1, -2  # reserved keys of the per-partition result
+_DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = DROPPED_BY_BOUND, DROPPED_OUT_OF_DOMAIN
 
 
 def _place(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index]) -> tuple[np.ndarray, np.ndarray,
@@ -178,12 +187,7 @@ class DaskDPTree(TreeDoor):
         w = sums.to_numpy(np.int64)
         if self.count is not None:
             rules.enforce(total_problem(w[keys >= 0]), DataError)
-        notes: dict[str, Any] = {}
-        if self.unit is not None:
-            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
-        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
-        if n_ood:
-            notes["rows_dropped_out_of_domain"] = n_ood
+        notes = dropped_notes(keys, w, self.unit is not None)
         k = int(np.prod(cell_sizes(self.cells))) if self.cells else 1
         counts = np.zeros(self._structure.n_ext * k, np.int64)
         ok = keys >= 0
@@ -253,12 +257,7 @@ class DaskDPTree(TreeDoor):
         distributed.wait(buckets)
         keys = np.concatenate([d[0] for d in dropped]) if dropped else np.zeros(0, np.int64)
         w = np.concatenate([d[1] for d in dropped]) if dropped else np.zeros(0, np.int64)
-        notes: dict[str, Any] = {}
-        if self.unit is not None:
-            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
-        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
-        if n_ood:
-            notes["rows_dropped_out_of_domain"] = n_ood
+        notes = dropped_notes(keys, w, self.unit is not None)
         return DaskTaskCounts(client, buckets, n_tasks, k, notes)
 
     def out_of_domain(self) -> Any:

@@ -54,7 +54,16 @@ from hierdp.errors import DataError, HierDPError, MissingDependencyError
 from hierdp.frontends._cells import check_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions
 from hierdp.frontends.base import door_rng, register_door, releases_of
-from hierdp.frontends.counting import check_counts, counted_rows, leaf_counts_to_nodes, place_cells, total_problem
+from hierdp.frontends.counting import (
+    DROPPED_BY_BOUND,
+    DROPPED_OUT_OF_DOMAIN,
+    check_counts,
+    counted_rows,
+    dropped_notes,
+    leaf_counts_to_nodes,
+    place_cells,
+    total_problem,
+)
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.rng import make_rng
 
@@ -62,7 +71,7 @@ __all__ = ["SparkDPTree", "JavaNotFoundError", "local_session", "require_pyspark
            "release_to_dataset", "merge_problems"]
 
 #: reserved keys of the per-task result (real keys are >= 0)
-_DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = -1, -2
+_DROPPED_BY_BOUND, _DROPPED_OUT_OF_DOMAIN = DROPPED_BY_BOUND, DROPPED_OUT_OF_DOMAIN
 #: errors found in a task, by the stage of the pandas door that finds them (its order)
 _ERR_UNIT, _ERR_COUNT, _ERR_PLACE, _ERR_DOMAIN, _ERR_TOTAL = -3, -4, -5, -6, -7
 _STAGES = (_ERR_UNIT, _ERR_COUNT, _ERR_PLACE, _ERR_DOMAIN, _ERR_TOTAL)
@@ -380,12 +389,7 @@ class SparkDPTree(TreeDoor):
                 raise domain_error(merge_problems(found, self.levels, list(self.cells)))
             raise DataError(found[0])
         w = reserved["w"].to_numpy(np.int64)
-        notes: dict[str, Any] = {}
-        if self.unit is not None:
-            notes["rows_dropped_by_contribution_bound"] = int(w[keys == _DROPPED_BY_BOUND].sum())
-        n_ood = int(w[keys == _DROPPED_OUT_OF_DOMAIN].sum())
-        if n_ood:
-            notes["rows_dropped_out_of_domain"] = n_ood
+        notes = dropped_notes(keys, w, self.unit is not None)
         return notes
 
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:

@@ -37,7 +37,9 @@ above gave it; the result equals the whole-tree pass restricted to the subtree.
 
 Work: parents one height class at a time, top-down, each class cut into pieces run on
 ``hierdp.get_threads()`` threads (the cuts of ``round``; the same numbers whatever the
-thread count); small trees run the kernels interpreted (:func:`hierdp._engine.jit.for_size`).
+thread count); small trees take numpy passes per height class instead
+(:mod:`hierdp.postprocessors._topdown_small`; the kernels interpreted, :func:`hierdp._engine.jit.for_size`,
+on deep ones).
 """
 
 from __future__ import annotations
@@ -46,12 +48,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hierdp._engine import jit as _jit
 from hierdp._engine import tree_pieces as TP
 from hierdp._engine.jit import for_size
 from hierdp._engine.threads import run_pieces
 from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
+from hierdp.postprocessors import _blue_small
 from hierdp.postprocessors import _topdown_kernels as TK
+from hierdp.postprocessors import _topdown_small as TS
 from hierdp.postprocessors import _totals as TT
 from hierdp.postprocessors.base import checked_variance, finite_values
 
@@ -61,6 +66,15 @@ if TYPE_CHECKING:
 __all__ = ["topdown_nonneg", "topdown_round", "cuts_by_children"]
 
 _CUTS_KEY = "round.cuts"
+
+#: inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` node-cells on trees of at most
+#: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes
+#: (:mod:`hierdp.postprocessors._topdown_small`); False: the kernels (interpreted there)
+SMALL_NUMPY = True
+
+
+def _small_numpy(tree: Tree, size: int) -> bool:
+    return SMALL_NUMPY and size <= _jit.SMALL_INPUT and _blue_small.usable(tree)
 
 
 def cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:
@@ -179,9 +193,13 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
             raise DataError("nonneg: give either fixed_root or totals (the totals fix the root's cells)")
         y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=False)
     n, k = y2.shape
+    small = _small_numpy(tree, n * k)
     low = np.zeros((n, k))
     if exact.any():
-        for_size(TK.lower_bounds, n * k)(tree.internal.parent, exact, y2, low)
+        if small:
+            low = TS.lower_bounds_small(tree, exact, y2)
+        else:
+            for_size(TK.lower_bounds, n * k)(tree.internal.parent, exact, y2, low)
     x = np.empty_like(y2)
     if fixed_root is None:
         x[0] = np.maximum(np.maximum(y2[0], 0.0), low[0])  # an exact root: low[0] is its own value
@@ -193,7 +211,10 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
         kern = for_size(TK.project_parents, n * k) if small else TK.project_parents
         return float(kern(ptr, idx, y2, v2, low, x, lo, hi))
 
-    worst = max(_by_class(tree, step), default=0.0)
+    if small:
+        worst = TS.project_small(tree, y2, v2, low, x) if n > 1 else 0.0
+    else:
+        worst = max(_by_class(tree, step), default=0.0)
     if worst > 1e-6 * (1.0 + float(np.max(np.abs(x[0])))):
         raise DataError("nonneg (top-down): the values known exactly (variance 0) exceed their parent's value or "
                         "a parent has no child free to move; give consistent exact values (invariants from the top)")
@@ -227,13 +248,17 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
     if not np.all(np.abs(y2) < 2.0**53):
         raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
                         "scale the values down first")
+    small = _small_numpy(tree, n * k)
     low = np.zeros((n, k))
     if exact.any():
         ex = np.broadcast_to(exact, (n, k))
         if np.any(np.abs(y2[ex] - np.rint(y2[ex])) > 1e-6):
             raise DataError("round: a node known exactly (variance 0, e.g. an invariant) is not an integer; "
                             "invariants must be integer counts")
-        for_size(TK.lower_bounds, n * k)(tree.internal.parent, exact, np.rint(y2), low)
+        if small:
+            low = TS.lower_bounds_small(tree, exact, np.rint(y2))
+        else:
+            for_size(TK.lower_bounds, n * k)(tree.internal.parent, exact, np.rint(y2), low)
     lowi = np.rint(low).astype(np.int64)
     out = np.empty((n, k), np.int64)
     if fixed_root is None:
@@ -253,7 +278,7 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
         missed, bad = kern(ptr, idx, y2, v2, lowi, out, lo, hi)
         return int(missed), int(bad)
 
-    res = _by_class(tree, step)
+    res = [TS.integer_small(tree, y2, v2, lowi, out)] if small and n > 1 else _by_class(tree, step)
     if sum(r[0] for r in res):
         raise DataError("round (top-down): the values known exactly (variance 0) exceed their parent's integer or "
                         "a parent has no child free to move; give consistent exact values (invariants from the top)")

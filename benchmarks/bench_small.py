@@ -4,15 +4,15 @@ Inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` (2^14) items used to run the 
 interpreted (``jit.for_size``) to spare the first release a compile or a cache load. Now
 the keyed discrete Laplace sampler (``mechanisms/_keyed_small.py``) and BLUE
 (``postprocessors/_blue_small.py``) take numpy passes there instead (from 64 draws and 32
-values: below, the interpreted kernels are cheaper); ``nonneg`` and ``round`` still run
-their kernels interpreted. For trees shaped like Italy's geography
+values: below, the interpreted kernels are cheaper), and top-down ``nonneg`` and ``round``
+(``postprocessors/_topdown_small.py``) too. For trees shaped like Italy's geography
 (region > province > municipality: 20 regions, ~107 provinces, the rest municipalities;
 8,028 nodes at full size) of 10 to 10^5 nodes it prints, per chain (``blue``;
 ``blue -> nonneg -> round``), default release (``per_level``, discrete Laplace, ε = 1):
 
 * ``compiled``: the warm release with every kernel compiled (``SMALL_INPUT = -1``): the
   floor; ``numpy``: the warm release as hierdp runs it now; ``interpreted``: as before
-  (``SMALL_NUMPY = False`` in the sampler and BLUE). The three are timed interleaved, call
+  (``SMALL_NUMPY = False`` in the sampler, BLUE and the top-down passes). The three are timed interleaved, call
   after call in one process (medians of ``--calls``), so a busy machine slows them alike;
   ratios to the floor in brackets (target: numpy <= 2x compiled);
 * both as CPU time of the process (``time.process_time``: what the release costs, steady
@@ -67,10 +67,10 @@ def italy_like(n_nodes: int, seed: int = 0):
 def _mode(mode: str) -> None:
     from hierdp._engine import jit
     from hierdp.mechanisms import _samplers
-    from hierdp.postprocessors import blue
+    from hierdp.postprocessors import blue, topdown
 
     jit.SMALL_INPUT = -1 if mode == "compiled" else 1 << 14
-    _samplers.SMALL_NUMPY = blue.SMALL_NUMPY = mode != "interpreted"
+    _samplers.SMALL_NUMPY = blue.SMALL_NUMPY = topdown.SMALL_NUMPY = mode != "interpreted"
 
 
 def _release(tree, truth, chain, seed):

@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["lower_bounds_small", "project_small", "integer_small"]
 
-#: a row of the integer step whose candidate units (row width x |D|) exceed this runs
-#: the kernel's plain-Python ``integer_group`` (rare: |D| is at most about m / 2 + 1; known
-#: children enter shifted by their lower bounds, so their values are ~0 there)
+#: a row of the integer step whose candidate units (:func:`_unit_keys`) exceed this runs
+#: the kernel's plain-Python ``integer_group`` (rare: a child offers the units whose key is
+#: within the |D|-th smallest first key, a few per child unless variances differ widely)
 MAX_UNITS = 4096
 
 
@@ -161,29 +161,46 @@ def _cost_remove(z: np.ndarray, a: np.ndarray, v: np.ndarray) -> np.ndarray:
     return (2.0 * (z - a) - 1.0) / v
 
 
-def _take_units(z, a, v, free, D):
-    """The kernel's heap phase on rows with small ``|D|``: ``|D|`` units added (D > 0, the
-    cheapest by (cost, child)) or removed (D < 0, the dearest of those held, by
-    (-cost, child)), counted per child."""
-    g, w = z.shape
-    nd = int(np.max(np.abs(D)))
-    steps = np.arange(nd)
-    sign = np.sign(D)[:, None, None]
-    zz = z[:, :, None] + np.where(sign > 0, steps[None, None, :], -steps[None, None, :])
+def _unit_keys(z, a, v, free, D):
+    """Per row, the key of each child's next unit (D > 0: its cost to add; D < 0: minus
+    its cost to remove, inf where the child holds none) and the bound ``L``: the |D|-th
+    smallest of those keys (inf if fewer), which no chosen unit's key exceeds."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        key = np.where(sign > 0, _cost_add(zz, a[:, :, None], v[:, :, None]),
-                       -_cost_remove(zz, a[:, :, None], v[:, :, None]))
-    ok = free[:, :, None] & (steps[None, None, :] < np.abs(D)[:, None, None])
-    ok &= (sign > 0) | (zz > 0)
-    key = np.where(ok, key, np.inf).reshape(g, -1)
-    child = np.broadcast_to(np.arange(w)[None, :, None], zz.shape).reshape(g, -1)
-    unit = np.broadcast_to(steps[None, None, :], zz.shape).reshape(g, -1)
-    order = np.lexsort((unit, child, key), axis=-1)
-    take = np.arange(order.shape[1])[None, :] < np.abs(D)[:, None]
-    picked = np.zeros(g * w, np.int64)
-    rows = np.broadcast_to(np.arange(g)[:, None], order.shape)
-    np.add.at(picked, (rows * w + np.take_along_axis(child, order, 1))[take], 1)
-    return z + np.sign(D)[:, None] * picked.reshape(g, w)
+        key0 = np.where((D > 0)[:, None], _cost_add(z, a, v), -_cost_remove(z, a, v))
+    key0 = np.where(free & ((D > 0)[:, None] | (z > 0)), key0, np.inf)
+    nd = np.abs(D)
+    srt = np.sort(key0, axis=1)
+    L = np.where(nd <= z.shape[1], np.take_along_axis(srt, np.minimum(nd - 1, z.shape[1] - 1)[:, None], 1)[:, 0],
+                 np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        reach = np.floor((L[:, None] - key0) * v / 2.0) + 2.0  # units of key <= L, plus a margin
+    cnt = np.where(np.isfinite(key0) & (key0 <= L[:, None]), np.minimum(np.nan_to_num(reach, posinf=2.0**62),
+                                                                          nd[:, None]), 0)
+    cnt = np.where((D < 0)[:, None], np.minimum(cnt, z), cnt)
+    return cnt.astype(np.int64)
+
+
+def _take_units(z, a, v, D, cnt):
+    """The kernel's heap phase: ``|D|`` units added (D > 0, the cheapest by (cost, child))
+    or removed (D < 0, the dearest held, by (-cost, child)), among the candidate units
+    ``cnt`` per child (:func:`_unit_keys`), counted per child; ragged, no padding."""
+    g, w = z.shape
+    flat = cnt.reshape(-1)
+    cell = np.repeat(np.arange(g * w), flat)
+    start = np.cumsum(flat) - flat
+    step = np.arange(cell.size) - np.repeat(start, flat)
+    row, child = cell // w, cell % w
+    sgn = np.sign(D)[row]
+    zz = z.reshape(-1)[cell] + sgn * step
+    af, vf = a.reshape(-1)[cell], v.reshape(-1)[cell]
+    key = np.where(sgn > 0, _cost_add(zz, af, vf), -_cost_remove(zz, af, vf))
+    order = np.lexsort((step, child, key, row))
+    rs = row[order]
+    first = np.searchsorted(rs, np.arange(g))
+    rank = np.arange(order.size) - first[rs]
+    take = order[rank < np.abs(D)[rs]]
+    picked = np.bincount(cell[take], minlength=g * w).reshape(g, w)
+    return z + np.sign(D)[:, None] * picked
 
 
 def _integer_rows(a: np.ndarray, v: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -208,10 +225,15 @@ def _integer_rows(a: np.ndarray, v: np.ndarray, S: np.ndarray) -> tuple[np.ndarr
     zg = np.where(fg, np.maximum(zf, 0.0), 0.0).astype(np.int64)
     zg = np.where(fg, zg, fixed_z[go])
     D = rest[go] - np.where(fg, zg, 0).sum(axis=1)
-    heavy = np.abs(D) * w > MAX_UNITS
+    cnt = _unit_keys(zg, ag, vg, fg, D)
+    heavy = (D != 0) & (cnt.sum(axis=1) > MAX_UNITS)
     light = (D != 0) & ~heavy
     if light.any():
-        zg[light] = _take_units(zg[light], ag[light], vg[light], fg[light], D[light])
+        li = np.flatnonzero(light)
+        got = _take_units(zg[li], ag[li], vg[li], D[li], cnt[li])
+        ok = np.abs(got - zg[li]).sum(axis=1) == np.abs(D[li])  # too few candidates (never seen): the kernel
+        zg[li[ok]] = got[ok]
+        heavy[li[~ok]] = True
     for r in np.flatnonzero(heavy):  # the kernel's own step (plain Python), rare
         zr = np.empty(w, np.int64)
         ar, vr = ag[r].copy(), vg[r].copy()

@@ -67,14 +67,16 @@ __all__ = ["topdown_nonneg", "topdown_round", "cuts_by_children"]
 
 _CUTS_KEY = "round.cuts"
 
-#: inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` node-cells on trees of at most
+#: inputs of SMALL_NUMPY_MIN to ``hierdp._engine.jit.SMALL_INPUT`` node-cells on trees of at most
 #: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes
 #: (:mod:`hierdp.postprocessors._topdown_small`); False: the kernels (interpreted there)
 SMALL_NUMPY = True
+#: below this many node-cells the interpreted kernels are cheaper than the numpy calls
+SMALL_NUMPY_MIN = 64
 
 
 def _small_numpy(tree: Tree, size: int) -> bool:
-    return SMALL_NUMPY and size <= _jit.SMALL_INPUT and _blue_small.usable(tree)
+    return SMALL_NUMPY and SMALL_NUMPY_MIN <= size <= _jit.SMALL_INPUT and _blue_small.usable(tree)
 
 
 def cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:

@@ -8,7 +8,9 @@ values: below, the interpreted kernels are cheaper), and top-down ``nonneg`` and
 (``postprocessors/_topdown_small.py``) too. For trees shaped like Italy's geography
 (region > province > municipality: 20 regions, ~107 provinces, the rest municipalities;
 8,028 nodes at full size) of 10 to 10^5 nodes it prints, per chain (``blue``;
-``blue -> nonneg -> round``), default release (``per_level``, discrete Laplace, ε = 1):
+``blue -> nonneg -> round``, the default ``round`` being the remainder rule
+``_rounding_kernels.round_top_down_2d``, still interpreted on small trees; and the same
+with ``round`` top-down, ``method="topdown"``), default release (``per_level``, discrete Laplace, ε = 1):
 
 * ``compiled``: the warm release with every kernel compiled (``SMALL_INPUT = -1``): the
   floor; ``numpy``: the warm release as hierdp runs it now; ``interpreted``: as before
@@ -41,7 +43,8 @@ import warnings
 import numpy as np
 
 SIZES = (10, 100, 1_000, 8_028, 10_000, 100_000)
-CHAINS = {"blue": ["blue"], "blue+nonneg+round": ["blue", "nonneg", "round"]}
+CHAINS = {"blue": ["blue"], "blue+nonneg+round": ["blue", "nonneg", "round"],
+          "blue+nonneg+round:topdown": ["blue", "nonneg", ("round", {"method": "topdown"})]}
 MODES = ("compiled", "numpy", "interpreted")
 
 

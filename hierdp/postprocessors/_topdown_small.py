@@ -113,9 +113,9 @@ def _project_rows(a: np.ndarray, v: np.ndarray, s: np.ndarray) -> tuple[np.ndarr
     rest = np.subtract.accumulate(np.concatenate([s[:, None], fixed_x], axis=1), axis=1)[:, -1]
     nf = free.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        t = np.where(free, -a / np.where(free, v, 1.0), np.inf)
+        # free children first (an overflowed breakpoint, +inf, is clamped below the others' inf)
+        t = np.where(free, np.minimum(-a / np.where(free, v, 1.0), np.finfo(np.float64).max), np.inf)
         order = np.argsort(t, axis=1, kind="stable")
-        order = np.take_along_axis(order, np.argsort(~np.take_along_axis(free, order, 1), axis=1, kind="stable"), 1)
         fs = np.take_along_axis(free, order, 1)
         aS = np.where(fs, np.take_along_axis(a, order, 1), 0.0)
         vS = np.where(fs, np.take_along_axis(v, order, 1), 0.0)

@@ -72,7 +72,7 @@ _CUTS_KEY = "round.cuts"
 #: (:mod:`hierdp.postprocessors._topdown_small`); False: the kernels (interpreted there)
 SMALL_NUMPY = True
 #: below this many node-cells the interpreted kernels are cheaper than the numpy calls
-SMALL_NUMPY_MIN = 64
+SMALL_NUMPY_MIN = 256
 
 
 def _small_numpy(tree: Tree, size: int) -> bool:

@@ -1,4 +1,6 @@
-"""Contribution bounding: at most c rows per unit, chosen uniformly at random."""
+"""Contribution bounding: at most c rows per unit, chosen uniformly at random, the same
+choice whatever the rows' order, partitioning and engine dtypes (checked against an
+independent reference with OpenSSL's ChaCha20, tests/_bounding_reference.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import pytest
 from scipy import stats
 
 from hierdp.errors import DataError
-from hierdp.frontends._contributions import bound_contributions
+from hierdp.frontends._contributions import bound_contributions, bounding_key, content_hash, value_hash
 from hierdp.rng import SeededRandom, make_rng
 
 
@@ -79,3 +81,80 @@ def test_missing_or_incomplete_unit_column():
     df = pd.DataFrame({"person": [1.0, None, 2.0]})
     with pytest.raises(DataError, match="missing values"):
         bound_contributions(df, "person", 1, SeededRandom(0))
+
+
+def _people(n=4000, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"pid": rng.integers(0, n // 4, n), "state": rng.choice(["01", "02", "10"], n),
+                         "age": rng.integers(0, 3, n), "other": rng.normal(size=n)})
+
+
+def _kept_multiset(df):
+    return sorted(zip(df["pid"].astype(int), df["state"].astype(str), df["age"].astype(int)))
+
+
+@pytest.mark.parametrize("c", [1, 2, 3])
+def test_choice_is_the_reference_law(c):
+    from tests._bounding_reference import kept_rows
+
+    df = _people()
+    key = bounding_key(SeededRandom(4))
+    out, dropped = bound_contributions(df, "pid", c, key, content=["state", "age"])
+    ref = kept_rows(df, "pid", c, key, ["state", "age"])
+    assert dropped == int((~ref).sum()) > 0
+    assert _kept_multiset(out) == _kept_multiset(df[ref])
+
+
+def test_choice_ignores_order_partitioning_dtypes_and_other_columns():
+    df = _people(seed=1)
+    key = bounding_key(SeededRandom(8))
+    want, n = bound_contributions(df, "pid", 2, key, content=["state", "age"])
+    # shuffled rows, another unrelated column, another index
+    shuffled = df.sample(frac=1.0, random_state=5).assign(other=0.0).reset_index(drop=True)
+    got, m = bound_contributions(shuffled, "pid", 2, key, content=["state", "age"])
+    assert m == n and _kept_multiset(got) == _kept_multiset(want)
+    # as engines type them: nullable ints, floats, pyarrow strings, categories, object ints
+    retyped = shuffled.assign(pid=shuffled["pid"].astype("Int64"), age=shuffled["age"].astype(float),
+                              state=shuffled["state"].astype("string[pyarrow]"))
+    got, m = bound_contributions(retyped, "pid", 2, key, content=["state", "age"])
+    assert m == n and _kept_multiset(got) == _kept_multiset(want)
+    retyped = shuffled.assign(pid=shuffled["pid"].astype(object), state=shuffled["state"].astype("category"))
+    got, m = bound_contributions(retyped, "pid", 2, key, content=["state", "age"])
+    assert m == n and _kept_multiset(got) == _kept_multiset(want)
+    # partitioned by unit (as Spark and Dask tasks hold them), each part bounded alone
+    parts = [bound_contributions(p, "pid", 2, key, content=["state", "age"]) for _, p in
+             shuffled.groupby(shuffled["pid"] % 7)]
+    assert sum(d for _, d in parts) == n
+    assert _kept_multiset(pd.concat([p for p, _ in parts])) == _kept_multiset(want)
+    # another key, another choice
+    other, _ = bound_contributions(df, "pid", 2, bounding_key(SeededRandom(9)), content=["state", "age"])
+    assert _kept_multiset(other) != _kept_multiset(want)
+
+
+def test_value_hash_depends_on_the_value_not_the_type():
+    same = [pd.Series([1, 2, None], dtype="Int64"), pd.Series([1.0, 2.0, np.nan]),
+            pd.Series([1, 2, None], dtype=object), pd.Series([1, 2, None], dtype="Int32")]
+    for s in same[1:]:
+        np.testing.assert_array_equal(value_hash(s), value_hash(same[0]))
+    text = [pd.Series(["01", "b", None]), pd.Series(["01", "b", None], dtype="string[pyarrow]"),
+            pd.Series(["01", "b", None], dtype="category")]
+    for s in text[1:]:
+        np.testing.assert_array_equal(value_hash(s), value_hash(text[0]))
+    # different values differ: text "1" is not the integer 1, 1.5 is not 1, missing is neither
+    h = value_hash(pd.Series(["1", 1, 1.5, None, 0, -0.0, True], dtype=object))
+    assert len(set(h[:4].tolist())) == 4
+    assert h[4] == h[5] and h[6] == value_hash(pd.Series([1]))[0]
+    big = value_hash(pd.Series(np.arange(200_000)))
+    assert len(np.unique(big)) == big.size
+    rows = pd.DataFrame({"a": ["x", "y"], "b": [1, 1]})
+    assert content_hash(rows, ["a", "b"])[0] != content_hash(rows, ["a", "b"])[1]
+    assert content_hash(rows, ["a", "b"])[0] != content_hash(rows.iloc[:, ::-1], ["b", "a"])[0]
+
+
+def test_bounding_key_takes_four_words():
+    a, b = SeededRandom(3), SeededRandom(3)
+    key = bounding_key(a)
+    w = b.words(4)
+    assert key.shape == (8,) and key.dtype == np.int64 and key.min() >= 0 and key.max() < 2 ** 32
+    assert int(key[0]) | (int(key[1]) << 32) == int(w[0])
+    np.testing.assert_array_equal(a.words(3), b.words(3))  # both streams moved on by 4 words

@@ -48,7 +48,10 @@ def people() -> pd.DataFrame:
 @pytest.mark.parametrize("kw", [dict(domains=DOMAINS, cells=CELLS),
                                 dict(domains="observed", cells={"age": "observed", "sex": ["F", "M"]}),
                                 dict(domains=DOMAINS, cells=CELLS, count="n"),
-                                dict(domains=DOMAINS)], ids=["declared", "observed", "count", "no-cells"])
+                                dict(domains=DOMAINS),
+                                dict(domains=DOMAINS, cells=CELLS, unit="pid", max_contributions=2),
+                                dict(domains="observed", unit="pid", max_contributions=1)],
+                         ids=["declared", "observed", "count", "no-cells", "bound-2", "bound-1-observed"])
 def test_dask_release_is_the_pandas_release(client, people, kw):
     ddf = dd.from_pandas(people, npartitions=5)
     ref = people.dptree(levels=LEVELS, **kw).release(epsilon=1.0, seed=9, postprocess=["blue", "nonneg", "round"])
@@ -92,7 +95,7 @@ def test_a_missing_column_in_one_partition_is_the_pandas_error(client, people):
 def test_contribution_bounding_runs_on_workers(client, people):
     ddf = dd.from_pandas(people, npartitions=4)
     t = ddf.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS, unit="pid", max_contributions=3)
-    values, notes = t._node_values(hierdp.rng.make_rng(None))  # secure keys drawn per task
+    values, notes = t._node_values(hierdp.rng.make_rng(None))  # a secure bounding key
     per_unit = people.groupby("pid").size()
     assert values[0].sum() == np.minimum(per_unit, 3).sum()  # each unit keeps min(rows, c), whatever the cells
     assert notes["rows_dropped_by_contribution_bound"] == (per_unit - 3).clip(lower=0).sum()
@@ -101,7 +104,9 @@ def test_contribution_bounding_runs_on_workers(client, people):
     r = t.release(epsilon=1.0)
     assert r.ledger.for_publication and r.ledger.secure_randomness
     assert all(ls.sensitivity_l1 == 3 for ls in r.ledger.levels)
-    # a seeded release is reproducible for a fixed partitioning
+    # a seeded release is the same whatever the partitioning and the rows' order
     a = t.release(epsilon=1.0, seed=4).values
-    b = t.release(epsilon=1.0, seed=4).values
+    other = dd.from_pandas(people.sample(frac=1.0, random_state=2), npartitions=7)
+    b = other.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS, unit="pid", max_contributions=3) \
+        .release(epsilon=1.0, seed=4).values
     np.testing.assert_array_equal(a, b)

@@ -1,9 +1,9 @@
 """The Polars door (``.dptree`` on polars DataFrames and LazyFrames, ``hierdp.dptree(pl_df)``).
 
 The reference is the pandas door on the same records (``frame.to_pandas()``): for the same
-seed the same release, bit for bit, contribution bounding included (the pandas door's own
-draw, checked also against a hand-written reference of its law), and its errors word for
-word. LazyFrames are counted by Polars' streaming engine without collecting the records.
+seed the same release, bit for bit, contribution bounding included (the choice is checked
+also against an independent reference of its law, tests/_bounding_reference.py), and its
+errors word for word. LazyFrames are counted by Polars' streaming engine without collecting the records.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import hierdp  # noqa: E402
 from hierdp.errors import DataError, MissingDependencyError  # noqa: E402
 from hierdp.frontends import polars as door  # noqa: E402
 from hierdp.frontends.base import door_rng  # noqa: E402
-from hierdp.rng import make_rng  # noqa: E402
 
 pytestmark = pytest.mark.polars
 
@@ -92,42 +91,23 @@ def test_functional_form_and_namespace_agree(people):
         hierdp.dptree(people, domains=DOMAINS)
 
 
-def _hand_bound(units: np.ndarray, c: int, seed: int) -> np.ndarray:
-    """The pandas door's law written out unit by unit (a reference, slow on purpose): row i
-    gets keys (words1[i], words2[i]); each unit keeps its c rows of smallest (key1, key2, i)."""
-    rng = door_rng(seed, 97)  # the release's door randomness for seed=seed
-    n = units.size
-    k1, k2 = rng.words(n), rng.words(n)
-    keep = np.zeros(n, bool)
-    for u in np.unique(units):
-        rows = sorted(np.flatnonzero(units == u), key=lambda i: (int(k1[i]), int(k2[i]), i))
-        keep[rows[:c]] = True
-    return keep
-
-
 @pytest.mark.parametrize("c", [1, 2])
 def test_bounded_counts_are_the_hand_computed_choice(people, c):
-    keep = _hand_bound(people["pid"].to_numpy(), c, seed=5)
+    from hierdp.frontends._contributions import bounding_key
+    from tests._bounding_reference import kept_rows
+
+    frame = people.to_pandas()
+    keep = kept_rows(frame, "pid", c, bounding_key(door_rng(5, 97)), content=LEVELS + list(CELLS))
     kept = people.filter(pl.Series(keep))
     want = kept.to_pandas().dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS).true_counts()
     d = people.lazy().dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS, unit="pid", max_contributions=c)
     got, notes = d.node_values(door_rng(5, 97))
     np.testing.assert_array_equal(got, want)
     assert notes["rows_dropped_by_contribution_bound"] == int((~keep).sum())
-
-
-def test_words_at_are_the_stream_words_and_leave_the_stream_where_words_would():
-    n = 3 * door.WORD_CHUNK + 123
-    pos = np.sort(np.random.default_rng(0).choice(n, 500, replace=False)).astype(np.int64)
-    pos[:2] = [0, door.WORD_CHUNK]  # chunk boundaries; a chunk with no position is skipped
-    pos = np.unique(np.r_[pos[pos < door.WORD_CHUNK], pos[pos >= 2 * door.WORD_CHUNK], n - 1])
-    a, b = make_rng(42), make_rng(42)
-    got = door._words_at(a, n, pos)
-    want = b.words(n)
-    np.testing.assert_array_equal(got, want[pos])
-    np.testing.assert_array_equal(a.words(5), b.words(5))
-    secure = door._words_at(make_rng(None), n, pos)  # the secure source: fresh words, never the seeded ones
-    assert secure.dtype == np.uint64 and not np.array_equal(secure, got)
+    # the rows' order does not enter: a shuffled frame keeps the same counts
+    shuffled = people.sample(fraction=1.0, shuffle=True, seed=3)
+    d2 = shuffled.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS, unit="pid", max_contributions=c)
+    np.testing.assert_array_equal(d2.node_values(door_rng(5, 97))[0], want)
 
 
 def test_lazyframe_is_counted_by_the_streaming_engine_without_collecting_records(people, monkeypatch):

@@ -1,10 +1,10 @@
 """The Spark DataFrame front-end on a local[2] session (one per module, bound to 127.0.0.1).
 
-The reference is the pandas door on the same records: identical releases for the same seed
-where no random choice happens on executors, and the pandas errors word for word for bad
+The reference is the pandas door on the same records: identical releases for the same seed,
+contribution bounding included (the choice depends on the bounding key and the rows'
+content, not on their order or partitioning), and the pandas errors word for word for bad
 input (a column missing everywhere, a column missing from one Parquet part, an
-out-of-domain value in one partition). Contribution bounding on the executors cannot
-reproduce the pandas door's row-order draw; its law is tested instead (each unit keeps a
+out-of-domain value in one partition). The bound's law is tested too (each unit keeps a
 uniformly chosen c of its rows). Skipped, saying why, without pyspark or Java.
 """
 
@@ -65,8 +65,10 @@ def _sdf(spark, df: pd.DataFrame, parts: int = 4):
                                 dict(domains="observed", cells={"age": "observed", "sex": ["F", "M"]}),
                                 dict(domains=DOMAINS, cells=CELLS, count="n"),
                                 dict(domains=DOMAINS),
-                                dict(domains=DOMAINS, cells={"sex": ["F"]}, unknown="drop")],
-                         ids=["declared", "observed", "count", "no-cells", "drop"])
+                                dict(domains=DOMAINS, cells={"sex": ["F"]}, unknown="drop"),
+                                dict(domains=DOMAINS, cells=CELLS, unit="pid", max_contributions=2),
+                                dict(domains="observed", unit="pid", max_contributions=1)],
+                         ids=["declared", "observed", "count", "no-cells", "drop", "bound-2", "bound-1-observed"])
 def test_spark_release_is_the_pandas_release(spark, people, kw):
     sdf = _sdf(spark, people)
     post = ["blue", "nonneg", "round"]
@@ -79,7 +81,9 @@ def test_spark_release_is_the_pandas_release(spark, people, kw):
     pd.testing.assert_frame_equal(r.frame, ref.frame)
     assert r.ledger.private_notes == ref.ledger.private_notes
     # and the true counts against a brute-force count of the records
-    if kw.get("unknown") != "drop":
+    if "unit" in kw:
+        assert r.ledger.private_notes["rows_dropped_by_contribution_bound"] > 0
+    elif kw.get("unknown") != "drop":
         leaf = people.groupby(["state", "county"])["n" if "count" in kw else "pid"].agg(
             "sum" if "count" in kw else "size")
         t = door.tree
@@ -171,12 +175,14 @@ def test_contribution_bounding_keeps_c_uniformly_chosen_rows_per_unit(spark):
     counts2, _ = two.node_values()
     per2 = np.array([counts2[t.node_id("A", c)] for c in "xyz"])
     assert per2.sum() == 2 * n_units and np.all(np.abs(per2 - 2 * n_units / 3) < 5 * np.sqrt(n_units * 2 / 9))
-    # seeded (tests only): reproducible whatever the partitioning
+    # seeded (tests only): the same whatever the partitioning, and the pandas door's
     a = hierdp.dptree(_sdf(spark, df, 2), levels=LEVELS, domains=doms, unit="pid", max_contributions=1)
     b = hierdp.dptree(_sdf(spark, df, 5), levels=LEVELS, domains=doms, unit="pid", max_contributions=1)
     ra, rb = a.release(epsilon=1.0, seed=4), b.release(epsilon=1.0, seed=4)
     np.testing.assert_array_equal(ra.values, rb.values)
     assert ra.ledger.private_notes == rb.ledger.private_notes
+    rp = hierdp.dptree(df, levels=LEVELS, domains=doms, unit="pid", max_contributions=1).release(epsilon=1.0, seed=4)
+    np.testing.assert_array_equal(ra.values, rp.values)
 
 
 def test_a_unit_without_an_id_is_the_pandas_error(spark, people):

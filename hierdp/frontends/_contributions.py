@@ -1,12 +1,37 @@
-"""Contribution bounding: at most ``c`` rows per privacy unit.
+"""Contribution bounding: at most ``c`` rows per privacy unit, the same choice on every engine.
 
 With a privacy-unit column (a person, a household, a device) and ``max_contributions =
 c``, every unit keeps at most ``c`` of its rows, chosen uniformly at random; then one
 unit changes each level's counts by at most ``c`` in L1 (``Sensitivity.bounded(c)``).
-The choice uses the release's random source (secure by default): each row gets a random
-64-bit key, rows are ranked by key within their unit (ties broken by a second key, then
-by position, which keeps the choice uniform), and rows ranked below ``c`` are kept.
-Vectorised: one sort, no Python loop over units.
+
+The choice is a function of the data's *content* and a 256-bit bounding key, never of
+the rows' order or of how an engine partitions them, so that the pandas, Polars, Dask,
+Spark and dataset doors keep the same rows for the same key (and a rerun task keeps
+the rows it kept before):
+
+1. only units with more than ``c`` rows are looked at (the others keep every row);
+2. a unit's rows are put in a canonical order by the hash of their *content*, the
+   values of the columns a release counts (its level and cell columns,
+   :func:`content_hash`); rows of equal content are interchangeable (they add to the
+   same count), so which of them comes first does not matter;
+3. the row at place ``j`` of unit ``u`` gets the key ``PRF(K, u, j)``: 64-bit word
+   ``j mod 8`` of the ChaCha20 block (RFC 8439) under the bounding key ``K`` with the
+   nonce ``(TAG, hash(u))`` and block counter ``j div 8``
+   (:func:`hierdp.keyed_noise.chacha_block`, tested against OpenSSL);
+4. the ``c`` rows of smallest ``(key, j)`` are kept.
+
+Under a random ``K`` the keys of one unit are independent uniform 64-bit words (ChaCha20
+is a pseudorandom function), so every ``c``-subset of the unit's rows is equally
+likely: the law of a uniform choice. Two units whose 64-bit hashes collide would share
+keys; each still gets a uniform subset.
+
+*Privacy does not rest on the key.* For any fixed ``K`` the kept rows of a unit are a
+function of that unit's rows only, so a dataset and its neighbour (one unit added or
+removed) differ in at most ``c`` kept rows: the sensitivity holds whatever ``K`` is,
+and even an adversary who knew it learns nothing the counts' noise does not cover. The
+key exists so that the choice is uniform and cannot be steered by crafted data; it is
+drawn from the release's random source (secure by default, seeded in tests) on the
+driver and handed to the tasks, which never draw randomness of their own.
 
 The number of dropped rows is a fact about the private data: callers must keep it out
 of public outputs (``Ledger.private_notes``).
@@ -14,13 +39,26 @@ of public outputs (``Ledger.private_notes``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from hierdp._engine.jit import numba as nb
 from hierdp.errors import DataError, expected_one_of
+from hierdp.keyed_noise import chacha_block
 from hierdp.rng import RandomSource
 
-__all__ = ["bound_contributions", "check_max_contributions"]
+__all__ = ["bound_contributions", "bounding_key", "check_max_contributions", "content_hash", "value_hash"]
+
+#: the first nonce word of the bounding PRF ("bnd\0"): a constant, since the key is the
+#: bounding key alone (never a release's noise key)
+_TAG = 0x646E62
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+#: tags that keep integers, other numbers, text and missing values apart in the hashes
+_FLOAT, _TEXT, _NA = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_SEED = np.uint64(0x243F6A8885A308D3)
 
 
 def check_max_contributions(max_contributions: object) -> int:
@@ -32,35 +70,231 @@ def check_max_contributions(max_contributions: object) -> int:
     return int(max_contributions)
 
 
-def bound_contributions(df: pd.DataFrame, unit: str, max_contributions: int,
-                        rng: RandomSource) -> tuple[pd.DataFrame, int]:
+def bounding_key(rng: RandomSource) -> np.ndarray:
+    """A 256-bit bounding key drawn from ``rng``: the first four 64-bit words, as the eight
+    little-endian 32-bit words ChaCha20 takes (an ``int64`` array of 8)."""
+    words = np.asarray(rng.words(4), dtype=np.uint64)
+    lo = (words & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    hi = (words >> np.uint64(32)).astype(np.int64)
+    return np.column_stack([lo, hi]).reshape(-1)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser (a bijection of 64-bit words), elementwise on uint64."""
+    z = z.astype(np.uint64, copy=True)
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def _int_hash(v: np.ndarray) -> np.ndarray:
+    return _mix(np.asarray(v, dtype=np.int64).view(np.uint64))
+
+
+def _float_hash(v: np.ndarray) -> np.ndarray:
+    """Whole numbers hash as the integers they are (``3.0`` as ``3``), others by their bits."""
+    v = np.asarray(v, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        whole = np.isfinite(v) & (v == np.floor(v)) & (np.abs(v) < 2.0 ** 63)
+    out = _mix(v.view(np.uint64) ^ _FLOAT)
+    if whole.any():
+        out[whole] = _int_hash(v[whole].astype(np.int64))
+    return out
+
+
+def _text_hash(values: np.ndarray) -> np.ndarray:
+    """Text (an object array of ``str``) by SipHash-2-4 of its UTF-8 bytes (pandas' own)."""
+    return _mix(pd.util.hash_array(np.asarray(values, dtype=object), categorize=True) ^ _TEXT)
+
+
+def value_hash(column: Any) -> np.ndarray:
+    """A 64-bit hash per value of ``column`` that depends on the value only, not on how an
+    engine typed it: integers of any width (nullable or not, and whole floats) as
+    integers, other numbers by their float64 bits, everything else by its text; every
+    missing value alike.
+
+    Parameters
+    ----------
+    column : pandas.Series or array-like
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint64``, one per value.
+    """
+    col = column if isinstance(column, pd.Series) else pd.Series(column)
+    na = col.isna().to_numpy(dtype=bool)
+    dt = col.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        col, dt = pd.Series(np.asarray(col, dtype=object)), np.dtype(object)
+    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt):
+        if pd.api.types.is_unsigned_integer_dtype(dt) and len(col) and col.max() >= 2 ** 63:
+            out = _float_hash(col.to_numpy(dtype=np.float64, na_value=np.nan))
+        else:
+            out = _int_hash(col.to_numpy(dtype=np.int64, na_value=0))
+    elif pd.api.types.is_float_dtype(dt):
+        out = _float_hash(col.to_numpy(dtype=np.float64, na_value=np.nan))
+    else:
+        values = np.array(col.astype(object), dtype=object)
+        kind = pd.api.types.infer_dtype(values, skipna=True)
+        filled = values.copy()  # missing values are set apart below (their hash is _NA)
+        filled[na] = 0 if kind in ("integer", "floating", "mixed-integer-float", "boolean") else ""
+        if kind in ("integer", "boolean"):
+            out = _int_hash(filled.astype(np.int64))
+        elif kind in ("floating", "mixed-integer-float"):
+            out = _float_hash(filled.astype(np.float64))
+        elif kind in ("string", "empty"):
+            out = _text_hash(filled)
+        else:  # mixed: per value (only the rows of over-bound units come here)
+            out = np.empty(len(filled), dtype=np.uint64)
+            for i, x in enumerate(filled):
+                if isinstance(x, (bool, np.bool_, int, np.integer)) and -2 ** 63 <= int(x) < 2 ** 63:
+                    out[i] = _int_hash(np.array([int(x)]))[0]
+                elif isinstance(x, (float, np.floating)):
+                    out[i] = _float_hash(np.array([float(x)]))[0]
+                else:
+                    out[i] = _text_hash(np.array([str(x)], dtype=object))[0]
+    out = np.asarray(out, dtype=np.uint64)
+    out[na] = _NA
+    return out
+
+
+def content_hash(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """The 64-bit hash of each row's values in ``columns`` (in that order), by
+    :func:`value_hash`: equal for rows of equal content on every engine."""
+    h = np.full(len(df), _SEED, dtype=np.uint64)
+    for name in columns:
+        h = _mix(h * np.uint64(0x100000001B3) + value_hash(df[name]))
+    return h
+
+
+@nb.njit(cache=True, nogil=True)
+def _unsigned_key(x):
+    """An int64 bit pattern as a key that orders like the unsigned 64-bit word."""
+    return x ^ (-9223372036854775807 - 1)
+
+
+@nb.njit(cache=True, nogil=True)
+def _sort_rows(rows, key):
+    """``rows`` in place by ``key[rows]`` (ascending, stable): insertion sort for the few
+    rows a unit usually has, a merge sort beyond."""
+    m = rows.shape[0]
+    if m > 32:
+        o = np.argsort(key[rows], kind="mergesort")
+        rows[:] = rows[o]
+        return
+    for a in range(1, m):
+        r = rows[a]
+        kr = key[r]
+        b = a - 1
+        while b >= 0 and key[rows[b]] > kr:
+            rows[b + 1] = rows[b]
+            b -= 1
+        rows[b + 1] = r
+
+
+@nb.njit(cache=True, nogil=True)
+def _choose(keyw, ucode, n_units, uhash, chash, c, drop):  # pragma: no cover - compiled
+    """Mark in ``drop`` the rows over the bound ``c``. ``ucode[i]`` is row ``i``'s unit
+    (``0 <= ucode < n_units``), ``uhash`` the units' hashes (int64 patterns), ``chash``
+    the rows' content hashes as unsigned-order keys. Per unit: its rows in content order
+    get places ``j = 0, 1, ...``; place ``j`` gets 64-bit word ``j % 8`` of ChaCha20 block
+    ``j // 8`` under ``keyw`` with nonce ``(_TAG, uhash low, uhash high)``; the rows of
+    the ``c`` smallest ``(key, j)`` stay."""
+    n = ucode.shape[0]
+    start = np.zeros(n_units + 1, dtype=np.int64)
+    for i in range(n):
+        start[ucode[i] + 1] += 1
+    for g in range(n_units):
+        start[g + 1] += start[g]
+    fill = start[:-1].copy()
+    rows = np.empty(n, dtype=np.int64)
+    for i in range(n):  # a stable counting sort by unit
+        rows[fill[ucode[i]]] = i
+        fill[ucode[i]] += 1
+    blk = np.empty(8, dtype=np.int64)
+    m32 = 0xFFFFFFFF
+    most = 0
+    for g in range(n_units):
+        most = max(most, start[g + 1] - start[g])
+    pk = np.empty(most, dtype=np.int64)
+    places = np.empty(most, dtype=np.int64)
+    for g in range(n_units):
+        s, e = start[g], start[g + 1]
+        m = e - s
+        if m <= c:
+            continue
+        part = rows[s:e]
+        _sort_rows(part, chash)
+        h = uhash[g]
+        for j in range(m):  # word j % 8 of block j // 8: one block per 8 places
+            if j % 8 == 0:
+                chacha_block(keyw, _TAG, h & m32, (h >> 32) & m32, j // 8, blk, 0)
+            pk[j] = _unsigned_key(blk[j % 8])
+            places[j] = j
+        here = places[:m]
+        _sort_rows(here, pk)  # stable: equal keys stay in place order
+        for t in range(c, m):
+            drop[part[here[t]]] = True
+
+
+def bound_contributions(df: pd.DataFrame, unit: str, max_contributions: int, key: RandomSource | np.ndarray,
+                        content: Sequence[str] | None = None) -> tuple[pd.DataFrame, int]:
     """Keep at most ``max_contributions`` rows per value of ``df[unit]``, uniformly at random.
 
-    Returns ``(bounded_df, n_dropped)``; ``bounded_df`` keeps the original row order and
-    index. Missing unit values (NA) are an error: every row must belong to a unit.
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        The records.
+    unit : str
+        The privacy-unit column; a missing value is an error (every row needs a unit).
+    max_contributions : int
+        ``c >= 1``.
+    key : RandomSource or numpy.ndarray
+        The bounding key (:func:`bounding_key`), or a random source to draw it from.
+    content : sequence of str, optional
+        The columns whose values a release counts (levels, then cell columns); rows equal
+        in them are interchangeable. Default: every column but ``unit``.
+
+    Returns
+    -------
+    (pandas.DataFrame, int)
+        The kept rows (original order and index) and the number dropped.
     """
     c = check_max_contributions(max_contributions)
     if not isinstance(df, pd.DataFrame):
         raise DataError(f"bound_contributions needs a pandas DataFrame, got {type(df).__name__}")
     if unit not in df.columns:
         raise DataError(expected_one_of("privacy-unit column", unit, [str(x) for x in df.columns]))
+    keyw = np.asarray(key, dtype=np.int64) if isinstance(key, np.ndarray) else bounding_key(key)
+    if keyw.shape != (8,):
+        raise ValueError("a bounding key is 8 32-bit words (bounding_key)")
     n = len(df)
     if n == 0:
         return df.copy(), 0
     col = df[unit]
     if col.isna().any():
         raise DataError(f"privacy-unit column {unit!r} has missing values; every row needs a unit")
-    codes, _ = pd.factorize(col, sort=False)
-    codes = codes.astype(np.int64)
-    k1 = rng.words(n)
-    k2 = rng.words(n)
-    # sort by (unit, key1, key2): np.lexsort sorts by the last key first
-    order = np.lexsort((k2, k1, codes))
-    sorted_codes = codes[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_codes)) + 1]
-    group_start = np.repeat(starts, np.diff(np.r_[starts, n]))
-    rank = np.arange(n) - group_start
-    keep = np.zeros(n, dtype=bool)
-    keep[order[rank < c]] = True
+    codes, uniques = pd.factorize(col, sort=False)
+    sizes = np.bincount(codes)
+    over_units = np.flatnonzero(sizes > c)
+    if over_units.size == 0:
+        return df.copy(), 0
+    if sizes.max() >= 2 ** 32:
+        raise DataError(f"a unit of {unit!r} has 2**32 rows or more; bound it before the release")
+    compact = np.full(sizes.size, -1, dtype=np.int64)
+    compact[over_units] = np.arange(over_units.size)
+    row_unit = compact[codes]
+    over = np.flatnonzero(row_unit >= 0)  # the rows of units over the bound
+    names = [x for x in df.columns if x != unit] if content is None else list(content)
+    chash = content_hash(df[names].iloc[over], names).view(np.int64) ^ np.int64(-2 ** 63)
+    uhash = value_hash(pd.Series(uniques).iloc[over_units]).view(np.int64)
+    drop = np.zeros(over.size, dtype=np.bool_)
+    _choose(keyw, row_unit[over], over_units.size, np.ascontiguousarray(uhash), chash, c, drop)
+    keep = np.ones(n, dtype=bool)
+    keep[over[drop]] = False
     n_dropped = int(n - keep.sum())
     return df.iloc[np.flatnonzero(keep)].copy(), n_dropped

@@ -5,18 +5,19 @@ the pandas ``df.dptree`` (``levels``, ``domains``, ``cells``, ``count``, ``unit`
 ``max_contributions``, ``unknown``, ``root``); what runs where:
 
 * distributed — contribution bounding (a shuffle by ``unit`` so each unit's rows meet in
-  one partition, then a uniform choice of ``c`` rows per unit drawn on the worker from a
-  secure source created in the task), the domain checks (a missing column or an
+  one partition, then a uniform choice of ``c`` rows per unit, made on the worker from
+  the bounding key the client drew and the rows' content), the domain checks (a missing column or an
   out-of-domain value in any partition raises the pandas error) and the aggregation:
   each partition is reduced to ``(leaf-cell key, count)`` pairs, then summed by key;
 * in memory — the public structure (built from the declared domains; ``"observed"``
   computes only the distinct level paths / cell labels), the small per-leaf result, the
   noise and the post-processing (they are small: 10⁹ records are ~10⁷ nodes).
 
-Without contribution bounding no randomness is drawn on workers, and a seeded release is
-identical to the pandas one. With bounding, an unseeded release draws a fresh secure key
-per task; a seeded one derives a per-partition seed (reproducible for a fixed partitioning,
-not equal to the pandas choice).
+No randomness is drawn on workers. With contribution bounding the rows a unit keeps are
+a function of the bounding key (drawn here from the release's random source, secure by
+default) and of the rows' content, not of their order or partitioning
+(:mod:`hierdp.frontends._contributions`): a seeded release is identical to the pandas
+one with and without bounding, and a rerun task keeps the same rows.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError
 from hierdp.frontends._cells import cell_sizes, check_columns, domain_error, resolve_cells
-from hierdp.frontends._contributions import bound_contributions
+from hierdp.frontends._contributions import bound_contributions, bounding_key
 from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import (
     DROPPED_BY_BOUND,
@@ -69,23 +70,15 @@ def _place(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index]) ->
 
 
 def _count_partition(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index], count: str | None,
-                     unit: str | None, max_contributions: int | None, unknown: str, seed_base: int | None,
-                     partition_info: dict | None = None) -> pd.DataFrame:
+                     unit: str | None, max_contributions: int | None, unknown: str,
+                     bound_key: tuple[int, ...] | None) -> pd.DataFrame:
     """One partition → ``(key, w)``: the count per leaf-cell key (``node * k + cell``), plus
     the private numbers of rows dropped under the reserved negative keys. Runs on a worker."""
     check_columns(part.columns, structure.levels, cells, count, unit)
     dropped_bound = 0
     if unit is not None:
-        if seed_base is None:
-            rng = make_rng(None)  # a fresh secure key in this task
-        else:
-            number = 0 if partition_info is None else int(partition_info.get("number", 0))
-            rng = make_rng((seed_base * 1_000_003 + number) % (1 << 63))
-            try:  # a reproducible row order whatever order the shuffle delivered them in
-                part = part.sort_values(list(part.columns), kind="mergesort")
-            except TypeError:
-                pass
-        part, dropped_bound = bound_contributions(part, unit, max_contributions, rng)
+        part, dropped_bound = bound_contributions(part, unit, max_contributions, np.array(bound_key, np.int64),
+                                                  content=[*structure.levels, *cells])
     part, w = counted_rows(part, count)
     key, bad, problems = _place(part, structure, cells)
     dropped = 0
@@ -164,8 +157,8 @@ class DaskDPTree(TreeDoor):
         Parameters
         ----------
         rng : RandomSource, optional
-            The randomness that picks the rows kept per unit (``max_contributions``); a
-            seeded one seeds each partition's choice, ``None`` uses the secure source.
+            The source of the bounding key that picks the rows kept per unit
+            (``max_contributions``); ``None``: a secure source.
 
         Returns
         -------
@@ -173,15 +166,13 @@ class DaskDPTree(TreeDoor):
             NON-PRIVATE: the exact counts ``(n,)`` or ``(n, k)``, and private notes (e.g.
             ``rows_dropped_out_of_domain``). Never publish them.
         """
-        seed_base = None
-        if self.unit is not None and rng is not None and not rng.secure:
-            seed_base = int(rng.words(1)[0] >> np.uint64(1))
+        bound_key = tuple(bounding_key(rng or make_rng(None)).tolist()) if self.unit is not None else None
         frame = self._ddf
         if self.unit is not None:
             frame = frame.shuffle(on=self.unit)  # every unit's rows in one partition
         meta = pd.DataFrame({"key": pd.Series(dtype="int64"), "w": pd.Series(dtype="int64")})
         per_part = frame.map_partitions(_count_partition, _wrap(self._structure), _wrap(self.cells), self.count,
-                                        self.unit, self.max_contributions, self.unknown, seed_base, meta=meta)
+                                        self.unit, self.max_contributions, self.unknown, bound_key, meta=meta)
         sums = per_part.groupby("key")["w"].sum().compute()
         keys = sums.index.to_numpy(np.int64)
         w = sums.to_numpy(np.int64)
@@ -221,13 +212,11 @@ class DaskDPTree(TreeDoor):
         """
         import distributed
 
-        seed_base = None
-        if self.unit is not None and rng is not None and not rng.secure:
-            seed_base = int(rng.words(1)[0] >> np.uint64(1))
+        bound_key = tuple(bounding_key(rng or make_rng(None)).tolist()) if self.unit is not None else None
         frame = self._ddf.shuffle(on=self.unit) if self.unit is not None else self._ddf
         meta = pd.DataFrame({"key": pd.Series(dtype="int64"), "w": pd.Series(dtype="int64")})
         per_part = frame.map_partitions(_count_partition, _wrap(self._structure), _wrap(self.cells), self.count,
-                                        self.unit, self.max_contributions, self.unknown, seed_base, meta=meta)
+                                        self.unit, self.max_contributions, self.unknown, bound_key, meta=meta)
         tree = self.tree
         ti = tree.internal
         k = self.n_cells

@@ -28,9 +28,9 @@ What runs where:
   dimension), and counted per ``leaf * k + cell``;
 * in Python, with hierdp's randomness — the rows of the units over the bound (usually
   few), fetched in chunks of whole units: each unit keeps ``c`` rows chosen uniformly at
-  random by :func:`hierdp.frontends._contributions.bound_contributions`, the pandas law,
-  drawn from the release's random source (secure by default; never the engine's
-  ``random()``);
+  random by :func:`hierdp.frontends._contributions.bound_contributions`, the pandas
+  door's choice for the same key (the bounding key is drawn from the release's random
+  source, secure by default; never the engine's ``random()``);
 * the domain checks — the records that join no leaf or cell (none, normally) are grouped
   into their distinct paths and placed by the pandas door's own code, so a value outside
   a declared domain, a missing value or a ragged path gets the pandas door's error word
@@ -62,7 +62,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
-from hierdp.frontends._contributions import bound_contributions, check_max_contributions
+from hierdp.frontends._contributions import bound_contributions, bounding_key, check_max_contributions
 from hierdp.frontends.base import register_door
 from hierdp.frontends.counting import _place_paths, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
@@ -466,9 +466,11 @@ class DatasetDPTree(TreeDoor):
     def _bound(self, con: Any, rng: Any) -> tuple[bool, int]:
         """Contribution bounding: the units over ``c`` found by a group-by in DuckDB, their rows
         fetched in chunks of whole units and ``c`` of each unit's rows kept uniformly at random
-        with hierdp's random source (the pandas law); the kept rows are registered as
+        by the pandas door's choice (a function of the bounding key drawn from hierdp's
+        random source and of the rows' content); the kept rows are registered as
         ``hierdp_kept``. Returns whether any unit was over and the rows dropped."""
         unit, c = str(self.unit), int(self.max_contributions or 0)
+        key = bounding_key(rng)  # drawn whatever the data, as every door draws it
         u = _q(unit)
         n_missing = con.execute(f"SELECT count(*) FROM {self._reader()} WHERE {u} IS NULL").fetchone()[0]
         if n_missing:
@@ -481,15 +483,16 @@ class DatasetDPTree(TreeDoor):
         n_chunks = max(1, math.ceil(int(n_rows) / _CHUNK_ROWS))
         names = self.levels + list(self.cells)
         labels = ", ".join(self._label(n) for n in names)
-        order = ", ".join(_q(n) for n in [unit, *names])
         kept: list[pd.DataFrame] = []
         dropped = 0
         for i in range(n_chunks):  # one chunk of whole units at a time (not a loop per row or unit)
             rows = con.execute(
                 f"SELECT {labels}, {u} AS {_q(unit)} FROM {self._reader()} "
-                f"WHERE {u} IN (SELECT u FROM hierdp_over WHERE hash(u) % {n_chunks} = {i}) "
-                f"ORDER BY {order}").df()  # a fixed order: a seeded choice is reproducible
-            part, n_dropped = bound_contributions(rows, unit, c, rng)
+                f"WHERE {u} IN (SELECT u FROM hierdp_over WHERE hash(u) % {n_chunks} = {i})").df()
+            # the choice depends on the key and the rows' content (the values as the pandas
+            # door reads them), not on their order
+            chosen, n_dropped = bound_contributions(self._as_read(rows), unit, c, key, content=names)
+            part = rows.loc[chosen.index]
             dropped += n_dropped
             kept.append(part[names].groupby(names, dropna=False, sort=False).size().rename("hierdp_w")
                         .reset_index())

@@ -102,7 +102,7 @@ class DPTree(TreeDoor):
         notes: dict[str, Any] = {}
         if self.unit is not None:
             df, n_dropped = bound_contributions(df, self.unit, cast(int, self.max_contributions),
-                                               rng or make_rng(None))
+                                               rng or make_rng(None), content=[*self.levels, *self.cells])
             notes["rows_dropped_by_contribution_bound"] = int(n_dropped)
         if self.cells:
             values, more = count_cells(self._structure, df, self.cells, count=self.count, unknown=self.unknown)

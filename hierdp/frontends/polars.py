@@ -20,16 +20,13 @@ What runs where:
   declared domains (:func:`hierdp.frontends.counting._place_paths`), so an out-of-domain
   or missing value gets the pandas error word for word; then the release, as for pandas.
 
-Contribution bounding draws exactly the pandas door's choice: the pandas door
-(:func:`hierdp.frontends._contributions.bound_contributions`) gives row ``i`` of ``n``
-the ``i``-th of ``n`` random words and the ``i``-th of the next ``n`` as keys and keeps,
-per unit, the ``c`` rows of smallest (key1, key2, position). Only the rows of units with
-more than ``c`` rows can be dropped, so only theirs are fetched from Polars; their keys
-are the words at their row positions of the same two streams (drawn chunk by chunk; a
-chunk with none of those rows is skipped by jumping the stream ahead,
-:func:`hierdp.rng.reserve_words`). The dropped rows' (path, cell) counts are subtracted
-from the one group-by. Secure randomness by default (ChaCha20); a seeded release equals
-the pandas one row for row.
+Contribution bounding makes exactly the pandas door's choice
+(:func:`hierdp.frontends._contributions.bound_contributions`): which rows a unit keeps is
+a function of the bounding key and of the rows' content, not of their order. Only the
+rows of units with more than ``c`` rows can be dropped, so only theirs are fetched from
+Polars (a semi-join) and the choice is made on them; the dropped rows' (path, cell)
+counts are subtracted from the one group-by. Secure randomness by default (ChaCha20); a
+seeded release equals the pandas one.
 
 Nothing here logs or prints a count; the numbers of dropped rows are private notes.
 """
@@ -47,46 +44,28 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import domain_error, resolve_cells
-from hierdp.frontends._contributions import check_max_contributions
+from hierdp.frontends._contributions import bound_contributions, bounding_key, check_max_contributions
 from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import _place_paths, check_counts, keyed_counts, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
-from hierdp.rng import make_rng, reserve_words
+from hierdp.rng import make_rng
 
 try:  # an optional dependency: pip install "hierdp[polars]"
     import polars as pl
 except ImportError:  # exercised by tests/test_polars.py with the import made to fail
     raise MissingDependencyError("polars", "polars") from None
 
-__all__ = ["PolarsDPTree", "DPTreePolarsNamespace", "WORD_CHUNK"]
+__all__ = ["PolarsDPTree", "DPTreePolarsNamespace"]
 
-#: words per chunk of the contribution-bounding key streams (a chunk without a row of an
-#: over-bound unit is skipped: the stream jumps ahead)
-WORD_CHUNK = 1 << 16
 # internal column names (never shown)
 _ROW, _LEN, _SUM, _FSUM, _DROP = "__hierdp_row__", "__hierdp_rows__", "__hierdp_sum__", "__hierdp_fsum__", \
     "__hierdp_dropped__"
-_NODE, _CODE, _K1, _K2 = "__hierdp_node__", "__hierdp_code__", "__hierdp_key1__", "__hierdp_key2__"
+_NODE, _CODE = "__hierdp_node__", "__hierdp_code__"
 
 
 def _missing(kind: str, name: str, columns: Sequence[str]) -> DataError:
     """The pandas door's error for a missing column (``kind``: "level column", ...)."""
     return DataError(expected_one_of(kind, name, columns).replace(f"unknown {kind}", f"missing {kind}"))
-
-
-def _words_at(rng: Any, n: int, positions: np.ndarray) -> np.ndarray:
-    """The words at ``positions`` (sorted, in ``[0, n)``) of the next ``n`` words of ``rng``:
-    what ``rng.words(n)[positions]`` gives, computing only the chunks that hold a position
-    (the others are reserved, i.e. skipped, so the stream moves on by exactly ``n`` words)."""
-    out = np.empty(positions.size, np.uint64)
-    bounds = np.searchsorted(positions, np.arange(0, n + WORD_CHUNK, WORD_CHUNK, dtype=np.int64))
-    for i, start in enumerate(range(0, n, WORD_CHUNK)):  # one step per chunk of words, not per row
-        size = min(WORD_CHUNK, n - start)
-        compute = reserve_words(rng, size)
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
-        if hi > lo:
-            out[lo:hi] = compute()[positions[lo:hi] - start]
-    return out
 
 
 class PolarsDPTree(TreeDoor):
@@ -271,9 +250,13 @@ class PolarsDPTree(TreeDoor):
 
     # -- contribution bounding ----------------------------------------------------------
     def _dropped_by_bound(self, rng: Any) -> tuple[Any, int]:
-        """The level and cell values of the rows the pandas door's contribution bound drops
-        (a Polars frame, or None when no unit is over the bound) and their number."""
+        """The level and cell values of the rows the contribution bound drops (a Polars
+        frame, or None when no unit is over the bound) and their number: the pandas door's
+        choice (:func:`~hierdp.frontends._contributions.bound_contributions`, a function of
+        the bounding key and of the rows' content), made on the rows of the over-bound
+        units only."""
         c = check_max_contributions(self.max_contributions)
+        key = bounding_key(rng)  # drawn whatever the data, as every door draws it
         unit = cast(str, self.unit)
         sizes = self._collect(self._lf.group_by(unit).agg(pl.len().cast(pl.Int64).alias(_LEN)))
         if sizes.height == 0:
@@ -283,20 +266,14 @@ class PolarsDPTree(TreeDoor):
             raise DataError(f"privacy-unit column {unit!r} has missing values; every row needs a unit")
         over = sizes.filter(pl.col(_LEN) > c)
         if over.height == 0:
-            return None, 0  # every unit keeps all its rows (the pandas draw keeps them all too)
-        n = int(sizes[_LEN].sum())
-        rows = self._collect(self._lf.with_row_index(_ROW).join(over.lazy().select(unit), on=unit, how="semi")
-                             .select([_ROW, unit, *self._keys()]))
-        positions = rows[_ROW].to_numpy().astype(np.int64)
-        by_position = np.argsort(positions, kind="stable")
-        k1 = np.empty(positions.size, np.uint64)
-        k2 = np.empty(positions.size, np.uint64)
-        k1[by_position] = _words_at(rng, n, positions[by_position])  # the pandas door's rng.words(n), here
-        k2[by_position] = _words_at(rng, n, positions[by_position])  # and its second rng.words(n)
-        # within a unit the c rows of smallest (key1, key2, position) stay: the pandas door's ranking
-        ranked = rows.with_columns(pl.Series(_K1, k1), pl.Series(_K2, k2)).sort([unit, _K1, _K2, _ROW])
-        drop = ranked.select(pl.int_range(pl.len()).over(unit) >= c).to_series()
-        return ranked.filter(drop).select(self._keys()), int(drop.sum())
+            return None, 0  # every unit keeps all its rows
+        rows = self._collect(self._lf.join(over.lazy().select(unit), on=unit, how="semi")
+                             .select([unit, *self._keys()]))
+        frame = rows.to_pandas()
+        kept, n_dropped = bound_contributions(frame, unit, c, key, content=self._keys())
+        drop = np.ones(len(frame), dtype=bool)
+        drop[kept.index.to_numpy()] = False
+        return rows.filter(pl.Series(drop)).select(self._keys()), int(n_dropped)
 
     # -- what a door provides ------------------------------------------------------------
     def node_values(self, rng: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -305,8 +282,8 @@ class PolarsDPTree(TreeDoor):
         Parameters
         ----------
         rng : RandomSource, optional
-            The randomness that picks the rows kept per unit (``max_contributions``): the
-            pandas door's draw (a seeded source gives the pandas door's rows).
+            The source of the bounding key that picks the rows kept per unit
+            (``max_contributions``); a seeded source gives the pandas door's choice.
 
         Returns
         -------

@@ -19,13 +19,12 @@ executors inside the tasks' closures. What runs where:
   only the distinct level paths / cell labels on the executors), the (leaves x cells)
   counts, the noise and the post-processing: the one release path of every door.
 
-Without contribution bounding no randomness is drawn on executors and a seeded release is
-identical to the pandas door's. With bounding, the pandas door draws one random key per
-row over the whole frame in its row order, which a distributed frame does not have: the
-Spark door keeps the same law (each unit keeps a uniformly chosen ``c`` of its rows, or
-all of them), not the same rows. A seeded release (tests only) seeds each bucket from the
-seed and the bucket number and orders the bucket's rows first, so it is reproducible
-whatever the input's partitioning (for the same number of shuffle partitions).
+No randomness is drawn on the executors. With contribution bounding the driver draws the
+bounding key from the release's random source (secure by default) and hands it to the
+tasks; which rows a unit keeps is a function of that key and of the rows' content, not of
+their order or partitioning (:mod:`hierdp.frontends._contributions`), so a seeded release
+is identical to the pandas door's with and without bounding, and a rerun task keeps the
+same rows.
 
 Sessions are the caller's; :func:`local_session` builds a local one (bound to the
 loopback address) and says in one line when Java is missing. :func:`release_to_dataset`
@@ -41,7 +40,7 @@ import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -52,7 +51,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, HierDPError, MissingDependencyError
 from hierdp.frontends._cells import check_columns, domain_error, resolve_cells
-from hierdp.frontends._contributions import bound_contributions
+from hierdp.frontends._contributions import bound_contributions, bounding_key
 from hierdp.frontends.base import door_rng, register_door, releases_of
 from hierdp.frontends.counting import (
     DROPPED_BY_BOUND,
@@ -183,22 +182,18 @@ def _error_rows(stage: int, messages: Sequence[str]) -> pd.DataFrame:
 
 def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index], count: str | None,
                  unit: str | None, max_contributions: int | None, unknown: str,
-                 seed: int | None) -> pd.DataFrame:
+                 bound_key: np.ndarray | None) -> pd.DataFrame:
     """One frame of rows -> ``(key, w, err)``: the count per leaf-cell key (``node * k +
     cell``), the private numbers of rows dropped under the reserved negative keys, or the
-    errors found (by stage). Runs on an executor; ``seed`` (tests only) seeds the choice
-    of rows per unit, else a secure source is created here."""
+    errors found (by stage). Runs on an executor; the rows kept per unit follow from the
+    driver's bounding key and the rows' content (the pandas door's choice)."""
     part = part.drop(columns=[_BUCKET], errors="ignore").reset_index(drop=True)
     dropped_bound = 0
     if unit is not None:
-        rng = make_rng(None if seed is None else seed % (1 << 63))
-        if seed is not None:  # the rows' order as delivered is not reproducible: order them first
-            try:
-                part = part.sort_values(list(part.columns), kind="mergesort").reset_index(drop=True)
-            except TypeError:
-                pass
         try:
-            part, dropped_bound = bound_contributions(part, unit, int(max_contributions or 0), rng)
+            part, dropped_bound = bound_contributions(part, unit, int(max_contributions or 0),
+                                                      cast(np.ndarray, bound_key),
+                                                      content=[*structure.levels, *cells])
         except DataError as exc:
             return _error_rows(_ERR_UNIT, [str(exc)])
     try:
@@ -237,13 +232,12 @@ def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Inde
 def _count_batches(batches: Iterator[pd.DataFrame], **kw: Any) -> Iterator[pd.DataFrame]:
     """``mapInPandas``: each Arrow batch of a partition counted on its own (no unit)."""
     for part in batches:
-        yield _count_frame(part, seed=None, **kw)
+        yield _count_frame(part, bound_key=None, **kw)
 
 
-def _count_bucket(key: tuple[Any, ...], part: pd.DataFrame, *, seed_base: int | None, **kw: Any) -> pd.DataFrame:
+def _count_bucket(key: tuple[Any, ...], part: pd.DataFrame, *, bound_key: np.ndarray, **kw: Any) -> pd.DataFrame:
     """``applyInPandas`` over the unit buckets: a bucket holds every row of its units."""
-    seed = None if seed_base is None else seed_base * 1_000_003 + int(key[0])
-    return _count_frame(part, seed=seed, **kw)
+    return _count_frame(part, bound_key=bound_key, **kw)
 
 
 def _bad_rows(batches: Iterator[pd.DataFrame], structure: Any, cells: Mapping[str, pd.Index]) -> Iterator[pd.DataFrame]:
@@ -344,8 +338,8 @@ class SparkDPTree(TreeDoor):
         Parameters
         ----------
         rng : RandomSource, optional
-            A seeded source seeds the choice of rows per unit; ``None`` or a secure one:
-            each task creates a secure source.
+            The source of the bounding key that picks the rows kept per unit (drawn here,
+            on the driver, and handed to the tasks); ``None``: a secure source.
 
         Returns
         -------
@@ -354,9 +348,7 @@ class SparkDPTree(TreeDoor):
         """
         from pyspark.sql import functions as F
 
-        seed_base = None
-        if self.unit is not None and rng is not None and not rng.secure:
-            seed_base = int(rng.words(1)[0] >> np.uint64(1))
+        bound_key = bounding_key(rng or make_rng(None)) if self.unit is not None else None
         kw = dict(structure=self._structure, cells=self.cells, count=self.count, unit=self.unit,
                   max_contributions=self.max_contributions, unknown=self.unknown)
         sdf = self._sdf.select(*self._columns())
@@ -367,7 +359,7 @@ class SparkDPTree(TreeDoor):
             per_task = sdf.mapInPandas(count_batches, _RESULT_SCHEMA)
         else:
             def count_bucket(key: tuple[Any, ...], part: pd.DataFrame) -> pd.DataFrame:
-                return _count_bucket(key, part, seed_base=seed_base, **kw)
+                return _count_bucket(key, part, bound_key=cast(np.ndarray, bound_key), **kw)
 
             # as many buckets as the session's shuffle partitions: about one bucket (one
             # pandas frame, one call) per task

@@ -70,11 +70,12 @@ def release(data_dir: str, *, bound: bool, seed: int) -> None:
 
 
 def floor(data_dir: str) -> None:
-    """Spark's own plain count of the same records to (leaf, cell), collected."""
+    """Spark's own plain count of the same records to (state, county, leaf, cell), collected:
+    the count the door itself needs."""
     spark = _session()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        spark.read.parquet(data_dir).groupBy("leaf", "cell").count().toPandas()
+        spark.read.parquet(data_dir).groupBy(*LEVELS, "cell").count().toPandas()
 
 
 def _make(n: int, folder: Path, parts: int = 8, seed: int = 0) -> None:

@@ -9,13 +9,20 @@ contribution bounding (``unit``, ``max_contributions=2``):
 * **release**: the whole door and release on that engine from the folder — read, domain
   checks, (bounding,) the count to (leaf, cell), then hierdp's release (ε = 1, discrete
   Laplace, BLUE; seeded) — ``hierdp.dptree(...).release(...)``;
-* **floor**: the engine's own plain group-by count of the same records to (leaf, cell),
-  collected and written nowhere.
+* **floor**: the engine's own plain group-by count of the same records to their (state,
+  county, leaf, cell) — the count the release itself needs (a leaf code repeats under
+  other counties, so a group-by on (leaf, cell) alone would not be that count) —
+  collected and written nowhere;
+* **tree alone** (once, in pandas): hierdp's release of the same tree and cells from no
+  records (the public structure, the noise on every node-cell, BLUE): the work every door
+  adds after the count, whatever the engine.
 
 Each run is a fresh subprocess: its wall time (imports and, for Dask, the cluster's start
 excluded: both sides pay them) and the **driver's** peak RSS (for Dask the client process;
 the two worker processes' peaks are printed beside it). The ratio release / floor is the
-engine overhead; the targets (issue 32): Spark and Dask ≤ 1.5×, Polars ≤ 1.0×.
+engine overhead; the targets (issue 32): Spark and Dask ≤ 1.5×, Polars ≤ 1.0×. A release
+cannot cost less than floor + tree alone on one core (the count and the tree's work are
+both needed); the last column prints that bound.
 
 Engines: ``pandas`` and ``dask`` (a 2-process LocalCluster, one thread each) here;
 ``polars`` and ``spark`` through ``benchmarks/_engine_polars.py`` / ``_engine_spark.py``
@@ -41,6 +48,8 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -85,8 +94,18 @@ class _Pandas:
     def floor(data_dir: str) -> None:
         import pandas as pd
 
-        df = pd.read_parquet(data_dir, columns=["leaf", "cell"])
-        df.groupby(["leaf", "cell"], sort=False, observed=True).size()
+        df = pd.read_parquet(data_dir, columns=["state", "county", "leaf", "cell"])
+        df.groupby(["state", "county", "leaf", "cell"], sort=False, observed=True).size()
+
+    @staticmethod
+    def tree(seed: int) -> None:
+        import pandas as pd
+
+        import hierdp
+
+        empty = pd.DataFrame({"state": pd.Series(dtype=object), "county": pd.Series(dtype=object),
+                              "leaf": pd.Series(dtype=object), "cell": pd.Series(dtype=np.int64)})
+        _release(hierdp.dptree(empty, **_door_args(False)), seed)
 
 
 class _Dask:
@@ -115,7 +134,8 @@ class _Dask:
     def floor(data_dir: str) -> None:
         import dask.dataframe as dd
 
-        dd.read_parquet(data_dir, columns=["leaf", "cell"]).groupby(["leaf", "cell"]).size().compute()
+        dd.read_parquet(data_dir, columns=["state", "county", "leaf", "cell"]) \
+            .groupby(["state", "county", "leaf", "cell"]).size().compute()
 
 
 def _engine(name: str) -> Any:
@@ -152,6 +172,8 @@ def _child(engine: str, what: str, data_dir: str, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     if what == "floor":
         eng.floor(data_dir)
+    elif what == "tree":
+        eng.tree(seed)
     else:
         eng.release(data_dir, bound=what == "bound", seed=seed)
     seconds = time.perf_counter() - t0
@@ -210,8 +232,12 @@ def main(argv: list[str] | None = None) -> None:
     for name, why in missing.items():
         print(f"  {name}: skipped ({why})")
     print("machine: shared and noisy (2 cores); each figure is one fresh process: compare ratios within a run\n")
-    print(f"{'engine':8} {'run':14} {'seconds':>9} {'driver MiB':>11} {'x floor (time)':>15} {'x floor (RSS)':>14}"
-          "  workers MiB")
+    tree = run_child("pandas", "tree", folder, a.seed, a.timeout)
+    tree_s = tree.get("seconds", float("nan"))
+    print(f"tree alone (hierdp's release of the same tree and cells, no records): {tree_s:.2f} s, "
+          f"{tree.get('rss', 0) / 2**20:,.0f} MiB peak\n")
+    print(f"{'engine':8} {'run':16} {'seconds':>9} {'driver MiB':>11} {'x floor (time)':>15} {'x floor (RSS)':>14}"
+          f" {'floor+tree':>11}  workers MiB")
     for name in names:
         floor = run_child(name, "floor", folder, a.seed, a.timeout)
         rows = [("floor (group-by)", floor)]
@@ -219,13 +245,15 @@ def main(argv: list[str] | None = None) -> None:
             rows.append((label, run_child(name, what, folder, a.seed, a.timeout)))
         for label, r in rows:
             if "error" in r:
-                print(f"{name:8} {label:14} failed: {r['error']}")
+                print(f"{name:8} {label:16} failed: {r['error']}")
                 continue
             ok = "error" not in floor
             rt = f"{r['seconds'] / floor['seconds']:.2f}x" if ok else "-"
             rr = f"{r['rss'] / floor['rss']:.2f}x" if ok else "-"
+            bound = f"{(floor['seconds'] + tree_s) / floor['seconds']:.2f}x" if ok and label != rows[0][0] else ""
             workers = " / ".join(f"{w / 2**20:,.0f}" for w in r.get("workers_rss", []))
-            print(f"{name:8} {label:14} {r['seconds']:9.2f} {r['rss'] / 2**20:11,.0f} {rt:>15} {rr:>14}  {workers}")
+            print(f"{name:8} {label:16} {r['seconds']:9.2f} {r['rss'] / 2**20:11,.0f} {rt:>15} {rr:>14} {bound:>11}"
+                  f"  {workers}")
         sys.stdout.flush()
     print("\ntargets (issue 32): release <= 1.5x the floor on Spark and Dask, <= 1.0x on Polars")
 

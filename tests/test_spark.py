@@ -10,6 +10,7 @@ uniformly chosen c of its rows). Skipped, saying why, without pyspark or Java.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -326,3 +327,18 @@ def test_a_spec_runs_the_subtree_tasks_on_spark(spark, tmp_path):
     assert ledger.levels == mem.ledger.levels and len(list((tmp_path / "out").glob("part-*.parquet"))) >= 3
     with pytest.raises(SpecError, match="set source.engine: spark too"):
         load_spec(local + "execution: {engine: spark}\n")
+
+
+# ---------------------------------------------------------------- Spark Connect
+def test_the_door_and_its_subtree_tasks_run_under_spark_connect():
+    """A Spark Connect session (a local Connect server; the client talks gRPC, as on
+    Databricks): the bounded door equals the pandas door, a bad value gives the pandas
+    error, the subtree tasks equal the local split release. In a fresh process (a Connect
+    server cannot share this process's classic session)."""
+    pytest.importorskip("grpc", reason="Spark Connect needs pip install 'hierdp[spark]' (pyspark[connect])")
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "_spark_connect_check.py")], capture_output=True,
+                          text=True, timeout=900, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["session"] == "pyspark.sql.connect.session" and got["frame"] == "pyspark.sql.connect.dataframe"
+    assert got["door_equal"] and got["error_equal"] and got["tasks_equal"], got

@@ -144,6 +144,10 @@ def test_value_hash_depends_on_the_value_not_the_type():
     h = value_hash(pd.Series(["1", 1, 1.5, None, 0, -0.0, True], dtype=object))
     assert len(set(h[:4].tolist())) == 4
     assert h[4] == h[5] and h[6] == value_hash(pd.Series([1]))[0]
+    long = pd.Series(["01", "b", None, 3, 2.5, 3.0] * 30, dtype=object)  # > 64 values: per distinct value
+    np.testing.assert_array_equal(value_hash(long)[:6], value_hash(long[:6].reset_index(drop=True)))
+    assert value_hash(long)[3] == value_hash(long)[5]
+    np.testing.assert_array_equal(value_hash(long.astype(str)), value_hash(long.astype(str).astype("category")))
     big = value_hash(pd.Series(np.arange(200_000)))
     assert len(np.unique(big)) == big.size
     rows = pd.DataFrame({"a": ["x", "y"], "b": [1, 1]})

@@ -39,7 +39,7 @@ of public outputs (``Ledger.private_notes``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,8 @@ from hierdp.errors import DataError, expected_one_of
 from hierdp.keyed_noise import chacha_block
 from hierdp.rng import RandomSource
 
-__all__ = ["bound_contributions", "bounding_key", "check_max_contributions", "content_hash", "value_hash"]
+__all__ = ["bound_contributions", "bounded_rows", "bounding_key", "check_max_contributions", "content_hash",
+           "value_hash"]
 
 #: the first nonce word of the bounding PRF ("bnd\0"): a constant, since the key is the
 #: bounding key alone (never a release's noise key)
@@ -126,8 +127,29 @@ def value_hash(column: Any) -> np.ndarray:
         ``uint64``, one per value.
     """
     col = column if isinstance(column, pd.Series) else pd.Series(column)
-    na = col.isna().to_numpy(dtype=bool)
     dt = col.dtype
+    if isinstance(dt, pd.CategoricalDtype):  # each category hashed once, by its value
+        cat = pd.Categorical(col)
+        codes = np.asarray(cat.codes, dtype=np.int64)
+        out = value_hash(pd.Series(cat.categories))[np.maximum(codes, 0)] if len(cat.categories) else \
+            np.zeros(len(codes), dtype=np.uint64)
+        out[codes < 0] = _NA
+        return out
+    numeric = not isinstance(dt, pd.CategoricalDtype) and (
+        pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt) or pd.api.types.is_float_dtype(dt))
+    if numeric or len(col) <= 64:
+        return _hash_values(col)
+    # text and other objects: each distinct value hashed once (labels repeat a lot)
+    codes, uniques = pd.factorize(col, use_na_sentinel=True)
+    out = _hash_values(pd.Series(np.asarray(uniques, dtype=object), dtype=object))[np.maximum(codes, 0)]
+    out[codes < 0] = _NA
+    return out
+
+
+def _hash_values(col: pd.Series) -> np.ndarray:
+    """:func:`value_hash`, value by value."""
+    dt = col.dtype
+    na = col.isna().to_numpy(dtype=bool)
     if isinstance(dt, pd.CategoricalDtype):
         col, dt = pd.Series(np.asarray(col, dtype=object)), np.dtype(object)
     if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt):
@@ -148,7 +170,7 @@ def value_hash(column: Any) -> np.ndarray:
             out = _float_hash(filled.astype(np.float64))
         elif kind in ("string", "empty"):
             out = _text_hash(filled)
-        else:  # mixed: per value (only the rows of over-bound units come here)
+        else:  # mixed: per distinct value
             out = np.empty(len(filled), dtype=np.uint64)
             for i, x in enumerate(filled):
                 if isinstance(x, (bool, np.bool_, int, np.integer)) and -2 ** 63 <= int(x) < 2 ** 63:
@@ -162,10 +184,10 @@ def value_hash(column: Any) -> np.ndarray:
     return out
 
 
-def content_hash(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+def content_hash(df: pd.DataFrame | Mapping[str, Any], columns: Sequence[str]) -> np.ndarray:
     """The 64-bit hash of each row's values in ``columns`` (in that order), by
     :func:`value_hash`: equal for rows of equal content on every engine."""
-    h = np.full(len(df), _SEED, dtype=np.uint64)
+    h = np.full(len(df[columns[0]]) if len(columns) else len(df), _SEED, dtype=np.uint64)
     for name in columns:
         h = _mix(h * np.uint64(0x100000001B3) + value_hash(df[name]))
     return h
@@ -241,6 +263,46 @@ def _choose(keyw, ucode, n_units, uhash, chash, c, drop):  # pragma: no cover - 
             drop[part[here[t]]] = True
 
 
+def bounded_rows(units: pd.Series, max_contributions: int, key: RandomSource | np.ndarray,
+                 row_hash: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray | None, int]:
+    """Which rows the bound keeps: :func:`bound_contributions` on a unit column and the rows'
+    content hashes (``row_hash(rows)``: the :func:`content_hash` of the given row positions,
+    asked only for the rows of units over the bound).
+
+    Returns
+    -------
+    (numpy.ndarray or None, int)
+        A boolean mask of the kept rows (``None``: every row is kept) and the number dropped.
+    """
+    c = check_max_contributions(max_contributions)
+    keyw = np.asarray(key, dtype=np.int64) if isinstance(key, np.ndarray) else bounding_key(key)
+    if keyw.shape != (8,):
+        raise ValueError("a bounding key is 8 32-bit words (bounding_key)")
+    n = len(units)
+    if n == 0:
+        return None, 0
+    if units.isna().any():
+        raise DataError(f"privacy-unit column {units.name!r} has missing values; every row needs a unit")
+    codes, uniques = pd.factorize(units, sort=False)
+    sizes = np.bincount(codes)
+    over_units = np.flatnonzero(sizes > c)
+    if over_units.size == 0:
+        return None, 0
+    if sizes.max() >= 2 ** 32:
+        raise DataError(f"a unit of {units.name!r} has 2**32 rows or more; bound it before the release")
+    compact = np.full(sizes.size, -1, dtype=np.int64)
+    compact[over_units] = np.arange(over_units.size)
+    row_unit = compact[codes]
+    over = np.flatnonzero(row_unit >= 0)  # the rows of units over the bound
+    chash = np.asarray(row_hash(over), dtype=np.uint64).view(np.int64) ^ np.int64(-2 ** 63)
+    uhash = value_hash(pd.Series(uniques).iloc[over_units]).view(np.int64)
+    drop = np.zeros(over.size, dtype=np.bool_)
+    _choose(keyw, row_unit[over], over_units.size, np.ascontiguousarray(uhash), chash, c, drop)
+    keep = np.ones(n, dtype=bool)
+    keep[over[drop]] = False
+    return keep, int(drop.sum())
+
+
 def bound_contributions(df: pd.DataFrame, unit: str, max_contributions: int, key: RandomSource | np.ndarray,
                         content: Sequence[str] | None = None) -> tuple[pd.DataFrame, int]:
     """Keep at most ``max_contributions`` rows per value of ``df[unit]``, uniformly at random.
@@ -264,37 +326,14 @@ def bound_contributions(df: pd.DataFrame, unit: str, max_contributions: int, key
     (pandas.DataFrame, int)
         The kept rows (original order and index) and the number dropped.
     """
-    c = check_max_contributions(max_contributions)
+    check_max_contributions(max_contributions)
     if not isinstance(df, pd.DataFrame):
         raise DataError(f"bound_contributions needs a pandas DataFrame, got {type(df).__name__}")
     if unit not in df.columns:
         raise DataError(expected_one_of("privacy-unit column", unit, [str(x) for x in df.columns]))
-    keyw = np.asarray(key, dtype=np.int64) if isinstance(key, np.ndarray) else bounding_key(key)
-    if keyw.shape != (8,):
-        raise ValueError("a bounding key is 8 32-bit words (bounding_key)")
-    n = len(df)
-    if n == 0:
-        return df.copy(), 0
-    col = df[unit]
-    if col.isna().any():
-        raise DataError(f"privacy-unit column {unit!r} has missing values; every row needs a unit")
-    codes, uniques = pd.factorize(col, sort=False)
-    sizes = np.bincount(codes)
-    over_units = np.flatnonzero(sizes > c)
-    if over_units.size == 0:
-        return df.copy(), 0
-    if sizes.max() >= 2 ** 32:
-        raise DataError(f"a unit of {unit!r} has 2**32 rows or more; bound it before the release")
-    compact = np.full(sizes.size, -1, dtype=np.int64)
-    compact[over_units] = np.arange(over_units.size)
-    row_unit = compact[codes]
-    over = np.flatnonzero(row_unit >= 0)  # the rows of units over the bound
     names = [x for x in df.columns if x != unit] if content is None else list(content)
-    chash = content_hash(df[names].iloc[over], names).view(np.int64) ^ np.int64(-2 ** 63)
-    uhash = value_hash(pd.Series(uniques).iloc[over_units]).view(np.int64)
-    drop = np.zeros(over.size, dtype=np.bool_)
-    _choose(keyw, row_unit[over], over_units.size, np.ascontiguousarray(uhash), chash, c, drop)
-    keep = np.ones(n, dtype=bool)
-    keep[over[drop]] = False
-    n_dropped = int(n - keep.sum())
+    keep, n_dropped = bounded_rows(df[unit], max_contributions, key,
+                                   lambda over: content_hash(df[names].iloc[over], names))
+    if keep is None:
+        return df.copy(), 0
     return df.iloc[np.flatnonzero(keep)].copy(), n_dropped

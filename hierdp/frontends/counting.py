@@ -107,8 +107,33 @@ def _path_sums(gid: np.ndarray | None, n_paths: int, weights: np.ndarray | None)
     return keyed_counts(gid, weights, n_paths)
 
 
+def _bounded_paths(gid: np.ndarray | None, paths: Any, df: pd.DataFrame, names: list[str],
+                   bound: tuple[str, int, Any]) -> tuple[np.ndarray | None, Any, pd.DataFrame, int]:
+    """Contribution bounding on grouped rows (:func:`~hierdp.frontends._contributions.bounded_rows`):
+    a row's content hash is its path's (each distinct path hashed once); the kept rows'
+    path ids and the paths that keep a row. Without grouping (unhashable labels) the rows
+    themselves are bounded. Returns ``(gid, paths, df, n_dropped)``."""
+    from hierdp.frontends._contributions import bound_contributions, bounded_rows, content_hash
+
+    unit, c, key = bound
+    if gid is None:
+        df, n_dropped = bound_contributions(df, unit, c, key, content=names)
+        return None, df, df, n_dropped
+    phash = content_hash(paths, names)
+    ids = gid
+    keep, n_dropped = bounded_rows(df[unit], c, key, lambda over: phash[ids[over]])
+    if keep is None:
+        return gid, paths, df, 0
+    gid = gid[keep]
+    present = np.bincount(gid, minlength=len(phash)) > 0
+    if not present.all():  # paths whose every row the bound dropped are gone (never checked)
+        gid = (np.cumsum(present) - 1)[gid]
+        paths = {nm: col[present].reset_index(drop=True) for nm, col in paths.items()}
+    return gid, paths, df, n_dropped
+
+
 def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None,
-               unknown: str) -> tuple[np.ndarray, dict[str, Any]]:
+               unknown: str, bound: tuple[str, int, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """True node counts (external order) of the rows of ``df`` and private notes.
 
     Rows are grouped into their distinct label paths in one vectorised pass over the
@@ -116,11 +141,16 @@ def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None,
     the distinct paths are placed on the tree and checked against the declared domains.
     Rows outside the declared domains raise (``unknown="raise"``; the message names levels,
     never values) or are dropped and their number kept in the private notes
-    (``unknown="drop"``). With ``count=``, weights are summed per path in int64.
+    (``unknown="drop"``). With ``count=``, weights are summed per path in int64. With
+    ``bound=(unit, c, key)`` each unit keeps at most ``c`` rows
+    (:func:`~hierdp.frontends._contributions.bounded_rows`) before the paths are checked.
     """
     notes: dict[str, Any] = {}
     df, weights = counted_rows(df, count)  # zero-count rows count nothing and are never out of domain
     gid, paths = _grouped(structure, df, list(structure.levels))
+    if bound is not None:
+        gid, paths, df, notes["rows_dropped_by_contribution_bound"] = _bounded_paths(
+            gid, paths, df, list(structure.levels), bound)
     node, bad, examples = structure.locate_paths(paths)
     n_paths = node.size
     rows = _path_sums(gid, n_paths, None)
@@ -163,7 +193,7 @@ def place_cells(structure: Any, df: Any, cells: Any) -> tuple[np.ndarray, np.nda
 
 
 def count_cells(structure: Any, df: pd.DataFrame, cells: Any, *, count: str | None,
-                unknown: str) -> tuple[np.ndarray, dict[str, Any]]:
+                unknown: str, bound: tuple[str, int, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """True node histograms ``(n, k)`` (external order) of the rows of ``df`` and private notes.
 
     Like :func:`count_rows`, with each row also placed in one cell (row-major over the
@@ -175,6 +205,9 @@ def count_cells(structure: Any, df: pd.DataFrame, cells: Any, *, count: str | No
     notes: dict[str, Any] = {}
     df, weights = counted_rows(df, count)
     gid, paths = _grouped(structure, df, list(structure.levels) + list(cells))
+    if bound is not None:
+        gid, paths, df, notes["rows_dropped_by_contribution_bound"] = _bounded_paths(
+            gid, paths, df, list(structure.levels) + list(cells), bound)
     key, bad, problems = _place_paths(structure, paths, cells)
     if bad.any():
         if unknown == "raise":

@@ -19,7 +19,7 @@ import pandas as pd
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError
 from hierdp.frontends._cells import cell_codes, resolve_cells
-from hierdp.frontends._contributions import bound_contributions
+from hierdp.frontends._contributions import bounding_key, check_max_contributions
 from hierdp.frontends.base import (
     PLAN_DEFAULT,
     RELEASES_BY_OBJECT,
@@ -100,14 +100,14 @@ class DPTree(TreeDoor):
         """
         df = self._df
         notes: dict[str, Any] = {}
-        if self.unit is not None:
-            df, n_dropped = bound_contributions(df, self.unit, cast(int, self.max_contributions),
-                                               rng or make_rng(None), content=[*self.levels, *self.cells])
-            notes["rows_dropped_by_contribution_bound"] = int(n_dropped)
+        bound = None
+        if self.unit is not None:  # bounded on the grouped rows: no copy of the records
+            bound = (self.unit, check_max_contributions(self.max_contributions), bounding_key(rng or make_rng(None)))
         if self.cells:
-            values, more = count_cells(self._structure, df, self.cells, count=self.count, unknown=self.unknown)
+            values, more = count_cells(self._structure, df, self.cells, count=self.count, unknown=self.unknown,
+                                       bound=bound)
         else:
-            values, more = count_rows(self._structure, df, count=self.count, unknown=self.unknown)
+            values, more = count_rows(self._structure, df, count=self.count, unknown=self.unknown, bound=bound)
         notes.update(more)
         return values, notes
 

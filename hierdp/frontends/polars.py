@@ -269,7 +269,7 @@ class PolarsDPTree(TreeDoor):
             return None, 0  # every unit keeps all its rows
         rows = self._collect(self._lf.join(over.lazy().select(unit), on=unit, how="semi")
                              .select([unit, *self._keys()]))
-        frame = rows.to_pandas()
+        frame = rows.to_pandas(use_pyarrow_extension_array=True)  # Arrow-backed: no Python str per value
         kept, n_dropped = bound_contributions(frame, unit, c, key, content=self._keys())
         drop = np.ones(len(frame), dtype=bool)
         drop[kept.index.to_numpy()] = False

@@ -76,6 +76,8 @@ _ERR_UNIT, _ERR_COUNT, _ERR_PLACE, _ERR_DOMAIN, _ERR_TOTAL = -3, -4, -5, -6, -7
 _STAGES = (_ERR_UNIT, _ERR_COUNT, _ERR_PLACE, _ERR_DOMAIN, _ERR_TOTAL)
 _RESULT_SCHEMA = "key long, w long, err string"
 _BUCKET = "__hierdp_bucket__"
+#: the number of records of a (path, cell) row after Spark's own group-by (no unit, no count)
+_ROWS = "__hierdp_rows__"
 
 
 class JavaNotFoundError(HierDPError, RuntimeError):
@@ -182,11 +184,12 @@ def _error_rows(stage: int, messages: Sequence[str]) -> pd.DataFrame:
 
 def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Index], count: str | None,
                  unit: str | None, max_contributions: int | None, unknown: str,
-                 bound_key: np.ndarray | None) -> pd.DataFrame:
+                 bound_key: np.ndarray | None, rows: str | None = None) -> pd.DataFrame:
     """One frame of rows -> ``(key, w, err)``: the count per leaf-cell key (``node * k +
     cell``), the private numbers of rows dropped under the reserved negative keys, or the
     errors found (by stage). Runs on an executor; the rows kept per unit follow from the
-    driver's bounding key and the rows' content (the pandas door's choice)."""
+    driver's bounding key and the rows' content (the pandas door's choice). ``rows``: the
+    frame holds distinct (path, cell) rows and their numbers of records in that column."""
     part = part.drop(columns=[_BUCKET], errors="ignore").reset_index(drop=True)
     dropped_bound = 0
     if unit is not None:
@@ -197,7 +200,7 @@ def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Inde
         except DataError as exc:
             return _error_rows(_ERR_UNIT, [str(exc)])
     try:
-        part, w = counted_rows(part, count)
+        part, w = counted_rows(part, rows if rows is not None else count)
     except DataError as exc:
         return _error_rows(_ERR_COUNT, [str(exc)])
     try:
@@ -211,7 +214,7 @@ def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Inde
     if bad.any():
         if unknown == "raise":
             return _error_rows(_ERR_DOMAIN, problems)  # the kinds of problem (levels, never values)
-        dropped = int(bad.sum())
+        dropped = int(bad.sum()) if rows is None else int(cast(np.ndarray, w)[bad].sum())
     keep = ~bad
     if w is not None:
         problem = total_problem(w[keep])
@@ -352,7 +355,16 @@ class SparkDPTree(TreeDoor):
         kw = dict(structure=self._structure, cells=self.cells, count=self.count, unit=self.unit,
                   max_contributions=self.max_contributions, unknown=self.unknown)
         sdf = self._sdf.select(*self._columns())
-        if self.unit is None:
+        if self.unit is None and self.count is None:
+            # Spark's own group-by first (as fast as a plain count): the tasks then place the
+            # distinct (path, cell) rows, not every record
+            grouped = sdf.groupBy(*self._columns()).agg(F.count(F.lit(1)).alias(_ROWS))
+
+            def count_grouped(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+                return _count_batches(batches, rows=_ROWS, **kw)
+
+            per_task = grouped.mapInPandas(count_grouped, _RESULT_SCHEMA)
+        elif self.unit is None:
             def count_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
                 return _count_batches(batches, **kw)
 

@@ -70,6 +70,13 @@ def floor(data_dir: str) -> None:
     _scan(data_dir).group_by([*LEVELS, "cell"]).agg(pl.len()).collect(engine="streaming")
 
 
+def unit_floor(data_dir: str) -> None:
+    """Polars' own count of the records by ``unit``: the pass bounding needs besides the count."""
+    import polars as pl
+
+    _scan(data_dir).group_by("unit").agg(pl.len()).collect(engine="streaming")
+
+
 def _make(n: int, folder: Path, parts: int = 8, seed: int = 0) -> None:
     """A folder in the _engine_data layout (used when benchmarks/_engine_data.py is absent):
     50 states x 20 counties x 100 leaves (1e5 leaves), 200 cells, units of 1-4 records."""

@@ -78,6 +78,15 @@ def floor(data_dir: str) -> None:
         spark.read.parquet(data_dir).groupBy(*LEVELS, "cell").count().toPandas()
 
 
+def unit_floor(data_dir: str) -> None:
+    """Spark's own count of the records by ``unit`` (run to a no-op sink, not collected): the
+    pass bounding needs besides the count."""
+    spark = _session()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spark.read.parquet(data_dir).groupBy("unit").count().write.format("noop").mode("overwrite").save()
+
+
 def _make(n: int, folder: Path, parts: int = 8, seed: int = 0) -> None:
     """A folder in the _engine_data layout: 50 states x 20 counties x 100 leaves (1e5
     leaves), 200 cells (Zipf-like), units of ~2 records."""

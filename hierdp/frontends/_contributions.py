@@ -50,8 +50,8 @@ from hierdp.errors import DataError, expected_one_of
 from hierdp.keyed_noise import chacha_block
 from hierdp.rng import RandomSource
 
-__all__ = ["bound_contributions", "bounded_rows", "bounding_key", "check_max_contributions", "content_hash",
-           "value_hash"]
+__all__ = ["bound_contributions", "bounded_rows", "bounding_key", "check_max_contributions", "combine_hashes",
+           "content_hash", "value_hash"]
 
 #: the first nonce word of the bounding PRF ("bnd\0"): a constant, since the key is the
 #: bounding key alone (never a release's noise key)
@@ -187,9 +187,18 @@ def _hash_values(col: pd.Series) -> np.ndarray:
 def content_hash(df: pd.DataFrame | Mapping[str, Any], columns: Sequence[str]) -> np.ndarray:
     """The 64-bit hash of each row's values in ``columns`` (in that order), by
     :func:`value_hash`: equal for rows of equal content on every engine."""
-    h = np.full(len(df[columns[0]]) if len(columns) else len(df), _SEED, dtype=np.uint64)
-    for name in columns:
-        h = _mix(h * np.uint64(0x100000001B3) + value_hash(df[name]))
+    if not len(columns):
+        return np.full(len(df), _SEED, dtype=np.uint64)
+    return combine_hashes([value_hash(df[name]) for name in columns])
+
+
+def combine_hashes(column_hashes: Sequence[np.ndarray]) -> np.ndarray:
+    """The content hash of rows from their columns' :func:`value_hash` arrays (in column
+    order): what :func:`content_hash` computes, for engines that map values to hashes
+    themselves."""
+    h = np.full(len(column_hashes[0]), _SEED, dtype=np.uint64)
+    for vh in column_hashes:
+        h = _mix(h * np.uint64(0x100000001B3) + np.asarray(vh, dtype=np.uint64))
     return h
 
 

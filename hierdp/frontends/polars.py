@@ -44,13 +44,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import domain_error, resolve_cells
-from hierdp.frontends._contributions import (
-    bounded_rows,
-    bounding_key,
-    check_max_contributions,
-    combine_hashes,
-    value_hash,
-)
+from hierdp.frontends._contributions import bound_contributions, bounding_key, check_max_contributions
 from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import _place_paths, check_counts, keyed_counts, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
@@ -275,20 +269,10 @@ class PolarsDPTree(TreeDoor):
             return None, 0  # every unit keeps all its rows
         rows = self._collect(self._lf.join(over.lazy().select(unit), on=unit, how="semi")
                              .select([unit, *self._keys()]))
-        # the rows' content hashes as the pandas door computes them: each column's distinct
-        # values hashed once (value_hash), mapped onto the rows by Polars, combined in numpy
-        hashes = []
-        for name in self._keys():
-            col = rows.get_column(name)
-            distinct = col.unique().drop_nulls()
-            vh = value_hash(distinct.to_pandas(use_pyarrow_extension_array=True))
-            mapped = col.replace_strict(distinct, pl.Series(vh, dtype=pl.UInt64), default=None,
-                                        return_dtype=pl.UInt64)
-            hashes.append(np.where(mapped.is_null().to_numpy(), value_hash(pd.Series([None]))[0],
-                                   mapped.fill_null(0).to_numpy()))
-        chash = combine_hashes(hashes)
-        keep, n_dropped = bounded_rows(rows.get_column(unit).to_pandas(), c, key, lambda idx: chash[idx])
-        drop = np.zeros(rows.height, dtype=bool) if keep is None else ~keep
+        frame = rows.to_pandas(use_pyarrow_extension_array=True)  # Arrow-backed: no Python str per value
+        kept, n_dropped = bound_contributions(frame, unit, c, key, content=self._keys())
+        drop = np.ones(len(frame), dtype=bool)
+        drop[kept.index.to_numpy()] = False
         return rows.filter(pl.Series(drop)).select(self._keys()), int(n_dropped)
 
     # -- what a door provides ------------------------------------------------------------

@@ -110,3 +110,13 @@ def test_contribution_bounding_runs_on_workers(client, people):
     b = other.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS, unit="pid", max_contributions=3) \
         .release(epsilon=1.0, seed=4).values
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_bad_value_in_a_row_the_bound_drops_still_raises_whatever_the_key(client):
+    from hierdp.frontends.base import door_rng
+    from tests.test_contributions import BAD_KW, _one_bad_row_in_a_big_unit
+
+    ddf = dd.from_pandas(_one_bad_row_in_a_big_unit(), npartitions=2)
+    for seed in range(4):
+        with pytest.raises(DataError, match="'sex' values outside the declared cell domain"):
+            ddf.dptree(**BAD_KW).node_values(door_rng(seed, 97))

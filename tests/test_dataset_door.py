@@ -422,3 +422,12 @@ def test_zero_count_rows_are_not_observations(people, tmp_path):
     assert door.tree == ref.tree and "03" not in list(door.tree.level_labels(1))
     assert list(door.cells["sex"]) == ["F", "M"]  # 'X' only on a zero-count row: neither observed nor an error
     np.testing.assert_array_equal(door.true_counts(), ref.true_counts())
+
+
+def test_a_bad_value_in_a_row_the_bound_drops_still_raises_whatever_the_key(tmp_path):
+    from tests.test_contributions import BAD_KW, _one_bad_row_in_a_big_unit
+
+    _write(_one_bad_row_in_a_big_unit(), tmp_path / "p", parts=2)
+    for seed in range(6):
+        with pytest.raises(DataError, match="'sex' values outside the declared cell domain"):
+            hierdp.dptree(str(tmp_path / "p"), **BAD_KW).node_values(make_rng(seed))

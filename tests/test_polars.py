@@ -300,3 +300,12 @@ def test_spec_engine_polars_dataset_output_equals_the_pandas_one(people, tmp_pat
                                                                                 ignore_index=True)
     assert len(out["polars"]) == (1 + 3 + 6) * 6
     pd.testing.assert_frame_equal(out["polars"], out["pandas"])
+
+
+def test_a_bad_value_in_a_row_the_bound_drops_still_raises_whatever_the_key():
+    from tests.test_contributions import BAD_KW, _one_bad_row_in_a_big_unit
+
+    df = pl.from_pandas(_one_bad_row_in_a_big_unit())
+    for seed in range(6):
+        with pytest.raises(DataError, match="'sex' values outside the declared cell domain"):
+            df.lazy().dptree(**BAD_KW).node_values(door_rng(seed, 97))

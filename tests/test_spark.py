@@ -329,6 +329,16 @@ def test_a_spec_runs_the_subtree_tasks_on_spark(spark, tmp_path):
         load_spec(local + "execution: {engine: spark}\n")
 
 
+def test_a_bad_value_in_a_row_the_bound_drops_still_raises_whatever_the_key(spark):
+    from hierdp.frontends.base import door_rng
+    from tests.test_contributions import BAD_KW, _one_bad_row_in_a_big_unit
+
+    sdf = _sdf(spark, _one_bad_row_in_a_big_unit(), 2)
+    for seed in range(3):
+        with pytest.raises(DataError, match="'sex' values outside the declared cell domain"):
+            hierdp.dptree(sdf, **BAD_KW).node_values(door_rng(seed, 97))
+
+
 # ---------------------------------------------------------------- Spark Connect
 def test_the_door_and_its_subtree_tasks_run_under_spark_connect():
     """A Spark Connect session (a local Connect server; the client talks gRPC, as on

@@ -16,6 +16,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import group_paths
 from hierdp.errors import DataError, expected_one_of
 from hierdp.frontends._cells import cell_codes, cell_sizes, domain_error
+from hierdp.frontends._contributions import bound_contributions, bounded_rows, content_hash
 from hierdp.tree import Tree
 
 __all__ = ["dropped_notes", "DROPPED_BY_BOUND", "DROPPED_OUT_OF_DOMAIN",
@@ -111,10 +112,9 @@ def _bounded_paths(gid: np.ndarray | None, paths: Any, df: pd.DataFrame, names: 
                    bound: tuple[str, int, Any]) -> tuple[np.ndarray | None, Any, pd.DataFrame, int]:
     """Contribution bounding on grouped rows (:func:`~hierdp.frontends._contributions.bounded_rows`):
     a row's content hash is its path's (each distinct path hashed once); the kept rows'
-    path ids and the paths that keep a row. Without grouping (unhashable labels) the rows
-    themselves are bounded. Returns ``(gid, paths, df, n_dropped)``."""
-    from hierdp.frontends._contributions import bound_contributions, bounded_rows, content_hash
-
+    path ids, and every path (the domain check covers the dropped rows too). Without
+    grouping (unhashable labels) the rows themselves are bounded. Returns ``(gid, paths,
+    df, n_dropped)``."""
     unit, c, key = bound
     if gid is None:
         df, n_dropped = bound_contributions(df, unit, c, key, content=names)
@@ -124,12 +124,9 @@ def _bounded_paths(gid: np.ndarray | None, paths: Any, df: pd.DataFrame, names: 
     keep, n_dropped = bounded_rows(df[unit], c, key, lambda over: phash[ids[over]])
     if keep is None:
         return gid, paths, df, 0
-    gid = gid[keep]
-    present = np.bincount(gid, minlength=len(phash)) > 0
-    if not present.all():  # paths whose every row the bound dropped are gone (never checked)
-        gid = (np.cumsum(present) - 1)[gid]
-        paths = {nm: col[present].reset_index(drop=True) for nm, col in paths.items()}
-    return gid, paths, df, n_dropped
+    # every path stays, also one whose rows the bound all dropped (it counts 0): the domain
+    # check sees every record's values, whatever the bounding key
+    return gid[keep], paths, df, n_dropped
 
 
 def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None,

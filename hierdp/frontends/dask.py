@@ -33,7 +33,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError
 from hierdp.frontends._cells import cell_sizes, check_columns, domain_error, resolve_cells
-from hierdp.frontends._contributions import bound_contributions, bounding_key
+from hierdp.frontends._contributions import bounded_rows, bounding_key, content_hash
 from hierdp.frontends.base import register_door, releases_of
 from hierdp.frontends.counting import (
     DROPPED_BY_BOUND,
@@ -75,16 +75,19 @@ def _count_partition(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.
     """One partition → ``(key, w)``: the count per leaf-cell key (``node * k + cell``), plus
     the private numbers of rows dropped under the reserved negative keys. Runs on a worker."""
     check_columns(part.columns, structure.levels, cells, count, unit)
-    dropped_bound = 0
-    if unit is not None:
-        part, dropped_bound = bound_contributions(part, unit, max_contributions, np.array(bound_key, np.int64),
-                                                  content=[*structure.levels, *cells])
+    dropped_bound, kept = 0, None
+    if unit is not None:  # which rows the bound keeps (every row is still placed and checked)
+        names = [*structure.levels, *cells]
+        kept, dropped_bound = bounded_rows(part[unit], int(max_contributions or 0), np.array(bound_key, np.int64),
+                                           lambda over: content_hash(part[names].iloc[over], names))
     part, w = counted_rows(part, count)
     key, bad, problems = _place(part, structure, cells)
     dropped = 0
+    if bad.any() and unknown == "raise":  # any record's value, also in a row the bound drops
+        raise domain_error(problems)  # word for word the pandas error
+    if kept is not None:
+        key, bad = key[kept], bad[kept]
     if bad.any():
-        if unknown == "raise":
-            raise domain_error(problems)  # word for word the pandas error
         dropped = int(bad.sum())
     keep = ~bad
     if w is not None:  # as pandas: the counts' total stays exact (checked per partition and in sum)

@@ -62,7 +62,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
-from hierdp.frontends._contributions import bound_contributions, bounding_key, check_max_contributions
+from hierdp.frontends._contributions import bounded_rows, bounding_key, check_max_contributions, content_hash
 from hierdp.frontends.base import register_door
 from hierdp.frontends.counting import _place_paths, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
@@ -491,11 +491,17 @@ class DatasetDPTree(TreeDoor):
                 f"WHERE {u} IN (SELECT u FROM hierdp_over WHERE hash(u) % {n_chunks} = {i})").df()
             # the choice depends on the key and the rows' content (the values as the pandas
             # door reads them), not on their order
-            chosen, n_dropped = bound_contributions(self._as_read(rows), unit, c, key, content=names)
-            part = rows.loc[chosen.index]
+            read = self._as_read(rows)
+
+            def row_hash(over: np.ndarray, read: pd.DataFrame = read) -> np.ndarray:
+                return content_hash(read[names].iloc[over], names)
+
+            keep, n_dropped = bounded_rows(read[unit], c, key, row_hash)
             dropped += n_dropped
-            kept.append(part[names].groupby(names, dropna=False, sort=False).size().rename("hierdp_w")
-                        .reset_index())
+            # a dropped row stays with weight 0: the domain check sees every record's values
+            w = np.ones(len(rows), np.int64) if keep is None else keep.astype(np.int64)
+            kept.append(rows[names].assign(hierdp_w=w).groupby(names, dropna=False, sort=False)["hierdp_w"]
+                        .sum().reset_index())
         frame = pd.concat(kept, ignore_index=True)
         frame["hierdp_w"] = frame["hierdp_w"].astype(np.int64)
         con.register("hierdp_kept", frame)

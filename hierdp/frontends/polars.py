@@ -307,8 +307,10 @@ class PolarsDPTree(TreeDoor):
         grouped = lf.group_by(keys).agg(aggs)  # THE count: one group-by of the records (run below, once)
         if dropped is not None:  # take the rows the bound drops off their paths (bound and count exclude)
             minus = dropped.group_by(keys).agg(pl.len().cast(pl.Int64).alias(_DROP))
+            # a path whose rows the bound all dropped stays (it counts 0): the domain check
+            # sees every record's values, whatever the bounding key
             grouped = (grouped.join(minus.lazy(), on=keys, how="left", nulls_equal=True)
-                       .with_columns(pl.col(_LEN) - pl.col(_DROP).fill_null(0)).filter(pl.col(_LEN) > 0))
+                       .with_columns(pl.col(_LEN) - pl.col(_DROP).fill_null(0)))
         grouped, key, bad, problems = self._place_grouped(grouped)
         rows = grouped[_LEN].to_numpy()
         if bad.any():

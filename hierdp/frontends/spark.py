@@ -51,7 +51,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, HierDPError, MissingDependencyError
 from hierdp.frontends._cells import check_columns, domain_error, resolve_cells
-from hierdp.frontends._contributions import bound_contributions, bounding_key
+from hierdp.frontends._contributions import bounded_rows, bounding_key, content_hash
 from hierdp.frontends.base import door_rng, register_door, releases_of
 from hierdp.frontends.counting import (
     DROPPED_BY_BOUND,
@@ -191,12 +191,12 @@ def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Inde
     driver's bounding key and the rows' content (the pandas door's choice). ``rows``: the
     frame holds distinct (path, cell) rows and their numbers of records in that column."""
     part = part.drop(columns=[_BUCKET], errors="ignore").reset_index(drop=True)
-    dropped_bound = 0
-    if unit is not None:
+    dropped_bound, kept = 0, None
+    if unit is not None:  # which rows the bound keeps (every row is still placed and checked)
+        names = [*structure.levels, *cells]
         try:
-            part, dropped_bound = bound_contributions(part, unit, int(max_contributions or 0),
-                                                      cast(np.ndarray, bound_key),
-                                                      content=[*structure.levels, *cells])
+            kept, dropped_bound = bounded_rows(part[unit], int(max_contributions or 0), cast(np.ndarray, bound_key),
+                                               lambda over: content_hash(part[names].iloc[over], names))
         except DataError as exc:
             return _error_rows(_ERR_UNIT, [str(exc)])
     try:
@@ -211,9 +211,12 @@ def _count_frame(part: pd.DataFrame, structure: Any, cells: Mapping[str, pd.Inde
     except DataError as exc:
         return _error_rows(_ERR_PLACE, [str(exc)])
     dropped = 0
+    if bad.any() and unknown == "raise":  # any record's value, also in a row the bound drops
+        return _error_rows(_ERR_DOMAIN, problems)  # the kinds of problem (levels, never values)
+    if kept is not None:
+        key, bad = key[kept], bad[kept]
+        w = None if w is None else w[kept]
     if bad.any():
-        if unknown == "raise":
-            return _error_rows(_ERR_DOMAIN, problems)  # the kinds of problem (levels, never values)
         dropped = int(bad.sum()) if rows is None else int(cast(np.ndarray, w)[bad].sum())
     keep = ~bad
     if w is not None:

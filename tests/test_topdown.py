@@ -137,6 +137,75 @@ def test_integer_step_matches_enumeration(kern):
     assert z.tolist() == [2, 0, 0, 0]
 
 
+def test_integer_step_scan_gives_the_heap_units():
+    """Groups of at most ``SCAN_MAX`` children pick their units by a scan
+    (``_units_by_scan``), larger ones by the heap: both must give the same integers, ties
+    included (half-integers with equal variances: the heap breaks ties by the lowest child
+    index). The reference is ``integer_group``'s own source run with ``SCAN_MAX = 0`` (the
+    heap for every group, the code before the scan existed), the scan path compiled."""
+    import types
+
+    f = TK.integer_group.py_func
+    heap_only = types.FunctionType(f.__code__, dict(f.__globals__, SCAN_MAX=0), "heap_only")
+    rng = np.random.default_rng(5)
+    moved = 0
+    for i in range(3000):
+        m = int(rng.integers(1, TK.SCAN_MAX + 1))
+        if i % 2:  # ties everywhere: half-integers, equal variances
+            a = rng.integers(-2, 8, m) + 0.5
+            v = np.ones(m)
+        else:
+            a = rng.normal(1.0, 2.0, m)
+            v = rng.choice([0.0, 0.3, 1.0, 1.0, 5.0, np.inf], m)
+        S = int(rng.integers(0, 3 * m + 2))
+        out = []
+        for kern in (TK.integer_group, heap_only):
+            z, xs, t, o = np.empty(m, np.int64), np.empty(m), np.empty(m), np.empty(m, np.int64)
+            miss = kern(a.copy(), v.copy(), m, S, z, xs, t, o)
+            out.append((z.tolist(), miss))
+        assert out[0] == out[1], (a, v, S)
+        moved += S - int(np.floor(np.maximum(a, 0) + 0.5).sum()) != 0
+    assert moved > 1000  # most groups needed units added or removed after the rounding
+
+
+def test_unit_scan_against_heapq():
+    """``_units_by_scan`` from any start (not only the rounded projection's, where a child
+    rarely moves twice): the units Python's heapq picks by the key ``(cost, j)``, one at a
+    time, the moved child's key recomputed, many units per child."""
+    import heapq
+
+    rng = np.random.default_rng(8)
+    for _ in range(2000):
+        m = int(rng.integers(1, TK.SCAN_MAX + 1))
+        a = rng.integers(-2, 5, m) + rng.choice([0.0, 0.5, 0.25], m)
+        v = rng.choice([0.0, 0.5, 1.0, 1.0, 4.0], m)
+        z0 = rng.integers(0, 4, m)
+        free = v > 0
+        if not free.any():
+            continue
+        units = int(z0[free].sum())
+        D = int(rng.integers(1, 2 * m + 2)) if units == 0 or rng.random() < 0.5 else -int(rng.integers(1, units + 1))
+        z = z0.copy()
+        TK._units_by_scan(a, v, m, z, D, np.empty(m))
+        ref = z0.copy()
+        if D > 0:
+            h = [((2.0 * (ref[j] - a[j]) + 1.0) / v[j], j) for j in range(m) if free[j]]
+            heapq.heapify(h)
+            for _ in range(D):
+                _, j = heapq.heappop(h)
+                ref[j] += 1
+                heapq.heappush(h, ((2.0 * (ref[j] - a[j]) + 1.0) / v[j], j))
+        else:
+            h = [(-(2.0 * (ref[j] - a[j]) - 1.0) / v[j], j) for j in range(m) if free[j] and ref[j] > 0]
+            heapq.heapify(h)
+            for _ in range(-D):
+                _, j = heapq.heappop(h)
+                ref[j] -= 1
+                if ref[j] > 0:
+                    heapq.heappush(h, (-(2.0 * (ref[j] - a[j]) - 1.0) / v[j], j))
+        assert z.tolist() == ref.tolist(), (a, v, z0, D)
+
+
 def test_integer_step_equal_weights_is_largest_remainder():
     """Equal variances and a consistent non-negative input: the same integers as round's
     largest-remainder rule (both break ties towards the first child)."""

@@ -156,6 +156,45 @@ def project_parents(child_ptr, child_idx, xhat, var, low, x, lo, hi):
     return worst
 
 
+#: groups of at most this many children pick their |D| units by a scan of the children's
+#: next-unit costs (:func:`_units_by_scan`) instead of a heap: no list allocated per group
+SCAN_MAX = 24
+
+
+@_jit
+def _units_by_scan(a, v, m, z, D, c):
+    """The heap step of :func:`integer_group` for a small group, with the same units in the
+    same order: each step takes the child of least key ``(cost, j)`` — the key the heap
+    orders by, a unique one per child (j breaks ties), so the heap's pop is this minimum —
+    ``D > 0``: the unit cost ``(2 (z_j - a_j) + 1) / v_j`` over children with ``v_j > 0``,
+    adding a unit; ``D < 0``: the negated cost ``-(2 (z_j - a_j) - 1) / v_j`` over those
+    with ``z_j > 0``, removing one. ``c``: workspace of size >= m (the keys; each key is
+    recomputed only for the child that moved, by the heap's expression)."""
+    if D > 0:
+        for j in range(m):
+            if v[j] > 0.0:
+                c[j] = (2.0 * (z[j] - a[j]) + 1.0) / v[j]
+        for _ in range(D):
+            jb = -1
+            for j in range(m):
+                if v[j] > 0.0 and (jb < 0 or c[j] < c[jb]):
+                    jb = j
+            z[jb] += 1
+            c[jb] = (2.0 * (z[jb] - a[jb]) + 1.0) / v[jb]
+    else:
+        for j in range(m):
+            if v[j] > 0.0 and z[j] > 0:
+                c[j] = -(2.0 * (z[j] - a[j]) - 1.0) / v[j]
+        for _ in range(-D):
+            jb = -1
+            for j in range(m):
+                if v[j] > 0.0 and z[j] > 0 and (jb < 0 or c[j] < c[jb]):
+                    jb = j
+            z[jb] -= 1
+            if z[jb] > 0:
+                c[jb] = -(2.0 * (z[jb] - a[jb]) - 1.0) / v[jb]
+
+
 @_jit
 def integer_group(a, v, m, S, z, xs, t, order):
     """The integers closest to ``a`` in the norm ``sum_j (z_j - a_j)^2 / v_j`` with
@@ -208,7 +247,9 @@ def integer_group(a, v, m, S, z, xs, t, order):
             z[j] = np.int64(zj)
             tot += z[j]
     D = rest - tot
-    if D > 0:  # add the D cheapest units
+    if D != 0 and m <= SCAN_MAX:
+        _units_by_scan(a, v, m, z, D, xs)
+    elif D > 0:  # add the D cheapest units
         h = [(0.0, np.int64(0))]
         h.pop()
         for j in range(m):

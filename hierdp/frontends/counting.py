@@ -140,7 +140,7 @@ def count_rows(structure: Any, df: pd.DataFrame, *, count: str | None,
     never values) or are dropped and their number kept in the private notes
     (``unknown="drop"``). With ``count=``, weights are summed per path in int64. With
     ``bound=(unit, c, key)`` each unit keeps at most ``c`` rows
-    (:func:`~hierdp.frontends._contributions.bounded_rows`) before the paths are checked.
+    (:func:`~hierdp.frontends._contributions.bounded_rows`); every path is still checked.
     """
     notes: dict[str, Any] = {}
     df, weights = counted_rows(df, count)  # zero-count rows count nothing and are never out of domain

@@ -230,9 +230,12 @@ if __name__ == "__main__":
 def _interrupted_release(tmp_path: Path, how: str, delay: float | None) -> tuple[int, list[str], list[str]]:
     """Start ``hierdp release demo -o OUT`` as its own process (``python -m hierdp`` or a
     console script named ``hierdp``, as pip writes it), send SIGINT ``delay`` seconds after
-    hierdp's own first import (seen through ``-X importtime``; before it the interpreter
-    is still starting, see docs/security.md) or never (``None``). Returns the exit code,
-    stderr without the importtime lines, and what is left in the output folder."""
+    hierdp's own first import or never (``None``). The child stops at that import (the
+    gate in ``tests/_sigint_gate``, right after hierdp installs its handler; before it the
+    interpreter is still starting, see docs/security.md) until the test lets it go, so
+    the delay is measured from a known moment however fast start-up is; with delay 0 the
+    signal arrives while the child waits there. Returns the exit code, stderr without the
+    gate's line, and what is left in the output folder."""
     import os
     import signal
     import threading
@@ -241,37 +244,51 @@ def _interrupted_release(tmp_path: Path, how: str, delay: float | None) -> tuple
     out_dir = tmp_path / f"{how}-{delay}"
     out_dir.mkdir()
     if how == "module":
-        cmd = [sys.executable, "-X", "importtime", "-m", "hierdp"]
+        cmd = [sys.executable, "-m", "hierdp"]
     else:
         script = tmp_path / "bin" / "hierdp"
         script.parent.mkdir(exist_ok=True)
         script.write_text(_CONSOLE_SCRIPT)
-        cmd = [sys.executable, "-X", "importtime", str(script)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HIERDP_THREADS="1")
-    proc = subprocess.Popen([*cmd, "release", "demo", "-o", str(out_dir / "x.csv"), "-q"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        cmd = [sys.executable, str(script)]
+    gate_r, gate_w = os.pipe()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "_sigint_gate"), str(ROOT)]),
+               HIERDP_THREADS="1", HIERDP_TEST_GATE_FD=str(gate_r))
+    try:
+        proc = subprocess.Popen([*cmd, "release", "demo", "-o", str(out_dir / "x.csv"), "-q"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=(gate_r,))
+    finally:
+        os.close(gate_r)
     started = threading.Event()
     lines: list[str] = []
 
     def read() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
-            lines.append(line)
-            if "hierdp._version" in line:  # imported right after hierdp installs its handler
+            if line == "hierdp-gate\n":
                 started.set()
+            else:
+                lines.append(line)
 
     reader = threading.Thread(target=read)
     reader.start()
-    if delay is not None:
+    try:
         assert started.wait(120), "hierdp never started"
+        if delay == 0:
+            proc.send_signal(signal.SIGINT)  # while the child waits at the gate
+            time.sleep(0.05)
+        os.write(gate_w, b"g")
+    except BrokenPipeError:  # the child has already gone (the signal ended it)
+        pass
+    finally:
+        os.close(gate_w)
+    if delay:
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
     proc.wait(300)
     reader.join(60)
     assert proc.stderr is not None
     proc.stderr.close()
-    err = [ln for ln in lines if not ln.startswith("import time:")]
-    return proc.returncode, err, sorted(p.name for p in out_dir.iterdir())
+    return proc.returncode, lines, sorted(p.name for p in out_dir.iterdir())
 
 
 @pytest.mark.slow

@@ -307,33 +307,47 @@ def test_marginal_variances_reach_the_full_histogram_variance_when_only_it_is_me
                                rtol=1e-10)
 
 
-def test_fast_helmert_transforms_match_the_matrices():
-    from hierdp.plans.marginals import _apply
+def _dense_helmert(a, mats):
+    """The transform by explicit matrix products, one cell dimension at a time (the reference)."""
+    for i, M in enumerate(mats):
+        a = np.moveaxis(np.moveaxis(a, i + 1, -1) @ M.T, -1, i + 1)
+    return a
 
+
+@pytest.mark.parametrize("sizes", [(4, 1, 3), (8, 2, 2, 63), (300,), (2,), (1, 5, 1), (3, 1)])
+@pytest.mark.parametrize("path", ["numpy", "kernel"])
+def test_fast_helmert_transforms_match_the_matrices(monkeypatch, sizes, path):
+    """Both the numpy passes (small arrays) and the compiled kernel (large ones) against
+    the Helmert matrices multiplied out: H, H^T and (H^T)^2 elementwise."""
+    import hierdp.plans.marginals as pm
+
+    monkeypatch.setattr(pm, "KERNEL_MIN", 1 << 40 if path == "numpy" else 0)
     rng = np.random.default_rng(0)
-    sizes = (4, 1, 3)
-    a = rng.normal(size=(5,) + sizes)
+    a = rng.normal(size=(5,) + sizes) * 10.0 ** rng.integers(-2, 4, size=(5,) + sizes)
     H = [helmert(m) for m in sizes]
-
-    def dense(a, mats):
-        for i, M in enumerate(mats):
-            a = np.moveaxis(np.moveaxis(a, i + 1, -1) @ M.T, -1, i + 1)
-        return a
-
-    np.testing.assert_allclose(_apply(a, "fwd"), dense(a, H), atol=1e-12)
-    np.testing.assert_allclose(_apply(a, "bwd"), dense(a, [h.T for h in H]), atol=1e-12)
-    np.testing.assert_allclose(_apply(a, "sq"), dense(a, [h.T ** 2 for h in H]), atol=1e-12)
+    scale = np.abs(a).max() * max(sizes)
+    np.testing.assert_allclose(pm._apply(a, "fwd"), _dense_helmert(a, H), atol=1e-13 * scale)
+    np.testing.assert_allclose(pm._apply(a, "bwd"), _dense_helmert(a, [h.T for h in H]), atol=1e-13 * scale)
+    np.testing.assert_allclose(pm._apply(a, "sq"), _dense_helmert(a, [h.T ** 2 for h in H]), atol=1e-13 * scale)
 
 
-def test_large_dimensions_use_the_cumulative_sum_transform(monkeypatch):
+def test_helmert_kernel_gives_the_bits_of_the_numpy_passes(monkeypatch):
+    """A small tree's cells are rotated by numpy, a large one's by the compiled kernel; a
+    split release mixes both, so they must agree to the last bit (not just closely)."""
     import hierdp.plans.marginals as pm
 
     rng = np.random.default_rng(1)
-    a = rng.normal(size=(3, 6, 2))
-    ref = {mode: pm._apply(a, mode) for mode in ("fwd", "bwd", "sq")}
-    monkeypatch.setattr(pm, "DENSE_MAX", 1)
-    for mode, r in ref.items():
-        np.testing.assert_allclose(pm._apply(a, mode), r, atol=1e-12)
+    for sizes in [(8, 2, 2, 63), (3, 1, 300), (63,), (5, 1, 4), (2, 2)]:
+        a = rng.normal(size=(40,) + sizes) * 10.0 ** rng.integers(-3, 6, size=(40,) + sizes)
+        a[0] = 0.0
+        a[1] = np.round(a[1])
+        for mode in ("fwd", "bwd", "sq"):
+            monkeypatch.setattr(pm, "KERNEL_MIN", 1 << 40)
+            by_numpy = pm._apply(a, mode)
+            monkeypatch.setattr(pm, "KERNEL_MIN", 0)
+            by_kernel = pm._apply(a, mode)
+            assert by_kernel.shape == a.shape
+            assert np.array_equal(by_numpy.view(np.int64), by_kernel.view(np.int64)), (sizes, mode)
 
 
 def test_xarray_front_end_inherits_neighbours_invariants_and_marginals():

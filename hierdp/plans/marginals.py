@@ -32,9 +32,8 @@ back gives the estimate and, columns being independent, its exact per-cell varia
 ``(Q o Q) v``. Invariant nodes (``invariants=``; every cell exact) enter with variance 0.
 
 **Cost.** One BLUE over ``(n, k)``, four Helmert transforms of ``(n, k)`` (rhs, estimate,
-variances, and where a direction is unidentified the reach of ``inf``), each one batched
-``k_i x k_i`` product per dimension, ``O(n k sum_i k_i)`` (``O(n k D)`` by cumulative sums
-above :data:`DENSE_MAX` values), plus the marginals themselves, ``O(n k |strategy|)``;
+variances, and where a direction is unidentified the reach of ``inf``), each ``O(n k D)`` by
+cumulative sums (:func:`_apply`), plus the marginals themselves, ``O(n k |strategy|)``;
 memory a few ``(n, k)`` float64 arrays (1.1 GB peak at 1e5 leaves x 200 cells). No
 iterative solver is needed; an arbitrary (non-product) query set would need one. Measured
 (benchmarks/bench_marginals.py, 2 shared cores): 1.4-6.7x the full-histogram release.
@@ -56,6 +55,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import rules
+from hierdp._engine import threads
+from hierdp._engine.helmert import helmert_rows
 from hierdp.accounting import PrivacyLoss, Spend, calibrated_total
 from hierdp.errors import BudgetError, DataError, PluginError, expected_one_of
 from hierdp.ledger import LevelSpend
@@ -131,62 +132,72 @@ def helmert(m: int) -> np.ndarray:
 
 def _helmert_axis(a: np.ndarray, axis: int, mode: str) -> np.ndarray:
     """``H`` (``"fwd"``), ``H^T`` (``"bwd"``) or ``(H^T)^2`` elementwise (``"sq"``) applied
-    along ``axis`` in O(m) per vector by cumulative sums (no m x m product):
-    ``(H a)_i = (sum_{c<i} a_c - i a_i) / sqrt(i (i+1))``;
-    ``(H^T b)_c = b_0 / sqrt(m) + sum_{i>c} b_i / sqrt(i (i+1)) - c b_c / sqrt(c (c+1))``;
-    ``((H^T)^2 v)_c = v_0 / m + sum_{i>c} v_i / (i (i+1)) + c v_c / (c+1)``."""
+    along ``axis`` in O(m) per vector by cumulative sums (no m x m product), with
+    ``inv_i = 1 / sqrt(i (i+1))`` (``inv_0 = 1``):
+    ``(H a)_i = (sum_{c<i} a_c - i a_i) inv_i``, ``(H a)_0 = sum_c a_c / sqrt(m)``;
+    ``(H^T b)_c = b_0 / sqrt(m) + sum_{i>c} b_i inv_i - c b_c inv_c``;
+    ``((H^T)^2 v)_c = v_0 / m + sum_{i>c} v_i inv_i^2 + v_c c / (c+1)``.
+    The floating-point operations are those of the compiled
+    :func:`hierdp._engine.helmert.helmert_rows`, in the same order: the same bits."""
     m = a.shape[axis]
     if m == 1:
         return a
     shape = [1] * a.ndim
     shape[axis] = m
     i = np.arange(m, dtype=np.float64)
-    norm = np.sqrt(i * (i + 1))
+    norm = np.sqrt(i * (i + 1.0))
     norm[0] = 1.0
-    norm = norm.reshape(shape)
-    ii = i.reshape(shape)
     first = [slice(None)] * a.ndim
     first[axis] = slice(0, 1)
     first_t = tuple(first)
     if mode == "fwd":
-        excl = np.cumsum(a, axis=axis) - a
-        out = (excl - ii * a) / norm
-        out[first_t] = a.sum(axis=axis, keepdims=True) / math.sqrt(m)
+        incl = np.cumsum(a, axis=axis)
+        out = ((incl - a) - i.reshape(shape) * a) * (1.0 / norm).reshape(shape)
+        last = [slice(None)] * a.ndim
+        last[axis] = slice(m - 1, m)
+        out[first_t] = incl[tuple(last)] / math.sqrt(m)  # the sum as the kernel adds it: left to right
         return out
-    if mode == "bwd":
-        w = a / norm
-        w[first_t] = 0.0
-        rev = np.flip(np.cumsum(np.flip(w, axis=axis), axis=axis), axis=axis) - w  # sum over i > c
-        return a[first_t] / math.sqrt(m) + rev - ii * w
-    w = a / (norm * norm)
+    w = a * (1.0 / norm if mode == "bwd" else 1.0 / (norm * norm)).reshape(shape)
     w[first_t] = 0.0
-    rev = np.flip(np.cumsum(np.flip(w, axis=axis), axis=axis), axis=axis) - w
-    return a[first_t] / m + rev + ii * a / (ii + 1.0) * (ii > 0)
+    rev = np.flip(np.cumsum(np.flip(w, axis=axis), axis=axis), axis=axis) - w  # sum over i > c
+    if mode == "bwd":
+        return (a[first_t] / math.sqrt(m) + rev) - i.reshape(shape) * w
+    return (a[first_t] / m + rev) + a * (i / (i + 1.0)).reshape(shape)
 
 
-#: cell dimensions up to this size are rotated by a BLAS matrix product (faster in practice
-#: than the O(m) cumulative sums, measured on 1e5 nodes x 200 cells: 0.3-0.4 s vs 0.6-1.3 s
-#: per transform); larger ones by :func:`_helmert_axis`
-DENSE_MAX = 256
+#: arrays of more values than this are rotated by the compiled kernel
+#: (:func:`hierdp._engine.helmert.helmert_rows`, one node at a time, every dimension in cache),
+#: smaller ones by numpy (:func:`_helmert_axis` per dimension: no compile for a small
+#: release); the two give the same bits
+KERNEL_MIN = 1 << 16
+
+_MODES = {"fwd": 0, "bwd": 1, "sq": 2}
 
 
 def _apply(a: np.ndarray, mode: str) -> np.ndarray:
-    """Apply the Helmert transform ``mode`` along every cell axis of ``a`` ``(n, k_1, ..., k_D)``."""
-    for ax in range(1, a.ndim):
-        m = a.shape[ax]
-        if m == 1:
-            continue
-        if m > DENSE_MAX:
-            a = _helmert_axis(a, ax, mode)
-            continue
-        H = helmert(m)
-        M = H if mode == "fwd" else (H.T if mode == "bwd" else H.T ** 2)
-        shape = a.shape
-        pre, post = int(np.prod(shape[:ax])), int(np.prod(shape[ax + 1:]))
-        # one batched product over contiguous (m, post) blocks: no axis moves (2.6x faster
-        # than moveaxis + matmul on 1e5 x 20 x 2 x 5)
-        a = np.matmul(M, np.ascontiguousarray(a).reshape(pre, m, post)).reshape(shape)
-    return a
+    """Apply the Helmert transform ``mode`` along every cell axis of ``a`` ``(n, k_1, ..., k_D)``.
+
+    Each dimension of size ``m`` costs ``O(m)`` per vector (cumulative sums, no ``m x m``
+    product). Measured on the census shape ``8 x 2 x 2 x 63`` (5,000 nodes, 2 shared cores,
+    one transform): numpy's per-dimension passes (batched BLAS products) 19-39 ns per
+    node-cell; the kernel a few (docs/performance.md)."""
+    shape = a.shape
+    sizes = tuple(int(m) for m in shape[1:])
+    if all(m == 1 for m in sizes):
+        return a
+    if a.size <= KERNEL_MIN:
+        for ax in range(1, a.ndim):
+            if shape[ax] > 1:
+                a = _helmert_axis(a, ax, mode)
+        return a
+    n, k = shape[0], math.prod(sizes)
+    flat = np.ascontiguousarray(a, dtype=np.float64).reshape(n, k)
+    out = np.empty((n, k))
+    dims = np.asarray(sizes, dtype=np.int64)
+    code = _MODES[mode]
+    step = max(1, (1 << 18) // max(k, 1))  # about 2 MB of rows per piece
+    threads.run_pieces(lambda r: helmert_rows(flat, out, dims, code, r[0], r[1]), threads.spans(n, step))
+    return out.reshape(shape)
 
 
 def _dims_key(dims: Any, where: str) -> tuple:

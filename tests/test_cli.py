@@ -227,6 +227,16 @@ if __name__ == "__main__":
 """
 
 
+def _as_at_a_terminal() -> None:
+    """In the child, before it runs: SIGINT back to its default action, as a command typed at
+    a terminal has it. A test run started in the background by a shell without job control
+    (a CI script's ``cmd &``) inherits SIGINT *ignored*, and the hierdp command rightly keeps
+    an ignored SIGINT ignored (as under ``nohup``): no signal the test sends would land."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupted_release(tmp_path: Path, how: str, delay: float | None) -> tuple[int, list[str], list[str]]:
     """Start ``hierdp release demo -o OUT`` as its own process (``python -m hierdp`` or a
     console script named ``hierdp``, as pip writes it), send SIGINT ``delay`` seconds after
@@ -255,7 +265,8 @@ def _interrupted_release(tmp_path: Path, how: str, delay: float | None) -> tuple
                HIERDP_THREADS="1", HIERDP_TEST_GATE_FD=str(gate_r))
     try:
         proc = subprocess.Popen([*cmd, "release", "demo", "-o", str(out_dir / "x.csv"), "-q"], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=(gate_r,))
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=(gate_r,),
+                                preexec_fn=_as_at_a_terminal)
     finally:
         os.close(gate_r)
     started = threading.Event()
@@ -334,7 +345,8 @@ def test_ctrl_c_while_the_command_reads_its_data_exits_130_without_output(tmp_pa
     out_dir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "hierdp", "release", str(spec), "-o", str(out_dir / "x.csv"),
-                             "-q"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "-q"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_at_a_terminal)
     fds = Path(f"/proc/{proc.pid}/fd")
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import registry, rules, subtrees
+from hierdp._engine import threads as _threads
 from hierdp.accounting import Accountant, PrivacyLoss, structure_total
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
@@ -1182,21 +1185,52 @@ class _TopSolution:
     fixed: list[np.ndarray]
 
 
+def _in_order(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
+    """``fn(item)`` for each item, yielded in the order of ``items``: in this thread when
+    ``workers`` is 1, else on ``workers`` threads with at most ``workers + 1`` items in
+    flight (so that memory holds a bounded number of tasks, not all their results). The
+    threads' names start with the kernel pool's prefix, so the kernels a task calls run
+    their pieces in that thread (two tasks at once already keep two cores busy)."""
+    if workers <= 1:
+        for item in items:
+            yield fn(item)
+        return
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=_threads._PREFIX + "-task")
+    pending: deque[Future[Any]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:  # an error (or the caller stopping): nothing new starts
+            f.cancel()
+        pool.shutdown(wait=True)
+
+
 def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, tail: list[PostProcessor],
                n_cells: int,
                counts_of: Callable[[subtrees.SubtreeTask], Any],
                sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None], *, total: float,
-               key: NoiseKey, check_counts: Any, store: Any) -> Measurements:
-    """The three stages of a split release (:class:`_SplitStages`), one task after another
-    in this process; returns the plan's spends, levels and info as
-    :class:`~hierdp.measurements.Measurements` without values."""
+               key: NoiseKey, check_counts: Any, store: Any, workers: int = 1) -> Measurements:
+    """The three stages of a split release (:class:`_SplitStages`) in this process, the
+    tasks of stages 1 and 3 on ``workers`` threads (:func:`_in_order`; ``sink`` is called
+    in this thread, in task order); returns the plan's spends, levels and info as
+    :class:`~hierdp.measurements.Measurements` without values. The numbers do not depend
+    on ``workers``: the noise is keyed per node and each task's steps are its own."""
     st = _SplitStages(r, part, step, tail, n_cells, total=total, key=key, check_counts=check_counts)
     z_all: list[np.ndarray] = []
     u_all: list[np.ndarray] = []
     root_counts: list[np.ndarray] = []
-    for task in part.tasks():  # measure, then the pass up
+
+    def up(task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         noisy, var, roots_vals, z, u = st.up(task, counts_of(task))
         store.put(task, noisy, var)
+        return roots_vals, z, u
+
+    for roots_vals, z, u in _in_order(up, part.tasks(), workers):  # measure, then the pass up
         root_counts.append(roots_vals)
         if z is not None and u is not None:
             z_all.append(z)
@@ -1211,13 +1245,17 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     del z_all, u_all
     if top.n_nodes:
         sink(top, *st.finish_top(top, tnoisy, tvar, sol))
-    first = 0
-    for task in part.tasks():
+    firsts = np.cumsum([0] + [task.roots.size if st.gls else 0 for task in part.tasks()])
+
+    def down(task_first: tuple[subtrees.SubtreeTask, int]) -> tuple[subtrees.SubtreeTask, Estimate, Measurements]:
+        task, first = task_first
         noisy, var = store.get(task)
         m = task.roots.size if st.gls else 0
-        sink(task, *st.down(task, noisy, var, sol.x_roots[first:first + m], sol.v_roots[first:first + m],
-                            [f[first:first + m] for f in sol.fixed]))
-        first += m
+        return task, *st.down(task, noisy, var, sol.x_roots[first:first + m], sol.v_roots[first:first + m],
+                              [f[first:first + m] for f in sol.fixed])
+
+    for task, est, meas in _in_order(down, zip(part.tasks(), (int(f) for f in firsts)), workers):
+        sink(task, est, meas)
     return st.summary()
 
 
@@ -1312,6 +1350,7 @@ def release_by_subtree(
     workdir: str | os.PathLike[str] | None = None,
     session: Session | Reservation | None = None,
     check_counts: bool | str = True,
+    workers: int = 1,
     **keywords: Any,
 ) -> SplitRun:
     """A release streamed by subtree: memory grows with the largest task, not the tree.
@@ -1330,7 +1369,14 @@ def release_by_subtree(
     pass up and its pass down its noisy measurements wait in ``workdir`` (a temporary
     folder by default); they are removed at the end. ``keywords``: those of :func:`release`
     (``epsilon``, ``plan``, ``postprocess``, ``invariants``, ``seed``, ...); ``split`` as there.
+
+    ``workers``: tasks run on this many threads at once (default 1: one after another,
+    each task's kernels using every thread). With more, ``counts_of`` is called from
+    several threads at once and must be safe to; ``sink`` is still called from this
+    thread, in task order; memory holds up to ``workers + 1`` tasks. The numbers do not
+    change with ``workers``.
     """
+    workers = _threads.parse_threads(workers, "workers")
     r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
     check(r, session)
     rng = make_rng(r.seed)
@@ -1339,7 +1385,7 @@ def release_by_subtree(
     store = _DiskStore(workdir)
     try:
         meas = _run_split(r, part, step, tail, n_cells, counts_of, sink, total=r.total - acc.total,
-                          key=noise_key(r.seed), check_counts=check_counts, store=store)
+                          key=noise_key(r.seed), check_counts=check_counts, store=store, workers=workers)
     finally:
         store.close()
     guarantee = account(r, acc, meas)

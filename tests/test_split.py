@@ -378,8 +378,14 @@ def test_what_cannot_be_split_is_refused_in_one_line(kw: dict[str, Any], match: 
 # ---------------------------------------------------------------------------- streaming
 @pytest.mark.parametrize("postprocess, budget", [(["blue"], [0.25, 0, 0.25, 0.25, 0.25]), (["gmc"], "equal"),
                                                   (["gmc"], [0.1, 0.1, 0.2, 0.3, 0.3]), ([], "equal")])
+@pytest.mark.parametrize("workers", [1, 3])
 def test_streaming_hands_every_part_to_the_sink_once_with_the_in_memory_estimate(tmp_path: Any, postprocess: Any,
-                                                                                  budget: Any) -> None:
+                                                                                  budget: Any, workers: int) -> None:
+    """Every part reaches the sink once, in task order and in the calling thread, with the
+    in-memory estimate; with ``workers`` > 1 the tasks' counts are asked for on other
+    threads and nothing else changes."""
+    import threading
+
     t = random_tree(8000, 5, seed=8)
     k = 3
     vals = t.to_internal(t.aggregate(np.random.default_rng(4).integers(0, 9, size=(t.n_leaves, k))))
@@ -390,21 +396,29 @@ def test_streaming_hands_every_part_to_the_sink_once_with_the_in_memory_estimate
     asked: list[int] = []
     sunk: list[int] = []
 
+    asked_on: set[str] = set()
+    main = threading.current_thread()
+
     def counts_of(task: subtrees.SubtreeTask) -> np.ndarray:
         asked.append(task.index)
+        if task.index >= 0:
+            asked_on.add(threading.current_thread().name)
         return vals[task.nodes]
 
     def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Any) -> None:
+        assert threading.current_thread() is main
         sunk.append(task.index)
         assert est.info == ref.estimate.info
         assert np.all(np.isnan(got[task.nodes]))
         got[task.nodes] = est.values
 
     run = release_by_subtree(t, counts_of, sink, split={"level": "L2", "memory": 60 * k * 900}, n_cells=k,
-                             workdir=tmp_path, **kw)
+                             workdir=tmp_path, workers=workers, **kw)
     assert run.partition.n_tasks > 2
     assert not list(tmp_path.iterdir())  # the measurements that waited between the passes are removed
-    assert sorted(asked) == sorted(sunk) == list(range(-1, run.partition.n_tasks))
+    assert sorted(asked) == list(range(-1, run.partition.n_tasks))
+    assert sunk == list(range(-1, run.partition.n_tasks))  # the top, then the tasks in order
+    assert (asked_on == {main.name}) == (workers == 1), asked_on
     assert_same(got, want)
     la = _ledger(ref.ledger)
     lb = _ledger(run.ledger)

@@ -122,10 +122,12 @@ def test_marginals_by_subtree_equal_in_memory_with_the_same_noise_bit_for_bit(bi
         np.testing.assert_allclose(got.estimate.values[ext].sum(axis=1), vals[ext].sum(axis=1), rtol=1e-12)
 
 
-def test_a_streamed_marginals_release_equals_in_memory(tmp_path: Any) -> None:
-    """``release_by_subtree`` (one task in memory at a time, its rotated measurements
-    waiting in ``workdir`` between the passes, removed at the end): the sink gets every
-    node once, the in-memory estimate and the in-memory noise bit for bit."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_streamed_marginals_release_equals_in_memory(tmp_path: Any, workers: int) -> None:
+    """``release_by_subtree`` (one task in memory at a time, or ``workers`` at once, its
+    rotated measurements waiting in ``workdir`` between the passes, removed at the end):
+    the sink gets every node once, the in-memory estimate and the in-memory noise bit for
+    bit."""
     t = random_tree(20_000, 5, seed=17)
     r = np.random.default_rng(9)
     vals = t.aggregate(r.integers(0, 4, size=(t.n_leaves, 16)))
@@ -146,7 +148,7 @@ def test_a_streamed_marginals_release_equals_in_memory(tmp_path: Any) -> None:
 
     mech = Recording()
     run = release_by_subtree(t, lambda task: vi[task.nodes], sink, split={"level": "L2", "memory": 60 * 16 * 3000},
-                             n_cells=16, workdir=tmp_path, plan=_plan(mech), **kw)
+                             n_cells=16, workdir=tmp_path, plan=_plan(mech), workers=workers, **kw)
     assert run.partition.n_tasks > 2
     assert_same(seen, want)
     assert_same(seen_var, want_var)

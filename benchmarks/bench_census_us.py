@@ -413,11 +413,11 @@ def run(args: argparse.Namespace) -> None:
 
         t0 = time.perf_counter()
         try:
-            part = subtrees.partition(tree, {"level": args.split, "memory": args.memory}, n_cells=k)
+            part = subtrees.partition(tree, split_of(args), n_cells=k)
         except hierdp.errors.DataError as e:
             raise SystemExit(f"tree only: read geography + tree {t_tree:.1f} s, peak RSS {_rss_gib():.2f} GiB; "
                              f"partition refused: {e}") from None
-        print(f"tree only: read geography + tree {t_tree:.1f} s; partition at {args.split} ({args.memory} per task) "
+        print(f"tree only: read geography + tree {t_tree:.1f} s; partition {split_of(args)} "
               f"{time.perf_counter() - t0:.1f} s: {part.n_tasks:,} tasks of <= {part.largest_task:,} nodes, top part "
               f"{part.top.size:,} nodes; peak RSS {_rss_gib():.2f} GiB")
         return
@@ -453,7 +453,7 @@ def run(args: argparse.Namespace) -> None:
             return truth_counts.of_task(task)
 
         sink = Sink(out, geo, truth)
-        split = {"level": args.split, "memory": args.memory}
+        split = split_of(args)
         try:
             res = release_by_subtree(tree, counts.of_task, sink, split=split, n_cells=k, workers=args.workers, **kw)
         except hierdp.errors.PluginError as e:
@@ -499,6 +499,14 @@ def run(args: argparse.Namespace) -> None:
         shutil.rmtree(out)
 
 
+def split_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``split=`` of the run: the level, the memory budget and, when given, a task's."""
+    split: dict[str, Any] = {"level": args.split, "memory": args.memory}
+    if args.task_memory:
+        split["task_memory"] = args.task_memory
+    return split
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=cus.default_data_dir(), help="data cache (default %(default)s)")
@@ -508,6 +516,9 @@ def main() -> None:
     ap.add_argument("--in-memory", action="store_true", help="one release in memory (small states only)")
     ap.add_argument("--split", default="Tract", help="split level (default %(default)s)")
     ap.add_argument("--memory", default="1GiB", help="memory per task (default %(default)s)")
+    ap.add_argument("--task-memory", default=None,
+                    help="memory per task when --memory is the whole budget (e.g. --memory 6GiB --task-memory 1GiB: "
+                         "the US top solve at Tract needs 5.7 GB, a task far less)")
     ap.add_argument("--workers", type=int, default=2,
                     help="tasks at once, on threads (default %(default)s; 1: one task at a time, each using every "
                          "thread in its kernels)")

@@ -89,7 +89,7 @@ TOP_HELD_BYTES_PER_NODE_CELL = 32
 #: the most one block of the top solve's cells works in (bytes; :meth:`Partition.top_block`)
 TOP_BLOCK_BYTES = 1 << 30
 #: the keys of ``split={...}``
-SPLIT_KEYS = ("level", "memory")
+SPLIT_KEYS = ("level", "memory", "task_memory")
 #: the share of physical memory ``split="auto"`` budgets for the largest task
 AUTO_SHARE = 0.25
 #: the level name of the unmeasured node a task tree puts above its subtree roots
@@ -99,9 +99,10 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g"
           "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 
 
-def parse_memory(memory: Any) -> int:
+def parse_memory(memory: Any, what: str = "split memory") -> int:
     """Bytes from ``memory``: a positive integer, or text such as ``"4GiB"``, ``"500 MB"``
-    (``KB``/``MB``/``GB``/``TB`` powers of 1000, ``KiB``/``MiB``/``GiB``/``TiB`` of 1024)."""
+    (``KB``/``MB``/``GB``/``TB`` powers of 1000, ``KiB``/``MiB``/``GiB``/``TiB`` of 1024);
+    ``what`` names it in the error."""
     if isinstance(memory, (int, np.integer)) and not isinstance(memory, bool):
         if memory > 0:
             return int(memory)
@@ -111,7 +112,7 @@ def parse_memory(memory: Any) -> int:
             value = float(m.group(1)) * _UNITS[m.group(2).lower()]
             if value >= 1 and math.isfinite(value):
                 return int(value)
-    raise DataError(f"split memory must be a positive number of bytes or text such as '4GiB' or '500MB', "
+    raise DataError(f"{what} must be a positive number of bytes or text such as '4GiB' or '500MB', "
                     f"got {memory!r:.40}")
 
 
@@ -329,9 +330,11 @@ def _top_least(n_top: int, n_roots: int, n_cells: int) -> int:
     return min(_top_bytes(n_top, n_roots, n_cells, n_cells), _top_bytes(n_top, n_roots, n_cells, 1))
 
 
-def _choose_level(tree: Tree, memory: int, n_cells: int) -> int:
-    """The shallowest depth whose largest task and top solve (in blocks of cells, at least
-    one cell a block) both fit in ``memory`` bytes."""
+def _choose_level(tree: Tree, memory: int, n_cells: int, task_memory: int | None = None) -> int:
+    """The shallowest depth whose largest task fits in ``task_memory`` bytes (default
+    ``memory``) and whose top solve (in blocks of cells, at least one cell a block) fits in
+    ``memory``."""
+    task_memory = memory if not task_memory else task_memory
     ti = tree.internal
     depth = ti.depth
     sizes = _subtree_sizes(tree)
@@ -340,10 +343,10 @@ def _choose_level(tree: Tree, memory: int, n_cells: int) -> int:
     np.maximum.at(largest, depth, sizes)
     per_level = np.bincount(depth, minlength=n_levels)
     above = np.concatenate(([0], np.cumsum(per_level)[:-1]))
-    need = [max(int(largest[d]) * n_cells * BYTES_PER_NODE_CELL, _top_least(int(above[d]), int(per_level[d]),
-                                                                            n_cells))
-            for d in range(n_levels)]  # one entry per level
-    ok = [d for d in range(n_levels) if need[d] <= memory]
+    task_need = [int(largest[d]) * n_cells * BYTES_PER_NODE_CELL for d in range(n_levels)]
+    top_need = [_top_least(int(above[d]), int(per_level[d]), n_cells) for d in range(n_levels)]
+    need = [max(a, b) for a, b in zip(task_need, top_need)]  # one entry per level
+    ok = [d for d in range(n_levels) if task_need[d] <= task_memory and top_need[d] <= memory]
     if not ok:
         best = int(np.argmin(need))
         raise DataError(f"no split level keeps a task within split memory {memory:,} bytes (nor the top solve) at "
@@ -354,18 +357,22 @@ def _choose_level(tree: Tree, memory: int, n_cells: int) -> int:
 
 def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
     """Cut ``tree`` for a split release: ``split`` is a level name or depth, ``"auto"``, or
-    ``{"level": ..., "memory": "4GiB"}`` (either key or both).
+    ``{"level": ..., "memory": "4GiB", "task_memory": "1GiB"}`` (any of the keys).
 
     With ``memory`` (``"auto"``: :data:`AUTO_SHARE` of the physical memory) tasks are blocks
     of subtrees of at most ``memory / (BYTES_PER_NODE_CELL * n_cells)`` nodes, and without
     ``level`` the shallowest level whose largest subtree and top solve fit is chosen; with a
-    level only, blocks of about :data:`DEFAULT_TASK_CELLS` node-cells. Vectorised: one
-    ancestor pass, one sort, one greedy pass over the subtrees (compiled).
+    level only, blocks of about :data:`DEFAULT_TASK_CELLS` node-cells. ``task_memory``
+    (at most ``memory``) sizes the tasks instead, while ``memory`` still bounds the top
+    solve: several tasks can then run at once within ``memory`` (e.g. the census' top solve
+    at Tract needs 5.7 GB, a task 1 GiB). Vectorised: one ancestor pass, one sort, one
+    greedy pass over the subtrees (compiled).
     """
     if isinstance(n_cells, bool) or not isinstance(n_cells, (int, np.integer)) or n_cells < 1:
         raise DataError(f"n_cells must be a positive integer, got {n_cells!r}")
     level: Any = None
     memory: int | None = None
+    task_memory: int | None = None
     if isinstance(split, Mapping):
         unknown = [k for k in split if k not in SPLIT_KEYS]
         if unknown:
@@ -377,15 +384,24 @@ def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
         level = split.get("level")
         if "memory" in split:
             memory = _auto_memory() if split["memory"] == "auto" else parse_memory(split["memory"])
+        if "task_memory" in split:
+            task_memory = parse_memory(split["task_memory"], "split task_memory")
+            if memory is None:
+                memory = task_memory
+            elif task_memory > memory:
+                raise DataError(f"split task_memory {task_memory:,} bytes exceeds split memory {memory:,}: a task "
+                                "must fit the whole budget; give a smaller task_memory")
     elif isinstance(split, str) and split == "auto":
         memory = _auto_memory()
     else:
         level = split
-    limit = None if memory is None else memory // (BYTES_PER_NODE_CELL * int(n_cells))
+    if task_memory is None:
+        task_memory = memory
+    limit = None if task_memory is None else task_memory // (BYTES_PER_NODE_CELL * int(n_cells))
     if limit is not None and limit < 1:
-        raise DataError(f"split memory {memory:,} bytes holds less than one node of {n_cells} cells; give more")
+        raise DataError(f"split memory {task_memory:,} bytes holds less than one node of {n_cells} cells; give more")
     if level is None:
-        depth = _choose_level(tree, int(memory or 0), int(n_cells))
+        depth = _choose_level(tree, int(memory or 0), int(n_cells), int(task_memory or 0))
     else:
         depth = _level(tree, level)
     ti = tree.internal
@@ -398,9 +414,10 @@ def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
         biggest = int(sizes[roots].max())
         top_need = _top_least(int(top.size), int(roots.size), int(n_cells))
         if biggest > limit:
+            what = "task_memory" if task_memory != memory else "memory"
             raise DataError(f"at split level {tree.level_names[depth]!r} a subtree of {biggest:,} nodes x {n_cells} "
-                            f"cells exceeds split memory {memory:,} bytes ({BYTES_PER_NODE_CELL} B per node-cell); "
-                            "choose a deeper level or give more memory")
+                            f"cells exceeds split {what} {task_memory:,} bytes ({BYTES_PER_NODE_CELL} B per "
+                            f"node-cell); choose a deeper level or give more {what}")
         if top_need > memory:
             raise DataError(f"at split level {tree.level_names[depth]!r} the top solve ({top.size:,} top nodes and "
                             f"{roots.size:,} roots x {n_cells} cells, in blocks of cells) needs {top_need:,} bytes, "

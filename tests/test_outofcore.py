@@ -401,6 +401,10 @@ def test_spec_execution_is_validated(tmp_path):
         load_spec(SPEC + "execution: {workers: 0}\n")
     with pytest.raises(SpecError, match="memory"):
         load_spec(SPEC + "execution: {memory: lots}\n")
+    spec = load_spec(SPEC + "execution: {split: {level: county, memory: 9kB, task_memory: 3kB}}\n")
+    assert spec.execution["split"] == {"level": "county", "memory": "9kB", "task_memory": "3kB"}
+    with pytest.raises(SpecError, match=r"split task_memory must be a positive number of bytes .* got 'lots'"):
+        load_spec(SPEC + "execution: {split: {level: county, task_memory: lots}}\n")
 
 
 def test_a_torn_journal_line_and_a_busy_work_folder(tmp_path, prepared):

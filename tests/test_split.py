@@ -129,7 +129,31 @@ def test_a_memory_budget_chooses_the_shallowest_level_that_fits() -> None:
     assert part.depth == 0 and part.n_tasks == 1  # the machine holds this tree whole
 
 
+def test_task_memory_sizes_the_tasks_while_memory_bounds_the_top_solve() -> None:
+    """``task_memory`` (the census: a top solve of 5.7 GB at Tract, tasks of 1 GiB, two at
+    once): tasks no bigger than it, the top solve checked against ``memory``, and the level
+    chosen so that both fit. Hand-computed on the complete 4-ary tree of height 6."""
+    t = hierdp.Tree.complete(fanout=4, height=6)  # subtrees at level_3: 21 nodes; top 21 nodes, 64 roots
+    k = 2
+    one = 21 * k * subtrees.BYTES_PER_NODE_CELL  # one level_3 subtree: 2,520 bytes
+    assert subtrees._top_least(21, 64, k) == 18_220  # the top solve at level_3 (32 B per node-cell and blocks)
+    part = subtrees.partition(t, {"level": "level_3", "memory": 30_000}, n_cells=k)
+    assert part.largest_task > 21 and part.n_tasks < 64  # memory alone: tasks of up to 250 nodes
+    part = subtrees.partition(t, {"level": "level_3", "memory": 30_000, "task_memory": one}, n_cells=k)
+    assert part.n_tasks == 64 and part.largest_task == 21
+    part = subtrees.partition(t, {"memory": 30_000, "task_memory": one}, n_cells=k)  # the level that fits both
+    assert part.depth == 3 and part.largest_task == 21
+    assert subtrees.partition(t, {"memory": 30_000}, n_cells=k).depth == 2
+    with pytest.raises(DataError, match=r"the top solve .* needs 18,220 bytes, more than split memory 2,520"):
+        subtrees.partition(t, {"level": "level_3", "task_memory": one}, n_cells=k)  # alone, it is the budget
+
+
 @pytest.mark.parametrize("split, match", [
+    ({"memory": 3000, "task_memory": 5000},
+     r"split task_memory 5,000 bytes exceeds split memory 3,000: a task must fit the whole budget"),
+    ({"memory": 30_000, "task_memory": "3 parsecs"}, r"split task_memory must be a positive number of bytes"),
+    ({"level": "L1", "memory": 10**9, "task_memory": 5000},
+     r"a subtree of .* exceeds split task_memory 5,000 bytes .*; choose a deeper level or give more task_memory"),
     ("L22", r"unknown split level 'L22'; expected a level name .*did you mean 'L2'\?"),
     ("contry", r"unknown split level 'contry'"),
     (7, r"split level depth 7 is out of range 0\.\.4"),

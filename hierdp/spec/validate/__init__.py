@@ -120,12 +120,13 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if isinstance(level, str) and names and level not in names:
             self.err(("split",) + (("level",) if isinstance(raw, dict) else ()),
                      f"unknown split level {level!r}; expected one of {', '.join(names)}{did_you_mean(level, names)}")
-        memory = raw.get("memory") if isinstance(raw, dict) else None
-        if memory is not None and memory != "auto":
-            try:
-                parse_memory(memory)
-            except DataError as exc:
-                self.err(("split", "memory"), str(exc))
+        for key in ("memory", "task_memory"):
+            memory = raw.get(key) if isinstance(raw, dict) else None
+            if memory is not None and not (memory == "auto" and key == "memory"):
+                try:
+                    parse_memory(memory, f"split {key}")
+                except DataError as exc:
+                    self.err(("split", key), str(exc))
         return raw
 
     def execution(self, levels: Any, root: Any, per_level: bool, split: Any) -> dict[str, Any] | None:

@@ -17,7 +17,10 @@ Memory is bounded by ``workers`` tasks (the largest) plus the top solve. With
 cluster instead (the workers write the spills and parts; :mod:`hierdp._dask_tasks`).
 
 *Spill or recompute.* Stage 3 needs a task's noisy measurements again. They are spilled
-(``np.save`` of the noisy values and variances, ~16 B per node-cell) rather than
+(:meth:`hierdp.pipeline._SplitStages.spill`: the noisy values, or for ``marginals`` the
+noisy marginals, integers in the narrowest type that holds them: 2.6 B per node-cell on the
+census shape, where the rotated values and variances took 16 B and the whole US, 273 GB,
+filled this machine's disk) rather than
 recomputed from the keyed noise, because recomputing means calling ``counts_of`` a second
 time (reading and counting the task's records again, the dearest step once the input is a
 dataset on disk) and drawing every node-cell's noise again; writing and reading the spill
@@ -364,7 +367,7 @@ def _up_work(stages: _SplitStages, task: subtrees.SubtreeTask, counts: Any, path
     """Stage 1 of a task: measure and pass up, the task's state spilled to ``path``
     (atomically). Runs on a worker thread, or on a Dask worker."""
     noisy, var, roots_vals, z, u = stages.up(task, counts)
-    arrays = {"noisy": noisy, "var": var, "roots": roots_vals}
+    arrays = {**stages.spill(task, noisy, var), "roots": roots_vals}
     if z is not None and u is not None:
         arrays.update(z=z, u=u)
     exact = stages.exact.pop(task.index, None)
@@ -381,10 +384,11 @@ def _down_work(stages: _SplitStages, task: subtrees.SubtreeTask, path: Path, x_r
     """Stage 3 of a task: the pass down from its roots' values (``x_roots``... : the task's
     roots only), the top-down steps, and its part written (atomically)."""
     t = task.index
-    with np.load(path) as f:
-        noisy, var = f["noisy"], f["var"]
-        if "exact" in f.files:
-            stages.exact[t] = f["exact"]
+    with np.load(path, allow_pickle=False) as f:
+        state = {k: f[k] for k in f.files}
+    if "exact" in state:
+        stages.exact[t] = state["exact"]
+    noisy, var = stages.unspill(task, state)
     est, _ = stages.down(task, noisy, var, x_roots, v_roots, fixed)
     stages.exact.pop(t, None)
     _write_part(part_path, _part_table(stages.tree, task, est, cells, stages.n_cells, dense, std), ledger_json,
@@ -423,7 +427,7 @@ class _StageContext:
         with self._lock:
             if self._stages is None:
                 self._stages = _SplitStages(self.r, self.part, self.step, self.tail, self.n_cells, total=self.total,
-                                            key=self.key.key(), check_counts=self.check_counts)
+                                            key=self.key.key(), check_counts=self.check_counts, spills=True)
             return self._stages
 
 
@@ -662,7 +666,7 @@ def release_to_dataset(
             acc, decomposition = open_account(r, tree, None)
             stage_total = r.total - acc.total  # before the account is charged below
             stages = _SplitStages(r, part, step, tail, n_cells, total=stage_total, key=key,
-                                  check_counts=check_counts)
+                                  check_counts=check_counts, spills=True)
             ticket, sess = _reserve(session, r)
             meas = stages.summary()
             ledger = build_ledger(r, tree, meas, account(r, acc, meas), decomposition=decomposition,
@@ -678,7 +682,7 @@ def release_to_dataset(
             acc, _ = open_account(r, tree, None)
             stage_total = r.total - acc.total
             stages = _SplitStages(r, part, step, tail, n_cells, total=stage_total, key=key,
-                                  check_counts=check_counts)
+                                  check_counts=check_counts, spills=True)
             ledger = Ledger.from_json((work / _LEDGER).read_text(encoding="utf-8"))
             if r.seed is not None:
                 warn(f"release with seed={r.seed}: reproducible randomness is for tests and benchmarks; the "

@@ -914,6 +914,19 @@ def _task_counts(task: subtrees.SubtreeTask, counts: Any, n_cells: int) -> np.nd
     return a.reshape(task.n_nodes, n_cells)
 
 
+def _narrowest(a: np.ndarray) -> np.ndarray:
+    """``a`` as the narrowest signed integer type holding all its values (an integer
+    array), else ``a`` itself: lossless, and the same values back by ``astype``."""
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    for t in (np.int8, np.int16, np.int32):
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(t)
+    return a
+
+
 class _DiskStore:
     """A task's measurements between its pass up and its pass down, in ``workdir`` (a
     temporary folder by default): memory then holds one task at a time. What is written is
@@ -925,15 +938,18 @@ class _DiskStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._written: list[Path] = []
 
-    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
-        t = task.index
-        for name, a in ((f"task{t}.noisy.npy", noisy), (f"task{t}.var.npy", var)):
-            np.save(self.dir / name, a)
-            self._written.append(self.dir / name)
+    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, st: _SplitStages) -> None:
+        path = self.dir / f"task{task.index}.npz"
+        self._written.append(path)
+        with open(path, "wb") as fh:
+            np.savez(fh, **cast(Any, st.spill(task, noisy, var)))
 
-    def get(self, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
-        t = task.index
-        return np.load(self.dir / f"task{t}.noisy.npy"), np.load(self.dir / f"task{t}.var.npy")
+    def get(self, task: subtrees.SubtreeTask, st: _SplitStages) -> tuple[np.ndarray, np.ndarray]:
+        path = self.dir / f"task{task.index}.npz"
+        with np.load(path, allow_pickle=False) as f:
+            state = {k: f[k] for k in f.files}
+        path.unlink()  # read once: free the disk as the pass down goes
+        return st.unspill(task, state)
 
     def close(self) -> None:
         """Remove what was written (the temporary folder with it)."""
@@ -953,14 +969,15 @@ class _MemoryStore:
         # per_level: one variance per node; marginals: one per rotated column
         self.var = np.full((n, n_cells) if per_cell else n, np.inf)
 
-    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
+    def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, st: _SplitStages | None = None
+            ) -> None:
         nodes = task.nodes
         if noisy.dtype != self.noisy.dtype:
             self.noisy = self.noisy.astype(np.result_type(self.noisy.dtype, noisy.dtype))
         self.noisy[nodes] = noisy
         self.var[nodes] = var
 
-    def get(self, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, task: subtrees.SubtreeTask, st: _SplitStages | None = None) -> tuple[np.ndarray, np.ndarray]:
         return self.noisy[task.nodes], self.var[task.nodes]
 
     def close(self) -> None:
@@ -997,9 +1014,14 @@ class _SplitStages:
     two-pass BLUE over ``(n, k)``), then rotates each part back."""
 
     def __init__(self, r: Resolved, part: subtrees.Partition, step: PostProcessor | None,
-                 tail: list[PostProcessor], n_cells: int, *, total: float, key: NoiseKey, check_counts: Any) -> None:
+                 tail: list[PostProcessor], n_cells: int, *, total: float, key: NoiseKey, check_counts: Any,
+                 spills: bool = False) -> None:
         self.r, self.part, self.step, self.tail, self.n_cells = r, part, step, tail, n_cells
         self.key, self.check_counts = key, check_counts
+        #: whether tasks' measurements are spilled between the passes (:meth:`spill`): then
+        #: ``marginals`` keeps each task's noisy marginals, their compact form, until spilled
+        self.spills = spills
+        self._draws: dict[int, dict[tuple[int, int], np.ndarray]] = {}
         self.tree = tree = part.tree
         self.inv = inv = r.invariants if r.invariant_names else None
         self.marg = marg = isinstance(r.plan, Marginals)
@@ -1046,7 +1068,13 @@ class _SplitStages:
         tree, key, inv = self.tree, self.key, self.inv
         inv_rows = None if inv is None else inv[task.nodes]
         some = inv_rows is not None and bool(inv_rows.any())
-        if self.des is not None:
+        if self.des is not None and self.spills and task.index >= 0:
+            depth = tree.internal.depth[task.nodes]
+            draws = self.mplan.draw_marginals(self.des, depth, vals, task.nodes, key)
+            exact = vals.reshape(task.n_nodes, -1)[cast(np.ndarray, inv_rows)] if some else None
+            noisy, var = self.mplan.rotated_from_draws(self.des, depth, draws, inv_rows if some else None, exact)
+            self._draws[task.index] = draws
+        elif self.des is not None:
             noisy, var = self.mplan.measure_rotated(self.des, tree.internal.depth[task.nodes], vals, task.nodes, key,
                                                     inv_rows if some else None)
         else:
@@ -1056,6 +1084,44 @@ class _SplitStages:
         if some:
             self.exact[task.index] = vals[cast(np.ndarray, inv_rows)]
         return noisy, var
+
+    def spill(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> dict[str, np.ndarray]:
+        """The task's measurements (:meth:`up`'s ``noisy``, ``var``) in the smallest form
+        that gives them back bit for bit (:meth:`unspill`), to wait on disk between the
+        passes: for ``marginals`` the noisy marginals themselves (about 1.3 values per
+        node-cell on the census strategy instead of the rotated values and variances, 16 B
+        per node-cell), integers stored in the narrowest type that holds them (1-2 B for
+        a block's noisy counts); for ``per_level`` the noisy values narrowed likewise. All
+        of it is noisy; the invariant rows' exact counts travel separately (``exact``).
+        The whole US of the census shape spilled 273 GB before (16 B per node-cell) and
+        filled this machine's disk."""
+        draws = self._draws.pop(task.index, None)
+        if self.marg and draws is not None:
+            out = {f"draw_{d}_{j}": _narrowest(a) for (d, j), a in draws.items()}
+            out["spill_form"] = np.array("draws")
+            return out
+        return {"spill_form": np.array("values"), "noisy": _narrowest(noisy), "noisy_dtype": np.array(noisy.dtype.str),
+                "var": var}
+
+    def unspill(self, task: subtrees.SubtreeTask, state: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`spill`'s arrays back to the task's ``noisy`` and ``var``, bit for bit
+        (invariant rows: from ``exact[task.index]``, set before this is called)."""
+        form = str(state["spill_form"]) if "spill_form" in state else "values"
+        if form == "draws":
+            draws = {}
+            for name, a in state.items():
+                if name.startswith("draw_"):
+                    _, d, j = name.split("_")
+                    draws[(int(d), int(j))] = a
+            inv_rows = None if self.inv is None else self.inv[task.nodes]
+            some = inv_rows is not None and bool(inv_rows.any())
+            return self.mplan.rotated_from_draws(cast(MarginalsDesign, self.des), self.tree.internal.depth[task.nodes],
+                                                 draws, inv_rows if some else None,
+                                                 self.exact.get(task.index) if some else None)
+        noisy = state["noisy"]
+        if "noisy_dtype" in state:
+            noisy = noisy.astype(np.dtype(str(state["noisy_dtype"])), copy=False)
+        return noisy, state["var"]
 
     def up(self, task: subtrees.SubtreeTask, counts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                    np.ndarray | None, np.ndarray | None]:
@@ -1220,14 +1286,15 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     in this thread, in task order); returns the plan's spends, levels and info as
     :class:`~hierdp.measurements.Measurements` without values. The numbers do not depend
     on ``workers``: the noise is keyed per node and each task's steps are its own."""
-    st = _SplitStages(r, part, step, tail, n_cells, total=total, key=key, check_counts=check_counts)
+    st = _SplitStages(r, part, step, tail, n_cells, total=total, key=key, check_counts=check_counts,
+                      spills=isinstance(store, _DiskStore))
     z_all: list[np.ndarray] = []
     u_all: list[np.ndarray] = []
     root_counts: list[np.ndarray] = []
 
     def up(task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         noisy, var, roots_vals, z, u = st.up(task, counts_of(task))
-        store.put(task, noisy, var)
+        store.put(task, noisy, var, st)
         return roots_vals, z, u
 
     for roots_vals, z, u in _in_order(up, part.tasks(), workers):  # measure, then the pass up
@@ -1238,7 +1305,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     top = _top_task(part)
     roots_vals = np.concatenate(root_counts)
     tnoisy, tvar = st.top_measured(top, counts_of(top) if top.n_nodes else None, roots_vals)
-    if top.n_nodes:
+    if top.n_nodes and isinstance(store, _MemoryStore):  # the disk store holds tasks only (the top stays here)
         store.put(top, tnoisy, tvar)
     del roots_vals, root_counts
     sol = st.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None, np.concatenate(u_all) if u_all else None)
@@ -1249,7 +1316,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
 
     def down(task_first: tuple[subtrees.SubtreeTask, int]) -> tuple[subtrees.SubtreeTask, Estimate, Measurements]:
         task, first = task_first
-        noisy, var = store.get(task)
+        noisy, var = store.get(task, st)
         m = task.roots.size if st.gls else 0
         return task, *st.down(task, noisy, var, sol.x_roots[first:first + m], sol.v_roots[first:first + m],
                               [f[first:first + m] for f in sol.fixed])

@@ -518,7 +518,8 @@ def _executor_stages(token: str, build: tuple[Any, ...]) -> Any:
     stages = _EXECUTOR_STAGES.get(token)
     if stages is None:
         r, part, step, tail, n_cells, total, exported = build
-        stages = pl._SplitStages(r, part, step, tail, n_cells, total=total, key=exported.key(), check_counts=True)
+        stages = pl._SplitStages(r, part, step, tail, n_cells, total=total, key=exported.key(), check_counts=True,
+                                 spills=True)
         _EXECUTOR_STAGES.clear()
         _EXECUTOR_STAGES[token] = stages
     return stages
@@ -636,7 +637,7 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
         noisy, var, roots_vals, z, u = stages.up(task, vals)
         exact = stages.exact.pop(t, None)
         return pd.DataFrame({"task": [t], "roots": [_npz(roots=roots_vals, z=z, u=u)],
-                             "state": [_npz(noisy=noisy, var=var, exact=exact)]})
+                             "state": [_npz(**stages.spill(task, noisy, var), exact=exact)]})
 
     measured = (counts.where(F.col("task") >= 0).unionByName(every_task).groupBy("task")
                 .applyInPandas(up, "task long, roots binary, state binary").localCheckpoint(eager=True))
@@ -687,7 +688,8 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
         state, solution = _unnpz(rows["state"].iloc[0]), _unnpz(rows["solution"].iloc[0])
         if "exact" in state:
             stages.exact[t] = state["exact"]
-        est, _ = stages.down(task, state["noisy"], state["var"], solution["x"], solution["v"],
+        noisy, var = stages.unspill(task, state)
+        est, _ = stages.down(task, noisy, var, solution["x"], solution["v"],
                              [solution[f"fixed{j}"] for j in range(n_fixed)])
         stages.exact.pop(t, None)
         table = ooc._part_table(tree, task, est, cells, n_cells, dense, std)

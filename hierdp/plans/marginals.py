@@ -459,10 +459,50 @@ class Marginals(Plan):
         ``g``, ``c``) only (:mod:`hierdp.keyed_noise`), so measuring the nodes task by task,
         in any order and on any thread count, draws the noise the whole tree's measurement
         draws, bit for bit. One vectorised pass per level present."""
+        draws = self.draw_marginals(design, depth, values, ids, key)
+        exact = None
+        if invariants is not None and invariants.any():
+            exact = values.reshape(values.shape[0], design.k)[invariants]
+        return self.rotated_from_draws(design, depth, draws, invariants, exact)
+
+    def draw_marginals(self, design: MarginalsDesign, depth: np.ndarray, values: np.ndarray, ids: np.ndarray,
+                       key: NoiseKey) -> dict[tuple[int, int], np.ndarray]:
+        """The noisy marginals of any set of nodes (as :meth:`measure_rotated`): ``{(depth,
+        j): noisy}``, marginal ``j`` of that level's strategy at the rows of that depth, in
+        row order, shaped ``(rows, kept dimensions...)``. Integers for an integer mechanism:
+        the compact form a split release spills between its passes (about 1.3 values per
+        node-cell on the census strategy, small ones), from which
+        :meth:`rotated_from_draws` gives back the rotated measurements bit for bit."""
         sizes, k = design.sizes, design.k
         mech = self.mechanism
         m = values.shape[0]
         vals = values.reshape(m, k)
+        out: dict[tuple[int, int], np.ndarray] = {}
+        for d, lvd in enumerate(design.per_depth):
+            if lvd is None:
+                continue
+            rows = np.flatnonzero(depth == d)
+            if rows.size == 0:
+                continue
+            n_d = rows.size
+            Xc = vals[rows].reshape((n_d,) + sizes)
+            for j, (summed, budget, _var_m, measurement) in enumerate(lvd.marginals):
+                true_m = Xc.sum(axis=tuple(1 + i for i in summed)) if summed else Xc
+                flat_m = np.ascontiguousarray(true_m).reshape(n_d, -1)
+                noisy_m = mech.sample_keyed(flat_m, budget, design.sensitivity, key, ids[rows], measurement)
+                out[(d, j)] = np.asarray(noisy_m).reshape(true_m.shape)
+        return out
+
+    def rotated_from_draws(self, design: MarginalsDesign, depth: np.ndarray,
+                           draws: Mapping[tuple[int, int], np.ndarray], invariants: np.ndarray | None = None,
+                           exact: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The rotated measurements ``z`` and variances of :meth:`measure_rotated` from the
+        noisy marginals :meth:`draw_marginals` drew (any integer dtype holding the same
+        values gives the same bits) and, for the ``invariants`` rows, their true counts
+        ``exact`` ``(rows, k)``. Post-processing of noisy values and public structure, apart
+        from the invariants, which are published exactly anyway."""
+        sizes, k = design.sizes, design.k
+        m = depth.shape[0]
         z = np.zeros((m, k))
         zvar = np.full((m, k), np.inf)
         for d, lvd in enumerate(design.per_depth):
@@ -472,25 +512,22 @@ class Marginals(Plan):
             if rows.size == 0:
                 continue
             n_d = rows.size
-            Xc = vals[rows].reshape((n_d,) + sizes)
             rhs = np.zeros((n_d,) + sizes)
-            for summed, budget, var_m, measurement in lvd.marginals:
-                true_m = Xc.sum(axis=tuple(1 + i for i in summed)) if summed else Xc
-                flat_m = np.ascontiguousarray(true_m).reshape(n_d, -1)
-                noisy_m = mech.sample_keyed(flat_m, budget, design.sensitivity, key, ids[rows], measurement)
-                noisy_m = np.asarray(noisy_m).reshape(true_m.shape)
+            for j, (summed, _budget, var_m, _measurement) in enumerate(lvd.marginals):
+                noisy_m = draws[(d, j)]
                 rhs += np.expand_dims(np.asarray(noisy_m, dtype=np.float64), tuple(1 + i for i in summed)) / var_m
             zt = _apply(rhs, "fwd").reshape(n_d, k)
             lam_f = lvd.lam
             z[rows] = np.where(lam_f > 0, zt / np.where(lam_f > 0, lam_f, 1.0), 0.0)
             zvar[rows] = lvd.inv_lam
         if invariants is not None and invariants.any():
+            if exact is None:
+                raise ValueError("rotated_from_draws: invariant rows need their exact counts")
             if design.totals_only:   # rotated column 0 is the node total / sqrt(k): exact
-                z[invariants, 0] = vals[invariants].astype(np.float64).sum(axis=1) / math.sqrt(k)
+                z[invariants, 0] = exact.astype(np.float64).sum(axis=1) / math.sqrt(k)
                 zvar[invariants, 0] = 0.0
             else:
-                z[invariants] = _apply(vals[invariants].astype(np.float64).reshape((-1,) + sizes),
-                                       "fwd").reshape(-1, k)
+                z[invariants] = _apply(exact.astype(np.float64).reshape((-1,) + sizes), "fwd").reshape(-1, k)
                 zvar[invariants] = 0.0
         return z, zvar
 

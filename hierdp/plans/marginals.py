@@ -48,7 +48,7 @@ estimate as independent measurements and misstate its variance).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -198,6 +198,16 @@ def _apply(a: np.ndarray, mode: str) -> np.ndarray:
     step = max(1, (1 << 18) // max(k, 1))  # about 2 MB of rows per piece
     threads.run_pieces(lambda r: helmert_rows(flat, out, dims, code, r[0], r[1]), threads.spans(n, step))
     return out.reshape(shape)
+
+
+def _levels_present(design: MarginalsDesign, depth: np.ndarray) -> Iterator[tuple[int, _LevelDesign, np.ndarray]]:
+    """``(depth, its design, its rows)`` for each measured level with rows among ``depth``."""
+    for d, lvd in enumerate(design.per_depth):
+        if lvd is None:
+            continue
+        rows = np.flatnonzero(depth == d)
+        if rows.size:
+            yield d, lvd, rows
 
 
 def _dims_key(dims: Any, where: str) -> tuple:
@@ -478,12 +488,7 @@ class Marginals(Plan):
         m = values.shape[0]
         vals = values.reshape(m, k)
         out: dict[tuple[int, int], np.ndarray] = {}
-        for d, lvd in enumerate(design.per_depth):
-            if lvd is None:
-                continue
-            rows = np.flatnonzero(depth == d)
-            if rows.size == 0:
-                continue
+        for d, lvd, rows in _levels_present(design, depth):
             n_d = rows.size
             Xc = vals[rows].reshape((n_d,) + sizes)
             for j, (summed, budget, _var_m, measurement) in enumerate(lvd.marginals):
@@ -505,12 +510,7 @@ class Marginals(Plan):
         m = depth.shape[0]
         z = np.zeros((m, k))
         zvar = np.full((m, k), np.inf)
-        for d, lvd in enumerate(design.per_depth):
-            if lvd is None:
-                continue
-            rows = np.flatnonzero(depth == d)
-            if rows.size == 0:
-                continue
+        for d, lvd, rows in _levels_present(design, depth):
             n_d = rows.size
             rhs = np.zeros((n_d,) + sizes)
             for j, (summed, _budget, var_m, _measurement) in enumerate(lvd.marginals):

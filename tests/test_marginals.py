@@ -322,6 +322,7 @@ def test_fast_helmert_transforms_match_the_matrices(monkeypatch, sizes, path):
     import hierdp.plans.marginals as pm
 
     monkeypatch.setattr(pm, "KERNEL_MIN", 1 << 40 if path == "numpy" else 0)
+    monkeypatch.setattr(pm, "_kernel_ready", lambda: False)
     rng = np.random.default_rng(0)
     a = rng.normal(size=(5,) + sizes) * 10.0 ** rng.integers(-2, 4, size=(5,) + sizes)
     H = [helmert(m) for m in sizes]
@@ -336,6 +337,7 @@ def test_helmert_kernel_gives_the_bits_of_the_numpy_passes(monkeypatch):
     split release mixes both, so they must agree to the last bit (not just closely)."""
     import hierdp.plans.marginals as pm
 
+    monkeypatch.setattr(pm, "_kernel_ready", lambda: False)
     rng = np.random.default_rng(1)
     for sizes in [(8, 2, 2, 63), (3, 1, 300), (63,), (5, 1, 4), (2, 2)]:
         a = rng.normal(size=(40,) + sizes) * 10.0 ** rng.integers(-3, 6, size=(40,) + sizes)
@@ -348,6 +350,28 @@ def test_helmert_kernel_gives_the_bits_of_the_numpy_passes(monkeypatch):
             by_kernel = pm._apply(a, mode)
             assert by_kernel.shape == a.shape
             assert np.array_equal(by_numpy.view(np.int64), by_kernel.view(np.int64)), (sizes, mode)
+
+
+def test_small_arrays_go_to_the_kernel_once_it_is_loaded(monkeypatch):
+    """Small arrays are rotated by numpy while the kernel is not compiled in this process (a
+    small release compiles nothing), by the kernel once it is (it is 4-12x faster warm)."""
+    import hierdp.plans.marginals as pm
+
+    calls = []
+    real = pm.helmert_rows
+    monkeypatch.setattr(pm, "helmert_rows", lambda *args: calls.append(args[3]) or real(*args))
+    a = np.random.default_rng(3).normal(size=(30, 8, 2, 2, 63))
+    assert a.size <= pm.KERNEL_MIN
+    monkeypatch.setattr(pm, "_kernel_ready", lambda: False)
+    by_numpy = pm._apply(a, "bwd")
+    assert calls == []
+    monkeypatch.setattr(pm, "_kernel_ready", lambda: True)
+    by_kernel = pm._apply(a, "bwd")
+    assert calls and set(calls) == {1}
+    assert np.array_equal(by_numpy, by_kernel)
+    real(np.zeros((1, 2)), np.zeros((1, 2)), np.array([2]), 0, 0, 1)
+    monkeypatch.undo()
+    assert pm._kernel_ready()
 
 
 def test_xarray_front_end_inherits_neighbours_invariants_and_marginals():

@@ -1068,15 +1068,13 @@ class _SplitStages:
         tree, key, inv = self.tree, self.key, self.inv
         inv_rows = None if inv is None else inv[task.nodes]
         some = inv_rows is not None and bool(inv_rows.any())
-        if self.des is not None and self.spills and task.index >= 0:
+        if self.des is not None:  # measure_rotated's two steps, the draws kept when they are spilled
             depth = tree.internal.depth[task.nodes]
             draws = self.mplan.draw_marginals(self.des, depth, vals, task.nodes, key)
             exact = vals.reshape(task.n_nodes, -1)[cast(np.ndarray, inv_rows)] if some else None
             noisy, var = self.mplan.rotated_from_draws(self.des, depth, draws, inv_rows if some else None, exact)
-            self._draws[task.index] = draws
-        elif self.des is not None:
-            noisy, var = self.mplan.measure_rotated(self.des, tree.internal.depth[task.nodes], vals, task.nodes, key,
-                                                    inv_rows if some else None)
+            if self.spills and task.index >= 0:
+                self._draws[task.index] = draws
         else:
             noisy, var = PL.measure_nodes(tree, vals, task.nodes, self.alloc, self.mech, self.sens, key)
             if some:

@@ -8,11 +8,14 @@ runs too) in three stages:
    way data come in), their measurement and the pass up; the task's state (noisy values,
    variances, the roots' ``(z, u)``) is spilled to the work folder;
 2. **top**, in memory: the levels above the split, solved from every root's ``(z, u)``;
-   the top part is written;
+   the top part is written, and the roots' values the pass down starts from go to the work
+   folder (one ``.npy`` per array, read back by each task's roots);
 3. **down**, per task on ``workers`` threads: the pass down (and top-down ``nonneg`` /
    ``round``) from the spilled state; the task's part is written.
 
-Memory is bounded by ``workers`` tasks (the largest) plus the top solve. With
+Memory is bounded by ``workers`` tasks (the largest) plus the top solve, which holds
+32 B per cell of the top part and the roots (:data:`hierdp.subtrees.TOP_HELD_BYTES_PER_NODE_CELL`)
+and one block of cells. With
 ``executor=`` a :class:`distributed.Client`, stages 1 and 3 run as Dask tasks on its
 cluster instead (the workers write the spills and parts; :mod:`hierdp._dask_tasks`).
 
@@ -83,6 +86,7 @@ from hierdp.keyed_noise import NoiseKey
 from hierdp.ledger import Ledger
 from hierdp.pipeline import (
     _reserve,
+    _RowsOnDisk,
     _settle_split,
     _split_setup,
     _SplitStages,
@@ -743,39 +747,55 @@ def release_to_dataset(
             t0 = time.perf_counter()
             top = _top_task(part)
             top_file = work / "top.npz"
+            top_names = ["x_roots", "v_roots"] + [f"fixed{j}" for j in range(len(tail))]
+
+            def keep(name: str, a: np.ndarray) -> _RowsOnDisk:
+                """One of the top's arrays over every root, to the work folder (atomically): the
+                pass down reads each task's roots from it, memory holds none of it whole."""
+                path = work / f"top-{name}.npy"
+                with _atomic(path, "the top's state") as tmp:
+                    _RowsOnDisk.write(tmp, a)
+                return _RowsOnDisk(path)
+
             if "top" not in journal:
-                z_all, u_all, roots_all = [], [], []
+                roots_all = []
+                zu: list[np.ndarray] = []  # every root's (z, u), filled in place: one copy, handed to the top
+                at = 0
                 for t in range(part.n_tasks):
                     with np.load(spill_of(t)) as f:
                         roots_all.append(f["roots"])
                         if stages.gls:
-                            z_all.append(f["z"])
-                            u_all.append(f["u"])
+                            z, u = f["z"], f["u"]
+                            if not zu:
+                                zu = [np.empty((part.roots.size,) + z.shape[1:], z.dtype),
+                                      np.empty((part.roots.size,) + u.shape[1:], u.dtype)]
+                            zu[0][at:at + z.shape[0]], zu[1][at:at + z.shape[0]] = z, u
+                            at += z.shape[0]
+                            del z, u
                 top_counts = counts_of(top) if top.n_nodes else None
                 if runner is not None:  # on Dask, counts_of may give a future: the top is solved here
                     top_counts = runner.value(top_counts)
                 tnoisy, tvar = stages.top_measured(top, top_counts, np.concatenate(roots_all))
                 del roots_all
-                sol = stages.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None,
-                                 np.concatenate(u_all) if u_all else None)
-                x_roots, v_roots, fixed = sol.x_roots, sol.v_roots, sol.fixed
-                del z_all, u_all
+                sol = stages.top(tnoisy, tvar, zu.pop(0) if zu else None, zu.pop(0) if zu else None, keep=keep)
+                for name, a in zip(top_names, [sol.x_roots, sol.v_roots, *sol.fixed]):
+                    if not isinstance(a, _RowsOnDisk):  # no GLS: the (empty) arrays the pass down slices
+                        keep(name, a)
                 if top.n_nodes:
                     est, _ = stages.finish_top(top, tnoisy, tvar, sol)
                     _write_part(out / part_name(-1), _part_table(tree, top, est, cells, n_cells, dense, std),
                                 ledger_json, ledger.release_id)
                     checkpoint()
+                del sol
                 stages.exact.pop(-1, None)
-                with _atomic(top_file, "the top's state") as tmp:
-                    with open(tmp, "wb") as fh:
-                        state = {"x_roots": x_roots, "v_roots": v_roots,
-                                 **{f"fixed{j}": fx for j, fx in enumerate(fixed)}}
-                        np.savez(fh, **cast(Any, state))
                 checkpoint()
                 journal.add("top")
-            with np.load(top_file) as f:
-                x_roots, v_roots = f["x_roots"], f["v_roots"]
-                fixed = [f[f"fixed{j}"] for j in range(len(tail))]
+            if top_file.exists():  # a work folder from before the top's arrays were kept one per file
+                with np.load(top_file) as f:
+                    x_roots, v_roots = f["x_roots"], f["v_roots"]
+                    fixed = [f[f"fixed{j}"] for j in range(len(tail))]
+            else:
+                x_roots, v_roots, *fixed = [_RowsOnDisk(work / f"top-{name}.npy") for name in top_names]
             times["top"] = time.perf_counter() - t0
 
             # ---- stage 3: pass down, top-down steps, the parts
@@ -813,6 +833,8 @@ def release_to_dataset(
             p.unlink(missing_ok=True)
         spill.rmdir()
         top_file.unlink(missing_ok=True)
+        for name in top_names:
+            (work / f"top-{name}.npy").unlink(missing_ok=True)
         _fsync_dir(work)
         cells_total = tree.n_nodes * n_cells
         total = time.perf_counter() - t_start

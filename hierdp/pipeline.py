@@ -951,12 +951,53 @@ class _DiskStore:
         path.unlink()  # read once: free the disk as the pass down goes
         return st.unspill(task, state)
 
+    def keep(self, name: str, a: np.ndarray) -> _RowsOnDisk:
+        """``a`` (the top stage's rows over every subtree root, noisy) stored until the pass
+        down reads it by task (:meth:`_SplitStages.top`'s ``keep``)."""
+        path = self.dir / f"top-{name}.npy"
+        self._written.append(path)
+        _RowsOnDisk.write(path, a)
+        return _RowsOnDisk(path)
+
     def close(self) -> None:
         """Remove what was written (the temporary folder with it)."""
         for path in self._written:
             path.unlink(missing_ok=True)
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+class _RowsOnDisk:
+    """A ``(rows, ...)`` array kept in a ``.npy`` file and read back by row ranges
+    (``a[i:j]``) with plain reads, not a mapping: memory holds only the rows read. The top
+    stage's arrays over every subtree root wait this way for the pass down, which needs a
+    task's roots only (the whole US of the census shape: 2.7 GB each)."""
+
+    def __init__(self, path: Path) -> None:
+        """The ``.npy`` file at ``path`` (written by :meth:`write`), not read yet."""
+        head = np.load(path, mmap_mode="r", allow_pickle=False)  # the header only: mapped, no page read
+        self.path, self.shape, self.dtype = Path(path), tuple(head.shape), head.dtype
+        self._offset = int(head.offset)
+        del head
+        self._row = int(np.prod(self.shape[1:], dtype=np.int64))
+
+    @staticmethod
+    def write(path: Path, a: np.ndarray) -> None:
+        """``a`` into a ``.npy`` file at ``path``."""
+        with open(path, "wb") as fh:
+            np.lib.format.write_array(fh, np.ascontiguousarray(a), allow_pickle=False)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __getitem__(self, s: slice) -> np.ndarray:
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise TypeError("rows on disk are read by a range of rows (a[i:j])")
+        i, j, _ = s.indices(self.shape[0])
+        n = max(j - i, 0)
+        out = np.fromfile(self.path, dtype=self.dtype, count=n * self._row,
+                          offset=self._offset + i * self._row * self.dtype.itemsize)
+        return out.reshape((n,) + tuple(self.shape[1:]))
 
 
 class _MemoryStore:
@@ -1163,31 +1204,52 @@ class _SplitStages:
             vc[mask] = 0.0
         return xc, vc
 
-    def top(self, tnoisy: np.ndarray, tvar: np.ndarray, z: np.ndarray | None, u: np.ndarray | None) -> _TopSolution:
+    def top(self, tnoisy: np.ndarray, tvar: np.ndarray, z: np.ndarray | None, u: np.ndarray | None, *,
+            keep: Callable[[str, np.ndarray], Any] | None = None) -> _TopSolution:
         """Stage 2, solving: the top part's GLS values and variances (cells) and its final
         values after the top-down steps (``None`` without a GLS), the roots' values and
         variances as the pass down takes them (``part.roots`` order; rotated columns for
-        ``marginals``) and, per top-down step, the roots' values each task is held to."""
+        ``marginals``) and, per top-down step, the roots' values each task is held to.
+
+        The roots' arrays are the bulk of it (``(roots, k)`` each). ``keep(name, a)``, when
+        given, stores one away (on disk) and returns what the pass down slices by root
+        instead (:class:`_RowsOnDisk`); ``z`` and ``u`` are dropped once solved. A caller
+        that hands ``z`` and ``u`` over without keeping references of its own (as
+        :func:`_run_split` does) then holds at most
+        :data:`~hierdp.subtrees.TOP_HELD_BYTES_PER_NODE_CELL` per cell of the top part and
+        the roots at any moment, plus one block of cells, the figure the split's memory
+        budget counts (the whole US of the census shape held three times that before)."""
         n_top = int(self.part.top.size)
         if not self.gls:
             return _TopSolution(None, None, None, np.zeros((0, self.n_cells)), np.zeros((0, 1)), [])
         tv = tvar.reshape(n_top, -1) if n_top else tvar
         x_top, v_top, x_roots, v_roots = self.engine.top(tnoisy.astype(np.float64), tv, cast(np.ndarray, z),
                                                          cast(np.ndarray, u))
+        del z, u  # solved: only the outputs from here on
         inv = self.inv
         if self.marg:
             x_top, v_top = self._cells(-1, None if inv is None else inv[self.part.top], x_top, v_top)
-        fixed: list[np.ndarray] = []
+        held_x: Any = x_roots if keep is None else keep("x_roots", x_roots)
+        held_v: Any = v_roots if keep is None else keep("v_roots", v_roots)
+        fixed: list[Any] = []
         final = x_top
         if self.down_steps is not None:  # the top-down steps: the top part first, then each task under its roots
-            xr, vr = x_roots, v_roots
             if self.marg:
                 xr, vr = Marginals.rotate_back(cast(MarginalsDesign, self.des), x_roots, v_roots)
                 if self._root_exact is not None and self._root_exact[0].any():
                     xr[self._root_exact[0]] = self._root_exact[1]
                     vr[self._root_exact[0]] = 0.0
-            final, fixed = self.down_steps.top(x_top, v_top, xr, vr, totals=self._totals2)
-        return _TopSolution(x_top, v_top, final, x_roots, v_roots, fixed)
+            else:
+                xr, vr = x_roots, v_roots
+            if keep is not None:  # kept on disk: the steps' copies are the only ones left
+                del x_roots, v_roots
+                x_top = final = x_top.copy()  # not a view holding the engine's whole output
+            handed = [xr, vr]  # handed over: down_steps.top drops them once it has its own copies
+            del xr, vr
+            final, fixed = self.down_steps.top(x_top, v_top, handed.pop(0), handed.pop(0), totals=self._totals2)
+            if keep is not None:
+                fixed = [keep(f"fixed{j}", fixed.pop(0)) for j in range(len(fixed))]
+        return _TopSolution(x_top, v_top, final, held_x, held_v, fixed)
 
     def finish_top(self, top: subtrees.SubtreeTask, tnoisy: np.ndarray, tvar: np.ndarray, sol: _TopSolution
                    ) -> tuple[Estimate, Measurements]:
@@ -1244,9 +1306,9 @@ class _TopSolution:
     x_top: np.ndarray | None
     v_top: np.ndarray | None
     final_top: np.ndarray | None
-    x_roots: np.ndarray
-    v_roots: np.ndarray
-    fixed: list[np.ndarray]
+    x_roots: Any  # an array, or _RowsOnDisk (read by row ranges)
+    v_roots: Any
+    fixed: list[Any]
 
 
 def _in_order(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
@@ -1286,28 +1348,33 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     on ``workers``: the noise is keyed per node and each task's steps are its own."""
     st = _SplitStages(r, part, step, tail, n_cells, total=total, key=key, check_counts=check_counts,
                       spills=isinstance(store, _DiskStore))
-    z_all: list[np.ndarray] = []
-    u_all: list[np.ndarray] = []
     root_counts: list[np.ndarray] = []
+    zu: list[np.ndarray] = []  # every root's (z, u), filled in place: one copy, handed to the top solve
 
     def up(task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         noisy, var, roots_vals, z, u = st.up(task, counts_of(task))
         store.put(task, noisy, var, st)
         return roots_vals, z, u
 
+    at = 0
     for roots_vals, z, u in _in_order(up, part.tasks(), workers):  # measure, then the pass up
         root_counts.append(roots_vals)
         if z is not None and u is not None:
-            z_all.append(z)
-            u_all.append(u)
+            if not zu:
+                zu = [np.empty((part.roots.size,) + z.shape[1:], z.dtype), np.empty((part.roots.size,) + u.shape[1:],
+                                                                                      u.dtype)]
+            zu[0][at:at + z.shape[0]] = z
+            zu[1][at:at + u.shape[0]] = u
+            at += z.shape[0]
+        del z, u
     top = _top_task(part)
     roots_vals = np.concatenate(root_counts)
     tnoisy, tvar = st.top_measured(top, counts_of(top) if top.n_nodes else None, roots_vals)
     if top.n_nodes and isinstance(store, _MemoryStore):  # the disk store holds tasks only (the top stays here)
         store.put(top, tnoisy, tvar)
     del roots_vals, root_counts
-    sol = st.top(tnoisy, tvar, np.concatenate(z_all) if z_all else None, np.concatenate(u_all) if u_all else None)
-    del z_all, u_all
+    keep = store.keep if isinstance(store, _DiskStore) else None
+    sol = st.top(tnoisy, tvar, zu.pop(0) if zu else None, zu.pop(0) if zu else None, keep=keep)
     if top.n_nodes:
         sink(top, *st.finish_top(top, tnoisy, tvar, sol))
     firsts = np.cumsum([0] + [task.roots.size if st.gls else 0 for task in part.tasks()])

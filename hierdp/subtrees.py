@@ -804,6 +804,9 @@ class SplitTopDown:
         vr = _per_node(v_roots, part.roots.size)
         vt = _per_node(v_top, nt) if nt else np.zeros((0,) + vr.shape[1:])
         v2 = np.concatenate((vt, vr))
+        # the inputs are in x2 and v2 now: a caller that handed them over (no reference of its
+        # own, as the split pipeline does) gets their memory back before the steps run
+        del x_top, v_top, x_roots, v_roots, vr, vt
         kb = part.top_block(k) if block is None else int(block)
         if kb < 1:
             raise DataError(f"the top-down steps' block must be a positive number of cells, got {block!r}")

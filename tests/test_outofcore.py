@@ -424,3 +424,36 @@ def test_a_torn_journal_line_and_a_busy_work_folder(tmp_path, prepared):
     assert _files(out) == prepared["files"]
     assert all(line in {"charged", "top", "done"} or line.split()[0] in {"up", "down"}
                for line in (work / "journal").read_text().splitlines())
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, prepared, monkeypatch):
+    """Stage 2 leaves the roots' arrays in the work folder, one ``.npy`` each, that the pass
+    down reads by task (memory holds none of them whole); a work folder stopped there by an
+    older version (one ``top.npz``) resumes to the same files; all of it goes at the end."""
+    out, work = _from_prepared(prepared, tmp_path, "top")
+    real_add = outofcore._Journal.add
+
+    def add(self, line):
+        real_add(self, line)
+        if line == "top":
+            raise _Stop
+
+    monkeypatch.setattr(outofcore._Journal, "add", add)
+    with pytest.raises(_Stop):
+        run(out, work, resume=True)
+    monkeypatch.undo()
+    kept = sorted(p.name for p in work.glob("top-*.npy"))
+    assert kept == ["top-fixed0.npy", "top-fixed1.npy", "top-v_roots.npy", "top-x_roots.npy"]
+    old = {p.stem[4:]: np.load(p) for p in work.glob("top-*.npy")}
+    assert old["x_roots"].shape[0] == TREE.level_nodes("county").size  # one row per subtree root
+    with open(work / "top.npz", "wb") as fh:  # the older form, then resumed by this version
+        np.savez(fh, **old)
+    for p in work.glob("top-*.npy"):
+        p.unlink()
+    run(out, work, resume=True)
+    assert _files(out) == prepared["files"]
+    assert not list(work.glob("top*"))

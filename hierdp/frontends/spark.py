@@ -648,8 +648,8 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
     if len(got) != part.n_tasks:  # pragma: no cover - every task is in every_task
         raise DataError("a subtree task went missing on Spark; run the release again")
     roots_vals = np.concatenate([g["roots"] for g in got])
-    z_all = np.concatenate([g["z"] for g in got]) if driver.gls else None
-    u_all = np.concatenate([g["u"] for g in got]) if driver.gls else None
+    # every root's (z, u), the tasks' pieces let go as they are joined; handed to the top solve, which drops them
+    zu = [np.concatenate([g.pop("z") for g in got]), np.concatenate([g.pop("u") for g in got])] if driver.gls else []
     top = pl._top_task(part)
     top_vals = None
     if top.n_nodes:
@@ -662,8 +662,8 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
         np.add.at(top_vals, np.searchsorted(part.top, ti.parent[part.roots]), roots_vals.reshape(-1, n_cells))
         top_vals = _sum_up(top_vals, top.parent, ti.depth[part.top])
     tnoisy, tvar = driver.top_measured(top, top_vals, roots_vals)
-    sol = driver.top(tnoisy, tvar, z_all, u_all)
-    del z_all, u_all, roots_vals, top_vals
+    sol = driver.top(tnoisy, tvar, zu.pop(0) if zu else None, zu.pop(0) if zu else None)
+    del roots_vals, top_vals
     if top.n_nodes:
         est, _ = driver.finish_top(top, tnoisy, tvar, sol)
         ooc._write_part(out / ooc.part_name(-1), ooc._part_table(tree, top, est, cells, n_cells, dense, std),

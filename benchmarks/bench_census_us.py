@@ -534,7 +534,15 @@ def main() -> None:
     ap.add_argument("--as-is", action="store_true",
                     help="keep hierdp's interpreted kernels for trees of <= 16,384 nodes (slow with 2,016 cells)")
     ap.add_argument("--profile", action="store_true", help="cProfile the run; top 25 by cumulative time")
+    ap.add_argument("--system-malloc", action="store_true",
+                    help="leave glibc's allocator as it is (by default freed memory is kept and reused, as the "
+                         "hierdp command does: hierdp._engine.malloc)")
     args = ap.parse_args()
+    if not args.system_malloc:
+        from hierdp._engine.malloc import keep_freed_memory
+
+        print(f"allocator: freed memory kept for reuse ({'on' if keep_freed_memory() else 'not glibc: as is'}; "
+              "--system-malloc to leave it)")
     if args.states is None and not args.us:
         ap.error("give --states (e.g. 56) or --us")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")

@@ -536,6 +536,9 @@ def _main(argv: Sequence[str] | None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help / --version exit 0, usage errors 2
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USER
+    from hierdp._engine.malloc import keep_freed_memory
+
+    keep_freed_memory()  # before numpy starts its threads; HIERDP_MALLOC=system leaves glibc as it is
     from hierdp import _load
 
     _load()  # the library, as `import hierdp` loads it (deferred while the arguments were parsed)

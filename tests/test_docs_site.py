@@ -3,7 +3,8 @@
 The site is built once per test session (``sphinx-build -W``, as ``.ci/lint-and-docs`` does,
 into a temporary folder; :func:`built_site`, shared with ``tests/test_docs_browser.py``);
 ``.ci/lint-and-docs`` runs these tests again on the site it built (``HIERDP_DOCS_SITE``), so
-they run in CI even where the test install lacks Sphinx.
+they run in CI even where the test install lacks Sphinx; where they ran already in CI's test
+run, it reuses that build (``HIERDP_DOCS_BUILD_INTO``) instead.
 The notebooks come executed (docs/_nbcache.py: the copies ``tests/test_notebooks.py``
 stored when current, else the build executes them), so every notebook page and the
 landing page carry at least one figure (an ``<img>`` or an inline ``<svg>``).
@@ -27,6 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 FIGURE = re.compile(r"<img\b|<svg\b", flags=re.I)
+#: with this variable naming a folder, :func:`built_site` builds the site there and keeps it,
+#: marked with :data:`BUILT_MARK` once the build passed; ``.ci/run`` sets it so that
+#: ``.ci/lint-and-docs`` reuses that site (and these tests' results) instead of building twice
+KEEP_ENV = "HIERDP_DOCS_BUILD_INTO"
+BUILT_MARK = ".built-by-tests"
 
 pytest.importorskip("sphinx")
 pytest.importorskip("myst_nb")
@@ -46,14 +52,20 @@ def built_site() -> Path:
         return site
     out = Path(tempfile.mkdtemp(prefix="hierdp-docs-site-"))
     atexit.register(shutil.rmtree, out, True)
+    keep = os.environ.get(KEEP_ENV)  # .ci/run: build where .ci/lint-and-docs looks, once
+    html = Path(keep).resolve() if keep else out / "html"
+    if keep:
+        shutil.rmtree(html, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-                          "-d", str(out / "doctrees"), str(DOCS), str(out / "html")],
+                          "-d", str(out / "doctrees"), str(DOCS), str(html)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     if run.returncode != 0:
         pytest.fail(f"the docs build failed ({run.returncode}):\n{run.stderr[-4000:]}")
-    return out / "html"
+    if keep:
+        (html / BUILT_MARK).write_text("sphinx-build -W: no warnings\n", encoding="utf-8")
+    return html
 
 
 @pytest.fixture(scope="module")

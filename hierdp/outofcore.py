@@ -63,6 +63,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -80,12 +81,14 @@ import pandas as pd
 
 from hierdp import subtrees
 from hierdp._dask_tasks import DaskStageRunner, is_dask_client
+from hierdp._engine.columns import ColumnsOnDisk
 from hierdp.errors import DataError, MissingDependencyError, NotForPublicationWarning
 from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
 from hierdp.keyed_noise import NoiseKey
 from hierdp.ledger import Ledger
 from hierdp.pipeline import (
     _reserve,
+    _RootCounts,
     _RowsOnDisk,
     _settle_split,
     _split_setup,
@@ -746,41 +749,52 @@ def release_to_dataset(
             # ---- stage 2: the top, in memory
             t0 = time.perf_counter()
             top = _top_task(part)
-            top_file = work / "top.npz"
+            top_file = work / "top.npz"  # the top's arrays in a work folder of version 0.x (read on resume)
+            top_dir = work / "top"  # the top's arrays over every root, in blocks of cells, once solved
             top_names = ["x_roots", "v_roots"] + [f"fixed{j}" for j in range(len(tail))]
 
-            def keep(name: str, a: np.ndarray) -> _RowsOnDisk:
-                """One of the top's arrays over every root, to the work folder (atomically): the
-                pass down reads each task's roots from it, memory holds none of it whole."""
-                path = work / f"top-{name}.npy"
-                with _atomic(path, "the top's state") as tmp:
-                    _RowsOnDisk.write(tmp, a)
-                return _RowsOnDisk(path)
-
             if "top" not in journal:
-                roots_all = []
-                zu: list[np.ndarray] = []  # every root's (z, u), filled in place: one copy, handed to the top
-                at = 0
-                for t in range(part.n_tasks):
-                    with np.load(spill_of(t)) as f:
-                        roots_all.append(f["roots"])
-                        if stages.gls:
-                            z, u = f["z"], f["u"]
-                            if not zu:
-                                zu = [np.empty((part.roots.size,) + z.shape[1:], z.dtype),
-                                      np.empty((part.roots.size,) + u.shape[1:], u.dtype)]
-                            zu[0][at:at + z.shape[0]], zu[1][at:at + z.shape[0]] = z, u
-                            at += z.shape[0]
-                            del z, u
-                top_counts = counts_of(top) if top.n_nodes else None
-                if runner is not None:  # on Dask, counts_of may give a future: the top is solved here
-                    top_counts = runner.value(top_counts)
-                tnoisy, tvar = stages.top_measured(top, top_counts, np.concatenate(roots_all))
-                del roots_all
-                sol = stages.top(tnoisy, tvar, zu.pop(0) if zu else None, zu.pop(0) if zu else None, keep=keep)
-                for name, a in zip(top_names, [sol.x_roots, sol.v_roots, *sol.fixed]):
-                    if not isinstance(a, _RowsOnDisk):  # no GLS: the (empty) arrays the pass down slices
-                        keep(name, a)
+                top_tmp = work / "top.partial"  # the same while the top is solved: renamed when done
+                for d in (top_tmp, top_dir):
+                    shutil.rmtree(d, ignore_errors=True)
+                top_tmp.mkdir(mode=0o700)
+                roots_all = _RootCounts(part.roots.size, n_cells)
+                zu: list[ColumnsOnDisk] = []  # every root's (z, u), on disk in blocks of cells
+                try:
+                    for t in range(part.n_tasks):
+                        with np.load(spill_of(t)) as f:
+                            roots_all.add(f["roots"])
+                            if stages.gls:
+                                z, u = f["z"], f["u"]
+                                if not zu:
+                                    zu = [stages.roots_columns(top_tmp, "z", z.shape[1]),
+                                          stages.roots_columns(top_tmp, "u", u.shape[1])]
+                                zu[0].append(z)
+                                zu[1].append(u)
+                                del z, u
+                    top_counts = counts_of(top) if top.n_nodes else None
+                    if runner is not None:  # on Dask, counts_of may give a future: the top is solved here
+                        top_counts = runner.value(top_counts)
+                    tnoisy, tvar = stages.top_measured(top, top_counts, roots_all.value())
+                    del roots_all
+                    if zu:
+                        zu[0].finish()
+                        zu[1].finish()
+                        sol = stages.top_on_disk(tnoisy, tvar, zu[0], zu[1], top_tmp)
+                        for a in [sol.x_roots, sol.v_roots, *sol.fixed]:
+                            a.save_layout()
+                            a.fsync()
+                    else:  # no GLS: nothing goes down from the top
+                        sol = stages.top(tnoisy, tvar, None, None)
+                    _fsync_dir(top_tmp)
+                except OSError as exc:
+                    if exc.errno == errno.ENOSPC or "No space left" in str(exc):
+                        raise _disk_full(top_tmp, "the top's state") from None
+                    raise
+                finally:
+                    for cols in zu:
+                        cols.close()
+                checkpoint()
                 if top.n_nodes:
                     est, _ = stages.finish_top(top, tnoisy, tvar, sol)
                     _write_part(out / part_name(-1), _part_table(tree, top, est, cells, n_cells, dense, std),
@@ -788,14 +802,23 @@ def release_to_dataset(
                     checkpoint()
                 del sol
                 stages.exact.pop(-1, None)
+                os.replace(top_tmp, top_dir)
+                _fsync_dir(work)
                 checkpoint()
                 journal.add("top")
+            x_roots: Any
+            v_roots: Any
+            fixed: list[Any]
             if top_file.exists():  # a work folder from before the top's arrays were kept one per file
                 with np.load(top_file) as f:
                     x_roots, v_roots = f["x_roots"], f["v_roots"]
                     fixed = [f[f"fixed{j}"] for j in range(len(tail))]
-            else:
+            elif (work / "top-x_roots.npy").exists():  # ... or one file per array, rows in order
                 x_roots, v_roots, *fixed = [_RowsOnDisk(work / f"top-{name}.npy") for name in top_names]
+            elif stages.gls:
+                x_roots, v_roots, *fixed = [ColumnsOnDisk.open(top_dir, name) for name in top_names]
+            else:
+                x_roots, v_roots, fixed = np.zeros((0, n_cells)), np.zeros((0, 1)), []
             times["top"] = time.perf_counter() - t0
 
             # ---- stage 3: pass down, top-down steps, the parts
@@ -835,6 +858,7 @@ def release_to_dataset(
         top_file.unlink(missing_ok=True)
         for name in top_names:
             (work / f"top-{name}.npy").unlink(missing_ok=True)
+        shutil.rmtree(top_dir, ignore_errors=True)
         _fsync_dir(work)
         cells_total = tree.n_nodes * n_cells
         total = time.perf_counter() - t_start

@@ -35,6 +35,7 @@ import numpy as np
 
 from hierdp import registry, rules, subtrees
 from hierdp._engine import threads as _threads
+from hierdp._engine.columns import ColumnsOnDisk, column_bounds
 from hierdp.accounting import Accountant, PrivacyLoss, structure_total
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
@@ -140,8 +141,7 @@ def _count_problem(tree: Tree, vals: np.ndarray, check: Any) -> str | None:
     if vals.dtype == bool or not vals.size:
         return None
     if vals.min() < 0:
-        return ("node counts must be non-negative; some are negative (values not shown: they are private). Pass "
-                "check_counts=False to release such values as given (the ledger says so)")
+        return _NEGATIVE_COUNTS
     if tree.n_leaves == tree.n_nodes:  # a lone root: nothing to add up
         return None
     agg = tree.aggregate(vals[tree.leaves])
@@ -150,9 +150,7 @@ def _count_problem(tree: Tree, vals: np.ndarray, check: Any) -> str | None:
     else:  # non-negative leaves: a sum's rounding error is relative to the sum itself
         off = not np.allclose(agg, vals, rtol=1e-9, atol=1e-12 * float(agg.max(initial=0.0)))
     if off:
-        return ("some internal nodes are not the sum of their leaves (values not shown: they are private); node "
-                "counts of a hierarchy add up: pass the leaf counts through tree.aggregate(...), or "
-                "check_counts=False to release the values as given (the ledger says so)")
+        return _COUNTS_DO_NOT_ADD_UP
     return None
 
 
@@ -856,6 +854,13 @@ def _chain_result(r: Resolved, step: PostProcessor | None, tail: list[PostProces
                                        info=dict(info or {})), steps)
 
 
+_NEGATIVE_COUNTS = ("node counts must be non-negative; some are negative (values not shown: they are private). "
+                    "Pass check_counts=False to release such values as given (the ledger says so)")
+_COUNTS_DO_NOT_ADD_UP = ("some internal nodes are not the sum of their leaves (values not shown: they are private); "
+                         "node counts of a hierarchy add up: pass the leaf counts through tree.aggregate(...), or "
+                         "check_counts=False to release the values as given (the ledger says so)")
+
+
 def _part_count_problem(parent: np.ndarray, vals: np.ndarray, check: Any) -> str | None:
     """:func:`_count_problem` for a part of the tree given as parent-first local ``parent``
     (-1: no parent inside): non-negative, and every node with children their sum (cell by
@@ -865,8 +870,7 @@ def _part_count_problem(parent: np.ndarray, vals: np.ndarray, check: Any) -> str
     if check is False or vals.dtype == bool or not vals.size:
         return None
     if vals.min() < 0:
-        return ("node counts must be non-negative; some are negative (values not shown: they are private). Pass "
-                "check_counts=False to release such values as given (the ledger says so)")
+        return _NEGATIVE_COUNTS
     inside = parent >= 0
     sums = np.zeros(vals.shape, dtype=np.float64 if np.issubdtype(vals.dtype, np.floating) else np.int64)
     rows = np.flatnonzero(inside)
@@ -890,9 +894,42 @@ def _part_count_problem(parent: np.ndarray, vals: np.ndarray, check: Any) -> str
     else:
         off = not np.allclose(got, want, rtol=1e-9, atol=1e-12 * float(np.abs(got).max(initial=0.0)))
     if off:
-        return ("some internal nodes are not the sum of their leaves (values not shown: they are private); node "
-                "counts of a hierarchy add up: pass the leaf counts through tree.aggregate(...), or "
-                "check_counts=False to release the values as given (the ledger says so)")
+        return _COUNTS_DO_NOT_ADD_UP
+    return None
+
+
+def _top_count_problem(parent: np.ndarray, vals: np.ndarray, roots_parent: np.ndarray, roots_vals: np.ndarray,
+                       check: Any) -> str | None:
+    """:func:`_part_count_problem` for the top part (``parent``, ``vals``) and the subtree
+    roots below it (each root's parent's position in the top part, and the roots' counts,
+    already checked by their tasks): the same rule and the same messages, without joining
+    the two (the roots' rows are not copied)."""
+    if check is not False and check is not True and check != "strict":
+        return _part_count_problem(parent, vals, check)
+    if check is False or vals.dtype == bool or not vals.size:
+        return None
+    if vals.min() < 0:
+        return _NEGATIVE_COUNTS
+    floating = np.issubdtype(vals.dtype, np.floating) or np.issubdtype(roots_vals.dtype, np.floating)
+    sums = np.zeros(vals.shape, dtype=np.float64 if floating else np.int64)
+    rows = np.flatnonzero(parent >= 0)
+    has = np.zeros(parent.size, dtype=bool)
+    for par, kids in ((parent[rows], vals[rows]), (roots_parent, roots_vals)):
+        if not par.size:
+            continue
+        if not np.all(par[1:] >= par[:-1]):  # grouped by parent for one reduceat (the roots are, in a tree's order)
+            o = np.argsort(par, kind="stable")
+            par, kids = par[o], kids[o]
+        starts = np.flatnonzero(np.r_[True, par[1:] != par[:-1]])
+        sums[par[starts]] += np.add.reduceat(kids, starts, axis=0, dtype=sums.dtype)
+        has[par] = True
+    got, want = sums[has], vals[has]
+    if not floating:
+        off = bool(np.any(got != want))
+    else:
+        off = not np.allclose(got, want, rtol=1e-9, atol=1e-12 * float(np.abs(got).max(initial=0.0)))
+    if off:
+        return _COUNTS_DO_NOT_ADD_UP
     return None
 
 
@@ -937,6 +974,7 @@ class _DiskStore:
         self.dir = Path(self._tmp.name if self._tmp is not None else os.fspath(cast(Any, workdir)))
         self.dir.mkdir(parents=True, exist_ok=True)
         self._written: list[Path] = []
+        self._columns: list[ColumnsOnDisk] = []
 
     def put(self, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray, st: _SplitStages) -> None:
         path = self.dir / f"task{task.index}.npz"
@@ -951,20 +989,52 @@ class _DiskStore:
         path.unlink()  # read once: free the disk as the pass down goes
         return st.unspill(task, state)
 
-    def keep(self, name: str, a: np.ndarray) -> _RowsOnDisk:
-        """``a`` (the top stage's rows over every subtree root, noisy) stored until the pass
-        down reads it by task (:meth:`_SplitStages.top`'s ``keep``)."""
-        path = self.dir / f"top-{name}.npy"
-        self._written.append(path)
-        _RowsOnDisk.write(path, a)
-        return _RowsOnDisk(path)
+    def track(self, cols: ColumnsOnDisk) -> ColumnsOnDisk:
+        """``cols`` (the top stage's arrays over every subtree root, noisy) removed with the
+        rest at :meth:`close`."""
+        self._columns.append(cols)
+        return cols
 
     def close(self) -> None:
         """Remove what was written (the temporary folder with it)."""
         for path in self._written:
             path.unlink(missing_ok=True)
+        for cols in self._columns:
+            cols.remove()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+class _RootCounts:
+    """The subtree roots' true counts, ``(roots, n_cells)`` in ``part.roots`` order, filled
+    in place task by task: one copy (a list joined at the end held two; the whole US of
+    the census shape: 1.4 GB each). Never written out of memory."""
+
+    def __init__(self, n_roots: int, n_cells: int) -> None:
+        self.n_roots, self.n_cells = int(n_roots), int(n_cells)
+        self._a: np.ndarray | None = None
+        self._at = 0
+
+    def add(self, rows: np.ndarray) -> None:
+        """The next task's roots' counts (its roots, in order)."""
+        rows = np.asarray(rows).reshape(len(rows), -1)
+        if self._a is None:
+            self._a = np.empty((self.n_roots, rows.shape[1]), rows.dtype)
+        elif not np.can_cast(rows.dtype, self._a.dtype, "safe"):  # a wider type from a later task
+            self._a = self._a.astype(np.result_type(self._a.dtype, rows.dtype))
+        self._a[self._at:self._at + rows.shape[0]] = rows
+        self._at += rows.shape[0]
+
+    def value(self) -> np.ndarray:
+        """Every root's counts (all tasks added)."""
+        if self._a is None:
+            return np.zeros((0, self.n_cells), np.int64)
+        return self._a[:self._at]
+
+
+#: the most the rotation back of the roots' values to cells works in at once (bytes;
+#: :meth:`_SplitStages.top_on_disk`)
+_ROTATE_BYTES = 256 << 20
 
 
 class _RowsOnDisk:
@@ -1188,11 +1258,13 @@ class _SplitStages:
         if inv is not None and self.r.cover == "total" and not self.exact_cells and self.tail:
             # node-total invariants: the top-down steps solve those nodes' cells jointly (as in memory)
             mask2 = np.concatenate((inv[part.top], inv[part.roots]))
-            self._totals2 = _exact_totals(mask2, np.concatenate((tvals, roots_vals))[mask2])
+            self._totals2 = _exact_totals(mask2, np.concatenate((tvals[inv[part.top]], roots_vals[inv[part.roots]])))
         if not top.n_nodes:
             return np.zeros((0, self.n_cells)), (np.zeros((0, self.n_cells)) if self.marg else np.zeros(0))
-        both = np.concatenate((top.parent, np.searchsorted(part.top, tree.internal.parent[part.roots])))
-        rules.enforce(_part_count_problem(both, np.concatenate((tvals, roots_vals)), self.check_counts), DataError)
+        # the top part's counts checked with its children among the roots, the roots' rows not
+        # copied (the whole US of the census shape: 1.4 GB each; each task checked its own)
+        roots_parent = np.searchsorted(part.top, tree.internal.parent[part.roots])
+        rules.enforce(_top_count_problem(top.parent, tvals, roots_parent, roots_vals, self.check_counts), DataError)
         return self.measured(top, tvals)
 
     def _cells(self, task_index: int, mask: np.ndarray | None, x: np.ndarray, xv: np.ndarray
@@ -1250,6 +1322,82 @@ class _SplitStages:
             if keep is not None:
                 fixed = [keep(f"fixed{j}", fixed.pop(0)) for j in range(len(fixed))]
         return _TopSolution(x_top, v_top, final, held_x, held_v, fixed)
+
+    def roots_columns(self, folder: Path, name: str, n_cols: int) -> ColumnsOnDisk:
+        """An array over every subtree root on disk in :meth:`top_on_disk`'s blocks of
+        cells (one column: variances shared by the cells)."""
+        k = self.n_cells
+        width = self.part.top_block(k, roots_on_disk=True) if n_cols > 1 else 1
+        return ColumnsOnDisk(folder, name, int(self.part.roots.size), column_bounds(n_cols, width))
+
+    def top_on_disk(self, tnoisy: np.ndarray, tvar: np.ndarray, z: ColumnsOnDisk, u: ColumnsOnDisk,
+                    folder: Path) -> _TopSolution:
+        """:meth:`top` with the roots' arrays on disk in ``folder``, in blocks of cells
+        (:class:`~hierdp._engine.columns.ColumnsOnDisk`, made by :meth:`roots_columns`):
+        ``z``/``u`` come in there (and are removed once solved), the roots' values,
+        variances and per-step values go out there for the pass down to read by task.
+        Memory holds the top part's arrays and one block of the roots' (the whole US of
+        the census shape: 5.7 GB held by :meth:`top`, about 1 GB here). The same numbers
+        as :meth:`top`: every cell is its own problem, in the solve and in the top-down
+        steps, and the rotation back to cells is one row at a time."""
+        made: list[ColumnsOnDisk] = []  # removed again if anything fails on the way
+        nr = int(self.part.roots.size)
+
+        def columns(name: str, bounds: list[int], dtype: Any = np.float64) -> ColumnsOnDisk:
+            made.append(ColumnsOnDisk(folder, name, nr, bounds, dtype))
+            return made[-1]
+
+        try:
+            return self._top_on_disk(tnoisy, tvar, z, u, columns)
+        except BaseException:
+            for cols in made:
+                cols.remove()
+            raise
+
+    def _top_on_disk(self, tnoisy: np.ndarray, tvar: np.ndarray, z: ColumnsOnDisk, u: ColumnsOnDisk,
+                     columns: Callable[..., ColumnsOnDisk]) -> _TopSolution:
+        nr = int(self.part.roots.size)
+        n_top = int(self.part.top.size)
+        tv = tvar.reshape(n_top, -1) if n_top else tvar
+        x_roots = columns("x_roots", z.bounds)
+        v_roots = columns("v_roots", u.bounds)
+        x_top, v_top = self.engine.top_on_disk(tnoisy.astype(np.float64), tv, z, u, x_roots, v_roots)
+        z.remove()
+        u.remove()
+        inv = self.inv
+        if self.marg:
+            x_top, v_top = self._cells(-1, None if inv is None else inv[self.part.top], x_top, v_top)
+        fixed: list[Any] = []
+        final = x_top
+        if self.down_steps is not None:
+            xr, vr = x_roots, v_roots
+            if self.marg:  # rotated back to cells a range of roots at a time, into the same blocks
+                des = cast(MarginalsDesign, self.des)
+                xr = columns("x_cells", z.bounds)
+                vr = columns("v_cells", z.bounds)
+                exact_at = exact_rows = None
+                if self._root_exact is not None and self._root_exact[0].any():
+                    exact_at, exact_rows = np.flatnonzero(self._root_exact[0]), self._root_exact[1]
+                step = max(1, _ROTATE_BYTES // max(8 * 8 * self.n_cells, 1))  # ~8 float64 arrays of a range
+                for i in range(0, nr, step):
+                    j = min(i + step, nr)
+                    xc, vc = Marginals.rotate_back(des, x_roots[i:j], v_roots[i:j])
+                    if exact_at is not None:
+                        a, b = np.searchsorted(exact_at, [i, j])
+                        xc[exact_at[a:b] - i] = cast(np.ndarray, exact_rows)[a:b]
+                        vc[exact_at[a:b] - i] = 0.0
+                    xr.append(xc)
+                    vr.append(vc)
+                    del xc, vc
+                xr.finish()
+                vr.finish()
+            final, fixed = self.down_steps.top_on_disk(
+                x_top, v_top, xr, vr, lambda j, dtype: columns(f"fixed{j}", z.bounds, dtype),
+                totals=self._totals2)
+            if self.marg:
+                xr.remove()
+                vr.remove()
+        return _TopSolution(x_top, v_top, final, x_roots, v_roots, fixed)
 
     def finish_top(self, top: subtrees.SubtreeTask, tnoisy: np.ndarray, tvar: np.ndarray, sol: _TopSolution
                    ) -> tuple[Estimate, Measurements]:
@@ -1348,8 +1496,11 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
     on ``workers``: the noise is keyed per node and each task's steps are its own."""
     st = _SplitStages(r, part, step, tail, n_cells, total=total, key=key, check_counts=check_counts,
                       spills=isinstance(store, _DiskStore))
-    root_counts: list[np.ndarray] = []
-    zu: list[np.ndarray] = []  # every root's (z, u), filled in place: one copy, handed to the top solve
+    root_counts = _RootCounts(part.roots.size, n_cells)
+    # every root's (z, u): filled in place in memory (one copy, handed to the top solve), or
+    # on disk in blocks of cells when the tasks spill (the top solve then reads a block at a time)
+    zu: list[Any] = []
+    on_disk = isinstance(store, _DiskStore)
 
     def up(task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         noisy, var, roots_vals, z, u = st.up(task, counts_of(task))
@@ -1358,23 +1509,37 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
 
     at = 0
     for roots_vals, z, u in _in_order(up, part.tasks(), workers):  # measure, then the pass up
-        root_counts.append(roots_vals)
+        root_counts.add(roots_vals)
+        del roots_vals
         if z is not None and u is not None:
             if not zu:
-                zu = [np.empty((part.roots.size,) + z.shape[1:], z.dtype), np.empty((part.roots.size,) + u.shape[1:],
-                                                                                      u.dtype)]
-            zu[0][at:at + z.shape[0]] = z
-            zu[1][at:at + u.shape[0]] = u
+                if on_disk:
+                    zu = [store.track(st.roots_columns(store.dir, "z", z.shape[1])),
+                          store.track(st.roots_columns(store.dir, "u", u.shape[1]))]
+                else:
+                    zu = [np.empty((part.roots.size,) + z.shape[1:], z.dtype),
+                          np.empty((part.roots.size,) + u.shape[1:], u.dtype)]
+            if on_disk:
+                zu[0].append(z)
+                zu[1].append(u)
+            else:
+                zu[0][at:at + z.shape[0]] = z
+                zu[1][at:at + u.shape[0]] = u
             at += z.shape[0]
         del z, u
     top = _top_task(part)
-    roots_vals = np.concatenate(root_counts)
-    tnoisy, tvar = st.top_measured(top, counts_of(top) if top.n_nodes else None, roots_vals)
+    tnoisy, tvar = st.top_measured(top, counts_of(top) if top.n_nodes else None, root_counts.value())
     if top.n_nodes and isinstance(store, _MemoryStore):  # the disk store holds tasks only (the top stays here)
         store.put(top, tnoisy, tvar)
-    del roots_vals, root_counts
-    keep = store.keep if isinstance(store, _DiskStore) else None
-    sol = st.top(tnoisy, tvar, zu.pop(0) if zu else None, zu.pop(0) if zu else None, keep=keep)
+    del root_counts
+    if on_disk and zu:
+        zu[0].finish()
+        zu[1].finish()
+        sol = st.top_on_disk(tnoisy, tvar, zu[0], zu[1], store.dir)
+        for a in [sol.x_roots, sol.v_roots, *sol.fixed]:
+            store.track(a)
+    else:
+        sol = st.top(tnoisy, tvar, zu.pop(0) if zu else None, zu.pop(0) if zu else None)
     if top.n_nodes:
         sink(top, *st.finish_top(top, tnoisy, tvar, sol))
     firsts = np.cumsum([0] + [task.roots.size if st.gls else 0 for task in part.tasks()])

@@ -47,13 +47,14 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hierdp._engine import tree_kernels as TK
+from hierdp._engine.columns import ColumnsOnDisk
 from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp.accounting import Spend
@@ -234,19 +235,22 @@ class Partition:
         one block's working set (:data:`BYTES_PER_NODE_CELL` per cell of :attr:`top_nodes`)."""
         return _top_bytes(int(self.top.size), int(self.roots.size), int(n_cells), int(block))
 
-    def top_block(self, n_cells: int) -> int:
+    def top_block(self, n_cells: int, *, roots_on_disk: bool = False) -> int:
         """Cells per block of the top solve (:meth:`SplitGLS.top`, :meth:`SplitTopDown.top`):
         all of them when their working set fits in :data:`TOP_BLOCK_BYTES` (and ``memory``),
         else as many as keep one block within :data:`TOP_BLOCK_BYTES` and within what the
         held arrays leave of ``memory``; at least 1. Every cell is its own tree problem, so
-        the block changes the memory, not the result."""
+        the block changes the memory, not the result. ``roots_on_disk``: the roots' arrays
+        wait on disk between blocks (:meth:`SplitGLS.top_on_disk`), so only the top part's
+        are held."""
         k = max(int(n_cells), 1)
         nt, nr = int(self.top.size), int(self.roots.size)
         budget = TOP_BLOCK_BYTES if self.memory is None else min(TOP_BLOCK_BYTES, self.memory)
         if _top_bytes(nt, nr, k, k) <= budget:
             return k
         if self.memory is not None:
-            budget = min(budget, self.memory - _top_bytes(nt, nr, k, 0))
+            held = nt * k * TOP_HELD_BYTES_PER_NODE_CELL if roots_on_disk else _top_bytes(nt, nr, k, 0)
+            budget = min(budget, self.memory - held)
         per_cell = max(self.top_nodes, 1) * BYTES_PER_NODE_CELL
         return int(min(max(budget // per_cell, 1), k))
 
@@ -541,10 +545,69 @@ class SplitGLS:
         whole. The result is the same bit for bit whatever the block (the kernel's one-cell
         path differs from the general one only in the stand-in leaves, which are dropped;
         ``tests/test_split_blocks.py`` holds blocks of 1, 5, 6 and all cells equal)."""
+        nt = self.part.top.size
+        k, kv = z.shape[1], u.shape[1]
+        frame = self._top_frame()
+        m = frame[3]
+        yt = np.asarray(y, dtype=np.float64).reshape(nt, k) if nt else np.zeros((0, k))
+        vt = np.asarray(var, dtype=np.float64).reshape(nt, kv) if nt else np.zeros((0, kv))
+        kb = self.part.top_block(k) if block is None else int(block)
+        if kb < 1:
+            raise DataError(f"the top solve's block must be a positive number of cells, got {block!r}")
+        x = np.empty((m, k))
+        xv = np.empty((m, kv))
+        for a in range(0, k, kb):
+            cols = np.arange(a, min(a + kb, k))
+            vcols = cols if kv > 1 else np.zeros(1, np.int64)
+            xb, xvb = self._top_block(frame, yt[:, cols], vt[:, vcols], z[:, cols], u[:, vcols])
+            w = cols.size
+            x[:, a:a + w] = xb
+            if kv > 1:
+                xv[:, a:a + w] = xvb
+            elif a == 0:  # shared variances: every block computes the same ones
+                xv[:] = xvb
+            del xb, xvb
+        return x[:nt], xv[:nt], x[nt:], xv[nt:]
+
+    def top_on_disk(self, y: np.ndarray | None, var: np.ndarray | None, z: ColumnsOnDisk, u: ColumnsOnDisk,
+                    x_roots: ColumnsOnDisk, v_roots: ColumnsOnDisk) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`top` with the roots' arrays on disk in blocks of columns: ``z``/``u`` read
+        a block at a time, the roots' values and variances written to ``x_roots`` and
+        ``v_roots`` (the same layouts; ``u``/``v_roots`` one column when the variances are
+        shared by the cells). Returns the top part's estimates and variances. The same
+        numbers as :meth:`top` with blocks of those columns; memory holds one block of
+        the roots, not all of them (the whole US of the census shape: 5.4 GB less)."""
+        nt = self.part.top.size
+        k, kv = z.n_cols, u.n_cols
+        frame = self._top_frame()
+        yt = np.asarray(y, dtype=np.float64).reshape(nt, k) if nt else np.zeros((0, k))
+        vt = np.asarray(var, dtype=np.float64).reshape(nt, kv) if nt else np.zeros((0, kv))
+        x_top = np.empty((nt, k))
+        v_top = np.empty((nt, kv))
+        shared = kv == 1 and k >= 1
+        u_shared = u.block(0) if shared else None
+        for b in range(z.n_blocks):
+            lo, hi = z.bounds[b], z.bounds[b + 1]
+            ub = u_shared if u_shared is not None else u.block(b)
+            vt_b = vt if shared else vt[:, lo:hi]
+            xb, xvb = self._top_block(frame, yt[:, lo:hi], vt_b, z.block(b), ub)
+            x_top[:, lo:hi] = xb[:nt]
+            x_roots.write_block(b, xb[nt:])
+            if not shared:
+                v_top[:, lo:hi] = xvb[:nt]
+                v_roots.write_block(b, xvb[nt:])
+            elif b == 0:
+                v_top[:] = xvb[:nt]
+                v_roots.write_block(0, xvb[nt:])
+            del xb, xvb
+        return x_top, v_top
+
+    def _top_frame(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The top solve's tree: the top part, the roots and two stand-in leaves per root
+        (:meth:`top`): parents, children counts, leaf counts and the real nodes' count."""
         part = self.part
         ti = part.tree.internal
         nt, nr = part.top.size, part.roots.size
-        k, kv = z.shape[1], u.shape[1]
         ids = np.concatenate((part.top, part.roots))  # parents first: every root's parent is in the top
         par_g = ti.parent[ids]
         m = ids.size
@@ -554,35 +617,28 @@ class SplitGLS:
         nch = np.bincount(parent[1:], minlength=parent.size).astype(np.int64)
         lc = np.ones(parent.size, np.int64)
         lc[:m] = ti.leafcount[ids]
-        yt = np.asarray(y, dtype=np.float64).reshape(nt, k) if nt else np.zeros((0, k))
-        vt = np.asarray(var, dtype=np.float64).reshape(nt, kv) if nt else np.zeros((0, kv))
-        kb = part.top_block(k) if block is None else int(block)
-        if kb < 1:
-            raise DataError(f"the top solve's block must be a positive number of cells, got {block!r}")
-        x = np.empty((m, k))
-        xv = np.empty((m, kv))
-        for a in range(0, k, kb):
-            cols = np.arange(a, min(a + kb, k))
-            vcols = cols if kv > 1 else np.zeros(1, np.int64)
-            yy = np.zeros((parent.size, cols.size))
-            vv = np.empty((parent.size, vcols.size))
-            yy[:nt] = yt[:, cols]
-            vv[:nt] = vt[:, vcols]
-            vv[nt:m] = np.inf
-            ub = u[:, vcols]
-            uninformed = np.isinf(ub)
-            yy[m::2] = z[:, cols]
-            vv[m::2] = np.where(uninformed, 1.0, ub)
-            vv[m + 1::2] = np.where(uninformed, np.inf, 0.0)
-            xb, xvb = _blue(parent, nch, lc, yy, vv)
-            w = cols.size
-            x[:, a:a + w] = xb[:m]
-            if kv > 1:
-                xv[:, a:a + w] = xvb[:m]
-            elif a == 0:  # shared variances: every block computes the same ones
-                xv[:] = xvb[:m]
-            del yy, vv, xb, xvb
-        return x[:nt], xv[:nt], x[nt:], xv[nt:]
+        return parent, nch, lc, m
+
+    def _top_block(self, frame: tuple[np.ndarray, np.ndarray, np.ndarray, int], yt: np.ndarray, vt: np.ndarray,
+                   z: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One block of cells of the top solve: the top part's ``yt``/``vt`` and the roots'
+        ``z``/``u`` of those cells (``vt``/``u`` one column when shared); the estimates and
+        variances of the top part and the roots, ``(nt + roots, width)``."""
+        parent, nch, lc, m = frame
+        nt = self.part.top.size
+        yy = np.zeros((parent.size, yt.shape[1]))
+        vv = np.empty((parent.size, vt.shape[1]))
+        yy[:nt] = yt
+        vv[:nt] = vt
+        vv[nt:m] = np.inf
+        uninformed = np.isinf(u)
+        yy[m::2] = z
+        vv[m::2] = np.where(uninformed, 1.0, u)
+        vv[m + 1::2] = np.where(uninformed, np.inf, 0.0)
+        del uninformed
+        xb, xvb = _blue(parent, nch, lc, yy, vv)
+        del yy, vv
+        return xb[:m], xvb[:m]
 
     def down(self, task: SubtreeTask, y: np.ndarray, var: np.ndarray, x_roots: np.ndarray,
              v_roots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -759,21 +815,21 @@ class SplitTopDown:
             outs.append(y)
         return y, outs
 
-    def _pinned(self, t2: Tree, x2: np.ndarray, v2: np.ndarray, totals: np.ndarray
-                ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    def _pinned(self, t2: Tree, rows_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], k: int,
+                totals: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
         """The invariant-total nodes of the top tree ``t2`` (``totals``: (n2,), NaN where a
         node's total is not exact; external order) and their cells after each step, solved
         over all cells at once (they couple through the totals:
-        :func:`hierdp.postprocessors._totals.solve_region`, the same call as in memory)."""
+        :func:`hierdp.postprocessors._totals.solve_region`, the same call as in memory).
+        ``rows_of(rows)``: those rows' values ``(n, k)`` and variances ``(n,)`` or ``(n, k)``."""
         fin = np.isfinite(totals)
         if not fin.any():
             return None
         ext_of = t2.to_internal(np.arange(t2.n_nodes))  # internal position -> external row
         reg, par_reg = TT.total_region(t2.internal.parent, fin[ext_of])
         rows = ext_of[reg]
-        k = x2.shape[1]
-        y = x2[rows]
-        var = np.broadcast_to(np.asarray(v2, dtype=np.float64)[rows].reshape(rows.size, -1), (rows.size, k))
+        y, v_rows = rows_of(rows)
+        var = np.broadcast_to(np.asarray(v_rows, dtype=np.float64).reshape(rows.size, -1), (rows.size, k))
         out: list[np.ndarray] = []
         for pp in self.tail:
             weighted = pp.name == "nonneg" or getattr(pp, "method", "") == "topdown"
@@ -794,10 +850,7 @@ class SplitTopDown:
         consistency check compares its residual with the block's largest root value,
         not all cells' (a residual of round-off size passes either way)."""
         part = self.part
-        par = part.tree.internal.parent
-        top_par = np.where(par[part.top] >= 0, np.searchsorted(part.top, par[part.top]), -1)
-        root_par = np.where(par[part.roots] >= 0, np.searchsorted(part.top, par[part.roots]), -1)
-        t2 = Tree.from_parent(np.concatenate((top_par, root_par)).astype(np.int64))
+        t2 = self._top_tree()
         k = x_roots.shape[1]
         nt = part.top.size
         x2 = np.concatenate((np.reshape(x_top, (nt, k)), np.reshape(x_roots, (part.roots.size, k))))
@@ -810,7 +863,8 @@ class SplitTopDown:
         kb = part.top_block(k) if block is None else int(block)
         if kb < 1:
             raise DataError(f"the top-down steps' block must be a positive number of cells, got {block!r}")
-        pin = None if totals is None else self._pinned(t2, x2, v2, np.asarray(totals, dtype=np.float64))
+        pin = None if totals is None else self._pinned(t2, lambda rows: (x2[rows], v2[rows]), k,
+                                                       np.asarray(totals, dtype=np.float64))
         last: np.ndarray | None = None
         outs: list[np.ndarray] = []
         for a in range(0, k, kb):
@@ -827,6 +881,66 @@ class SplitTopDown:
             lb, ob = self._run(t2, x2, v2, None, None, pin)
             return lb[:nt], [o[nt:] for o in ob]
         return last, outs
+
+    def _top_tree(self) -> Tree:
+        """The top part with the subtree roots as its leaves (external order: the top part,
+        then the roots)."""
+        part = self.part
+        par = part.tree.internal.parent
+        top_par = np.where(par[part.top] >= 0, np.searchsorted(part.top, par[part.top]), -1)
+        root_par = np.where(par[part.roots] >= 0, np.searchsorted(part.top, par[part.roots]), -1)
+        return Tree.from_parent(np.concatenate((top_par, root_par)).astype(np.int64))
+
+    def top_on_disk(self, x_top: np.ndarray, v_top: np.ndarray, x_roots: ColumnsOnDisk, v_roots: ColumnsOnDisk,
+                    out: Callable[[int, Any], ColumnsOnDisk], *, totals: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, list[ColumnsOnDisk]]:
+        """:meth:`top` with the roots' values and variances on disk in blocks of columns
+        (``v_roots`` one column when shared by the cells), each block of cells run alone
+        and each step's roots' values written to ``out(step, dtype)`` (the same layout as
+        ``x_roots``). The same numbers as :meth:`top` with blocks of those columns; memory
+        holds the top part and one block of the roots."""
+        part = self.part
+        t2 = self._top_tree()
+        k, nt = x_roots.n_cols, part.top.size
+        shared = v_roots.n_cols == 1  # one variance per node (as _per_node gives it to top())
+        if not shared and v_roots.bounds != x_roots.bounds:
+            raise ValueError("per-cell variances on disk need the values' blocks of columns")
+        vt = _per_node(v_top, nt) if nt else np.zeros((0,) if shared else (0, k))
+        x_top = np.reshape(x_top, (nt, k))
+        v_shared = np.concatenate((vt, v_roots.block(0)[:, 0])) if shared else None
+
+        def rows_of(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            above, below = rows < nt, rows >= nt
+            xs = np.empty((rows.size, k))
+            xs[above] = x_top[rows[above]]
+            if below.any():
+                xs[below] = x_roots.take(rows[below] - nt)
+            if v_shared is not None:
+                return xs, v_shared[rows]
+            vs = np.empty((rows.size, k))
+            vs[above] = vt[rows[above]]
+            if below.any():
+                vs[below] = v_roots.take(rows[below] - nt)
+            return xs, vs
+
+        pin = None if totals is None else self._pinned(t2, rows_of, k, np.asarray(totals, dtype=np.float64))
+        last: np.ndarray | None = None
+        outs: list[ColumnsOnDisk] = []
+        for b in range(x_roots.n_blocks):
+            lo, hi = x_roots.bounds[b], x_roots.bounds[b + 1]
+            xb = np.concatenate((x_top[:, lo:hi], x_roots.block(b)))
+            vb = v_shared if v_shared is not None else np.concatenate((vt[:, lo:hi], v_roots.block(b)))
+            pb = None if pin is None else (pin[0], [f[:, lo:hi] for f in pin[1]])
+            lb, ob = self._run(t2, xb, vb, None, None, pb)
+            del xb, vb
+            if last is None:
+                last = np.empty((nt, k), lb.dtype)
+                outs = [out(j, o.dtype) for j, o in enumerate(ob)]
+            last[:, lo:hi] = lb[:nt]
+            for o, o_b in zip(outs, ob, strict=True):
+                o.write_block(b, o_b[nt:])
+            del lb, ob
+        return (np.zeros((nt, k)) if last is None else last), outs
 
     def down(self, task: SubtreeTask, x: np.ndarray, xv: np.ndarray, fixed: list[np.ndarray]) -> np.ndarray:
         """The task's final values (``task.nodes`` order) given its roots' values per step."""

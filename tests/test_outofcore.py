@@ -431,9 +431,12 @@ class _Stop(Exception):
 
 
 def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, prepared, monkeypatch):
-    """Stage 2 leaves the roots' arrays in the work folder, one ``.npy`` each, that the pass
-    down reads by task (memory holds none of them whole); a work folder stopped there by an
-    older version (one ``top.npz``) resumes to the same files; all of it goes at the end."""
+    """Stage 2 leaves the roots' arrays in the work folder (``top/``: files of blocks of
+    cells with their layouts) that the pass down reads by task (memory holds none of them
+    whole); a work folder stopped there by an older version (one ``top.npz``, or one
+    ``top-NAME.npy`` per array) resumes to the same files; all of it goes at the end."""
+    from hierdp._engine.columns import ColumnsOnDisk
+
     out, work = _from_prepared(prepared, tmp_path, "top")
     real_add = outofcore._Journal.add
 
@@ -446,14 +449,23 @@ def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, 
     with pytest.raises(_Stop):
         run(out, work, resume=True)
     monkeypatch.undo()
-    kept = sorted(p.name for p in work.glob("top-*.npy"))
-    assert kept == ["top-fixed0.npy", "top-fixed1.npy", "top-v_roots.npy", "top-x_roots.npy"]
-    old = {p.stem[4:]: np.load(p) for p in work.glob("top-*.npy")}
-    assert old["x_roots"].shape[0] == TREE.level_nodes("county").size  # one row per subtree root
-    with open(work / "top.npz", "wb") as fh:  # the older form, then resumed by this version
+    names = ["fixed0", "fixed1", "v_roots", "x_roots"]
+    assert sorted(p.stem for p in (work / "top").glob("*.json")) == names
+    assert not (work / "top.partial").exists()
+    old = {name: ColumnsOnDisk.open(work / "top", name) for name in names}
+    old = {name: a[0:len(a)] for name, a in old.items()}
+    assert old["x_roots"].shape == (TREE.level_nodes("county").size, 2)  # one row per subtree root
+    out_b, work_b = tmp_path / "out-top-npy", tmp_path / "work-top-npy"
+    shutil.copytree(work, work_b)
+    shutil.copytree(out, out_b)  # the top part's own part is written before "top" is journalled
+    with open(work / "top.npz", "wb") as fh:  # the oldest form, then resumed by this version
         np.savez(fh, **old)
-    for p in work.glob("top-*.npy"):
-        p.unlink()
-    run(out, work, resume=True)
-    assert _files(out) == prepared["files"]
-    assert not list(work.glob("top*"))
+    for w in (work, work_b):
+        shutil.rmtree(w / "top")
+    for name, a in old.items():  # one .npy per array, rows in order
+        with open(work_b / f"top-{name}.npy", "wb") as fh:
+            np.save(fh, a)
+    for o, w in ((out, work), (out_b, work_b)):
+        run(o, w, resume=True)
+        assert _files(o) == prepared["files"]
+        assert not list(w.glob("top*"))

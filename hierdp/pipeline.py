@@ -1039,9 +1039,10 @@ _ROTATE_BYTES = 256 << 20
 
 class _RowsOnDisk:
     """A ``(rows, ...)`` array kept in a ``.npy`` file and read back by row ranges
-    (``a[i:j]``) with plain reads, not a mapping: memory holds only the rows read. The top
-    stage's arrays over every subtree root wait this way for the pass down, which needs a
-    task's roots only (the whole US of the census shape: 2.7 GB each)."""
+    (``a[i:j]``) with plain reads, not a mapping: memory holds only the rows read. An
+    out-of-core work folder of the previous version kept the top stage's arrays over every
+    subtree root this way (one file each); a resume still reads them. The top stage now
+    keeps them in blocks of cells (:class:`~hierdp._engine.columns.ColumnsOnDisk`)."""
 
     def __init__(self, path: Path) -> None:
         """The ``.npy`` file at ``path`` (written by :meth:`write`), not read yet."""
@@ -1276,21 +1277,21 @@ class _SplitStages:
             vc[mask] = 0.0
         return xc, vc
 
-    def top(self, tnoisy: np.ndarray, tvar: np.ndarray, z: np.ndarray | None, u: np.ndarray | None, *,
-            keep: Callable[[str, np.ndarray], Any] | None = None) -> _TopSolution:
-        """Stage 2, solving: the top part's GLS values and variances (cells) and its final
-        values after the top-down steps (``None`` without a GLS), the roots' values and
-        variances as the pass down takes them (``part.roots`` order; rotated columns for
-        ``marginals``) and, per top-down step, the roots' values each task is held to.
+    def top(self, tnoisy: np.ndarray, tvar: np.ndarray, z: np.ndarray | None, u: np.ndarray | None
+            ) -> _TopSolution:
+        """Stage 2, solving, in memory: the top part's GLS values and variances (cells) and
+        its final values after the top-down steps (``None`` without a GLS), the roots'
+        values and variances as the pass down takes them (``part.roots`` order; rotated
+        columns for ``marginals``) and, per top-down step, the roots' values each task is
+        held to.
 
-        The roots' arrays are the bulk of it (``(roots, k)`` each). ``keep(name, a)``, when
-        given, stores one away (on disk) and returns what the pass down slices by root
-        instead (:class:`_RowsOnDisk`); ``z`` and ``u`` are dropped once solved. A caller
-        that hands ``z`` and ``u`` over without keeping references of its own (as
-        :func:`_run_split` does) then holds at most
+        The roots' arrays are the bulk of it (``(roots, k)`` each); ``z`` and ``u`` are
+        dropped once solved. A caller that hands them over without keeping references of
+        its own (as :func:`_run_split` does) then holds at most
         :data:`~hierdp.subtrees.TOP_HELD_BYTES_PER_NODE_CELL` per cell of the top part and
         the roots at any moment, plus one block of cells, the figure the split's memory
-        budget counts (the whole US of the census shape held three times that before)."""
+        budget counts. A streamed release keeps the roots' arrays on disk instead
+        (:meth:`top_on_disk`)."""
         n_top = int(self.part.top.size)
         if not self.gls:
             return _TopSolution(None, None, None, np.zeros((0, self.n_cells)), np.zeros((0, 1)), [])
@@ -1301,8 +1302,6 @@ class _SplitStages:
         inv = self.inv
         if self.marg:
             x_top, v_top = self._cells(-1, None if inv is None else inv[self.part.top], x_top, v_top)
-        held_x: Any = x_roots if keep is None else keep("x_roots", x_roots)
-        held_v: Any = v_roots if keep is None else keep("v_roots", v_roots)
         fixed: list[Any] = []
         final = x_top
         if self.down_steps is not None:  # the top-down steps: the top part first, then each task under its roots
@@ -1313,15 +1312,10 @@ class _SplitStages:
                     vr[self._root_exact[0]] = 0.0
             else:
                 xr, vr = x_roots, v_roots
-            if keep is not None:  # kept on disk: the steps' copies are the only ones left
-                del x_roots, v_roots
-                x_top = final = x_top.copy()  # not a view holding the engine's whole output
             handed = [xr, vr]  # handed over: down_steps.top drops them once it has its own copies
             del xr, vr
             final, fixed = self.down_steps.top(x_top, v_top, handed.pop(0), handed.pop(0), totals=self._totals2)
-            if keep is not None:
-                fixed = [keep(f"fixed{j}", fixed.pop(0)) for j in range(len(fixed))]
-        return _TopSolution(x_top, v_top, final, held_x, held_v, fixed)
+        return _TopSolution(x_top, v_top, final, x_roots, v_roots, fixed)
 
     def roots_columns(self, folder: Path, name: str, n_cols: int) -> ColumnsOnDisk:
         """An array over every subtree root on disk in :meth:`top_on_disk`'s blocks of
@@ -1454,7 +1448,7 @@ class _TopSolution:
     x_top: np.ndarray | None
     v_top: np.ndarray | None
     final_top: np.ndarray | None
-    x_roots: Any  # an array, or _RowsOnDisk (read by row ranges)
+    x_roots: Any  # an array, or ColumnsOnDisk / _RowsOnDisk (read by row ranges)
     v_roots: Any
     fixed: list[Any]
 

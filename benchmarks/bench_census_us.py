@@ -62,11 +62,14 @@ Measured 2026-11-26 on the 2-core, 24 GB VM at load 10-18 (other jobs; wall time
   refused (top solve 256,437 nodes x 2,016 cells x 60 B = 31 GB), at County with 8 GiB
   refused (largest county subtree 84,845 nodes: 10.3 GB); the whole US per_level run
   would need ``--split County --memory 10GiB`` and ~55 x Alabama's CPU (~6,300 CPU s).
-* Since the top solve runs in blocks of cells (5.67 GB at Tract) and tasks have their own
-  budget: ``--us --plan marginals --memory 6GiB --task-memory 1GiB`` (964 tasks of at most
-  8,876 nodes). ``--states 06`` with those settings and ``--workers 2`` (California,
-  1.23e9 node-cells, 70 tasks): 366 s wall, 651 CPU s (247 in the kernel), 5.45 GiB, a
-  2.1 GB spill (docs/appendix/performance-log.md, "The 2020 census shape").
+* Since the top solve runs in blocks of cells and tasks have their own budget:
+  ``--us --plan marginals --memory 6GiB --task-memory 256MiB`` (3,986 tasks; the largest
+  tract subtree, 1,703 nodes, needs 196 MiB): **55.3 min wall, peak RSS 4.59 GiB** on the
+  quiet 2-core VM (5,875 user + 237 system CPU s; 44 GB spilled between the passes), with
+  the top stage's arrays on disk in blocks of cells. Smaller tasks are faster and smaller:
+  Wyoming took 28.5 / 21.9 / 19.8 s at 4.62 / 2.70 / 2.01 GiB with 1 GiB / 512 MiB /
+  256 MiB tasks. Alabama 63.6 s (1/52 of the US), California 235 s, 1.78 GiB
+  (docs/appendix/performance-log.md, "The 2020 census shape").
 """
 
 from __future__ import annotations

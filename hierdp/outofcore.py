@@ -7,15 +7,16 @@ runs too) in three stages:
 1. **up**, per task on ``workers`` threads: the task's counts (``counts_of(task)``, the only
    way data come in), their measurement and the pass up; the task's state (noisy values,
    variances, the roots' ``(z, u)``) is spilled to the work folder;
-2. **top**, in memory: the levels above the split, solved from every root's ``(z, u)``;
-   the top part is written, and the roots' values the pass down starts from go to the work
-   folder (one ``.npy`` per array, read back by each task's roots);
+2. **top**: the levels above the split, solved from every root's ``(z, u)``, the roots'
+   arrays on disk in blocks of cells (:class:`~hierdp._engine.columns.ColumnsOnDisk`:
+   solved in ``top.partial/``, renamed to ``top/`` when whole); the top part is written,
+   and the roots' values the pass down starts from are read back by each task's roots;
 3. **down**, per task on ``workers`` threads: the pass down (and top-down ``nonneg`` /
    ``round``) from the spilled state; the task's part is written.
 
-Memory is bounded by ``workers`` tasks (the largest) plus the top solve, which holds
-32 B per cell of the top part and the roots (:data:`hierdp.subtrees.TOP_HELD_BYTES_PER_NODE_CELL`)
-and one block of cells. With
+Memory is bounded by ``workers`` tasks (the largest) plus the top stage, which holds the
+top part's arrays, the roots' true counts (once) and one block of cells of the roots'
+(:meth:`hierdp.pipeline._SplitStages.top_on_disk`). With
 ``executor=`` a :class:`distributed.Client`, stages 1 and 3 run as Dask tasks on its
 cluster instead (the workers write the spills and parts; :mod:`hierdp._dask_tasks`).
 
@@ -746,14 +747,16 @@ def release_to_dataset(
             run("measure + pass up", [t for t in range(part.n_tasks) if f"up {t}" not in journal], up,
                 up_remote, finished("up"))
 
-            # ---- stage 2: the top, in memory
+            # ---- stage 2: the top, the roots' arrays on disk in blocks of cells
             t0 = time.perf_counter()
             top = _top_task(part)
-            top_file = work / "top.npz"  # the top's arrays in a work folder of version 0.x (read on resume)
+            top_file = work / "top.npz"  # the top's arrays in an older work folder (read on resume)
             top_dir = work / "top"  # the top's arrays over every root, in blocks of cells, once solved
             top_names = ["x_roots", "v_roots"] + [f"fixed{j}" for j in range(len(tail))]
 
-            if "top" not in journal:
+            kept = top_file.exists() or (work / "top-x_roots.npy").exists() or not stages.gls or all(
+                (top_dir / f"{name}.json").exists() for name in top_names)
+            if "top" not in journal or not kept:  # not done, or its arrays gone since: (re)solved, the same numbers
                 top_tmp = work / "top.partial"  # the same while the top is solved: renamed when done
                 for d in (top_tmp, top_dir):
                     shutil.rmtree(d, ignore_errors=True)

@@ -430,6 +430,29 @@ class _Stop(Exception):
     pass
 
 
+def test_a_work_folder_whose_top_arrays_went_missing_solves_the_top_again(tmp_path, prepared, monkeypatch):
+    """The journal says the top is done but ``top/`` is gone (deleted, or a folder copied
+    without it): the resume solves the top again from the spilled tasks (the same key, the
+    same numbers) instead of failing on a missing file."""
+    out, work = _from_prepared(prepared, tmp_path, "top-gone")
+    real_add = outofcore._Journal.add
+
+    def add(self, line):
+        real_add(self, line)
+        if line == "down 3":
+            raise _Stop
+
+    monkeypatch.setattr(outofcore._Journal, "add", add)
+    with pytest.raises(_Stop):
+        run(out, work, resume=True)
+    monkeypatch.undo()
+    assert "top" in (work / "journal").read_text().splitlines()
+    shutil.rmtree(work / "top")
+    run(out, work, resume=True)
+    assert _files(out) == prepared["files"]
+    assert not list(work.glob("top*"))
+
+
 def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, prepared, monkeypatch):
     """Stage 2 leaves the roots' arrays in the work folder (``top/``: files of blocks of
     cells with their layouts) that the pass down reads by task (memory holds none of them

@@ -424,7 +424,7 @@ def test_a_streamed_release_holds_one_block_of_the_top_stage_not_the_roots(tmp_p
         monkeypatch.setattr(pipeline, "_ROTATE_BYTES", 1 << 20)
         assert part.top_block(k, roots_on_disk=True) == 2
 
-        def run() -> None:
+        def run(vi: np.ndarray = vi, k: int = k, kw: dict[str, Any] = kw) -> None:
             release_by_subtree(t, lambda task: vi[task.nodes], lambda *a: None, split=split, n_cells=k,
                                workdir=tmp_path, epsilon=1.0, seed=3, **kw)
 

@@ -430,22 +430,27 @@ class _Stop(Exception):
     pass
 
 
-def test_a_work_folder_whose_top_arrays_went_missing_solves_the_top_again(tmp_path, prepared, monkeypatch):
-    """The journal says the top is done but ``top/`` is gone (deleted, or a folder copied
-    without it): the resume solves the top again from the spilled tasks (the same key, the
-    same numbers) instead of failing on a missing file."""
-    out, work = _from_prepared(prepared, tmp_path, "top-gone")
+def _run_until_journalled(out: Path, work: Path, line: str, monkeypatch) -> None:
+    """A resumed run stopped (``_Stop``) right after the journal takes ``line``."""
     real_add = outofcore._Journal.add
 
-    def add(self, line):
-        real_add(self, line)
-        if line == "down 3":
+    def add(self, done):
+        real_add(self, done)
+        if done == line:
             raise _Stop
 
     monkeypatch.setattr(outofcore._Journal, "add", add)
     with pytest.raises(_Stop):
         run(out, work, resume=True)
     monkeypatch.undo()
+
+
+def test_a_work_folder_whose_top_arrays_went_missing_solves_the_top_again(tmp_path, prepared, monkeypatch):
+    """The journal says the top is done but ``top/`` is gone (deleted, or a folder copied
+    without it): the resume solves the top again from the spilled tasks (the same key, the
+    same numbers) instead of failing on a missing file."""
+    out, work = _from_prepared(prepared, tmp_path, "top-gone")
+    _run_until_journalled(out, work, "down 3", monkeypatch)
     assert "top" in (work / "journal").read_text().splitlines()
     shutil.rmtree(work / "top")
     run(out, work, resume=True)
@@ -461,17 +466,7 @@ def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, 
     from hierdp._engine.columns import ColumnsOnDisk
 
     out, work = _from_prepared(prepared, tmp_path, "top")
-    real_add = outofcore._Journal.add
-
-    def add(self, line):
-        real_add(self, line)
-        if line == "top":
-            raise _Stop
-
-    monkeypatch.setattr(outofcore._Journal, "add", add)
-    with pytest.raises(_Stop):
-        run(out, work, resume=True)
-    monkeypatch.undo()
+    _run_until_journalled(out, work, "top", monkeypatch)
     names = ["fixed0", "fixed1", "v_roots", "x_roots"]
     assert sorted(p.stem for p in (work / "top").glob("*.json")) == names
     assert not (work / "top.partial").exists()

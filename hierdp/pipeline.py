@@ -36,6 +36,7 @@ import numpy as np
 from hierdp import registry, rules, subtrees
 from hierdp._engine import threads as _threads
 from hierdp._engine.columns import ColumnsOnDisk, column_bounds
+from hierdp._engine.jit import release_finished, reusing
 from hierdp.accounting import Accountant, PrivacyLoss, structure_total
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
@@ -707,9 +708,10 @@ def release(
     acc, decomposition = open_account(r, tree, structure)  # a private structure is paid first
     # charged from here on, whatever happens: a release refused after drawing noise is not free to retry
     ticket, session = _reserve(session, r)
-    meas = measure(r, tree, vals_internal, total=r.total - acc.total, rng=rng, key=noise_key(seed))
-    guarantee = account(r, acc, meas)
-    est = post_process(r, tree, meas, vals_internal[r.invariants] if r.invariant_names else None)
+    with reusing(seed is None):  # the secure key never repeats: the path taken cannot show in the values
+        meas = measure(r, tree, vals_internal, total=r.total - acc.total, rng=rng, key=noise_key(seed))
+        guarantee = account(r, acc, meas)
+        est = post_process(r, tree, meas, vals_internal[r.invariants] if r.invariant_names else None)
     ledger = build_ledger(r, tree, meas, guarantee, structure=structure, decomposition=decomposition, rng=rng)
     if check_counts is False:
         ledger.notes.append("node values released as given (check_counts=False): they were not checked to be "
@@ -719,6 +721,7 @@ def release(
     if seed is not None:
         warn(f"release with seed={seed}: reproducible randomness is for tests and benchmarks; the "
              "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning)
+    release_finished()  # later small releases of this process may take cached compiled kernels
     return ReleaseResult(
         tree=tree,
         estimate=external_estimate(tree, est),

@@ -15,6 +15,9 @@ temporary directory (per user) is used instead. Never site-packages.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import logging
 import os
 import sys
@@ -24,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["numba", "cache_dir", "preferred_cache_dir", "shared_kernels_tag", "notify_first_compile", "CACHE_ENV",
-           "SMALL_INPUT", "interpreted", "for_size", "COMPILE_SECONDS", "compile_logger", "compile_notice"]
+           "SMALL_INPUT", "REUSE", "interpreted", "for_size", "ready", "prefer_compiled", "release_finished",
+           "reusing",
+           "COMPILE_SECONDS", "compile_logger", "compile_notice"]
 
 CACHE_ENV = "HIERDP_CACHE_DIR"
 
@@ -133,6 +138,8 @@ class _FirstCompile(numba.core.event.Listener):
         self._lock = threading.Lock()
 
     def on_start(self, event: Any) -> None:
+        if getattr(_LOAD_ONLY, "on", False):  # ready(): the cache missed; compile nothing
+            raise _WouldCompile
         if self.done:
             return
         data = event.data if isinstance(event.data, dict) else {}
@@ -176,6 +183,92 @@ def notify_first_compile(callback):
 #: Inputs up to this many items run a kernel interpreted (see :func:`for_size`).
 SMALL_INPUT = 1 << 14
 
+#: Small inputs use a compiled kernel when it costs no compile (see :func:`ready`); False:
+#: always the numpy passes or the interpreted kernel (the test suite sets it to test those)
+REUSE = True
+
+_WARM = False
+_HERE: contextvars.ContextVar[bool] = contextvars.ContextVar("hierdp_reuse_kernels", default=False)
+_MISSED: set = set()
+_INDEXED: dict = {}
+_LOAD_ONLY = threading.local()
+
+
+class _WouldCompile(Exception):
+    """Raised inside numba, before it compiles, while :func:`ready` only asks the cache."""
+
+
+def release_finished() -> None:
+    """Note that a release has finished in this process: from now on small inputs take a
+    kernel from the on-disk cache when it is there (:func:`ready`). The first release of
+    a process loads nothing (about 0.3 s for a chain's kernels, more than a small release
+    costs); a process that releases again is one that will release many times."""
+    global _WARM
+    _WARM = True
+
+
+@contextlib.contextmanager
+def reusing(on: bool = True):
+    """While open (in this context; threads the code starts do not inherit it), small
+    inputs may take compiled kernels (:func:`ready`). A release opens it when its noise
+    comes from the secure key, which never repeats: the values of a seeded release, or
+    of a post-processor called directly, never depend on what the process ran before
+    (the numpy passes agree with the kernels only to round-off, and a rounding tie may
+    then go the other way)."""
+    token = _HERE.set(bool(on))
+    try:
+        yield
+    finally:
+        _HERE.reset(token)
+
+
+def _indexed(kernel) -> bool:
+    """Whether numba's on-disk cache holds some compiled version of ``kernel`` (read once
+    per process; False on any surprise from numba's cache, which is not public API)."""
+    hit = _INDEXED.get(kernel)
+    if hit is None:
+        try:
+            hit = bool(kernel._cache._cache_file._load_index())
+        except Exception:  # noqa: BLE001 - a numba without this internal: no reuse, never an error
+            hit = False
+        _INDEXED[kernel] = hit
+    return hit
+
+
+def prefer_compiled(*kernels) -> bool:
+    """Whether a small input should skip its numpy passes for ``kernels``: each is loaded in
+    this process already, or, after a first release (:func:`release_finished`), found in
+    the on-disk cache and not found missing before. The call itself then goes through
+    :func:`for_size`, which checks the exact signature (:func:`ready`)."""
+    if not (REUSE and _HERE.get()):
+        return False
+    return all(hasattr(k, "py_func") and (bool(k.overloads) or (_WARM and k not in _MISSED and _indexed(k)))
+               for k in kernels)
+
+
+def ready(kernel, *args) -> bool:
+    """Whether ``kernel`` can run compiled on ``args`` without compiling: its version for
+    these argument types is loaded in this process, or (after a first release,
+    :func:`release_finished`) numba's on-disk cache holds it, and it is loaded now. A
+    cache miss is remembered and never compiles: numba is stopped at its compile event
+    (:class:`_FirstCompile`), on this thread only."""
+    if not (REUSE and _HERE.get()) or not hasattr(kernel, "py_func"):
+        return False
+    sig = tuple(kernel.typeof_pyval(a) for a in args)
+    if sig in kernel.overloads:
+        return True
+    if not _WARM or kernel in _MISSED:
+        return False
+    _LOAD_ONLY.on = True
+    try:
+        kernel.compile(sig)
+    except _WouldCompile:
+        _MISSED.add(kernel)
+        return False
+    finally:
+        _LOAD_ONLY.on = False
+    return True
+
 
 def interpreted(kernel):
     """The plain-Python version of a numba kernel: its ``py_func`` with every other numba
@@ -218,8 +311,16 @@ _NAMESPACES: dict[int, dict] = {}
 
 
 def for_size(kernel, n: int):
-    """``kernel`` itself, or :func:`interpreted` ``(kernel)`` for inputs of at most
-    :data:`SMALL_INPUT` items. A small input costs milliseconds interpreted, while
-    compiling a kernel costs 0.5-1.5 s on a fresh install and loading it from the cache
-    0.1-0.3 s: small releases (the demo) then start in about a second, cold or warm."""
-    return interpreted(kernel) if n <= SMALL_INPUT and hasattr(kernel, "py_func") else kernel
+    """``kernel`` itself, or for inputs of at most :data:`SMALL_INPUT` items a callable
+    that runs ``kernel`` compiled when that costs no compile (:func:`ready`: loaded, or
+    in the on-disk cache after a first release) and :func:`interpreted` ``(kernel)``
+    otherwise. A small input costs milliseconds interpreted, while compiling a kernel
+    costs 0.5-1.5 s on a fresh install and loading a chain's kernels from the cache about
+    0.3 s: a process's first small release (the demo) loads and compiles nothing."""
+    if n > SMALL_INPUT or not hasattr(kernel, "py_func"):
+        return kernel
+    return functools.partial(_small_call, kernel)
+
+
+def _small_call(kernel, *args):
+    return (kernel if ready(kernel, *args) else interpreted(kernel))(*args)

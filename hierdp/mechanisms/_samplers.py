@@ -1268,7 +1268,8 @@ def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], dra
     jbits, g0, gint, fnum, fden = _core(a_num, a_den)
     mm, bb, den = dg
     cb = _table(a_num, a_den, jbits, g0, _TABLE_WORDS)
-    if numpy_path and SMALL_NUMPY and SMALL_NUMPY_MIN <= size <= _jit.SMALL_INPUT and _keyed_small.usable(gauss, g0):
+    if (numpy_path and SMALL_NUMPY and SMALL_NUMPY_MIN <= size <= _jit.SMALL_INPUT and _keyed_small.usable(gauss, g0)
+            and not _jit.prefer_compiled(_fill_keyed_common)):
         # numpy passes over all draws; the few that leave the common path go through the
         # kernel (a keyed draw's value does not depend on the others): the same draws
         seg_words = segment_words(key, n0, draws, seg)

@@ -147,6 +147,13 @@ def _blue_flat_pieces(pieces: Pieces, par: np.ndarray, y: np.ndarray, var: np.nd
     return 0
 
 
+def _kernels_for(tree: Tree, y2: np.ndarray, v2: np.ndarray) -> tuple:
+    """The kernels :func:`blue` runs on these values when it does not take its numpy passes."""
+    if y2.shape[1] != 1 or v2.shape[1] != 1:
+        return BK.check_values_variances, BK.blue_2d
+    return (BK.blue_flat_1d,) if _structure(tree).flat_parent is not None else (BK.blue_1d,)
+
+
 def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     """Two-pass BLUE over internal-order arrays.
 
@@ -162,7 +169,8 @@ def blue(tree: Tree, values: np.ndarray, variance: np.ndarray) -> Estimate:
     """
     y, y2, v2, vshape = _as_2d_pair(tree, values, variance)
     n = tree.n_nodes
-    if SMALL_NUMPY and SMALL_NUMPY_MIN <= y2.size <= _jit.SMALL_INPUT and _blue_small.usable(tree):
+    if (SMALL_NUMPY and SMALL_NUMPY_MIN <= y2.size <= _jit.SMALL_INPUT and _blue_small.usable(tree)
+            and not _jit.prefer_compiled(*_kernels_for(tree, y2, v2))):
         # a small tree: numpy passes by height class (the kernels would run interpreted)
         if not np.isfinite(y2).all():
             raise DataError(_BAD_INPUT[1])

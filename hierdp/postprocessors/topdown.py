@@ -75,8 +75,11 @@ SMALL_NUMPY = True
 SMALL_NUMPY_MIN = 256
 
 
-def _small_numpy(tree: Tree, size: int) -> bool:
-    return SMALL_NUMPY and SMALL_NUMPY_MIN <= size <= _jit.SMALL_INPUT and _blue_small.usable(tree)
+def _small_numpy(tree: Tree, size: int, kernel) -> bool:
+    """Whether the numpy passes run: a small input, unless ``kernel`` runs compiled at no
+    compile (:func:`hierdp._engine.jit.prefer_compiled`)."""
+    return (SMALL_NUMPY and SMALL_NUMPY_MIN <= size <= _jit.SMALL_INPUT and _blue_small.usable(tree)
+            and not _jit.prefer_compiled(kernel))
 
 
 def cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:
@@ -195,7 +198,7 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
             raise DataError("nonneg: give either fixed_root or totals (the totals fix the root's cells)")
         y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=False)
     n, k = y2.shape
-    small = _small_numpy(tree, n * k)
+    small = _small_numpy(tree, n * k, TK.project_parents)
     low = np.zeros((n, k))
     if exact.any():
         if small:
@@ -250,7 +253,7 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
     if not np.all(np.abs(y2) < 2.0**53):
         raise DataError("round works on counts below 2**53 (float64 holds every integer only up to there); "
                         "scale the values down first")
-    small = _small_numpy(tree, n * k)
+    small = _small_numpy(tree, n * k, TK.integer_parents)
     low = np.zeros((n, k))
     if exact.any():
         ex = np.broadcast_to(exact, (n, k))

@@ -76,6 +76,10 @@ def test_a_cached_kernel_is_loaded_after_a_first_release_and_nothing_compiles(re
         assert len(k.overloads) == 1
         assert sum(k.stats.cache_hits.values()) == 1 and not k.stats.cache_misses
         assert jit.for_size(k, 4)(x)[3] == 6.0
+        k2 = cached_module().twice  # the call itself finds the kernel in the cache
+        with jit.notify_first_compile(lambda: compiled.append(1)):
+            assert jit.for_size(k2, 4)(x)[3] == 6.0
+        assert sum(k2.stats.cache_hits.values()) == 1 and not k2.stats.cache_misses
     assert compiled == []
 
 
@@ -91,6 +95,9 @@ def test_a_cache_miss_compiles_nothing_says_nothing_and_is_not_tried_again(reuse
         assert not jit.prefer_compiled(k)
         assert jit.for_size(k, 3)(x)[0] == 1.0  # interpreted
         assert not k.overloads
+        k2 = jit.numba.njit(cache=False)(lambda x: x + 2.0)
+        assert jit.for_size(k2, 3)(x)[0] == 2.0  # the call itself misses: interpreted
+        assert not k2.overloads and k2 in jit._MISSED
     assert said == [] and "compiling kernels" not in caplog.text
     assert k(x)[0] == 1.0 and len(k.overloads) == 1  # outside ready(), numba compiles as usual
 

@@ -169,3 +169,72 @@ def test_a_seeded_release_takes_the_numpy_passes_whatever_the_process_ran_before
     v = secure.estimate.values
     assert v.dtype.kind == "i" and v.min() >= 0
     assert v[0] == v[1:31].sum() == v[31:].sum()
+
+
+_USER = """
+import json, sys, warnings
+import numpy as np
+import hierdp
+from hierdp._engine import jit
+from hierdp.mechanisms import _keyed_small
+from hierdp.postprocessors import _blue_small, _topdown_small
+
+warnings.simplefilter("ignore")
+numpy_calls = []
+for mod, name in ((_blue_small, "blue_small"), (_topdown_small, "project_small"),
+                  (_topdown_small, "integer_small"), (_keyed_small, "dlap_keyed_small")):
+    real = getattr(mod, name)
+    setattr(mod, name, lambda *a, _r=real, _n=name, **k: numpy_calls.append(_n) or _r(*a, **k))
+rng = np.random.default_rng(0)
+tree = hierdp.Tree.from_parent(np.r_[-1, np.zeros(30, np.int64), 1 + rng.integers(0, 30, 3000)])
+one = tree.aggregate(rng.poisson(20, tree.n_leaves))
+runs = [({"epsilon": 1.0}, ["blue"]), ({"epsilon": 1.0}, ["blue", "nonneg", "round"]),
+        ({"epsilon": 1.0}, ["blue", "nonneg", ("round", {"method": "topdown"})]),
+        ({"rho": 0.5, "mechanism": "discrete_gaussian"}, ["blue", "nonneg", "round"])]
+seen = []
+for loss, chain in runs * 2:
+    numpy_calls.clear()
+    hierdp.release(tree, one, postprocess=chain, **loss)
+    seen.append(sorted(set(numpy_calls)))
+print(json.dumps({"numpy": seen, "missed": sorted(k.py_func.__name__ for k in jit._MISSED)}))
+"""
+
+
+def _user_process(env_cache=None):
+    import json
+    import os
+    import subprocess
+
+    env = dict(os.environ)
+    if env_cache is not None:  # NUMBA_CACHE_DIR (set by hierdp in this process) would win over it
+        env["HIERDP_CACHE_DIR"] = str(env_cache)
+        env.pop("NUMBA_CACHE_DIR", None)
+    proc = subprocess.run([sys.executable, "-c", _USER], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_after_hierdp_compile_a_process_takes_the_cached_kernels_from_its_second_release(tmp_path):
+    """On an empty cache (about a minute of CPU: the whole compile)."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["HIERDP_CACHE_DIR"] = str(tmp_path / "cache")
+    proc = subprocess.run([sys.executable, "-m", "hierdp", "compile"], capture_output=True, text=True, timeout=900,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kernel versions compiled, 0 loaded from the cache" in proc.stdout
+    got, err = _user_process(tmp_path / "cache")
+    assert got["numpy"][0] == ["blue_small", "dlap_keyed_small"]  # the first release: numpy passes
+    assert got["numpy"][4:] == [[], [], [], []]  # a second round of each chain: all compiled
+    assert got["missed"] == []
+    assert "compiling kernels" not in err
+
+
+def test_on_an_empty_cache_later_small_releases_compile_nothing(tmp_path):
+    got, err = _user_process(tmp_path / "empty-cache")
+    assert got["numpy"][4:] == got["numpy"][:4]  # the numpy passes throughout
+    assert "_fill_keyed_common" in got["missed"]  # tried for the small levels' draws, and missed
+    assert "compiling kernels" not in err
+    assert not list((tmp_path / "empty-cache").rglob("*.nbi"))  # nothing was compiled into it

@@ -511,8 +511,8 @@ def _cmd_compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with _compile_notice(True, err):
         done = compile_kernels()
     if not args.quiet:
-        out.write(f"{done.compiled} kernel versions compiled, {done.loaded} loaded from the cache, in {done.seconds:.0f} s "
-                  f"({done.releases} releases on made-up counts); cache: {done.cache}\n")
+        out.write(f"{done.compiled} kernel versions compiled, {done.loaded} loaded from the cache, "
+                  f"in {done.seconds:.0f} s ({done.releases} releases on made-up counts); cache: {done.cache}\n")
     return EXIT_OK
 
 

@@ -994,12 +994,44 @@ def _dlap_common(out, i, words, seg, jbits, cb):
     would pay numba's reference counting of its array arguments (~50 ns a draw)."""
     n = out.shape[0]
     wcb8 = cb.shape[1] * 8
+    c8s = np.empty(max(jbits, 1), np.int64)  # each digit's first byte, and H's first nibble
+    for j in range(jbits):
+        c8s[j] = (cb[j, 0] >> 56) & 255
+    c4_0 = (cb[jbits, 0] >> 60) & 15
+    need = 8 * jbits + 5
     while i < n:
         pos = i * seg
         nw = pos + seg
         nbits = 0
         cur = np.int64(0)
         while True:  # rounds: the "-0" rejection starts again on the bits that follow
+            if nbits == 0:  # the first read below would load this word: load it here
+                if pos >= nw:
+                    return i
+                cur = words[pos]
+                pos += 1
+                nbits = 64
+            if nbits >= need:
+                # the round below when all its bits are in the word in hand and none ties
+                # (the same reads: a byte per digit, a nibble, a bit), without its checks
+                t = cur
+                y = np.int64(0)
+                tie = False
+                for j in range(jbits):
+                    r8 = t & 255
+                    t >>= 8
+                    tie |= r8 == c8s[j]
+                    y += np.int64(r8 < c8s[j]) << j
+                r4 = t & 15
+                if not tie and r4 != c4_0:
+                    if r4 < c4_0:
+                        return i
+                    b = (t >> 4) & 1
+                    cur = t >> 5
+                    nbits -= need
+                    if b == 1 and y == 0:
+                        continue
+                    break
             y = np.int64(0)
             for j in range(jbits):
                 if nbits < 8:

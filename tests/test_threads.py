@@ -780,3 +780,39 @@ def test_a_pool_thread_on_the_callers_cpu_moves_off_it_and_is_not_left_pinned():
     c, mask, (cpu, during), after = seen[0]
     assert during == mask - {c} and cpu != c and cpu in mask
     assert after == mask
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_small_tree_of_many_cells_runs_its_top_down_passes_in_pieces_like_one_call(restore_threads, monkeypatch,
+                                                                                      threads):
+    """A tree below PARALLEL_MIN nodes whose node-cells reach it cuts each height class
+    by child-cells (issue 30 item 4: the second core on the census chain's wide tasks);
+    the values are those of one call over every parent, bit for bit."""
+    from hierdp.postprocessors import topdown as TD
+
+    rng = np.random.default_rng(5)
+    parent = random_parent(rng, 700)
+    tree = hierdp.Tree.from_parent(parent)
+    k = (TP.PARALLEL_MIN // tree.n_nodes) + 3
+    y = tree.aggregate(rng.poisson(2.0, (tree.n_leaves, k)).astype(float)) + rng.normal(0, 3, (tree.n_nodes, k))
+    var = rng.uniform(0.5, 3.0, (tree.n_nodes, k))
+    yi = tree.to_internal(y)
+    vi = tree.to_internal(var)
+    assert TD.wide(tree, k) and len(sum(TD.cuts_by_children(tree, TP.tree_pieces(tree), k), [])) > 4
+    hierdp.set_threads(threads)
+    calls = []
+    real = TD._by_class
+    monkeypatch.setattr(TD, "_by_class", lambda *a: calls.append(1) or real(*a))
+    x = TD.topdown_nonneg(tree, yi, vi)
+    z = TD.topdown_round(tree, x, vi)
+    r = controlled_round(tree, x)
+    monkeypatch.setattr(TD, "wide", lambda tree, cells: False)
+    monkeypatch.setattr("hierdp.postprocessors.rounding.wide", lambda tree, cells: False)
+    np.testing.assert_array_equal(x, TD.topdown_nonneg(tree, yi, vi))
+    np.testing.assert_array_equal(z, TD.topdown_round(tree, x, vi))
+    np.testing.assert_array_equal(r, controlled_round(tree, x))
+    assert len(calls) == 4
+    assert np.all(z >= 0)
+    ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
+    for p in range(tree.n_nodes - tree.n_leaves):
+        np.testing.assert_array_equal(z[idx[ptr[p]:ptr[p + 1]]].sum(axis=0), z[p])

@@ -36,7 +36,7 @@ from hierdp._engine.tree_pieces import PARALLEL_MIN, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
-from hierdp.postprocessors.topdown import cuts_by_children, topdown_round
+from hierdp.postprocessors.topdown import cuts_by_children, topdown_round, wide
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -65,20 +65,21 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
         raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = large_empty(y2.shape, np.int64)
-    if tree.n_nodes < PARALLEL_MIN:
+    if tree.n_nodes < PARALLEL_MIN and not wide(tree, y2.shape[1]):
         bad = for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2,
                                                            out, float(atol))
         if bad:
             _refuse(tree, y)
         return out.reshape(y.shape)
     # parents one height class at a time, top-down, each class in pieces on several threads
+    # (a tree below PARALLEL_MIN nodes too when its node-cells are many)
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
     root = y2[0]
     if not np.all(np.abs(root) < RK.EXACT_MAX):
         _refuse(tree, y)
     out[0] = np.floor(np.maximum(root, 0.0) + 0.5).astype(np.int64)
     pieces = tree_pieces(tree)
-    classes = cuts_by_children(tree, pieces)
+    classes = cuts_by_children(tree, pieces, y2.shape[1])
     if y2.shape[1] == 1 and pieces.children_in_order:  # 1-D values, children i+1.. (hierdp's own order)
         y1, o1 = y2[:, 0], out[:, 0]
 

@@ -63,7 +63,7 @@ from hierdp.postprocessors.base import checked_variance, finite_values
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["topdown_nonneg", "topdown_round", "cuts_by_children"]
+__all__ = ["topdown_nonneg", "topdown_round", "cuts_by_children", "wide"]
 
 _CUTS_KEY = "round.cuts"
 
@@ -82,38 +82,53 @@ def _small_numpy(tree: Tree, size: int, kernel) -> bool:
             and not _jit.prefer_compiled(kernel))
 
 
-def cuts_by_children(tree: Tree, pieces: Pieces) -> list[list[tuple[int, int]]]:
-    """Each height class of parents, top-down, cut where about PIECE children
-    (``hierdp._engine.tree_pieces.PIECE``) have gone by: the top-down passes' work is per
-    child, and a class of few parents with many children (the census's block groups: 218k
-    parents, 11.4M blocks) cut by parents gave two uneven pieces. Parents of a class are
-    independent, so any cut gives the same result; the cuts depend on the tree only
-    (cached on it)."""
-    hit = tree.cache.get(_CUTS_KEY)
+def cuts_by_children(tree: Tree, pieces: Pieces, cells: int = 1) -> list[list[tuple[int, int]]]:
+    """Each height class of parents, top-down, cut where about PIECE child-cells
+    (``hierdp._engine.tree_pieces.PIECE``; ``cells`` per child) have gone by: the top-down
+    passes' work is per child and cell, and a class of few parents with many children (the
+    census's block groups: 218k parents, 11.4M blocks) cut by parents gave two uneven
+    pieces. Parents of a class are independent, so any cut gives the same result; the cuts
+    depend on the tree and ``cells`` only (cached on the tree). A tree below
+    ``PARALLEL_MIN`` nodes (one piece in ``pieces``) is cut by its height classes, for
+    releases of many cells (:func:`wide`)."""
+    per = max(1, TP.PIECE // max(1, int(cells)))
+    key = f"{_CUTS_KEY}.{per}"
+    hit = tree.cache.get(key)
     if hit is not None:
         return hit
     ptr = tree.internal.child_ptr
+    if tree.n_nodes < PARALLEL_MIN:
+        spans = [tree.internal.height_slice(h) for h in range(tree.height, 1, -1)]
+        classes = [(sl.start, sl.stop) for sl in spans if sl.stop > sl.start]
+    else:
+        classes = [(cls[0][0], cls[-1][1]) for cls in reversed(pieces.classes)]
     out = []
-    for cls in reversed(pieces.classes):
-        lo, hi = cls[0][0], cls[-1][1]
+    for lo, hi in classes:
         kids = ptr[lo:hi + 1] - ptr[lo]
-        at = np.searchsorted(kids, np.arange(TP.PIECE, int(kids[-1]), TP.PIECE), side="right") - 1
+        at = np.searchsorted(kids, np.arange(per, int(kids[-1]), per), side="right") - 1
         bounds = np.unique(np.r_[0, at[at > 0], hi - lo]) + lo
         out.append([(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
-    tree.cache[_CUTS_KEY] = out
+    tree.cache[key] = out
     return out
 
 
-def _by_class(tree: Tree, step: Any) -> list[Any]:
+def wide(tree: Tree, cells: int) -> bool:
+    """Whether a tree below ``PARALLEL_MIN`` nodes still has enough node-cells for its
+    top-down passes to run a height class at a time in pieces on several threads."""
+    return tree.n_nodes < PARALLEL_MIN <= tree.n_nodes * cells
+
+
+def _by_class(tree: Tree, step: Any, cells: int = 1) -> list[Any]:
     """``step(lo, hi)`` over every parent, top-down: one call for a small tree (parents in
-    index order are a top-down order), else a height class at a time in pieces."""
+    index order are a top-down order), else a height class at a time in pieces (cut by
+    child-cells, :func:`cuts_by_children`), on several threads. The same values either way."""
     n1 = tree.n_nodes - tree.n_leaves
     if n1 == 0:
         return []
-    if tree.n_nodes < PARALLEL_MIN:
+    if tree.n_nodes < PARALLEL_MIN and not wide(tree, cells):
         return [step(0, n1, True)]
     out: list[Any] = []
-    for cls in cuts_by_children(tree, tree_pieces(tree)):
+    for cls in cuts_by_children(tree, tree_pieces(tree), cells):
         out += run_pieces(lambda r: step(r[0], r[1], False), cls)
     return out
 
@@ -219,7 +234,7 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     if small:
         worst = TS.project_small(tree, y2, v2, low, x) if n > 1 else 0.0
     else:
-        worst = max(_by_class(tree, step), default=0.0)
+        worst = max(_by_class(tree, step, k), default=0.0)
     if worst > 1e-6 * (1.0 + float(np.max(np.abs(x[0])))):
         raise DataError("nonneg (top-down): the values known exactly (variance 0) exceed their parent's value or "
                         "a parent has no child free to move; give consistent exact values (invariants from the top)")
@@ -283,7 +298,7 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
         missed, bad = kern(ptr, idx, y2, v2, lowi, out, lo, hi)
         return int(missed), int(bad)
 
-    res = [TS.integer_small(tree, y2, v2, lowi, out)] if small and n > 1 else _by_class(tree, step)
+    res = [TS.integer_small(tree, y2, v2, lowi, out)] if small and n > 1 else _by_class(tree, step, k)
     if sum(r[0] for r in res):
         raise DataError("round (top-down): the values known exactly (variance 0) exceed their parent's integer or "
                         "a parent has no child free to move; give consistent exact values (invariants from the top)")

@@ -12,11 +12,15 @@ never run a large release the cache is empty, so small releases stay on the nump
 from __future__ import annotations
 
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
+
+import hierdp
+from hierdp._engine import jit
 
 __all__ = ["compile_kernels", "Compiled"]
 
@@ -37,8 +41,6 @@ class Compiled:
 def _trees():
     """A tree of fixed fan-out and one whose fan-out keeps changing (BLUE's two 1-D
     kernels), both far below the size at which passes are cut into pieces."""
-    import hierdp
-
     rng = np.random.default_rng(0)
     fixed = hierdp.Tree.complete(4, 4)
     ragged = hierdp.Tree.from_parent(np.r_[-1, np.zeros(12, np.int64), 1 + rng.integers(0, 12, 200)])
@@ -53,9 +55,6 @@ def compile_kernels() -> Compiled:
     Runs seeded releases on two small trees with every kernel compiled; the values are
     thrown away (no data is read). Returns a :class:`Compiled`.
     """
-    import hierdp
-    from hierdp._engine import jit
-
     chains = [["blue"], ["blue", "nonneg", "round"], ["blue", "nonneg", ("round", {"method": "topdown"})],
               ["gmc"], ["blue", ("nonneg", {"method": "global"})]]
     old = jit.SMALL_INPUT, jit.REUSE
@@ -82,10 +81,6 @@ def compile_kernels() -> Compiled:
 
 def _counts() -> tuple[int, int]:
     """(cache misses, cache hits) over every hierdp kernel loaded so far."""
-    import sys
-
-    from hierdp._engine import jit
-
     miss = hit = 0
     for name, mod in list(sys.modules.items()):
         if not name.startswith("hierdp") or mod is None:

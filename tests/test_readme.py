@@ -48,7 +48,7 @@ def test_commands_and_files_exist():
     cmds = re.findall(r"(?:^|&& )hierdp (\w+)", shell, flags=re.M)
     assert "release" in cmds
     for cmd in cmds:
-        assert cmd in {"release", "validate", "schema", "plugins", "evaluate"}
+        assert cmd in {"release", "validate", "schema", "plugins", "evaluate", "compile"}
     for path in re.findall(r"`((?:specs|docs|notebooks)/[\w./-]+)`", README):
         assert (ROOT / path).exists(), path
     assert main(["validate", str(ROOT / "specs" / "demo.yaml")]) == 0

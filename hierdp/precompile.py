@@ -6,7 +6,7 @@ take the compiled kernels when numba's on-disk cache holds them
 (:func:`hierdp._engine.jit.ready`), and a cache miss never compiles. On a machine that has
 never run a large release the cache is empty, so small releases stay on the numpy passes.
 :func:`compile_kernels` compiles the versions small releases use into the cache once
-(about half a minute of CPU), as the first large release would.
+(about a minute of CPU), as the first large release would.
 """
 
 from __future__ import annotations

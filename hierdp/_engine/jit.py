@@ -259,15 +259,20 @@ def ready(kernel, *args) -> bool:
         return True
     if not _WARM or kernel in _MISSED:
         return False
+    return _without_compiling(kernel, lambda: kernel.compile(sig))[0]
+
+
+def _without_compiling(kernel, call) -> tuple[bool, Any]:
+    """``(True, call())`` with numba stopped before it would compile on this thread, or
+    ``(False, None)`` when it would have (``kernel`` is then remembered as missing)."""
     _LOAD_ONLY.on = True
     try:
-        kernel.compile(sig)
+        return True, call()
     except _WouldCompile:
         _MISSED.add(kernel)
-        return False
+        return False, None
     finally:
         _LOAD_ONLY.on = False
-    return True
 
 
 def interpreted(kernel):
@@ -328,11 +333,7 @@ def _small_call(kernel, *args):
     before it would compile. Before a first release it runs only a kernel loaded already
     (with other argument types only, numba may still load this version from the cache)."""
     if REUSE and _HERE.get() and kernel not in _MISSED and (_WARM or kernel.overloads):
-        _LOAD_ONLY.on = True
-        try:
-            return kernel(*args)
-        except _WouldCompile:
-            _MISSED.add(kernel)
-        finally:
-            _LOAD_ONLY.on = False
+        ran, out = _without_compiling(kernel, lambda: kernel(*args))
+        if ran:
+            return out
     return interpreted(kernel)(*args)

@@ -231,8 +231,8 @@ def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | 
             for_size(GK.gmc_39_1d, tree.n_nodes)(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents,
                                                  y2.reshape(-1), o2.reshape(-1), work.reshape(-1))
         elif formula == 39:
-            for_size(GK.gmc_39_2d, tree.n_nodes)(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents, y2,
-                                                 o2, work)
+            for_size(GK.gmc_39_2d, y2.size)(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents, y2,
+                                            o2, work)
         else:
             for_size(GK.gmc_36_2d, tree.n_nodes)(st.parent1, st.n1, np.sqrt(st.theta), st.leaf_starts, st.leaf_parents,
                                                  y2, o2, work)

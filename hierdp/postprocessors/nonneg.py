@@ -82,8 +82,8 @@ def _blue(tree: Tree, y2: np.ndarray, d2: np.ndarray) -> np.ndarray:
         return blue(tree, y2[:, 0], d2[:, 0]).values.reshape(y2.shape)
     x = np.empty_like(y2)
     xv = np.empty_like(d2)
-    for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2,
-                                       x, xv)
+    for_size(BK.blue_2d, y2.size)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount, y2, d2,
+                                  x, xv)
     return x
 
 
@@ -272,8 +272,8 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
         if pieces is not None:
             nbad = _step_pieces(tree, pieces, xhat, d2, fixed, tol, x, bad, ws)
         else:
-            nbad = for_size(NK.nnls_step_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children,
-                                                           tree.internal.leafcount, n1, xhat, d2, fixed, tol, x, bad)
+            nbad = for_size(NK.nnls_step_2d, xhat.size)(tree.internal.parent, tree.internal.n_children,
+                                                        tree.internal.leafcount, n1, xhat, d2, fixed, tol, x, bad)
         if not nbad.any():
             converged = True
             break
@@ -284,8 +284,8 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
     if pieces is not None:
         resid, comp, objective = _finish_pieces(tree, pieces, y2, xhat, d2, fixed, x, ws)
     else:
-        resid, comp, objective = for_size(NK.nnls_finish_2d, tree.n_nodes)(tree.internal.parent, n1, y2, xhat, d2,
-                                                                           fixed, x)
+        resid, comp, objective = for_size(NK.nnls_finish_2d, xhat.size)(tree.internal.parent, n1, y2, xhat, d2,
+                                                                        fixed, x)
     out = x
     info = {
         "method": "nonneg",

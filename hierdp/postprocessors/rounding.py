@@ -66,8 +66,8 @@ def controlled_round(tree: Tree, values: np.ndarray, *, atol: float = 1e-7) -> n
     y2 = np.ascontiguousarray(y.reshape(tree.n_nodes, -1))
     out = large_empty(y2.shape, np.int64)
     if tree.n_nodes < PARALLEL_MIN and not wide(tree, y2.shape[1]):
-        bad = for_size(RK.round_top_down_2d, tree.n_nodes)(tree.internal.child_ptr, tree.internal.child_idx, y2,
-                                                           out, float(atol))
+        bad = for_size(RK.round_top_down_2d, y2.size)(tree.internal.child_ptr, tree.internal.child_idx, y2,
+                                                      out, float(atol))
         if bad:
             _refuse(tree, y)
         return out.reshape(y.shape)

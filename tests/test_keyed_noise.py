@@ -538,13 +538,17 @@ def test_common_path_kernels_give_the_state_machines_values_draw_for_draw(gauss,
     tables = [(S._NO_BOUNDS, S._NO_BOUNDS)]
     if z is not None and z.zi[3] == 1:
         tables.append(z.bounds(S._ACCEPT_FUZZ))
+    if gauss == 0:  # without and (J <= 1) with the rounds' outcomes tabulated
+        codes = S._round_codes(p.s, p.t)
+        assert (codes.size > 0) == (param >= 4.0)
+        tables = [S._NO_CODES] + ([codes] if codes.size else [])
     for run in (lambda f: f, interpreted):
-        for lo, hi in tables:
+        for lo, hi in tables if gauss else [(c, None) for c in tables]:
             out = np.full(n, -(1 << 62), np.int64)
             i = done = 0
             while i < n:
                 if gauss == 0:
-                    j = run(S._dlap_common)(out, i, words, seg, jbits, cb)
+                    j = run(S._dlap_common)(out, i, words, seg, jbits, cb, lo)
                 else:
                     j = run(S._dg_common)(out, i, words, seg, z.zi, z.thr, z.alias, z.hinv, float(z.zf[0]),
                                           S._ACCEPT_FUZZ, lo, hi)

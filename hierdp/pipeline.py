@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import registry, rules, subtrees
+from hierdp._engine import jit as _jit
 from hierdp._engine import threads as _threads
 from hierdp._engine.columns import ColumnsOnDisk, column_bounds
 from hierdp._engine.jit import release_finished, reusing
@@ -145,6 +146,12 @@ def _count_problem(tree: Tree, vals: np.ndarray, check: Any) -> str | None:
         return _NEGATIVE_COUNTS
     if tree.n_leaves == tree.n_nodes:  # a lone root: nothing to add up
         return None
+    if vals.dtype == np.int64 and vals.size > _jit.SMALL_INPUT:
+        got = _children_mismatch(tree, vals)
+        if got == 1:
+            return _COUNTS_DO_NOT_ADD_UP
+        if got == 0:
+            return None  # (2, a sum past int64: the aggregation below says so)
     agg = tree.aggregate(vals[tree.leaves])
     if np.issubdtype(vals.dtype, np.integer):
         off = bool(np.any(agg != vals))
@@ -153,6 +160,33 @@ def _count_problem(tree: Tree, vals: np.ndarray, check: Any) -> str | None:
     if off:
         return _COUNTS_DO_NOT_ADD_UP
     return None
+
+
+_CHECK_PIECE = 1 << 22  # child values a piece of the counts check
+
+
+def _children_mismatch(tree: Tree, vals: np.ndarray) -> int:
+    """:func:`hierdp._engine.tree_kernels.children_mismatch` over every internal node of
+    ``tree`` for its non-negative int64 ``vals`` (external order, ``(n,)`` or ``(n, k)``),
+    in pieces of about the same number of child rows on ``hierdp.get_threads()`` threads:
+    0 every node with children is their sum, 1 some is not, 2 a sum passes int64. For
+    integers this is the rule of :func:`_count_problem` (node = sum of its leaves), by
+    induction from the leaves up."""
+    from hierdp._engine.threads import run_pieces
+    from hierdp._engine.tree_kernels import children_mismatch
+
+    ia = tree.internal
+    v2 = np.ascontiguousarray(vals.reshape(vals.shape[0], -1))
+    perm = ia.perm if ia.perm is not None else np.zeros(0, np.int64)
+    ptr, idx = ia.child_ptr, ia.child_idx
+    n_par = int(np.count_nonzero(ia.n_children))  # the nodes with children: the internal order's first
+    rows = int(ptr[n_par])
+    per = max(1, _CHECK_PIECE // max(1, v2.shape[1]))  # child rows a piece
+    cuts = np.unique(np.searchsorted(ptr[: n_par + 1], np.arange(0, rows, per), side="right") - 1)
+    bounds = [int(c) for c in cuts] + [n_par]
+    pieces = [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    got = run_pieces(lambda r: children_mismatch(v2, perm, ptr, idx, r[0], r[1]), pieces)
+    return max(got, default=0)
 
 
 def _sensitivity(sensitivity: Sensitivity | None, max_contributions: int | None,

@@ -300,3 +300,44 @@ def ancestor_codes_at(parent: np.ndarray, depth: np.ndarray, codes: np.ndarray, 
     if parent.shape[0] <= SMALL_TREE:
         return _np_ancestor_codes(parent, depth, codes, level)
     return ancestor_codes(parent, depth, codes, level)
+
+
+@_jit
+def children_mismatch(vals, perm, child_ptr, child_idx, lo, hi):
+    """Whether the internal-order nodes ``lo .. hi - 1`` that have children each equal the
+    sum of their children's rows, cell by cell, for non-negative int64 ``vals`` of shape
+    ``(n, k)`` in external order (row of internal node ``v``: ``perm[v]``, or ``v`` when
+    ``perm`` is empty). Returns 0 when they do, 1 at the first node that does not, 2 when a
+    sum passed 2**63 - 1 (a partial sum of non-negative values wraps to a negative one the
+    first time it does: its sign bit is kept in ``ovf``). Each row is read once as a child
+    and once as a parent: the whole check in one pass, instead of aggregating the leaves
+    and comparing every node (about seven numpy passes)."""
+    k = vals.shape[1]
+    acc = np.empty(k, np.int64)
+    ident = perm.shape[0] == 0
+    for p in range(lo, hi):
+        a = child_ptr[p]
+        b = child_ptr[p + 1]
+        if a == b:
+            continue
+        ch = child_idx[a]
+        r = ch if ident else perm[ch]
+        for c in range(k):
+            acc[c] = vals[r, c]
+        ovf = np.int64(0)
+        for t in range(a + 1, b):
+            ch = child_idx[t]
+            r = ch if ident else perm[ch]
+            for c in range(k):
+                s = acc[c] + vals[r, c]
+                ovf |= s
+                acc[c] = s
+        if ovf < 0:
+            return 2
+        rp = p if ident else perm[p]
+        off = np.int64(0)
+        for c in range(k):
+            off |= acc[c] ^ vals[rp, c]
+        if off != 0:
+            return 1
+    return 0

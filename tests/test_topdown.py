@@ -420,3 +420,21 @@ def test_interpreted_and_compiled_passes_agree(monkeypatch):
     big = topdown_nonneg(tree, est.values, est.variance), topdown_round(tree, est.values, est.variance)
     np.testing.assert_allclose(small[0], big[0], rtol=1e-13, atol=1e-12)
     assert np.array_equal(small[1], big[1])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_round_keeps_the_known_mass_under_a_node_that_moves_far(monkeypatch, compiled):
+    """A child with a large variance moves more than 1 when its parent's integer is fixed
+    below its siblings' sum; a node known exactly below it (5) bounds it from below.
+    Root 8 over A = 5.2 (variance 100) and B = 3.8 (variance 0.01): without the bound the
+    closest split is (4, 4), which leaves A under its known child; with it, (5, 3).
+    Both the compiled pass and the numpy one (small trees)."""
+    from hierdp._engine import jit
+
+    monkeypatch.setattr(jit, "SMALL_INPUT", -1 if compiled else 1 << 14)
+    tree = hierdp.Tree.from_parent([-1, 0, 0, 1, 1])  # root > A, B; A > A1 (known), A2
+    y = np.array([9.0, 5.2, 3.8, 5.0, 0.2])
+    var = np.array([1.0, 100.0, 0.01, 0.0, 1.0])
+    z = topdown_round(tree, tree.to_internal(y), tree.to_internal(var), fixed_root=8)
+    z = tree.to_external(z)
+    assert z.tolist() == [8, 5, 3, 5, 0]

@@ -301,9 +301,12 @@ def integer_parents(child_ptr, child_idx, y, var, lowi, out, lo, hi):
     their ``y`` with ``out_j >= lowi_j`` summing to ``out[parent, c]``, weighted by
     ``1 / var`` (:func:`integer_group` after shifting by the integer lower bounds).
     Returns ``(units not placed, values unfit)``: values NaN, infinite or from 2**53 up
-    in magnitude are unfit (counted, and the caller refuses the input)."""
+    in magnitude are unfit (counted, and the caller refuses the input). ``lowi`` of
+    another shape than ``y`` (e.g. ``(1, 1)``): every lower bound is 0 (no node known
+    exactly), without an array of zeros to read."""
     k = y.shape[1]
     kv = var.shape[1]
+    has_low = lowi.shape[0] == y.shape[0] and lowi.shape[1] == k
     maxc = 0
     for i in range(lo, hi):
         nc = child_ptr[i + 1] - child_ptr[i]
@@ -330,12 +333,13 @@ def integer_parents(child_ptr, child_idx, y, var, lowi, out, lo, hi):
                     bad += 1
                     yj = 0.0
                 v[q] = var[j, c if kv > 1 else 0]
-                a[q] = yj - lowi[j, c]
-                S -= lowi[j, c]
+                lj = lowi[j, c] if has_low else 0
+                a[q] = yj - lj
+                S -= lj
             if bad:
                 return missed, bad
             missed += abs(integer_group(a, v, m, S, z, xs, t, order))
             for q in range(m):
                 j = child_idx[b + q]
-                out[j, c] = lowi[j, c] + z[q]
+                out[j, c] = (lowi[j, c] if has_low else 0) + z[q]
     return missed, bad

@@ -122,9 +122,11 @@ def project_parents(child_ptr, child_idx, xhat, var, low, x, lo, hi):
     """Children of parents ``[lo, hi)``: ``x[children, c]`` = the projection of their
     ``xhat`` onto ``{x_j >= low_j, sum x_j = x[parent, c]}`` weighted by ``1 / var``
     (:func:`project_group` after shifting by the lower bounds). ``var`` has one column
-    (shared by the cells) or k. Returns the largest ``|residual|`` (0 for a feasible input)."""
+    (shared by the cells) or k. Returns the largest ``|residual|`` (0 for a feasible input).
+    ``low`` of another shape than ``xhat`` (e.g. ``(1, 1)``): every bound is 0."""
     k = xhat.shape[1]
     kv = var.shape[1]
+    has_low = low.shape[0] == xhat.shape[0] and low.shape[1] == k
     maxc = 0
     for i in range(lo, hi):
         nc = child_ptr[i + 1] - child_ptr[i]
@@ -145,12 +147,13 @@ def project_parents(child_ptr, child_idx, xhat, var, low, x, lo, hi):
             for q in range(m):
                 j = child_idx[b + q]
                 v[q] = var[j, c if kv > 1 else 0]
-                a[q] = xhat[j, c] - low[j, c]
-                s -= low[j, c]
+                lj = low[j, c] if has_low else 0.0
+                a[q] = xhat[j, c] - lj
+                s -= lj
             mu, res = project_group(a, v, m, s, xs, t, order)
             for q in range(m):
                 j = child_idx[b + q]
-                x[j, c] = low[j, c] + xs[q]
+                x[j, c] = (low[j, c] if has_low else 0.0) + xs[q]
             res = abs(res)
             worst = res if res > worst else worst
     return worst

@@ -214,8 +214,9 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
         y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=False)
     n, k = y2.shape
     small = _small_numpy(tree, n * k, TK.project_parents)
-    low = np.zeros((n, k))
+    low = np.zeros((n, k) if small else (1, 1))  # (1, 1): no bounds, and no node-cell sized zeros to read
     if exact.any():
+        low = np.zeros((n, k))
         if small:
             low = TS.lower_bounds_small(tree, exact, y2)
         else:

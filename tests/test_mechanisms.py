@@ -219,3 +219,35 @@ def test_truncated_laplace_matches_pmf():
         o, e = np.r_[o, obs[~keep].sum()], np.r_[e, exp[~keep].sum()]
     stat = stats.chisquare(o, e)
     assert stat.pvalue > 1e-4
+
+
+def test_keyed_sample_adds_into_its_own_noise_only():
+    """The keyed sample adds the counts into the noise array hierdp's sampler just made
+    (no third array), never into the caller's counts; a subclass's sampler that returns an
+    array of its own (here one cached array it returns every time) gets a new array each
+    time, its array untouched."""
+    from hierdp.keyed_noise import NoiseKey
+    from hierdp.mechanisms.base import Sensitivity
+    from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
+
+    key = NoiseKey.from_seed(4)
+    vals = np.arange(12, dtype=np.int64).reshape(4, 3)
+    keep = vals.copy()
+    ids = np.array([3, 0, 7, 1])
+    mech = DiscreteLaplace()
+    a = mech.sample_keyed(vals, 1.0, Sensitivity(1, 1), key, ids)
+    np.testing.assert_array_equal(vals, keep)
+    assert not np.shares_memory(a, vals)
+
+    cached = np.full(12, 5, np.int64)
+
+    class Fixed(DiscreteLaplace):
+        name = "fixed_noise_test"
+
+        @staticmethod
+        def _noise_keyed(params, key, draws, measurement):
+            return cached
+
+    for _ in range(2):
+        np.testing.assert_array_equal(Fixed().sample_keyed(vals, 1.0, Sensitivity(1, 1), key, ids), keep + 5)
+    np.testing.assert_array_equal(cached, 5)

@@ -17,6 +17,7 @@ from hierdp.mechanisms._samplers import (
     DLapParams,
     discrete_laplace_variance,
     dlap_params,
+    sample_discrete_gaussian_keyed,
     sample_discrete_laplace,
     sample_discrete_laplace_keyed,
 )
@@ -35,6 +36,10 @@ def as_integer_counts(values: np.ndarray, mechanism: str) -> np.ndarray:
         raise DataError(f"{mechanism} needs integer counts; use a continuous mechanism "
                         "('laplace' or 'gaussian') for real values")
     return values.astype(np.int64)
+
+
+#: hierdp's keyed samplers: each returns a new int64 array, which the sample adds into
+_OWN_KEYED = (sample_discrete_laplace_keyed, sample_discrete_gaussian_keyed)
 
 
 class ExactIntegerMechanism(Mechanism):
@@ -86,7 +91,12 @@ class ExactIntegerMechanism(Mechanism):
             vals, node = keyed_rows(values, ids)
             vals = as_integer_counts(vals, self.name)
             k = vals.shape[1] if vals.ndim == 2 else 1
-            return vals + self._noise_keyed(params, key, draw_ids(node, k), measurement).reshape(vals.shape)
+            noise = self._noise_keyed(params, key, draw_ids(node, k), measurement)
+            if self._noise_keyed not in _OWN_KEYED or noise.dtype != np.int64 or not noise.flags.writeable:
+                return vals + np.asarray(noise).reshape(vals.shape)  # (a subclass's sampler: its array left as it is)
+            out = noise.reshape(vals.shape)
+            out += vals  # the noise array is this call's own: added in place, not a third array
+            return out
 
         return sample
 

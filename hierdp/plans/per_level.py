@@ -181,6 +181,8 @@ def measure(
     n = tree.n_nodes
     shape = values_internal.shape
     out_dtype = np.int64 if (mechanism.integer and np.issubdtype(values_internal.dtype, np.integer)) else np.float64
+    # zeros: the rows of unmeasured levels (budget 0); np.zeros maps pages lazily, so an
+    # array replaced below by a sample of every node costs nothing
     noisy = np.zeros(shape, dtype=out_dtype)
     variance = np.full(n, np.inf)
     spends: list[LevelSpend] = []
@@ -216,8 +218,18 @@ def measure(
         node_budget = level_budget[tree.internal.depth]
         for b, var in variances.items():
             rows = np.flatnonzero(node_budget == b)
-            if rows.size:
-                sample = mechanism.keyed_sampler(b, sensitivity)
+            if not rows.size:
+                continue
+            sample = mechanism.keyed_sampler(b, sensitivity)
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            if hi - lo == rows.size:  # a range of rows (whole levels): views, not copies of the rows
+                got = sample(values_internal[lo:hi], rng, cast(np.ndarray, ids)[lo:hi], measurement)
+                if hi - lo == n and got.dtype == out_dtype:  # every node: the sample is the measurement
+                    noisy = got.reshape(shape)
+                else:
+                    noisy[lo:hi] = got
+                variance[lo:hi] = var
+            else:
                 noisy[rows] = sample(values_internal[rows], rng, cast(np.ndarray, ids)[rows], measurement)
                 variance[rows] = var
     return noisy, variance, spends

@@ -88,7 +88,28 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+
+def _keep_freed_memory_first() -> None:
+    """Set glibc's allocator as the ``hierdp`` command does (:mod:`hierdp._engine.malloc`)
+    before numpy loads: once numpy's threads have made arenas, ``M_ARENA_MAX`` no longer
+    keeps a task thread off them (measured on Wyoming: 62 fresh arena heaps and 8.9 s,
+    against none and 8.0 s with the limit set first). The module is run from its file, not
+    imported: importing any ``hierdp`` module here would load numpy first."""
+    if "--system-malloc" in sys.argv:
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_hierdp_malloc_first", Path(__file__).resolve().parents[1] / "hierdp" / "_engine" / "malloc.py")
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.keep_freed_memory()
+
+
+_keep_freed_memory_first()
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 

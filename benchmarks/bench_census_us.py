@@ -70,6 +70,9 @@ Measured 2026-11-26 on the 2-core, 24 GB VM at load 10-18 (other jobs; wall time
   Wyoming took 28.5 / 21.9 / 19.8 s at 4.62 / 2.70 / 2.01 GiB with 1 GiB / 512 MiB /
   256 MiB tasks. Alabama 63.6 s (1/52 of the US), California 235 s, 1.78 GiB
   (docs/appendix/performance-log.md, "The 2020 census shape").
+* 2026-11-27, the same command, quiet, the allocator set before numpy loads: **25.9 min
+  (91 ns per node-cell), peak RSS 4.01 GiB** (the VM ran the same code twice as fast as the
+  day before: 2,707-2,775 s of release CPU against 5,196); Wyoming 8.0-8.1 s, Alabama 28.9 s.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from hierdp._engine import jit as _jit
 from hierdp._engine import threads as _threads
 from hierdp._engine.columns import ColumnsOnDisk, column_bounds
 from hierdp._engine.jit import release_finished, reusing
+from hierdp._engine.tree_kernels import children_mismatch
 from hierdp.accounting import Accountant, PrivacyLoss, structure_total
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
@@ -172,9 +173,6 @@ def _children_mismatch(tree: Tree, vals: np.ndarray) -> int:
     0 every node with children is their sum, 1 some is not, 2 a sum passes int64. For
     integers this is the rule of :func:`_count_problem` (node = sum of its leaves), by
     induction from the leaves up."""
-    from hierdp._engine.threads import run_pieces
-    from hierdp._engine.tree_kernels import children_mismatch
-
     ia = tree.internal
     v2 = np.ascontiguousarray(vals.reshape(vals.shape[0], -1))
     perm = ia.perm if ia.perm is not None else np.zeros(0, np.int64)
@@ -185,7 +183,7 @@ def _children_mismatch(tree: Tree, vals: np.ndarray) -> int:
     cuts = np.unique(np.searchsorted(ptr[: n_par + 1], np.arange(0, rows, per), side="right") - 1)
     bounds = [int(c) for c in cuts] + [n_par]
     pieces = [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-    got = run_pieces(lambda r: children_mismatch(v2, perm, ptr, idx, r[0], r[1]), pieces)
+    got = _threads.run_pieces(lambda r: children_mismatch(v2, perm, ptr, idx, r[0], r[1]), pieces)
     return max(got, default=0)
 
 

@@ -41,7 +41,6 @@ def test_count_check_matches_leaf_sums(monkeypatch, piece: int) -> None:
         n = int(rng.integers(2, 60))
         parent = np.r_[-1, [int(rng.integers(0, i)) for i in range(1, n)]]
         perm = np.r_[0, 1 + rng.permutation(n - 1)]  # external ids scrambled (the root stays 0)
-        inv = np.argsort(perm)
         ext_parent = np.full(n, -1)
         ext_parent[perm[1:]] = perm[parent[1:]]
         tree = hierdp.Tree.from_parent(ext_parent)
@@ -57,7 +56,6 @@ def test_count_check_matches_leaf_sums(monkeypatch, piece: int) -> None:
         if not ok:
             assert "not the sum of their leaves" in got
         seen[ok] += 1
-        del inv
     assert min(seen.values()) > 15 and len(calls) == 80
 
 

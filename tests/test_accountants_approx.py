@@ -191,7 +191,7 @@ def test_against_dp_accounting_when_installed():
     pessimistic discretisation (an upper bound, each step's loss rounded up by < 10⁻⁵: at
     most 1.4·10⁻³ over the 139 steps of the schedule): hierdp's ε is not above it and within
     that rounding below it."""
-    pytest.importorskip("dp_accounting")
+    pytest.importorskip("dp_accounting", reason="dp-accounting is not installed (pip install 'hierdp[accounting]')")
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld
 

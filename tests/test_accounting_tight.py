@@ -259,7 +259,7 @@ def test_ledger_states_and_keeps_its_accountant_and_curve():
 
 # -- independent checks --------------------------------------------------------------------
 def test_dp_accounting_pld_confirms_the_gaussian_guarantee():
-    pytest.importorskip("dp_accounting")
+    pytest.importorskip("dp_accounting", reason="dp-accounting is not installed (pip install 'hierdp[accounting]')")
     tree, v = _six_levels()
     for eps, delta in CASES:
         led = hierdp.release(tree, v, epsilon=eps, delta=delta, mechanism="gaussian", seed=1).ledger
@@ -288,7 +288,7 @@ def test_pld_composes_mixed_mechanisms_tighter_than_basic(k, eps_lap, rho):
     """k discrete Laplace levels sharing ε and k Gaussian levels sharing ρ: dp-accounting's
     PLD is an upper bound within 1e-3 of the exact ε (closed form above), and below basic
     composition (ε of the Laplace part + the Gaussian part's exact ε at δ)."""
-    pytest.importorskip("dp_accounting")
+    pytest.importorskip("dp_accounting", reason="dp-accounting is not installed (pip install 'hierdp[accounting]')")
     a, mu, delta = eps_lap / k, math.sqrt(2 * rho), 1e-6
     parts = [Measured("discrete_laplace", scale=1 / a, count=k), Measured("gaussian", math.sqrt(k / (2 * rho)), count=k)]
     tight = pld_epsilon(parts, delta)
@@ -357,7 +357,7 @@ def test_compose_ledgers_tight_is_the_analytic_curve_plus_basic():
 
 
 def test_compose_ledgers_by_pld_is_tighter_and_refuses_incomplete_ledgers():
-    pytest.importorskip("dp_accounting")
+    pytest.importorskip("dp_accounting", reason="dp-accounting is not installed (pip install 'hierdp[accounting]')")
     from hierdp.ledger import compose
 
     led = _ledgers()

@@ -34,8 +34,8 @@ FIGURE = re.compile(r"<img\b|<svg\b", flags=re.I)
 KEEP_ENV = "HIERDP_DOCS_BUILD_INTO"
 BUILT_MARK = ".built-by-tests"
 
-pytest.importorskip("sphinx")
-pytest.importorskip("myst_nb")
+pytest.importorskip("sphinx", reason="the docs site needs the docs extra (pip install -e '.[docs]')")
+pytest.importorskip("myst_nb", reason="the docs site needs the docs extra (pip install -e '.[docs]')")
 pytest.importorskip("nbclient")
 
 

@@ -1707,6 +1707,9 @@ def discrete_gaussian_variance(sigma2: Fraction | float | DGaussParams) -> float
 
     Summed exactly (in float) for σ < 64; above that it equals σ² to far below double
     precision (Poisson summation: the relative difference is about 4π²σ² e^{-2π²σ²}).
+    The sums are :func:`math.fsum` (correctly rounded): ``np.dot`` went through BLAS, whose
+    kernel (chosen per CPU by OpenBLAS) changed the last bit, and with it the weights of
+    every later estimate and a rounding tie of a seeded release, from machine to machine.
     """
     s2 = float(sigma2.sigma2 if isinstance(sigma2, DGaussParams) else sigma2)
     if s2 >= 64.0**2:
@@ -1714,4 +1717,4 @@ def discrete_gaussian_variance(sigma2: Fraction | float | DGaussParams) -> float
     ymax = int(math.ceil(math.sqrt(s2) * 40)) + 2
     y = np.arange(-ymax, ymax + 1, dtype=np.float64)
     w = np.exp(-(y * y) / (2.0 * s2))
-    return float(np.dot(y * y, w) / w.sum())
+    return math.fsum((y * y * w).tolist()) / math.fsum(w.tolist())

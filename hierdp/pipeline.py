@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -50,6 +48,7 @@ from hierdp.errors import (
     expected_one_of,
     warn,
 )
+from hierdp.execution.executors import Executor, Inline, resolve_executor
 from hierdp.keyed_noise import NoiseKey
 from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
@@ -575,6 +574,7 @@ def release(
     invariants_cover: str = "total",
     check_counts: bool | str = True,
     split: Any = None,
+    executor: Any = None,
 ) -> ReleaseResult:
     """Release the node counts ``values`` (external order) of ``tree`` privately.
 
@@ -698,6 +698,11 @@ def release(
     split : str, int, dict or None, optional
         Run the release by subtree: a level name or depth, ``"auto"``, ``{"memory":
         "4GiB"}`` or ``{"level": ..., "memory": ...}``.
+    executor : str, object or None, optional
+        With ``split``: where the subtree tasks run (:mod:`hierdp.execution`): a registered
+        executor name (``"inline"``, the default, ``"threads"``, or a plugin's) or an object
+        whose ``map(function, tasks)`` yields results in task order. The release is the
+        same bit for bit whatever the executor.
 
     Returns
     -------
@@ -717,8 +722,12 @@ def release(
     """
     vals = _check_values(tree, values)
     rules.enforce(_count_problem(tree, vals, check_counts), DataError)
+    if executor is not None and split is None:
+        raise ValueError("executor= runs the tasks of a release by subtree: give split= as well (e.g. split='auto'), "
+                         "or leave executor out")
     if split is not None:
         return _release_split(tree, vals, split, structure=structure, session=session, check_counts=check_counts,
+                              executor=executor,
                               epsilon=epsilon, delta=delta, rho=rho, plan=plan, mechanism=mechanism, budget=budget,
                               postprocess=postprocess, seed=seed, sensitivity=sensitivity, privacy_unit=privacy_unit,
                               max_contributions=max_contributions, notes=notes, private_notes=private_notes,
@@ -1488,41 +1497,18 @@ class _TopSolution:
     fixed: list[Any]
 
 
-def _in_order(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
-    """``fn(item)`` for each item, yielded in the order of ``items``: in this thread when
-    ``workers`` is 1, else on ``workers`` threads with at most ``workers + 1`` items in
-    flight (so that memory holds a bounded number of tasks, not all their results). The
-    threads' names start with the kernel pool's prefix, so the kernels a task calls run
-    their pieces in that thread (two tasks at once already keep two cores busy)."""
-    if workers <= 1:
-        for item in items:
-            yield fn(item)
-        return
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=_threads._PREFIX + "-task")
-    pending: deque[Future[Any]] = deque()
-    try:
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) > workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for f in pending:  # an error (or the caller stopping): nothing new starts
-            f.cancel()
-        pool.shutdown(wait=True)
-
-
 def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None, tail: list[PostProcessor],
                n_cells: int,
                counts_of: Callable[[subtrees.SubtreeTask], Any],
                sink: Callable[[subtrees.SubtreeTask, Estimate, Measurements], None], *, total: float,
-               key: NoiseKey, check_counts: Any, store: Any, workers: int = 1) -> Measurements:
+               key: NoiseKey, check_counts: Any, store: Any, executor: Executor | None = None) -> Measurements:
     """The three stages of a split release (:class:`_SplitStages`) in this process, the
-    tasks of stages 1 and 3 on ``workers`` threads (:func:`_in_order`; ``sink`` is called
-    in this thread, in task order); returns the plan's spends, levels and info as
-    :class:`~hierdp.measurements.Measurements` without values. The numbers do not depend
-    on ``workers``: the noise is keyed per node and each task's steps are its own."""
+    tasks of stages 1 and 3 run by ``executor`` (:mod:`hierdp.execution`; default inline;
+    ``sink`` is called in this thread, in task order); returns the plan's spends, levels and
+    info as :class:`~hierdp.measurements.Measurements` without values. The numbers do not
+    depend on the executor: the noise is keyed per node, each task's steps are its own and
+    a task writes only its own rows of the store."""
+    executor = executor if executor is not None else Inline()
     st = _SplitStages(r, part, step, tail, n_cells, total=total, key=key, check_counts=check_counts,
                       spills=isinstance(store, _DiskStore))
     root_counts = _RootCounts(part.roots.size, n_cells)
@@ -1537,7 +1523,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         return roots_vals, z, u
 
     at = 0
-    for roots_vals, z, u in _in_order(up, part.tasks(), workers):  # measure, then the pass up
+    for roots_vals, z, u in executor.map(up, part.tasks()):  # measure, then the pass up
         root_counts.add(roots_vals)
         del roots_vals
         if z is not None and u is not None:
@@ -1580,7 +1566,7 @@ def _run_split(r: Resolved, part: subtrees.Partition, step: PostProcessor | None
         return task, *st.down(task, noisy, var, sol.x_roots[first:first + m], sol.v_roots[first:first + m],
                               [f[first:first + m] for f in sol.fixed])
 
-    for task, est, meas in _in_order(down, zip(part.tasks(), (int(f) for f in firsts)), workers):
+    for task, est, meas in executor.map(down, zip(part.tasks(), (int(f) for f in firsts))):
         sink(task, est, meas)
     return st.summary()
 
@@ -1607,9 +1593,11 @@ def _settle_split(r: Resolved, ledger: Ledger, part: subtrees.Partition, check_c
 
 
 def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Structure | None,
-                   session: Session | Reservation | None, check_counts: Any, **keywords: Any) -> ReleaseResult:
+                   session: Session | Reservation | None, check_counts: Any, executor: Any = None,
+                   **keywords: Any) -> ReleaseResult:
     """:func:`release` with ``split``: the result assembled in memory from the tasks."""
     n_cells = vals.shape[1] if vals.ndim == 2 else 1
+    ex = resolve_executor(executor)
     r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
     check(r, session)
     rng = make_rng(r.seed)
@@ -1640,7 +1628,8 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
         last[:] = [est]
 
     meas = _run_split(r, part, step, tail, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
-                      total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store)
+                      total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store,
+                      executor=ex)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
     x_full = full["x"] if "x" in full else np.empty((tree.n_nodes, n_cells))
@@ -1687,6 +1676,7 @@ def release_by_subtree(
     session: Session | Reservation | None = None,
     check_counts: bool | str = True,
     workers: int = 1,
+    executor: Any = None,
     **keywords: Any,
 ) -> SplitRun:
     """A release streamed by subtree: memory grows with the largest task, not the tree.
@@ -1710,9 +1700,12 @@ def release_by_subtree(
     each task's kernels using every thread). With more, ``counts_of`` is called from
     several threads at once and must be safe to; ``sink`` is still called from this
     thread, in task order; memory holds up to ``workers + 1`` tasks. The numbers do not
-    change with ``workers``.
+    change with ``workers``. ``executor``: where the tasks run instead (:mod:`hierdp.execution`:
+    a registered name such as ``"inline"`` or ``"threads"``, built with ``workers``, or an object
+    with a ``map(function, tasks)`` method yielding results in task order); the numbers do not
+    change with it either.
     """
-    workers = _threads.parse_threads(workers, "workers")
+    ex = resolve_executor(executor, workers)
     r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
     check(r, session)
     rng = make_rng(r.seed)
@@ -1721,7 +1714,7 @@ def release_by_subtree(
     store = _DiskStore(workdir)
     try:
         meas = _run_split(r, part, step, tail, n_cells, counts_of, sink, total=r.total - acc.total,
-                          key=noise_key(r.seed), check_counts=check_counts, store=store, workers=workers)
+                          key=noise_key(r.seed), check_counts=check_counts, store=store, executor=ex)
     finally:
         store.close()
     guarantee = account(r, acc, meas)

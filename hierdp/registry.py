@@ -33,6 +33,7 @@ KINDS: dict[str, str] = {
     "budget": "hierdp_register_budgets",
     "plan": "hierdp_register_plans",
     "decomposition": "hierdp_register_decompositions",
+    "executor": "hierdp_register_executors",
 }
 _ALIASES = {
     "mechanisms": "mechanism",
@@ -44,6 +45,7 @@ _ALIASES = {
     "budget_strategy": "budget",
     "plans": "plan",
     "decompositions": "decomposition",
+    "executors": "executor",
 }
 
 

@@ -46,3 +46,10 @@ def hierdp_register_plans() -> list[type]:
 def hierdp_register_decompositions() -> list[type]:
     """Decomposition classes (subclasses of :class:`hierdp.decompositions.base.Decomposition`):
     what decides the structure (built-in: ``declared``)."""
+
+
+@hookspec
+def hierdp_register_executors() -> list[type]:
+    """Executor classes (subclasses of :class:`hierdp.execution.Executor`, or any class with a
+    ``map(function, tasks)`` method yielding results in task order): where the tasks of a split
+    release run (built-in: ``inline``, ``threads``)."""

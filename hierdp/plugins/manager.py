@@ -23,6 +23,7 @@ DEFAULT_PLUGINS = (
     "hierdp.budgets",
     "hierdp.plans",
     "hierdp.decompositions",
+    "hierdp.execution",
 )
 
 #: Set to 1 to skip third-party plugins found through entry points.

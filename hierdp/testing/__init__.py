@@ -12,6 +12,7 @@ _SUITES = {
     "BasePostProcessorTests": "hierdp.testing.postprocessors",
     "BasePlanTests": "hierdp.testing.plans",
     "BaseDecompositionTests": "hierdp.testing.decompositions",
+    "check_executor": "hierdp.testing.executors",
 }
 
 __all__ = sorted(_SUITES)

@@ -1,0 +1,112 @@
+"""Small defects a new user meets (issue 50 item 7, issue 53 item 5): each with one clear
+line, or the right result."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import hierdp
+from hierdp import io as hio
+
+# --------------------------------------------------------------------------------------
+# CSV tables: text a spreadsheet would run as a formula is quoted (OWASP "CSV injection")
+
+#: label as given -> the cell a CSV table holds (written by hand from the OWASP rule)
+LABELS = {
+    '=HYPERLINK("http://x","y")': '\'=HYPERLINK("http://x","y")',
+    "+cmd|' /C calc'!A0": "'+cmd|' /C calc'!A0",
+    "-2+3": "'-2+3",
+    "@SUM(A1)": "'@SUM(A1)",
+    "\tx": "'\tx",
+    "-": "'-",
+    "-1": "-1",  # plain numbers stay as they are
+    "+3.5": "+3.5",
+    "-2e3": "-2e3",
+    "plain": "plain",
+    "a=b": "a=b",
+}
+
+
+def _frame() -> pd.DataFrame:
+    given = list(LABELS)
+    return pd.DataFrame({
+        "level": pd.Categorical(["county"] * len(given)),
+        "cat": pd.Categorical(given),
+        "text": pd.Series(given, dtype="str"),
+        "obj": pd.Series(given, dtype=object),
+        "estimate": np.linspace(-2.0, 3.0, len(given)),
+        "n": np.arange(-3, len(given) - 3),
+    })
+
+
+def _cells(raw: bytes) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(raw.decode("utf-8"), newline="")))
+
+
+def _check_csv(rows: list[list[str]], frame: pd.DataFrame) -> None:
+    assert rows[0] == ["level", "cat", "text", "obj", "estimate", "n"]
+    want = list(LABELS.values())
+    for col in (1, 2, 3):
+        assert [r[col] for r in rows[1:]] == want
+    # numeric columns untouched, negative values included
+    assert [float(r[4]) for r in rows[1:]] == frame["estimate"].tolist()
+    assert [int(r[5]) for r in rows[1:]] == frame["n"].tolist()
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.csv.gz"])
+def test_csv_tables_quote_formula_labels(tmp_path, name):
+    frame = _frame()
+    hio.write_table(frame, tmp_path / name)
+    raw = (tmp_path / name).read_bytes()
+    _check_csv(_cells(gzip.decompress(raw) if name.endswith(".gz") else raw), frame)
+
+
+def test_csv_to_a_stream_quotes_formula_labels():
+    frame = _frame()
+    buf = io.BytesIO()
+    hio.write_release_to_stream(frame, json.dumps({"release_id": "r"}), buf, "csv")
+    _check_csv(_cells(buf.getvalue()), frame)
+
+
+def test_csv_header_cells_are_quoted_too():
+    buf = io.BytesIO()
+    hio.write_release_to_stream(pd.DataFrame({"=bad": ["a"], "-1": [1]}), "{}", buf, "csv")
+    assert _cells(buf.getvalue())[0] == ["'=bad", "-1"]
+
+
+def test_two_labels_that_quote_alike_stay_two_cells():
+    frame = pd.DataFrame({"cat": pd.Categorical(["=x", "'=x"]), "v": [1.0, 2.0]})
+    buf = io.BytesIO()
+    hio.write_release_to_stream(frame, "{}", buf, "csv")
+    assert [r[0] for r in _cells(buf.getvalue())[1:]] == ["'=x", "'=x"]
+
+
+def test_parquet_and_json_keep_the_raw_labels(tmp_path):
+    frame = _frame()
+    hio.write_release(frame, json.dumps({"release_id": "r"}), tmp_path / "t.parquet")
+    back = pd.read_parquet(tmp_path / "t.parquet")
+    assert back["text"].tolist() == list(LABELS)
+    hio.write_release(frame, json.dumps({"release_id": "r"}), tmp_path / "t.json")
+    doc = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert [r["text"] for r in doc["table"]] == list(LABELS)
+
+
+def test_a_release_with_formula_labels_writes_a_safe_csv(tmp_path):
+    df = pd.DataFrame({"state": ["=HYPERLINK(\"x\")", "-1", "+3.5", "b"], "county": ["@z", "x", "y", "-5"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=1)
+    hio.write_release(res.frame, "{}", tmp_path / "r.csv")
+    rows = _cells((tmp_path / "r.csv").read_bytes())
+    states = {r[1] for r in rows[1:] if r[1]}
+    counties = {r[2] for r in rows[1:] if r[2]}
+    assert states == {"'=HYPERLINK(\"x\")", "-1", "+3.5", "b"}
+    assert counties == {"'@z", "x", "y", "-5"}

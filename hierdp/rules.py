@@ -85,13 +85,20 @@ def value_range_problem(max_abs: float, what: str = "a node value") -> str | Non
     return None
 
 
+#: seeds are below this: the noise key is SHA-256 of the seed as 32 bytes (``NoiseKey.from_seed``)
+SEED_LIMIT = 1 << 256
+
+
 def seed_problem(seed: Any) -> str | None:
-    """A seed is None (secure randomness) or a non-negative integer."""
+    """A seed is None (secure randomness) or an integer in ``0 <= seed < 2**256``."""
     if seed is None:
         return None
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        return (f"seed must be a non-negative integer (tests only) or None for secure randomness, got {seed!r} "
+        return (f"seed must be a non-negative integer (tests only) or None for secure randomness, got {seed!r:.60} "
                 f"({type(seed).__name__})")
+    if int(seed) >= SEED_LIMIT:
+        return (f"seed must be below 2**256 (about 1.2e77; tests only), got a {len(str(int(seed)))}-digit "
+                "number; use a smaller seed, or no seed for secure randomness")
     return None
 
 

@@ -110,3 +110,42 @@ def test_a_release_with_formula_labels_writes_a_safe_csv(tmp_path):
     counties = {r[2] for r in rows[1:] if r[2]}
     assert states == {"'=HYPERLINK(\"x\")", "-1", "+3.5", "b"}
     assert counties == {"'@z", "x", "y", "-5"}
+
+
+# --------------------------------------------------------------------------------------
+# seeds: one line saying the range
+
+TREE = hierdp.Tree.from_parent(np.array([-1, 0, 0]))
+
+
+@pytest.mark.parametrize("seed", [10**400, 2**256], ids=["400 digits", "2**256"])
+def test_a_huge_seed_is_one_clear_line(seed):
+    with pytest.raises(hierdp.DataError, match=r"seed must be below 2\*\*256 .*got a (401|78)-digit number") as info:
+        hierdp.release(TREE, np.array([5, 2, 3]), epsilon=1.0, seed=seed)
+    assert str(seed)[:20] not in str(info.value)
+    df = pd.DataFrame({"state": ["a", "b"]})
+    with pytest.raises(hierdp.DataError, match=r"seed must be below 2\*\*256"):
+        df.dptree(levels=["state"], domains="observed").release(epsilon=1.0, seed=seed)
+
+
+def test_the_largest_seed_is_accepted():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = hierdp.release(TREE, np.array([5, 2, 3]), epsilon=1.0, seed=2**256 - 1)
+    assert res.ledger is not None
+
+
+def test_a_huge_seed_on_the_command_line_exits_2_with_one_line(tmp_path, capsys):
+    from hierdp.cli import EXIT_USER, main
+
+    assert main(["release", "demo", "-q", "--seed", str(10**400), "-o", str(tmp_path / "o.csv")]) == EXIT_USER
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seed must be below 2**256" in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_huge_seed_in_a_spec_is_refused_by_validation():
+    from hierdp.spec.runner import load_spec
+
+    with pytest.raises(hierdp.SpecError, match=r"seed: seed must be below 2\*\*256 .*401-digit"):
+        load_spec("demo", seed=10**400)

@@ -149,3 +149,49 @@ def test_a_huge_seed_in_a_spec_is_refused_by_validation():
 
     with pytest.raises(hierdp.SpecError, match=r"seed: seed must be below 2\*\*256 .*401-digit"):
         load_spec("demo", seed=10**400)
+
+
+# --------------------------------------------------------------------------------------
+# threads: a count past 1024 is refused with one line (10**6 made DuckDB hang)
+
+@pytest.fixture
+def restore_threads():
+    old = hierdp.set_threads(None)
+    hierdp.set_threads(old)
+    yield
+    hierdp.set_threads(old)
+
+
+@pytest.mark.parametrize("count", [1025, 10**6, 10**400], ids=["1025", "10**6", "400 digits"])
+def test_too_many_threads_is_one_line(monkeypatch, restore_threads, count):
+    with pytest.raises(ValueError, match=r"threads must be at most 1024 threads") as info:
+        hierdp.set_threads(count)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 200
+    hierdp.set_threads(None)
+    monkeypatch.setenv("HIERDP_THREADS", str(count))
+    with pytest.raises(ValueError, match=r"HIERDP_THREADS must be at most 1024"):
+        hierdp.get_threads()
+
+
+def test_1024_threads_are_accepted(monkeypatch, restore_threads):
+    hierdp.set_threads(1024)
+    assert hierdp.get_threads() == 1024
+
+
+def test_too_many_threads_on_the_command_line_exits_2(monkeypatch, capsys, tmp_path):
+    from hierdp.cli import EXIT_USER, main
+
+    assert main(["release", "demo", "-q", "--threads", "1000000", "-o", str(tmp_path / "o.csv")]) == EXIT_USER
+    assert "--threads must be at most 1024" in capsys.readouterr().err
+    monkeypatch.setenv("HIERDP_THREADS", "1000000")
+    assert main(["release", "demo", "-q", "-o", str(tmp_path / "o.csv")]) == EXIT_USER
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "HIERDP_THREADS must be at most 1024" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_dataset_door_refuses_a_million_duckdb_threads(tmp_path):
+    pytest.importorskip("duckdb")
+    pd.DataFrame({"state": ["a", "b"]}).to_parquet(tmp_path / "p.parquet")
+    with pytest.raises(hierdp.DataError, match=r"threads=1000000: at most 1024"):
+        hierdp.dptree(str(tmp_path / "p.parquet"), levels=["state"], domains="observed", threads=10**6)

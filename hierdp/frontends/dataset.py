@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
+from hierdp._engine.threads import MAX_THREADS
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
@@ -237,7 +238,7 @@ class DatasetDPTree(TreeDoor):
         :data:`MEMORY_SHARE` of the physical memory. Beyond it DuckDB spills to
         ``temp_directory``.
     temp_directory : where DuckDB spills; default a private temporary folder.
-    threads : DuckDB's threads (default: its own, one per core).
+    threads : DuckDB's threads (default: its own, one per core; at most 1024).
     labels_as_text : read the level and cell columns as text (CSV always is: codes such as
         ``"01"`` keep their leading zeros; declare text domains).
     """
@@ -255,6 +256,8 @@ class DatasetDPTree(TreeDoor):
         self.memory = _memory_bytes(memory)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise DataError(f"threads={threads!r}: expected a whole number >= 1")
+        if threads is not None and threads > MAX_THREADS:  # DuckDB never finished starting 10**6 threads
+            raise DataError(f"threads={threads!r:.40}: at most {MAX_THREADS} (more threads than cores gain nothing)")
         self.threads = threads
         self._temp_given = None if temp_directory is None else Path(os.fspath(temp_directory))
         self._text_asked = bool(labels_as_text)

@@ -43,7 +43,7 @@ __all__ = ["SUM_RTOL", "enforce", "positive_problem", "delta_problem", "no_budge
            "budget_sum_problem", "trim_to_total", "mechanism_unit_problem",
            "rho_per_level_problem", "unit_bound_problem", "max_contributions_problem", "sensitivity_problem",
            "chain_order_problems", "check_chain", "check_budget_values", "delta_mechanism_problem",
-           "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem", "NEIGHBOURS",
+           "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem", "share_problem", "NEIGHBOURS",
            "neighbours_problem", "sensitivity_floor", "invariants_problem", "convert_guarantee",
            "neighbours_text", "invariants_text", "marginal_sensitivity"]
 
@@ -111,6 +111,18 @@ def positive_problem(x: Any, name: str) -> str | None:
     if isinstance(x, int) and not isinstance(x, bool) and f is None:  # too large for a float
         return f"{name} must be a finite number > 0 that fits a float; got a {len(str(x))}-digit number"
     return f"{name} must be a finite number > 0, got {x!r:.60}"
+
+
+def share_problem(share: Any, name: str = "epsilon_share") -> str | None:
+    """A share of the budget (``epsilon_share``, the part paying for a private structure) is
+    a number strictly between 0 and 1; text such as ``"0.5"`` is refused, not converted."""
+    f = finite_float(share)
+    if f is not None and 0 < f < 1:
+        return None
+    if isinstance(share, str):
+        return (f"{name} must be a number strictly between 0 and 1, got the string {share!r:.40}; "
+                f"pass a number, e.g. {name}=0.5")
+    return f"{name} must be a number strictly between 0 and 1, got {share!r:.40}"
 
 
 #: the smallest δ accepted: a public floor far below any δ used in practice (1/δ and the

@@ -195,3 +195,42 @@ def test_the_dataset_door_refuses_a_million_duckdb_threads(tmp_path):
     pd.DataFrame({"state": ["a", "b"]}).to_parquet(tmp_path / "p.parquet")
     with pytest.raises(hierdp.DataError, match=r"threads=1000000: at most 1024"):
         hierdp.dptree(str(tmp_path / "p.parquet"), levels=["state"], domains="observed", threads=10**6)
+
+
+# --------------------------------------------------------------------------------------
+# epsilon_share (structure_share): a number, never text
+
+def _share_doors():
+    from hierdp.frontends.points import release_points
+    from hierdp.frontends.sequences import release_sequences
+    from hierdp.frontends.taxonomy import release_mixed, release_taxonomy
+
+    rows = [("eu", "fr"), ("eu", "de"), ("am", "us")]
+    tax = hierdp.Tree.from_frame(pd.DataFrame(rows, columns=["region", "country"]), ["region", "country"],
+                                 domains={"region": "observed", "country": pd.DataFrame(rows, columns=["region",
+                                                                                                     "country"])})
+    pts = pd.DataFrame({"x": [0.1, 0.5, 0.9], "y": [0.2, 0.4, 0.8]})
+    frame = pd.DataFrame({"x": [0.1, 0.5], "country": ["fr", "us"]})
+    return {
+        "points": lambda **kw: release_points(pts, columns=["x", "y"], bounds=[(0, 1), (0, 1)], **kw),
+        "grid": lambda **kw: release_points(pts, columns=["x", "y"], bounds=[(0, 1), (0, 1)], method="grid", **kw),
+        "sequences": lambda **kw: release_sequences(["ab", "ba"], max_length=4, alphabet="ab", **kw),
+        "taxonomy": lambda **kw: release_taxonomy(tax, np.array([3, 2, 1]), **kw),
+        "mixed": lambda **kw: release_mixed(frame, {"x": (0, 1)}, {"country": tax}, **kw),
+    }
+
+
+@pytest.mark.parametrize("door", ["points", "grid", "sequences", "taxonomy", "mixed"])
+@pytest.mark.parametrize("spelling", ["epsilon_share", "structure_share"])
+def test_a_share_given_as_text_is_refused_before_any_budget_is_spent(door, spelling):
+    session = hierdp.Session(epsilon=2.0)
+    with pytest.raises(hierdp.BudgetError, match=r"epsilon_share must be a number strictly between 0 and 1, got the "
+                                                 r"string '0.5'; pass a number, e.g. epsilon_share=0.5"):
+        _share_doors()[door](epsilon=1.0, session=session, **{spelling: "0.5"})
+    assert session.releases == ()
+    with pytest.raises(hierdp.BudgetError, match=r"strictly between 0 and 1, got 1.5"):
+        _share_doors()[door](epsilon=1.0, session=session, **{spelling: 1.5})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _share_doors()[door](epsilon=1.0, session=session, **{spelling: 0.5})
+    assert len(session.releases) == 1

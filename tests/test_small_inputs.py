@@ -234,3 +234,74 @@ def test_a_share_given_as_text_is_refused_before_any_budget_is_spent(door, spell
         warnings.simplefilter("ignore")
         _share_doors()[door](epsilon=1.0, session=session, **{spelling: 0.5})
     assert len(session.releases) == 1
+
+
+# --------------------------------------------------------------------------------------
+# a lone surrogate in a label: one line naming the level and the position, at the door
+
+def _obj(*values):
+    return pd.Series(list(values), dtype=object)
+
+
+SURROGATE_FRAME = pd.DataFrame({"state": _obj("a", "b", "\ud800", "a"), "county": _obj("x", "y", "z", "w"),
+                                "sex": _obj("F", "M", "F", "\udc80")})
+LEVEL_MESSAGE = r"^level column 'state' holds text that is not valid Unicode at position 2 \(0-based; the label"
+
+
+@pytest.mark.parametrize("door", [
+    lambda df, **kw: df.dptree(levels=["state", "county"], **kw),
+    lambda df, **kw: hierdp.dptree(df, levels=["state", "county"], **kw),
+    lambda df, **kw: hierdp.Tree.from_frame(df, ["state", "county"], **kw),
+], ids=["accessor", "hierdp.dptree", "Tree.from_frame"])
+@pytest.mark.parametrize("domains", ["observed", {"state": ["a", "b"], "county": "observed"}], ids=["observed",
+                                                                                                   "declared"])
+def test_a_lone_surrogate_in_a_level_column_is_one_line(door, domains):
+    with pytest.raises(hierdp.DataError, match=LEVEL_MESSAGE) as info:
+        door(SURROGATE_FRAME, domains=domains)
+    text = str(info.value)
+    assert "\n" not in text and "\ud800" not in text and "surrogateescape" in text
+
+
+def test_a_lone_surrogate_in_a_categorical_level_column_names_its_first_row():
+    cats = pd.Index(["b", "\ud800", "a"], dtype=object)
+    df = SURROGATE_FRAME.assign(state=pd.Categorical(_obj("a", "b", "\ud800", "a"), categories=cats))
+    with pytest.raises(hierdp.DataError, match=LEVEL_MESSAGE):
+        df.dptree(levels=["state", "county"], domains="observed")
+
+
+def test_a_lone_surrogate_in_a_cell_column_or_a_declared_domain_is_one_line():
+    df = SURROGATE_FRAME.assign(state=["a", "b", "a", "a"])
+    with pytest.raises(hierdp.DataError, match=r"^cell column 'sex' holds text that is not valid Unicode at "
+                                               r"position 3 \(0-based"):
+        df.dptree(levels=["state", "county"], domains="observed", cells={"sex": "observed"})
+    with pytest.raises(hierdp.DataError, match=r"^the domain of level 'state' holds text that is not valid Unicode "
+                                               r"at position 1 \(0-based; a declared value\)"):
+        df.dptree(levels=["state", "county"], domains={"state": ["a", "\udcff", "b"], "county": "observed"})
+    with pytest.raises(hierdp.DataError, match=r"^the domain of cell dimension 'sex' holds text that is not valid "
+                                               r"Unicode at position 0"):
+        df.assign(sex="F").dptree(levels=["state", "county"], domains="observed",
+                                  cells={"sex": np.array(["\ud800", "F"])})
+
+
+def test_a_lone_surrogate_spends_no_budget():
+    session = hierdp.Session(epsilon=1.0)
+    with pytest.raises(hierdp.DataError, match="not valid Unicode"):
+        hierdp.dptree(SURROGATE_FRAME, levels=["state", "county"], domains="observed").release(
+            epsilon=1.0, session=session)
+    assert session.releases == ()
+
+
+def test_valid_text_and_mixed_labels_still_pass():
+    df = pd.DataFrame({"state": _obj("a", 1, "é", "\U0001f600"), "county": _obj("x", "y", "z", "w")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = df.dptree(levels=["state", "county"], domains="observed").release(epsilon=1.0, seed=1)
+    assert set(res.frame["state"].dropna().astype(str)) == {"a", "1", "é", "\U0001f600"}
+
+
+def test_a_lone_surrogate_among_distinct_cell_values_names_no_row():
+    from hierdp.frontends._cells import resolve_cells
+
+    with pytest.raises(hierdp.DataError, match=r"^cell column 'sex' holds text that is not valid Unicode \(the label "
+                                               r"is not shown"):
+        resolve_cells({"sex": "observed"}, levels=["state"], root="total", observed=lambda name: _obj("F", "\udc80"))

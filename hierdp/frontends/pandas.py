@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from hierdp.decompositions.declared import Declared
+from hierdp.decompositions.declared import Declared, check_text
 from hierdp.errors import DataError
 from hierdp.frontends._cells import cell_codes, resolve_cells
 from hierdp.frontends._contributions import bounding_key, check_max_contributions
@@ -82,6 +82,9 @@ class DPTree(TreeDoor):
     def _resolve_cells(self, df: pd.DataFrame, cells: Mapping[str, Any] | None, root: str) -> dict[str, pd.Index]:
         """The declared cell domains ``{column: pd.Index}`` (``{}`` without cells); see
         :mod:`hierdp.frontends._cells`."""
+        for name in cells or {}:  # positions in the caller's frame (observed() below sees distinct values)
+            if isinstance(name, str) and name in self._df.columns and self._df[name].dtype == object:
+                check_text(self._df[name].to_numpy(), f"cell column {name!r}")
         return resolve_cells(cells, levels=self.levels, root=root, observed=lambda name: df[name].dropna().unique(),
                              columns=cast(Sequence[Any], df.columns))
 

@@ -305,3 +305,36 @@ def test_a_lone_surrogate_among_distinct_cell_values_names_no_row():
     with pytest.raises(hierdp.DataError, match=r"^cell column 'sex' holds text that is not valid Unicode \(the label "
                                                r"is not shown"):
         resolve_cells({"sex": "observed"}, levels=["state"], root="total", observed=lambda name: _obj("F", "\udc80"))
+
+
+# --------------------------------------------------------------------------------------
+# a Polars frame as domains= (public paths) is accepted, for the whole hierarchy or a level
+
+PATH_ROWS = {"state": ["a", "a", "b", "b"], "county": ["x", "y", "z", "w"]}
+
+
+def _polars_cases():
+    pl = pytest.importorskip("polars")
+    paths = pl.DataFrame(PATH_ROWS)
+    return paths, [paths, paths.lazy(), {"state": "observed", "county": paths}, {"state": paths, "county": paths}]
+
+
+def test_polars_paths_as_domains_give_the_pandas_tree():
+    paths, cases = _polars_cases()
+    df = pd.DataFrame({"state": ["a", "a", "b"], "county": ["x", "y", "z"]})
+    want = df.dptree(levels=["state", "county"], domains=pd.DataFrame(PATH_ROWS)).tree
+    # by hand: total, 2 states, 4 counties (w is declared, absent from the data)
+    assert want.n_nodes == 7 and want.n_leaves == 4
+    for domains in cases:
+        got = df.dptree(levels=["state", "county"], domains=domains).tree
+        assert np.array_equal(got.parent, want.parent) and got.n_leaves == 4
+        assert hierdp.Tree.from_frame(df, ["state", "county"], domains=domains).n_nodes == 7
+    polars_data = hierdp.dptree(__import__("polars").from_pandas(df), levels=["state", "county"], domains=paths)
+    assert polars_data.tree.n_nodes == 7
+
+
+def test_other_frames_as_domains_are_named_fully_with_the_way_to_convert():
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(hierdp.HierarchyError, match=r"got pyarrow\.lib\.Table; convert it to a pandas DataFrame "
+                                                    r"first \(e\.g\. its \.to_pandas\(\)\)"):
+        pd.DataFrame(PATH_ROWS).dptree(levels=["state", "county"], domains=pa.table(PATH_ROWS))

@@ -270,6 +270,10 @@ def _normalize_domains(domains: Any, levels: Sequence[str], df: pd.DataFrame | N
             raise HierarchyError(f"domains must be 'observed', 'categories', a dict per level or a DataFrame; "
                                  f"got {domains!r}")
         return {lv: _categories(df, lv) if domains == "categories" else "observed" for lv in levels}
+    memo: dict[int, pd.DataFrame] = {}
+    domains = _pandas_frame(domains, memo)
+    if isinstance(domains, Mapping):  # the same Polars frame for several levels stays one frame (one set of paths)
+        domains = {k: _pandas_frame(v, memo) for k, v in domains.items()}
     if isinstance(domains, pd.DataFrame):
         missing = [lv for lv in levels if lv not in domains.columns]
         if missing:
@@ -287,7 +291,25 @@ def _normalize_domains(domains: Any, levels: Sequence[str], df: pd.DataFrame | N
             out[lv] = _categories(df, lv) if isinstance(domains[lv], str) and domains[lv] == "categories" \
                 else domains[lv]
         return out
-    raise HierarchyError(f"domains must be 'observed', a dict per level or a DataFrame; got {type(domains).__name__}")
+    raise HierarchyError(f"domains must be 'observed', a dict per level or a DataFrame (pandas or Polars); got "
+                         f"{_type_name(domains)}; convert it to a pandas DataFrame first (e.g. its .to_pandas())")
+
+
+def _type_name(x: Any) -> str:
+    """``x``'s type with its module (``pyarrow.lib.Table``), builtins by their plain name."""
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _pandas_frame(x: Any, memo: dict[int, pd.DataFrame]) -> Any:
+    """A Polars DataFrame or LazyFrame as a pandas DataFrame (public domains are small; one
+    conversion per frame, memoised by identity); anything else as it is."""
+    t = type(x)
+    if t.__module__.split(".")[0] != "polars" or t.__name__ not in ("DataFrame", "LazyFrame"):
+        return x
+    if id(x) not in memo:
+        memo[id(x)] = (x.collect() if t.__name__ == "LazyFrame" else x).to_pandas()
+    return memo[id(x)]
 
 
 def _codes_for(index: pd.Index, column: pd.Series) -> np.ndarray:

@@ -338,3 +338,55 @@ def test_other_frames_as_domains_are_named_fully_with_the_way_to_convert():
     with pytest.raises(hierdp.HierarchyError, match=r"got pyarrow\.lib\.Table; convert it to a pandas DataFrame "
                                                     r"first \(e\.g\. its \.to_pandas\(\)\)"):
         pd.DataFrame(PATH_ROWS).dptree(levels=["state", "county"], domains=pa.table(PATH_ROWS))
+
+
+# --------------------------------------------------------------------------------------
+# a misspelt keyword at a door: "did you mean"
+
+KW_FRAME = pd.DataFrame({"state": ["a", "a", "b"], "county": ["x", "y", "z"]})
+
+
+def _kw_doors(tmp_path):
+    doors = {
+        "df.dptree()": lambda **kw: KW_FRAME.dptree(**kw),
+        "hierdp.dptree()": lambda **kw: hierdp.dptree(KW_FRAME, **kw),
+        "counts.dptree()": lambda **kw: KW_FRAME.groupby(["state", "county"]).size().dptree(**kw),
+    }
+    try:
+        import polars as pl
+
+        doors["df.dptree() (polars)"] = lambda **kw: pl.from_pandas(KW_FRAME).dptree(**kw)
+    except ImportError:
+        pass
+    try:
+        import duckdb  # noqa: F401
+
+        KW_FRAME.to_parquet(tmp_path / "p.parquet")
+        doors["hierdp.dptree(path)"] = lambda **kw: hierdp.dptree(str(tmp_path / "p.parquet"), **kw)
+    except ImportError:
+        pass
+    return doors
+
+
+def test_a_misspelt_keyword_at_a_door_says_did_you_mean(tmp_path):
+    for where, door in _kw_doors(tmp_path).items():
+        if where != "counts.dptree()":
+            with pytest.raises(hierdp.UnknownKeywordError, match=r"got an unknown keyword 'level'; did you mean "
+                                                                  r"'levels'\?"):
+                door(level=["state", "county"], domains="observed")
+            kw = {"levels": ["state", "county"]}
+        else:
+            kw = {}
+        with pytest.raises(hierdp.UnknownKeywordError, match=r"got an unknown keyword 'domain'; did you mean "
+                                                              r"'domains'\?") as info:
+            door(domain="observed", **kw)
+        assert ".dptree(" in str(info.value).split(" got ")[0], where
+        assert isinstance(info.value, TypeError)  # still a TypeError for code that catches one
+        assert door(domains="observed", **kw).tree.n_nodes == 6
+
+
+def test_the_accessor_keeps_its_signature_for_help():
+    import inspect
+
+    params = inspect.signature(pd.DataFrame.dptree.__call__).parameters
+    assert list(params)[:3] == ["self", "levels", "domains"]

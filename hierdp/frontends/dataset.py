@@ -64,7 +64,7 @@ from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bounded_rows, bounding_key, check_max_contributions, content_hash
-from hierdp.frontends.base import register_door
+from hierdp.frontends.base import register_door, suggest_keywords
 from hierdp.frontends.counting import _place_paths, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.readers import csv_header
@@ -245,6 +245,7 @@ class DatasetDPTree(TreeDoor):
 
     _accessor = "dataset"
 
+    @suggest_keywords("hierdp.dptree(path)")
     def __init__(self, source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], levels: Sequence[str],
                  domains: Any = None, *, count: str | None = None, unit: str | None = None,
                  max_contributions: int | None = None, unknown: str = "raise", root: str = "total",

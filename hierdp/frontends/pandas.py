@@ -26,6 +26,7 @@ from hierdp.frontends.base import (
     record_release,
     register_door,
     releases_of,
+    suggest_keywords,
 )
 from hierdp.frontends.counting import check_counts, count_cells, count_rows
 from hierdp.frontends.points import PointsResult, release_points
@@ -139,6 +140,7 @@ class DPTreeFrameAccessor:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("df.dptree()")
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
@@ -348,6 +350,7 @@ class DPTreeSeriesAccessor:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("counts.dptree()")
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
         """Place counts already grouped by level on a public tree: ``counts.dptree(domains=...)``.

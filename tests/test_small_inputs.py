@@ -390,3 +390,34 @@ def test_the_accessor_keeps_its_signature_for_help():
 
     params = inspect.signature(pd.DataFrame.dptree.__call__).parameters
     assert list(params)[:3] == ["self", "levels", "domains"]
+
+
+# --------------------------------------------------------------------------------------
+# the report writes a sensitivity as a reader does (√2); the ledger's JSON keeps the double
+
+def test_the_report_writes_root_two_and_the_ledger_keeps_the_double(tmp_path):
+    import math
+
+    from tests.test_report import _column, _parse
+
+    df = pd.DataFrame({"state": ["a", "a", "b"], "county": ["x", "y", "z"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = df.dptree(levels=["state", "county"], domains="observed").release(
+            rho=0.5, seed=1, neighbours="substitute", mechanism="discrete_gaussian")
+    # substitution neighbours: L1 doubles to 2, L2 is sqrt(2) (design.md, privacy rule 2)
+    assert {(ls.sensitivity_l1, ls.sensitivity_l2) for ls in res.ledger.levels} == {(2.0, math.sqrt(2))}
+    text = res.report(tmp_path / "r.html").read_text(encoding="utf-8")
+    table = _parse(text).tables["budget"]
+    col = _column(table, "Sensitivity L1 / L2")
+    assert [r[col] for r in table["body"]] == ["2 / √2"] * 3
+    assert "1.4142135623730951" not in text
+    assert "1.4142135623730951" in res.ledger.to_json()  # the machine-readable record keeps the double
+
+
+@pytest.mark.parametrize("value, text", [(1.0, "1"), (2.0, "2"), (2 ** 0.5, "√2"), (8 ** 0.5, "2√2"),
+                                         (12 ** 0.5, "2√3"), (1.5, "1.5"), (None, "")])
+def test_sensitivities_are_written_as_a_reader_writes_them(value, text):
+    from hierdp.report import _sensitivity
+
+    assert _sensitivity(value) == text

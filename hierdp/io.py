@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from hierdp.errors import DataError, MissingDependencyError, UntrustedJournalWarning, expected_one_of, warn
 
@@ -315,8 +315,9 @@ def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
             cats = dt.categories
             if not (pd.api.types.is_object_dtype(cats.dtype) or pd.api.types.is_string_dtype(cats.dtype)):
                 continue
-            new = [_neutral_cell(v) for v in cats]
-            if any(a is not b for a, b in zip(new, cats, strict=True)):
+            old = list(cats)
+            new = [_neutral_cell(v) for v in old]
+            if new != old:
                 if len(set(new)) == len(new):
                     changed[i] = col.cat.rename_categories(new)
                 else:  # '=x' and "'=x" both present: two labels that would print the same stay two cells
@@ -327,12 +328,12 @@ def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
             if swap:
                 changed[i] = col.replace(swap)  # exact values (regex=False), O(rows) in pandas' own code
     names = [_neutral_cell(c) for c in frame.columns]
-    renamed = any(a is not b for a, b in zip(names, frame.columns, strict=True))
+    renamed = names != list(frame.columns)
     if not changed and not renamed:
         return frame
     out = frame.copy(deep=False)
     for i, col in changed.items():
-        out.isetitem(i, col)
+        out.isetitem(i, cast(Any, col))  # a Series keeps its dtype (pandas-stubs lists arrays only)
     if renamed:
         out.columns = names
     return out

@@ -421,3 +421,8 @@ def test_sensitivities_are_written_as_a_reader_writes_them(value, text):
     from hierdp.report import _sensitivity
 
     assert _sensitivity(value) == text
+
+
+def test_a_table_with_nothing_to_quote_is_passed_through_uncopied():
+    frame = pd.DataFrame({"a": pd.Categorical(["x", "-1"]), "b": pd.Series(["p", "+2"], dtype="str"), "v": [-1.0, 2.0]})
+    assert hio.neutralise_formulas(frame) is frame

@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from hierdp.errors import DataError, MissingDependencyError, UntrustedJournalWarning, expected_one_of, warn
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # numpy and pandas load when a table is written: `hierdp --ve
 __all__ = ["atomic_path", "atomic_write", "atomic_write_all", "write_table", "write_text", "write_release",
            "write_release_to_stream", "read_table", "ledger_path_for", "format_for", "format_of_path", "is_url",
            "recover", "table_release_id", "require_format", "TableFormat", "TABLE_FORMATS", "FORMATS",
-           "LEDGER_METADATA_KEY"]
+           "LEDGER_METADATA_KEY", "neutralise_formulas"]
 
 LEDGER_METADATA_KEY = "hierdp.ledger"
 RELEASE_ID_METADATA_KEY = "hierdp.release_id"
@@ -275,8 +275,74 @@ def _json_release_id(path: Path) -> str | None:
     return None if rid is None else str(rid)
 
 
+#: a text cell starting with one of these is read as a formula by spreadsheets (OWASP "CSV injection")
+_FORMULA_START = frozenset("=+-@\t\r")
+#: ... unless it is a plain number (``-1``, ``+3.5``, ``-2e3``), which a spreadsheet reads as that number
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _neutral_cell(value: Any) -> Any:
+    """``value`` with a single quote in front when it is text a spreadsheet would run as a formula."""
+    if isinstance(value, str) and value[:1] in _FORMULA_START and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell (and column name) that a spreadsheet would read as a
+    formula prefixed by a single quote (``'=HYPERLINK(...)``), as OWASP advises against
+    CSV injection: text starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return,
+    unless it is a plain number (a label ``-1`` or ``+3.5`` stays as it is). Numeric columns
+    are never changed. Every CSV table hierdp writes goes through this function; Parquet and
+    JSON keep the labels as they are (read those for the raw labels).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A table about to be written as CSV.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``frame`` itself when no cell needs the quote, else a copy with those cells quoted.
+    """
+    import pandas as pd
+
+    changed: dict[Any, pd.Series] = {}
+    for i, (_, col) in enumerate(frame.items()):
+        dt = col.dtype
+        if isinstance(dt, pd.CategoricalDtype):  # the categories only: O(labels), not O(rows)
+            cats = dt.categories
+            if not (pd.api.types.is_object_dtype(cats.dtype) or pd.api.types.is_string_dtype(cats.dtype)):
+                continue
+            old = list(cats)
+            new = [_neutral_cell(v) for v in old]
+            if new != old:
+                if len(set(new)) == len(new):
+                    changed[i] = col.cat.rename_categories(new)
+                else:  # '=x' and "'=x" both present: two labels that would print the same stay two cells
+                    changed[i] = col.astype(object).map(_neutral_cell).astype(object)
+        elif pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
+            uniq = pd.unique(col.dropna().to_numpy())
+            swap = {v: q for v in uniq if (q := _neutral_cell(v)) is not v}
+            if swap:
+                changed[i] = col.replace(swap)  # exact values (regex=False), O(rows) in pandas' own code
+    names = [_neutral_cell(c) for c in frame.columns]
+    renamed = names != list(frame.columns)
+    if not changed and not renamed:
+        return frame
+    out = frame.copy(deep=False)
+    for i, col in changed.items():
+        out.isetitem(i, cast(Any, col))  # a Series keeps its dtype (pandas-stubs lists arrays only)
+    if renamed:
+        out.columns = names
+    return out
+
+
 def _csv_writer(frame: pd.DataFrame, gzip: bool, ledger_json: str | None) -> Callable[[Any], None]:
-    """CSV (gzip-compressed for a ``.gz`` path); a CSV cannot carry its ledger."""
+    """CSV (gzip-compressed for a ``.gz`` path); a CSV cannot carry its ledger. Text that a
+    spreadsheet would run as a formula is quoted first (:func:`neutralise_formulas`)."""
+    frame = neutralise_formulas(frame)
 
     def write(tmp: Any) -> None:
         if _write_csv_arrow(frame, tmp, gzip):

@@ -115,6 +115,25 @@ def _num(x: Any) -> str:
     return repr(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
+def _sensitivity(x: Any) -> str:
+    """A sensitivity as a reader writes it: ``2``, ``√2``, ``2√2`` when its square is a whole
+    number (the L2 sensitivities of counts are square roots of whole numbers), else four
+    significant digits; the exact value stays in the ledger's JSON and the report's YAML."""
+    if x is None:
+        return ""
+    f = float(x)
+    if not math.isfinite(f) or f <= 0:
+        return _num(x)
+    if f == round(f) and f < 1e15:
+        return str(int(f))
+    k = round(f * f)
+    if 0 < k < 10**12 and abs(f * f - k) <= 1e-9 * k:
+        a = next(a for a in range(math.isqrt(k), 0, -1) if k % (a * a) == 0)
+        b = k // (a * a)
+        return str(a) if b == 1 else (f"√{b}" if a == 1 else f"{a}√{b}")
+    return f"{f:.4g}"
+
+
 def _g(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -688,7 +707,7 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
              _e(_num(r["budget"])), _e(_frac(r["rational"])),
              _e("" if r["share"] is None else f"{_frac(r['share'])} ({100 * float(r['share']):.4g} %)"),
              _e(_num(r["delta"]) if r["delta"] else ""), _e(r["mechanism"]),
-             _e("" if r["l1"] is None else f"{_num(r['l1'])} / {_num(r['l2'])}"),
+             _e("" if r["l1"] is None else f"{_sensitivity(r['l1'])} / {_sensitivity(r['l2'])}"),
              _e("" if r["variance"] is None else _g(float(r["variance"]), 6)),
              _e(r["implied"])] for r in rows]
     total_unit = {"pure": "ε", "zcdp": "ρ"}.get(ledger.guarantee, "ρ")

@@ -43,7 +43,7 @@ __all__ = ["SUM_RTOL", "enforce", "positive_problem", "delta_problem", "no_budge
            "budget_sum_problem", "trim_to_total", "mechanism_unit_problem",
            "rho_per_level_problem", "unit_bound_problem", "max_contributions_problem", "sensitivity_problem",
            "chain_order_problems", "check_chain", "check_budget_values", "delta_mechanism_problem",
-           "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem", "NEIGHBOURS",
+           "MAX_EXACT_COUNT", "finite_float", "value_range_problem", "seed_problem", "share_problem", "NEIGHBOURS",
            "neighbours_problem", "sensitivity_floor", "invariants_problem", "convert_guarantee",
            "neighbours_text", "invariants_text", "marginal_sensitivity"]
 
@@ -85,13 +85,20 @@ def value_range_problem(max_abs: float, what: str = "a node value") -> str | Non
     return None
 
 
+#: seeds are below this: the noise key is SHA-256 of the seed as 32 bytes (``NoiseKey.from_seed``)
+SEED_LIMIT = 1 << 256
+
+
 def seed_problem(seed: Any) -> str | None:
-    """A seed is None (secure randomness) or a non-negative integer."""
+    """A seed is None (secure randomness) or an integer in ``0 <= seed < 2**256``."""
     if seed is None:
         return None
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        return (f"seed must be a non-negative integer (tests only) or None for secure randomness, got {seed!r} "
+        return (f"seed must be a non-negative integer (tests only) or None for secure randomness, got {seed!r:.60} "
                 f"({type(seed).__name__})")
+    if int(seed) >= SEED_LIMIT:
+        return (f"seed must be below 2**256 (about 1.2e77; tests only), got a {len(str(int(seed)))}-digit "
+                "number; use a smaller seed, or no seed for secure randomness")
     return None
 
 
@@ -104,6 +111,18 @@ def positive_problem(x: Any, name: str) -> str | None:
     if isinstance(x, int) and not isinstance(x, bool) and f is None:  # too large for a float
         return f"{name} must be a finite number > 0 that fits a float; got a {len(str(x))}-digit number"
     return f"{name} must be a finite number > 0, got {x!r:.60}"
+
+
+def share_problem(share: Any, name: str = "epsilon_share") -> str | None:
+    """A share of the budget (``epsilon_share``, the part paying for a private structure) is
+    a number strictly between 0 and 1; text such as ``"0.5"`` is refused, not converted."""
+    f = finite_float(share)
+    if f is not None and 0 < f < 1:
+        return None
+    if isinstance(share, str):
+        return (f"{name} must be a number strictly between 0 and 1, got the string {share!r:.40}; "
+                f"pass a number, e.g. {name}=0.5")
+    return f"{name} must be a number strictly between 0 and 1, got {share!r:.40}"
 
 
 #: the smallest δ accepted: a public floor far below any δ used in practice (1/δ and the

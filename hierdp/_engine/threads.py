@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["THREADS_ENV", "get_threads", "set_threads", "run_pieces", "parse_threads", "spans", "zero_in_pieces",
-           "prefault"]
+__all__ = ["THREADS_ENV", "MAX_THREADS", "get_threads", "set_threads", "run_pieces", "parse_threads", "spans",
+           "zero_in_pieces", "prefault"]
 
 THREADS_ENV = "HIERDP_THREADS"
 _T = TypeVar("_T")
@@ -44,18 +44,29 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: The most threads any setting may ask for (:func:`set_threads`, ``HIERDP_THREADS``,
+#: ``--threads``, ``workers``, the dataset door's ``threads``). More is refused, not
+#: clamped: a count this large is a slip (``10**6`` made DuckDB start a million threads
+#: and never finish), and a silent clamp would hide it. 1024 is above the cores of the
+#: machines hierdp runs on, and DuckDB starts that many in a quarter of a second (measured).
+MAX_THREADS = 1024
+
+
 def parse_threads(value: Any, where: str) -> int:
-    """``value`` as a thread count >= 1 (an int, or a string of digits); else a one-line
-    ValueError naming ``where``."""
+    """``value`` as a thread count in ``1 ..`` :data:`MAX_THREADS` (an int, or a string of
+    digits); else a one-line ValueError naming ``where``."""
     import numbers
 
     n = 0
     if isinstance(value, str) and value.strip().isdigit():
-        n = int(value.strip())
+        n = int(value.strip()) if len(value.strip()) < 20 else MAX_THREADS + 1
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
         n = int(value)
     if n < 1:
-        raise ValueError(f"{where} must be a whole number of threads >= 1 (1 = single-threaded), got {value!r}")
+        raise ValueError(f"{where} must be a whole number of threads >= 1 (1 = single-threaded), got {value!r:.40}")
+    if n > MAX_THREADS:
+        raise ValueError(f"{where} must be at most {MAX_THREADS} threads (this process may use {_cores()} cores; "
+                         f"more threads than cores gain nothing), got {value!r:.40}")
     return n
 
 
@@ -90,7 +101,8 @@ def set_threads(threads: int | None) -> int | None:
     Parameters
     ----------
     threads : int or None
-        The thread count (``1``: single-threaded), or ``None`` for the default.
+        The thread count (``1``: single-threaded; at most :data:`MAX_THREADS`, 1024), or
+        ``None`` for the default.
 
     Returns
     -------

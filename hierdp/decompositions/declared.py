@@ -131,11 +131,63 @@ class Declared(Decomposition):
         return build_structure(data, self.levels, self.domains, root=self.root)
 
 
+def first_invalid_text(values: Any) -> int | None:
+    """The position in ``values`` (a sequence or array) of the first text that is not valid
+    Unicode (a lone surrogate such as ``"\\ud800"``, e.g. from bytes decoded with
+    ``errors="surrogateescape"``: it cannot be encoded as UTF-8, so no table can hold it),
+    else ``None``. One encode of the distinct values in C; the rows are searched only when
+    one of them fails."""
+    arr = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
+    if arr.dtype.kind == "U":  # numpy's fixed-width text holds surrogates too
+        arr = arr.astype(object)
+    if arr.dtype != object or arr.size == 0:
+        return None
+    arr = arr.ravel()
+    if not _invalid_among(pd.unique(arr)):
+        return None
+    return next(i for i, v in enumerate(arr) if isinstance(v, str) and not _encodes(v))
+
+
+def _invalid_among(uniq: Any) -> bool:
+    """Whether distinct values ``uniq`` hold text that cannot be encoded as UTF-8."""
+    try:
+        "\x00".join(uniq).encode("utf-8")
+        return False
+    except TypeError:  # not all text: check the strings among them
+        return not all(_encodes(v) for v in uniq if isinstance(v, str))
+    except UnicodeEncodeError:
+        return True
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def invalid_text_error(what: str, position: int | None, private: bool = True) -> DataError:
+    """The one-line error for :func:`first_invalid_text`: names ``what`` and the position
+    (``None``: among distinct values, no row to name), never the value when ``private``."""
+    shown = "the label is not shown: labels are private" if private else "a declared value"
+    where = f" at position {position} (0-based; {shown})" if position is not None else f" ({shown})"
+    return DataError(f"{what} holds text that is not valid Unicode{where}: a lone "
+                     "surrogate, e.g. from bytes decoded with errors='surrogateescape'; decode the source with "
+                     "errors='replace' or a correct encoding, or fix that value")
+
+
 def domain_index(values: Any, what: str, forms: str) -> pd.Index:
     """A declared public domain as a ``pd.Index``: a non-empty list of distinct, non-missing
     values (``what`` names it in errors, e.g. "level 'state'"; ``forms`` the accepted forms)."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise HierarchyError(f"domain of {what} must be {forms}; got {values!r}")
+    if not isinstance(values, (pd.Index, np.ndarray, pd.Series)):
+        values = list(values)
+    if not hasattr(values, "dtype") or values.dtype.kind in "OU":  # text that no table could hold
+        pos = first_invalid_text(np.asarray(values, dtype=object))
+        if pos is not None:
+            raise invalid_text_error(f"the domain of {what}", pos, private=False)
     idx = pd.Index(list(values) if not isinstance(values, (pd.Index, np.ndarray, pd.Series)) else values)
     if len(idx) == 0:
         raise HierarchyError(f"domain of {what} is empty; declare at least one value")
@@ -171,14 +223,32 @@ def _no_blank_labels(idx: pd.Index, level: str) -> None:
 
 
 def _check_label_column(col: pd.Series, level: str) -> None:
-    """A level column holds labels (strings, numbers): a list, dict or set in a cell is a DataError."""
+    """A level column holds labels (strings, numbers): a list, dict or set in a cell is a
+    DataError, and so is text that is not valid Unicode (:func:`first_invalid_text`)."""
     if col.dtype == object:
         try:
-            pd.unique(col.to_numpy())
+            uniq = pd.unique(col.to_numpy())
         except TypeError:
             bad = next((type(v).__name__ for v in col if isinstance(v, (list, dict, set, np.ndarray))), "unhashable")
             raise DataError(f"level column {level!r} holds {bad} values; each cell must be one label (a string or "
                             f"a number), e.g. explode the lists with df.explode({level!r}) first") from None
+        if _invalid_among(uniq):
+            check_text(col.to_numpy(), f"level column {level!r}")
+    elif isinstance(col.dtype, pd.CategoricalDtype) and col.dtype.categories.dtype == object:
+        pos = first_invalid_text(col.dtype.categories.to_numpy())
+        if pos is not None:  # the first row holding that category, else the category's own position
+            rows = np.flatnonzero(col.cat.codes.to_numpy() == pos)
+            raise invalid_text_error(f"level column {level!r}", int(rows[0])) if rows.size else \
+                invalid_text_error(f"the categories of level column {level!r}", pos)
+
+
+def check_text(values: Any, what: str, rows: bool = True) -> None:
+    """A :class:`DataError` naming ``what`` and the position (when ``rows``: ``values`` are
+    the rows, not distinct values) when ``values`` hold text that is not valid Unicode; the
+    value itself is never shown."""
+    pos = first_invalid_text(values)
+    if pos is not None:
+        raise invalid_text_error(what, pos if rows else None)
 
 
 def _categories(df: pd.DataFrame | None, level: str) -> pd.Index:
@@ -200,6 +270,10 @@ def _normalize_domains(domains: Any, levels: Sequence[str], df: pd.DataFrame | N
             raise HierarchyError(f"domains must be 'observed', 'categories', a dict per level or a DataFrame; "
                                  f"got {domains!r}")
         return {lv: _categories(df, lv) if domains == "categories" else "observed" for lv in levels}
+    memo: dict[int, pd.DataFrame] = {}
+    domains = _pandas_frame(domains, memo)
+    if isinstance(domains, Mapping):  # the same Polars frame for several levels stays one frame (one set of paths)
+        domains = {k: _pandas_frame(v, memo) for k, v in domains.items()}
     if isinstance(domains, pd.DataFrame):
         missing = [lv for lv in levels if lv not in domains.columns]
         if missing:
@@ -217,7 +291,25 @@ def _normalize_domains(domains: Any, levels: Sequence[str], df: pd.DataFrame | N
             out[lv] = _categories(df, lv) if isinstance(domains[lv], str) and domains[lv] == "categories" \
                 else domains[lv]
         return out
-    raise HierarchyError(f"domains must be 'observed', a dict per level or a DataFrame; got {type(domains).__name__}")
+    raise HierarchyError(f"domains must be 'observed', a dict per level or a DataFrame (pandas or Polars); got "
+                         f"{_type_name(domains)}; convert it to a pandas DataFrame first (e.g. its .to_pandas())")
+
+
+def _type_name(x: Any) -> str:
+    """``x``'s type with its module (``pyarrow.lib.Table``), builtins by their plain name."""
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _pandas_frame(x: Any, memo: dict[int, pd.DataFrame]) -> Any:
+    """A Polars DataFrame or LazyFrame as a pandas DataFrame (public domains are small; one
+    conversion per frame, memoised by identity); anything else as it is."""
+    t = type(x)
+    if t.__module__.split(".")[0] != "polars" or t.__name__ not in ("DataFrame", "LazyFrame"):
+        return x
+    if id(x) not in memo:
+        memo[id(x)] = (x.collect() if t.__name__ == "LazyFrame" else x).to_pandas()
+    return memo[id(x)]
 
 
 def _codes_for(index: pd.Index, column: pd.Series) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp.decompositions.declared import RESERVED_COLUMNS, domain_index
+from hierdp.decompositions.declared import RESERVED_COLUMNS, check_text, domain_index
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 
 __all__ = ["resolve_cells", "cell_sizes", "cell_codes", "cells_notes", "domain_error", "check_cell_columns",
@@ -77,7 +77,9 @@ def resolve_cells(cells: Mapping[str, Any] | None, *, levels: Sequence[str], roo
                                      f"got {spec!r}")
             if observed is None:
                 raise HierarchyError(f"cell dimension {name!r} is declared 'observed' but no data were given")
-            vals = pd.Index(pd.unique(pd.Series(np.asarray(observed(name), dtype=object)).dropna().to_numpy()))
+            seen = np.asarray(observed(name), dtype=object)
+            check_text(seen, f"cell column {name!r}", rows=False)  # distinct values: no row to name
+            vals = pd.Index(pd.unique(pd.Series(seen).dropna().to_numpy()))
             try:
                 vals = vals.sort_values()
             except TypeError:

@@ -51,7 +51,7 @@ import inspect
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -65,8 +65,10 @@ from hierdp.rng import make_rng
 from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 __all__ = ["RELEASE_KEYWORDS", "TREE_RELEASE_KEYWORDS", "ROWS_KEYWORDS", "ALIASES", "PLAN_DEFAULT", "check_keywords",
-           "parameter_names",
+           "parameter_names", "suggest_keywords",
            "canonical_keywords", "refuse", "take", "admit", "admit_private_structure", "release_path", "door_rng",
            "releases_of",
            "record_release", "spent_text", "register_door", "dptree", "RELEASES_BY_OBJECT"]
@@ -105,6 +107,26 @@ def check_keywords(where: str, given: Iterable[str], allowed: Iterable[str]) -> 
             if match:
                 raise UnknownKeywordError(f"{where} got an unknown keyword {key!r}; did you mean {match[0]!r}?")
             raise UnknownKeywordError(f"{where} got an unknown keyword {key!r}; it takes: {', '.join(names)}")
+
+
+def suggest_keywords(where: str) -> Callable[[_F], _F]:
+    """Decorate a door whose signature lists its keywords: an unknown keyword is refused by
+    :func:`check_keywords` (``df.dptree(level=...)``: "did you mean 'levels'?") instead of
+    Python's plain ``TypeError``; the signature seen by ``help`` and ``inspect`` is kept."""
+
+    def wrap(fn: _F) -> _F:
+        names = parameter_names(fn)
+
+        @functools.wraps(fn)
+        def door(*args: Any, **kwargs: Any) -> Any:
+            unknown = [k for k in kwargs if k not in names]
+            if unknown:
+                check_keywords(where, unknown, names)
+            return fn(*args, **kwargs)
+
+        return cast(_F, door)
+
+    return wrap
 
 
 def parameter_names(fn: Callable[..., Any]) -> list[str]:
@@ -307,6 +329,10 @@ def dptree(data: Any, **keywords: Any) -> Any:
     >>> hierdp.dptree(df, levels=["state"], domains="observed").tree.n_nodes
     3
     """
+    if "levels" not in keywords:  # doors that need levels= would only say so: name the slip instead
+        for key in keywords:
+            if difflib.get_close_matches(str(key), ["levels"], n=1, cutoff=0.6):
+                raise UnknownKeywordError(f"hierdp.dptree() got an unknown keyword {key!r}; did you mean 'levels'?")
     for _ in range(2):
         for _name, accepts, open_door in _DOORS:
             if accepts(data):

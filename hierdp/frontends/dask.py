@@ -34,7 +34,7 @@ from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError
 from hierdp.frontends._cells import cell_sizes, check_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bounded_rows, bounding_key, content_hash
-from hierdp.frontends.base import register_door, releases_of
+from hierdp.frontends.base import register_door, releases_of, suggest_keywords
 from hierdp.frontends.counting import (
     DROPPED_BY_BOUND,
     DROPPED_OUT_OF_DOMAIN,
@@ -363,6 +363,7 @@ class DPTreeDaskAccessor:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("ddf.dptree()")
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DaskDPTree:

@@ -59,11 +59,12 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
+from hierdp._engine.threads import MAX_THREADS
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bounded_rows, bounding_key, check_max_contributions, content_hash
-from hierdp.frontends.base import register_door
+from hierdp.frontends.base import register_door, suggest_keywords
 from hierdp.frontends.counting import _place_paths, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.readers import csv_header
@@ -237,13 +238,14 @@ class DatasetDPTree(TreeDoor):
         :data:`MEMORY_SHARE` of the physical memory. Beyond it DuckDB spills to
         ``temp_directory``.
     temp_directory : where DuckDB spills; default a private temporary folder.
-    threads : DuckDB's threads (default: its own, one per core).
+    threads : DuckDB's threads (default: its own, one per core; at most 1024).
     labels_as_text : read the level and cell columns as text (CSV always is: codes such as
         ``"01"`` keep their leading zeros; declare text domains).
     """
 
     _accessor = "dataset"
 
+    @suggest_keywords("hierdp.dptree(path)")
     def __init__(self, source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], levels: Sequence[str],
                  domains: Any = None, *, count: str | None = None, unit: str | None = None,
                  max_contributions: int | None = None, unknown: str = "raise", root: str = "total",
@@ -255,6 +257,8 @@ class DatasetDPTree(TreeDoor):
         self.memory = _memory_bytes(memory)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise DataError(f"threads={threads!r}: expected a whole number >= 1")
+        if threads is not None and threads > MAX_THREADS:  # DuckDB never finished starting 10**6 threads
+            raise DataError(f"threads={threads!r:.40}: at most {MAX_THREADS} (more threads than cores gain nothing)")
         self.threads = threads
         self._temp_given = None if temp_directory is None else Path(os.fspath(temp_directory))
         self._text_asked = bool(labels_as_text)

@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from hierdp.decompositions.declared import Declared
+from hierdp.decompositions.declared import Declared, check_text
 from hierdp.errors import DataError
 from hierdp.frontends._cells import cell_codes, resolve_cells
 from hierdp.frontends._contributions import bounding_key, check_max_contributions
@@ -26,6 +26,7 @@ from hierdp.frontends.base import (
     record_release,
     register_door,
     releases_of,
+    suggest_keywords,
 )
 from hierdp.frontends.counting import check_counts, count_cells, count_rows
 from hierdp.frontends.points import PointsResult, release_points
@@ -82,6 +83,9 @@ class DPTree(TreeDoor):
     def _resolve_cells(self, df: pd.DataFrame, cells: Mapping[str, Any] | None, root: str) -> dict[str, pd.Index]:
         """The declared cell domains ``{column: pd.Index}`` (``{}`` without cells); see
         :mod:`hierdp.frontends._cells`."""
+        for name in cells or {}:  # positions in the caller's frame (observed() below sees distinct values)
+            if isinstance(name, str) and name in self._df.columns and self._df[name].dtype == object:
+                check_text(self._df[name].to_numpy(), f"cell column {name!r}")
         return resolve_cells(cells, levels=self.levels, root=root, observed=lambda name: df[name].dropna().unique(),
                              columns=cast(Sequence[Any], df.columns))
 
@@ -136,6 +140,7 @@ class DPTreeFrameAccessor:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("df.dptree()")
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
@@ -345,6 +350,7 @@ class DPTreeSeriesAccessor:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("counts.dptree()")
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> DPTree:
         """Place counts already grouped by level on a public tree: ``counts.dptree(domains=...)``.

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp import registry
+from hierdp import registry, rules
 from hierdp._engine.jit import numba as nb
 from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.privtree import SpatialStructure, as_points
@@ -342,8 +342,7 @@ def release_points(data: Any, columns: Sequence[str] | None = None, bounds: Any 
     structure_share = epsilon_share
     if structure_share is None:
         structure_share = 0.01 if method == "grid" else 0.5
-    if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
-        raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
+    rules.enforce(rules.share_problem(structure_share), BudgetError)
     eps_tree = eps * float(structure_share)
     eps_leaves = eps - eps_tree
     x = 1 if max_contributions is None else max_contributions

@@ -45,7 +45,7 @@ from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import domain_error, resolve_cells
 from hierdp.frontends._contributions import bound_contributions, bounding_key, check_max_contributions
-from hierdp.frontends.base import register_door, releases_of
+from hierdp.frontends.base import register_door, releases_of, suggest_keywords
 from hierdp.frontends.counting import _place_paths, check_counts, keyed_counts, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.rng import make_rng
@@ -356,6 +356,7 @@ class DPTreePolarsNamespace:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("df.dptree()")
     def __call__(self, levels: Sequence[str], domains: Any = None, *, count: str | None = None,
                  unit: str | None = None, max_contributions: int | None = None, unknown: str = "raise",
                  root: str = "total", cells: Mapping[str, Any] | None = None) -> PolarsDPTree:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hierdp import rules
 from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.suffix_tree import MAX_CELLS, Corpus, SuffixStructure, SuffixTree
 from hierdp.errors import BudgetError, DataError, expected_one_of
@@ -430,8 +431,7 @@ def release_sequences(data: Any, column: str | None = None, epsilon: float | Non
     beta = corpus.m + 1
     decomp.size_cap(beta)  # the alphabet's fan-out against max_cells: public, refused before the door pays
     share = 1.0 / beta if structure_share is None else structure_share
-    if isinstance(share, bool) or not (0 < float(share) < 1):
-        raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
+    rules.enforce(rules.share_problem(share), BudgetError)
     paid = admit_private_structure(_door, "suffix_tree", epsilon=eps, delta=delta, rho=rho, session=session, seed=seed,
                                    neighbours=neighbours, invariants=invariants, mechanism=mechanism)
     rng = door_rng(seed, 54321)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp import registry
+from hierdp import registry, rules
 from hierdp.accounting import pure_epsilon
 from hierdp.decompositions.mixed import MixedPrivTree, MixedStructure
 from hierdp.decompositions.taxonomy import TaxonomyPrivTree
@@ -112,8 +112,7 @@ def release_taxonomy(taxonomy: Tree, leaf_counts: Any, epsilon: float | None = N
     structure_share = 0.5 if structure_share is None else structure_share
     max_contributions = take(_door, given, "max_contributions", max_contributions)
     eps = pure_epsilon(epsilon)
-    if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
-        raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
+    rules.enforce(rules.share_problem(structure_share), BudgetError)
     contributions = {} if max_contributions is None else {"contributions": max_contributions}
     # through the registry: the decomposition's parameters are checked as in a spec
     decomp = registry.create("decomposition", TaxonomyPrivTree.name, taxonomy=taxonomy, score=score,
@@ -211,8 +210,7 @@ def release_mixed(data: pd.DataFrame, numeric: Mapping[str, Any] | None = None,
     structure_share = 0.5 if structure_share is None else structure_share
     max_contributions = take(_door, given, "max_contributions", max_contributions)
     eps = pure_epsilon(epsilon)
-    if isinstance(structure_share, bool) or not (0 < float(structure_share) < 1):
-        raise BudgetError(f"structure_share must be strictly between 0 and 1, got {structure_share!r}")
+    rules.enforce(rules.share_problem(structure_share), BudgetError)
     contributions = {} if max_contributions is None else {"contributions": max_contributions}
     # through the registry: the decomposition's parameters are checked as in a spec
     decomp = registry.create("decomposition", MixedPrivTree.name, numeric=numeric, categorical=categorical,

@@ -37,7 +37,7 @@ from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, HierarchyError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, domain_error, resolve_cells
-from hierdp.frontends.base import register_door, releases_of
+from hierdp.frontends.base import register_door, releases_of, suggest_keywords
 from hierdp.frontends.counting import leaf_counts_to_nodes
 from hierdp.frontends.tree_door import TreeDoor
 
@@ -323,6 +323,7 @@ class DPTreeDataArrayAccessor:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("da.dptree()")
     def __call__(self, domains: Any = None, *, levels: Sequence[str] | None = None,
                  cells: Mapping[str, Any] | None = None, unknown: str = "raise", root: str = "total") -> ArrayDPTree:
         """Place this array's counts on a public tree: ``da.dptree(domains, levels=[...])``.
@@ -371,6 +372,7 @@ class DPTreeDatasetAccessor:
         self._obj = obj
         self._spent = releases_of(obj)
 
+    @suggest_keywords("ds.dptree()")
     def __call__(self, domains: Any = None, *, count: str | None = None, levels: Sequence[str] | None = None,
                  cells: Mapping[str, Any] | None = None, unknown: str = "raise", root: str = "total") -> ArrayDPTree:
         """Place the counts of the variable ``count`` on a public tree, as

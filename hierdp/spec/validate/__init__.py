@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hierdp import registry
+from hierdp import registry, rules
 from hierdp.errors import DataError, SpecError, did_you_mean
 from hierdp.spec.loader import Issue, LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.schema import check_against_schema, load_schema
@@ -223,6 +223,8 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
                                  "the release protects individuals only weakly")
         if src["engine"] in ("duckdb", "polars"):
             self.check_dataset_engine(levels, cells, decomposition, src["engine"])
+        if isinstance(d.get("seed"), int) and (problem := rules.seed_problem(d["seed"])) is not None:
+            self.err(("seed",), problem)  # the schema says integer >= 0; the upper bound is the noise key's
         if self.issues:
             return None
         spec = ReleaseSpec(

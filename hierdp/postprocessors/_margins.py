@@ -55,10 +55,9 @@ _GTOL = 1e-13
 
 @_jit
 def _sort_desc(key, idx, k):
-    """``idx[:k]`` = 0..k-1 ordered by ``key`` descending (ties: lower index first)."""
+    """Reorder the permutation ``idx[:k]`` of 0..k-1 so that ``key[idx]`` descends: an insertion
+    sort, fast from the previous iteration's order (nearly sorted); argsort for long lines."""
     if k <= 24:
-        for j in range(k):
-            idx[j] = j
         for j in range(1, k):
             v = idx[j]
             kv = key[v]
@@ -74,11 +73,13 @@ def _sort_desc(key, idx, k):
 
 
 @_jit
-def _solve_lines(D, S, r, b, a, X, key, idx):
+def _solve_lines(D, S, r, b, a, X, key, order):
     """For every line i, the multiplier ``a[i]`` with ``sum_j max(0, (D_ij + a_i + b_j) S_ij) == r_i``
-    (exact: the breakpoints sorted), and the table ``X``. ``r > 0``."""
+    (exact: the breakpoints sorted; ``order[i]`` keeps line i's order for the next call), and the
+    table ``X``. ``r > 0``."""
     p, k = D.shape
     for i in range(p):
+        idx = order[i]
         for j in range(k):
             key[j] = D[i, j] + b[j]
         _sort_desc(key, idx, k)
@@ -171,9 +172,9 @@ def _cholesky_solve(M, g, d, k):
 
 
 @_jit
-def _solve_columns(DT, ST, c, a, b, XT, key, idx):
+def _solve_columns(DT, ST, c, a, b, XT, key, order):
     """Coordinate ascent's other half: every ``b[j]`` exact given ``a`` (on the transposed arrays)."""
-    _solve_lines(DT, ST, c, a, b, XT, key, idx)
+    _solve_lines(DT, ST, c, a, b, XT, key, order)
 
 
 @_jit
@@ -190,7 +191,10 @@ def _project_core(D, S, r, c, X):
     gt = np.empty(k)
     M = np.empty((k, k))
     key = np.empty(max(p, k))
-    idx = np.empty(max(p, k), np.int64)
+    idx = np.empty((p, k), np.int64)
+    for i in range(p):
+        for j in range(k):
+            idx[i, j] = j
     act = np.empty(k, np.int64)
     Xt = np.empty((p, k))
     at = np.empty(p)
@@ -211,6 +215,10 @@ def _project_core(D, S, r, c, X):
     DT = np.ascontiguousarray(D.T)
     ST = np.ascontiguousarray(S.T)
     XT = np.empty((k, p))
+    idxT = np.empty((k, p), np.int64)
+    for j in range(k):
+        for i in range(p):
+            idxT[j, i] = i
     for _round in range(_ROUNDS):
         stall = 0
         for _it in range(_NEWTON_ITERS):
@@ -270,8 +278,14 @@ def _project_core(D, S, r, c, X):
                 break
             for j in range(k):
                 b[j] += best * d[j]
-            _solve_lines(D, S, r, b, a, X, key, idx)
-            gnew = _residual(X, c, g)
+            if best == t:  # the line search's last evaluation is the new point
+                X[:, :] = Xt
+                a[:] = at
+                g[:] = gt
+                gnew = gm
+            else:
+                _solve_lines(D, S, r, b, a, X, key, idx)
+                gnew = _residual(X, c, g)
             if gnew <= tol:
                 return 0
             if gnew > 0.999 * gmax:
@@ -284,7 +298,7 @@ def _project_core(D, S, r, c, X):
             gmax = gnew
         # coordinate ascent: each multiplier exact in turn (converges, linearly)
         for _sw in range(_SWEEPS):
-            _solve_columns(DT, ST, c, a, b, XT, key, idx)
+            _solve_columns(DT, ST, c, a, b, XT, key, idxT)
             _solve_lines(D, S, r, b, a, X, key, idx)
             gmax = _residual(X, c, g)
             if gmax <= tol:
@@ -389,6 +403,23 @@ def _less(a1, a2, b1, b2):
 
 
 @_jit
+def _arc(K1, K2, elig, chosen, need_line, A1, A2, arow, j, q):
+    """The exchange arc j -> q: the cheapest line (first of equal ones) holding a unit at j and
+    none at eligible q, its cost difference in (A1, A2); ``arow = -1`` when there is none."""
+    p = K1.shape[0]
+    arow[j, q] = -1
+    for i in range(p):
+        if need_line[i] == 0 or not chosen[i, j] or not elig[i, q] or chosen[i, q]:
+            continue
+        c1 = K1[i, q] - K1[i, j]
+        c2 = K2[i, q] - K2[i, j]
+        if arow[j, q] < 0 or _less(c1, c2, A1[j, q], A2[j, q]):
+            A1[j, q] = c1
+            A2[j, q] = c2
+            arow[j, q] = i
+
+
+@_jit
 def _round_core(K1, K2, elig, need_line, need_node, chosen):
     """Min-cost choice of entries to round up: line i (p lines) takes ``need_line[i]`` eligible
     entries, node j (k nodes) ``need_node[j]``, minimising the lexicographic sum of (K1, K2).
@@ -444,27 +475,34 @@ def _round_core(K1, K2, elig, need_line, need_node, chosen):
     reach = np.empty(k, np.bool_)
     pred = np.empty(k, np.int64)
     path = np.empty(k + 1, np.int64)
-    big = np.iinfo(np.int64).max
+    chg = np.empty(k + 1, np.int64)  # chg[1:L + 1]: the lines the last path changed
+    L = 0
+    for j in range(k):
+        for q in range(k):
+            _arc(K1, K2, elig, chosen, need_line, A1, A2, arow, j, q)
     while excess > 0:
-        for j in range(k):
-            for q in range(k):
-                A1[j, q] = big
-                A2[j, q] = big
-                arow[j, q] = -1
-        for i in range(p):
-            if need_line[i] == 0:
-                continue
+        if L > 0:  # the lines the last path changed: their arcs again, exactly as from scratch
             for j in range(k):
-                if not chosen[i, j]:
-                    continue
                 for q in range(k):
-                    if elig[i, q] and not chosen[i, q]:
-                        c1 = K1[i, q] - K1[i, j]
-                        c2 = K2[i, q] - K2[i, j]
-                        if arow[j, q] < 0 or _less(c1, c2, A1[j, q], A2[j, q]):
-                            A1[j, q] = c1
-                            A2[j, q] = c2
-                            arow[j, q] = i
+                    r0 = arow[j, q]
+                    for t in range(1, L + 1):
+                        if chg[t] == r0:
+                            _arc(K1, K2, elig, chosen, need_line, A1, A2, arow, j, q)
+                            break
+            for t in range(1, L + 1):
+                i = chg[t]
+                for j in range(k):
+                    if not chosen[i, j]:
+                        continue
+                    for q in range(k):
+                        if elig[i, q] and not chosen[i, q]:
+                            c1 = K1[i, q] - K1[i, j]
+                            c2 = K2[i, q] - K2[i, j]
+                            if arow[j, q] < 0 or _less(c1, c2, A1[j, q], A2[j, q]) or (
+                                    c1 == A1[j, q] and c2 == A2[j, q] and i < arow[j, q]):
+                                A1[j, q] = c1
+                                A2[j, q] = c2
+                                arow[j, q] = i
         for j in range(k):
             reach[j] = cnt[j] > need_node[j]
             d1[j] = 0
@@ -514,6 +552,7 @@ def _round_core(K1, K2, elig, need_line, need_node, chosen):
             i = arow[j, q]
             chosen[i, j] = False
             chosen[i, q] = True
+            chg[t] = i
         cnt[path[L]] -= 1
         cnt[end] += 1
         excess -= 1

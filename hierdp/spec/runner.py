@@ -719,6 +719,8 @@ def source_identity(spec: ReleaseSpec) -> str:
 def default_workdir(out: str | Path) -> Path:
     """The work folder beside the dataset ``out/``: ``out.work/``."""
     p = Path(out)
+    if p.name in ("", ".", ".."):  # "-o ./": the folder's own name
+        p = p.resolve()
     return p.with_name(p.name + ".work")
 
 

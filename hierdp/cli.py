@@ -98,7 +98,10 @@ def _parser() -> argparse.ArgumentParser:
                     "With -o DIR/ (a folder: a trailing /) or a spec with execution:, the release runs by subtree "
                     "out of core into a Parquet dataset DIR/ (part-NNNNN.parquet, _ledger.json, _SUCCESS last), "
                     "its resumable state in execution.workdir (default DIR.work/, as sensitive as the data until "
-                    "the release completes); after an interruption the same command with --resume continues it.")
+                    "the release completes; outside DIR/); after an interruption the same command with --resume "
+                    "continues it. "
+                    "DIR/ holds exactly one release: a folder holding another release's parts is refused before "
+                    "anything is charged; delete it to replace that release.")
     r.add_argument("spec", metavar="SPEC", help=spec_help)
     r.add_argument("-o", "--output", metavar="OUT",
                    help=f"output file ({', '.join(f.extensions[0] for f in TABLE_FORMATS.values())}), URL, "

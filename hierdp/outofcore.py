@@ -44,7 +44,17 @@ cells; ``dense=True`` for all). Every part carries the ledger in its Parquet key
 metadata (``hierdp.ledger``, ``hierdp.release_id``); ``out/_ledger.json`` and then
 ``out/_SUCCESS`` are written last: the dataset is complete only when ``_SUCCESS`` exists.
 Each file is written to a hidden temporary name in the same folder, synced, then renamed,
-so a half-written part is never visible (Parquet readers skip names starting with ``.``).
+so a half-written part is never visible (Parquet readers skip names starting with ``.``);
+the name carries a random token of the run, journalled in the work folder before use, and
+clean-up removes only this release's names (its own regular files): nothing else in the
+folder is ever deleted.
+
+*One release per folder.* The dataset folder is locked for the run (``flock`` on the folder:
+a second release into it while one runs is refused) and, before anything is charged, checked
+to hold no part, ledger or ``_SUCCESS`` of another release (refused with one line naming
+that release's id: delete the folder to replace it); a resumed run finds only its own parts.
+The work folder must lie outside the dataset folder (the key and counts are never published).
+:func:`check_dataset_target` makes these checks up front, before a caller counts the data.
 
 *Resuming.* The work folder holds a journal (one fsync'd line per finished step), the
 release's fingerprint (arguments, tree, ``source_id``: the input's identity), the ledger
@@ -901,9 +911,12 @@ def release_to_dataset(
         :func:`hierdp.release_by_subtree`; ``task.index == -1`` is the top part. It is
         called from ``workers`` threads at once: it must be thread-safe, and give the same
         counts again on a resumed run (the input named by ``source_id``).
-    out : the dataset folder (created; its parent must exist).
-    workdir : the work folder (created owner-only). Until the release completes it holds
-        the secret release key: it is as sensitive as the data.
+    out : the dataset folder (created; its parent must exist). It holds exactly one release:
+        a folder with another release's parts, ledger or ``_SUCCESS`` is refused
+        (:class:`OutputFolderError`, before anything is charged; delete the folder to replace
+        it), as is one another release is writing.
+    workdir : the work folder (created owner-only; outside ``out``). Until the release
+        completes it holds the secret release key: it is as sensitive as the data.
     split, n_cells, check_counts, session : as for :func:`hierdp.release_by_subtree`.
     cells : ``{name: labels}`` of the ``n_cells`` cells (row-major), for the cell columns.
     source_id : the input's identity (e.g. its files' names, sizes and mtimes), recorded in

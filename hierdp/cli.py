@@ -98,7 +98,10 @@ def _parser() -> argparse.ArgumentParser:
                     "With -o DIR/ (a folder: a trailing /) or a spec with execution:, the release runs by subtree "
                     "out of core into a Parquet dataset DIR/ (part-NNNNN.parquet, _ledger.json, _SUCCESS last), "
                     "its resumable state in execution.workdir (default DIR.work/, as sensitive as the data until "
-                    "the release completes); after an interruption the same command with --resume continues it.")
+                    "the release completes; outside DIR/); after an interruption the same command with --resume "
+                    "continues it. "
+                    "DIR/ holds exactly one release: a folder holding another release's parts is refused before "
+                    "anything is charged; delete it to replace that release.")
     r.add_argument("spec", metavar="SPEC", help=spec_help)
     r.add_argument("-o", "--output", metavar="OUT",
                    help=f"output file ({', '.join(f.extensions[0] for f in TABLE_FORMATS.values())}), URL, "
@@ -309,6 +312,14 @@ def _release_dataset(args: argparse.Namespace, spec: Any, dest: str, out: TextIO
                         "leave out --format and --ledger")
     folder = Path(dest.rstrip("/" + os.sep) or dest)
     runner.check_output_paths(spec, [folder])
+    workdir = runner.dataset_workdir(spec, folder)
+
+    def interrupted() -> str:  # what Ctrl-C leaves: the parts so far, and whether --resume continues
+        from hierdp.outofcore import describe_unfinished
+
+        return describe_unfinished(folder, workdir)
+
+    args.interrupted = interrupted
     with _compile_notice(args.quiet, err):
         ledger = runner.release_dataset_spec(spec, folder, resume=args.resume, progress=not args.quiet, stream=err)
     if not args.quiet:
@@ -520,6 +531,18 @@ _COMMANDS = {"release": _cmd_release, "validate": _cmd_validate, "evaluate": _cm
              "examples": _cmd_examples, "plugins": _cmd_plugins, "schema": _cmd_schema, "compile": _cmd_compile}
 
 
+def _interrupted(args: argparse.Namespace) -> str:
+    """What an interrupted command leaves, after "interrupted; ": a dataset release says what
+    it wrote so far and whether --resume continues it; any other command writes nothing."""
+    describe = getattr(args, "interrupted", None)
+    if describe is not None:
+        try:
+            return str(describe())
+        except Exception:  # noqa: BLE001 - the note must never hide the interruption
+            pass
+    return "no output was written"
+
+
 def _threads_count(text: str) -> int:
     from hierdp._engine.threads import parse_threads
 
@@ -593,7 +616,7 @@ def _main(argv: Sequence[str] | None) -> int:
             warnings.showwarning = show
             return _COMMANDS[args.command](args, out, err)
     except KeyboardInterrupt:
-        err.write("interrupted; no output was written\n")
+        err.write(f"interrupted; {_interrupted(args)}\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
         try:
@@ -604,7 +627,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_BROKEN_PIPE
     except SpecError as exc:
         if _interrupts["raised"]:  # a Ctrl-C that a library turned into an error of its own
-            err.write("interrupted; no output was written\n")
+            err.write(f"interrupted; {_interrupted(args)}\n")
             return EXIT_INTERRUPTED
         if args.debug:
             _print_traceback(err)
@@ -613,7 +636,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USER
     except (HierDPError, OSError) as exc:
         if _interrupts["raised"]:  # a Ctrl-C that a library turned into an error of its own
-            err.write("interrupted; no output was written\n")
+            err.write(f"interrupted; {_interrupted(args)}\n")
             return EXIT_INTERRUPTED
         if args.debug:
             _print_traceback(err)
@@ -624,7 +647,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USER
     except Exception as exc:  # a bug: say so, keep the traceback behind --debug
         if _interrupts["raised"]:  # a Ctrl-C that a library turned into an error of its own
-            err.write("interrupted; no output was written\n")
+            err.write(f"interrupted; {_interrupted(args)}\n")
             return EXIT_INTERRUPTED
         if args.debug:
             _print_traceback(err)

@@ -44,7 +44,17 @@ cells; ``dense=True`` for all). Every part carries the ledger in its Parquet key
 metadata (``hierdp.ledger``, ``hierdp.release_id``); ``out/_ledger.json`` and then
 ``out/_SUCCESS`` are written last: the dataset is complete only when ``_SUCCESS`` exists.
 Each file is written to a hidden temporary name in the same folder, synced, then renamed,
-so a half-written part is never visible (Parquet readers skip names starting with ``.``).
+so a half-written part is never visible (Parquet readers skip names starting with ``.``);
+the name carries a random token of the run, journalled in the work folder before use, and
+clean-up removes only this release's names (its own regular files): nothing else in the
+folder is ever deleted.
+
+*One release per folder.* The dataset folder is locked for the run (``flock`` on the folder:
+a second release into it while one runs is refused) and, before anything is charged, checked
+to hold no part, ledger or ``_SUCCESS`` of another release (refused with one line naming
+that release's id: delete the folder to replace it); a resumed run finds only its own parts.
+The work folder must lie outside the dataset folder (the key and counts are never published).
+:func:`check_dataset_target` makes these checks up front, before a caller counts the data.
 
 *Resuming.* The work folder holds a journal (one fsync'd line per finished step), the
 release's fingerprint (arguments, tree, ``source_id``: the input's identity), the ledger
@@ -64,8 +74,10 @@ import hashlib
 import json
 import os
 import resource
+import secrets
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -108,7 +120,8 @@ if TYPE_CHECKING:
     from hierdp.measurements import Estimate
     from hierdp.session import Reservation, Session
 
-__all__ = ["release_to_dataset", "WorkFolderError", "part_name", "SUCCESS", "LEDGER_NAME", "KILL_ENV"]
+__all__ = ["release_to_dataset", "check_dataset_target", "check_dataset_folders", "describe_unfinished",
+           "WorkFolderError", "OutputFolderError", "part_name", "SUCCESS", "LEDGER_NAME", "KILL_ENV"]
 
 #: the marker written last: the dataset is complete
 SUCCESS = "_SUCCESS"
@@ -145,11 +158,18 @@ def _disk_full(path: Path, where: str) -> DataError:
                      "resumable")
 
 
+def _tmp_prefix(name: str, tag: str) -> str:
+    """The hidden temporary name's prefix of ``name``: with the run's ``tag`` (a random token
+    journalled in the work folder before use) no one else can make a name that clean-up takes."""
+    return f".{name}{_TMP}{tag}-" if tag else f".{name}{_TMP}"
+
+
 @contextmanager
-def _atomic(path: Path, where: str, mode: int = 0o600) -> Iterator[Path]:
+def _atomic(path: Path, where: str, mode: int = 0o600, tag: str = "") -> Iterator[Path]:
     """A hidden temporary file beside ``path``, synced and renamed onto it on success;
-    removed on failure. ENOSPC becomes one line naming the file."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}{_TMP}", dir=path.parent)
+    removed on failure. ENOSPC becomes one line naming the file. ``tag``: the run's token,
+    carried in the temporary's name (:func:`_remove_temporaries`)."""
+    fd, tmp_name = tempfile.mkstemp(prefix=_tmp_prefix(path.name, tag), dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     os.chmod(tmp, mode)
@@ -172,17 +192,46 @@ def _atomic(path: Path, where: str, mode: int = 0o600) -> Iterator[Path]:
         raise
 
 
-def _write_text(path: Path, text: str, where: str, mode: int = 0o600) -> None:
-    with _atomic(path, where, mode) as tmp:
+def _write_text(path: Path, text: str, where: str, mode: int = 0o600, tag: str = "") -> None:
+    with _atomic(path, where, mode, tag) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
-def _remove_temporaries(folder: Path) -> None:
-    """Leftovers of an interrupted write (hidden temporary names) in ``folder``."""
-    if folder.is_dir():
-        for p in folder.iterdir():
-            if p.name.startswith(".") and _TMP in p.name:
-                p.unlink(missing_ok=True)
+def _remove_temporaries(folder: Path, tags: list[str]) -> None:
+    """Leftovers of this release's interrupted writes in ``folder``: hidden names carrying one
+    of ``tags`` (the tokens its runs journalled before use), regular files owned by this
+    user. Nothing else is touched, whatever its name, and a file that cannot be removed is
+    left: clean-up never fails a release."""
+    marks = [f"{_TMP}{tag}-" for tag in tags if tag]
+    if not marks or not folder.is_dir():
+        return
+    uid = os.getuid()
+    for p in folder.iterdir():
+        if not (p.name.startswith(".") and any(m in p.name for m in marks)):
+            continue
+        try:
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+                p.unlink()
+        except OSError:
+            pass
+
+
+def _remove_untagged_temporaries(work: Path) -> None:
+    """The untagged temporaries an older version left in the (private, owner-only) work
+    folder beside its own files: a copy of the key among them must not outlive the release."""
+    if not work.is_dir():
+        return
+    prefixes = tuple(f".{name}{_TMP}" for name in (_KEY, _LEDGER, _RELEASE))
+    uid = os.getuid()
+    for p in work.iterdir():
+        if p.name.startswith(prefixes):
+            try:
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+                    p.unlink()
+            except OSError:
+                pass
 
 
 class _Checkpoints:
@@ -220,6 +269,11 @@ class _Journal:
                 os.truncate(path, len(text.encode()) - len(lines[-1].encode()))
 
     def add(self, line: str) -> None:
+        self.note(line)
+        self.checkpoint()
+
+    def note(self, line: str) -> None:
+        """``add`` without the crash-test checkpoint (a record, not a step)."""
         with self.lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -235,7 +289,6 @@ class _Journal:
             finally:
                 os.close(fd)
             self.done.add(line)
-        self.checkpoint()
 
     def __contains__(self, line: str) -> bool:
         return line in self.done
@@ -271,10 +324,10 @@ def _fingerprint(tree: Tree, settings: dict[str, Any]) -> dict[str, Any]:
     return {"format": _FORMAT, "id": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
 
 
-def _save_key(path: Path, key: NoiseKey) -> None:
+def _save_key(path: Path, key: NoiseKey, tag: str = "") -> None:
     _, (raw, secure, seed) = key.export().__reduce__()  # the explicit, shippable form of the key
     text = json.dumps({"key": bytes(raw).hex(), "secure": bool(secure), "seed": seed})
-    _write_text(path, text, "the release key", mode=0o600)
+    _write_text(path, text, "the release key", mode=0o600, tag=tag)
 
 
 def _load_key(path: Path) -> NoiseKey:
@@ -353,11 +406,11 @@ def _part_table(tree: Tree, task: subtrees.SubtreeTask, est: Estimate, cells: di
     return pa.table(cols)
 
 
-def _write_part(path: Path, table: Any, ledger_json: str, release_id: str) -> None:
+def _write_part(path: Path, table: Any, ledger_json: str, release_id: str, tag: str = "") -> None:
     pa, pq = _pyarrow()
     meta = {LEDGER_METADATA_KEY.encode(): ledger_json.encode(), RELEASE_ID_METADATA_KEY.encode(): release_id.encode()}
     table = table.replace_schema_metadata(meta)
-    with _atomic(path, f"part {path.name}", mode=0o644) as tmp:
+    with _atomic(path, f"part {path.name}", mode=0o644, tag=tag) as tmp:
         try:
             pq.write_table(table, tmp)
         except pa.ArrowException as exc:  # pyarrow's own writer wraps the OS error
@@ -371,7 +424,7 @@ def _spill_path(spill: Path, t: int) -> Path:
     return spill / f"task-{t:05d}.npz"
 
 
-def _up_work(stages: _SplitStages, task: subtrees.SubtreeTask, counts: Any, path: Path) -> None:
+def _up_work(stages: _SplitStages, task: subtrees.SubtreeTask, counts: Any, path: Path, tag: str = "") -> None:
     """Stage 1 of a task: measure and pass up, the task's state spilled to ``path``
     (atomically). Runs on a worker thread, or on a Dask worker."""
     noisy, var, roots_vals, z, u = stages.up(task, counts)
@@ -381,14 +434,14 @@ def _up_work(stages: _SplitStages, task: subtrees.SubtreeTask, counts: Any, path
     exact = stages.exact.pop(task.index, None)
     if exact is not None:
         arrays["exact"] = exact
-    with _atomic(path, f"task {task.index}'s state") as tmp:
+    with _atomic(path, f"task {task.index}'s state", tag=tag) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **cast(Any, arrays))
 
 
 def _down_work(stages: _SplitStages, task: subtrees.SubtreeTask, path: Path, x_roots: np.ndarray,
                v_roots: np.ndarray, fixed: list[np.ndarray], part_path: Path, cells: dict[str, Any] | None,
-               dense: bool, std: bool, ledger_json: str, release_id: str) -> None:
+               dense: bool, std: bool, ledger_json: str, release_id: str, tag: str = "") -> None:
     """Stage 3 of a task: the pass down from its roots' values (``x_roots``... : the task's
     roots only), the top-down steps, and its part written (atomically)."""
     t = task.index
@@ -400,7 +453,7 @@ def _down_work(stages: _SplitStages, task: subtrees.SubtreeTask, path: Path, x_r
     est, _ = stages.down(task, noisy, var, x_roots, v_roots, fixed)
     stages.exact.pop(t, None)
     _write_part(part_path, _part_table(stages.tree, task, est, cells, stages.n_cells, dense, std), ledger_json,
-                release_id)
+                release_id, tag)
 
 
 class _StageContext:
@@ -412,11 +465,11 @@ class _StageContext:
 
     def __init__(self, r: Any, part: subtrees.Partition, step: Any, tail: list[Any], n_cells: int, total: float,
                  key: NoiseKey, check_counts: Any, spill: Path, out: Path, cells: dict[str, Any] | None,
-                 dense: bool, std: bool, ledger_json: str, release_id: str) -> None:
+                 dense: bool, std: bool, ledger_json: str, release_id: str, tag: str = "") -> None:
         self.r, self.part, self.step, self.tail, self.n_cells, self.total = r, part, step, tail, n_cells, total
         self.key, self.check_counts = key.export(), check_counts
         self.spill, self.out, self.cells, self.dense, self.std = spill, out, cells, dense, std
-        self.ledger_json, self.release_id = ledger_json, release_id
+        self.ledger_json, self.release_id, self.tag = ledger_json, release_id, tag
         self._stages: _SplitStages | None = None
         self._lock = threading.Lock()
 
@@ -441,14 +494,14 @@ class _StageContext:
 
 def _remote_up(ctx: _StageContext, t: int, counts: Any) -> None:
     """Stage 1 of task ``t`` on a Dask worker."""
-    _up_work(ctx.stages(), ctx.part.task(t), counts, _spill_path(ctx.spill, t))
+    _up_work(ctx.stages(), ctx.part.task(t), counts, _spill_path(ctx.spill, t), ctx.tag)
 
 
 def _remote_down(ctx: _StageContext, t: int, x_roots: np.ndarray, v_roots: np.ndarray,
                  fixed: list[np.ndarray]) -> None:
     """Stage 3 of task ``t`` on a Dask worker."""
     _down_work(ctx.stages(), ctx.part.task(t), _spill_path(ctx.spill, t), x_roots, v_roots, fixed,
-               ctx.out / part_name(t), ctx.cells, ctx.dense, ctx.std, ctx.ledger_json, ctx.release_id)
+               ctx.out / part_name(t), ctx.cells, ctx.dense, ctx.std, ctx.ledger_json, ctx.release_id, ctx.tag)
 
 
 # ---------------------------------------------------------------------------- the runner
@@ -491,6 +544,305 @@ def _lock(work: Path) -> int:
 def _unlock(fd: int) -> None:
     _HELD_LOCKS.discard(fd)
     os.close(fd)
+
+
+# ---------------------------------------------------------------------------- the output folder
+class OutputFolderError(DataError):
+    """A dataset folder that cannot take this release (it holds another release, it is in
+    use, it holds the work folder or the input, ...)."""
+
+
+#: the journal line recording a run's temporaries' token, before the first temporary is made
+_TAG_LINE = "tmp "
+
+
+def _is_release_name(name: str) -> bool:
+    """A name a reader of the dataset takes as part of the release: a part, the ledger, the marker."""
+    return name in (SUCCESS, LEDGER_NAME) or (name.startswith("part-") and name.endswith(".parquet"))
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    """``inner`` is ``outer`` or lies inside it (symbolic links resolved)."""
+    a, b = inner.resolve(), outer.resolve()
+    return a == b or b in a.parents
+
+
+def check_dataset_folders(out: str | os.PathLike[str], *, workdir: str | os.PathLike[str] | None = None,
+                          private: list[str | os.PathLike[str]] | tuple[()] = (),
+                          inputs: list[str | os.PathLike[str]] | tuple[()] = (),
+                          input_folders: list[str | os.PathLike[str]] | tuple[()] = ()) -> None:
+    """Refuse folders that would publish private state or mix the input into the output.
+
+    The work folder (the release key, spills, true counts) and every other ``private`` folder
+    must lie outside the dataset folder ``out`` (not equal to it, not inside it), and ``out``
+    must neither hold an input file nor be, or lie inside, an input folder (a dataset read
+    whole). Checks paths only: nothing is read, created or charged.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The dataset folder.
+    workdir : str or os.PathLike, optional
+        The release's work folder.
+    private : list of str or os.PathLike
+        Other folders of private state (e.g. a folder of true counts).
+    inputs : list of str or os.PathLike
+        Files the release reads.
+    input_folders : list of str or os.PathLike
+        Folders read whole (every file inside them, at any depth).
+
+    Raises
+    ------
+    OutputFolderError
+        One line naming the two paths and what to change.
+    """
+    o = Path(out)
+    for folder in ([Path(workdir)] if workdir is not None else []) + [Path(p) for p in private]:
+        if _within(folder, o):
+            what = "the work folder" if workdir is not None and folder == Path(workdir) else "the private folder"
+            raise OutputFolderError(f"{what} {str(folder)!r} is inside the dataset folder {str(o)!r}: the release "
+                                    "key, spills and true counts must never sit in the folder being published; "
+                                    "choose a work folder outside it (the default is OUT.work/ beside it)")
+    for f in inputs:
+        if _within(Path(f), o):
+            raise OutputFolderError(f"the dataset folder {str(o)!r} holds the input {str(f)!r}: the release would "
+                                    "write its parts among the data it reads; choose another output folder")
+    for d in input_folders:
+        if _within(o, Path(d)):
+            raise OutputFolderError(f"the dataset folder {str(o)!r} is (inside) the input folder {str(d)!r}: the "
+                                    "release would write its parts among the data it reads; choose an output "
+                                    "folder outside it")
+
+
+def _release_ids(out: Path) -> tuple[set[str], list[str], bool]:
+    """What ``out`` holds of a release: the release ids its parts and ledger carry, the names
+    of release files that carry none (unreadable, not regular files, ``_SUCCESS`` without a
+    ledger: not written by a release hierdp can name), and whether ``_SUCCESS`` is there."""
+    ids: set[str] = set()
+    unknown: list[str] = []
+    finished = False
+    if not out.is_dir():
+        return ids, unknown, finished
+    for p in sorted(out.iterdir()):
+        name = p.name
+        if not _is_release_name(name):
+            continue  # a foreign file: never touched, never a reason to refuse
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            unknown.append(name)
+            continue
+        if name == SUCCESS:
+            finished = True
+            continue
+        rid: Any = None
+        try:
+            if name == LEDGER_NAME:
+                with open(p, "rb") as fh:
+                    rid = json.loads(fh.read(1 << 24)).get("release_id")
+            else:
+                _, pq = _pyarrow()
+                meta = pq.read_schema(p).metadata or {}
+                rid = meta.get(RELEASE_ID_METADATA_KEY.encode(), b"").decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - any unreadable file: of unknown origin
+            rid = None
+        if isinstance(rid, str) and rid:
+            ids.add(rid)
+        else:
+            unknown.append(name)
+    if finished and not (out / LEDGER_NAME).is_file():
+        unknown.append(SUCCESS)
+    return ids, unknown, finished
+
+
+def _check_dataset_holds(out: Path, own: str | None) -> None:
+    """``out`` holds nothing of a release but this one's (``own``: its release id once
+    charged, ``None`` before): otherwise one line saying which release is there (its id, no
+    values) and how to replace it on purpose."""
+    ids, unknown, finished = _release_ids(out)
+    others = sorted(ids - {own}) if own is not None else sorted(ids)
+    if not others and not unknown:
+        return
+    where = f"the dataset folder {str(out)!r} already holds"
+    if others:
+        state = "the finished release" if finished else "parts of the unfinished release"
+        what = f"{state} {others[0]}" + (f" (and {len(others) - 1} more)" if len(others) > 1 else "")
+    else:
+        what = f"{len(unknown)} release file(s) hierdp cannot attribute to a release (e.g. {unknown[0]!r})"
+    if own is not None:
+        what += f", not only the release {own} this work folder continues"
+    raise OutputFolderError(f"{where} {what}; a dataset folder holds exactly one release: to replace it, delete the "
+                            f"folder (or its part-*.parquet, {LEDGER_NAME} and {SUCCESS}) first, or write to another "
+                            "folder")
+
+
+def _work_release_id(work: Path) -> str | None:
+    """The release id of the release a work folder holds once charged (its ledger), else None."""
+    try:
+        lines = (work / _JOURNAL).read_text(encoding="utf-8").split("\n")
+        if "charged" not in lines[:-1] or not (work / _RELEASE).is_file():
+            return None
+        rid = json.loads((work / _LEDGER).read_text(encoding="utf-8")).get("release_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return rid if isinstance(rid, str) and rid else None
+
+
+def _journal_lines(work: Path) -> list[str] | None:
+    """The whole lines of a work folder's journal (``[]`` when there is none; ``None`` when
+    it is not a regular file)."""
+    path = work / _JOURNAL
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return [ln for ln in path.read_text(encoding="utf-8", errors="replace").split("\n") if ln]
+
+
+def _abandoned_start(work: Path) -> bool:
+    """A work folder killed while it was set up, before its release's fingerprint was
+    written: only its lock, an empty spill folder, a journal of its temporaries' tokens and
+    temporaries carrying them. Nothing was drawn or charged there: the release starts afresh."""
+    if not work.is_dir() or (work / _RELEASE).exists():
+        return False
+    lines = _journal_lines(work)
+    if lines is None or not all(ln.startswith(_TAG_LINE) or _TAG_LINE.startswith(ln) for ln in lines):
+        return False
+    marks = [f"{_TMP}{ln[len(_TAG_LINE):]}-" for ln in lines if len(ln) > len(_TAG_LINE)]
+    for p in work.iterdir():
+        if p.name in ("lock", _JOURNAL) and not p.is_symlink():
+            continue
+        if p.name == _SPILL and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
+            continue
+        if p.name.startswith(f".{_RELEASE}{_TMP}") and any(m in p.name for m in marks):
+            continue
+        return False
+    return True
+
+
+def check_dataset_target(out: str | os.PathLike[str], *, workdir: str | os.PathLike[str] | None = None,
+                         resume: bool = False) -> None:
+    """The refusals of a dataset release that need neither the data nor the release's
+    arguments, made up front (before anything is counted, drawn or charged).
+
+    The dataset folder ``out`` must be a folder (or not exist yet, its parent a folder) that
+    holds no other release (:func:`release_to_dataset`); a work folder holding an unfinished
+    release is continued only with ``resume=True``. :func:`release_to_dataset` makes these
+    checks again (under its locks); this lets a caller refuse before a long count.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The dataset folder.
+    workdir : str or os.PathLike, optional
+        The work folder (``None``: a release without one, e.g. on Spark).
+    resume : bool, default False
+        Whether the run continues the work folder's release.
+
+    Raises
+    ------
+    OutputFolderError, WorkFolderError, DataError
+        One line each.
+    """
+    o = Path(out)
+    if o.exists() and not o.is_dir():
+        raise DataError(f"output {str(o)!r} is a file; the dataset goes to a folder: give a folder path")
+    if not o.exists() and not o.parent.is_dir():
+        raise DataError(f"the output folder's parent {str(o.parent)!r} does not exist; create it first")
+    own = None
+    if workdir is not None:
+        work = Path(workdir)
+        check_dataset_folders(o, workdir=work)
+        lines = _journal_lines(work) if work.is_dir() else []
+        if (work / _RELEASE).is_file() and lines is not None and "charged" in lines and "done" not in lines \
+                and not resume:
+            raise WorkFolderError(f"work folder {str(work)!r} holds an unfinished release: pass resume=True "
+                                  "(--resume) to continue it, or choose an empty work folder")
+        own = _work_release_id(work)
+    _check_dataset_holds(o, own)
+
+
+def _lock_out(out: Path) -> int:
+    """An exclusive lock on the dataset folder for this run (released when the process ends,
+    however it ends): two releases never write one dataset folder at once. The folder itself
+    is locked (no file is added to it); where its file system cannot lock a folder, a hidden
+    ``.hierdp.lock`` inside it is."""
+    busy = OutputFolderError(f"the dataset folder {str(out)!r} is being written by another running release; a "
+                             "dataset folder holds exactly one release: wait for it to end, or write to another "
+                             "folder")
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise busy from None
+        try:
+            fd = os.open(out / ".hierdp.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc2:
+            raise OutputFolderError(f"cannot lock the dataset folder {str(out)!r} ({exc2.strerror}); write to a "
+                                    "local folder you own") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise busy from None
+    _HELD_LOCKS.add(fd)
+    return fd
+
+
+def _claim_dataset_folder(out: Path, own: str | None) -> int:
+    """The dataset folder made (``_check_out``), locked for this run and checked to hold no
+    other release (under the lock); returns the lock (:func:`_unlock`)."""
+    _check_out(out)
+    fd = _lock_out(out)
+    try:
+        _check_dataset_holds(out, own)
+    except BaseException:
+        _unlock(fd)
+        raise
+    return fd
+
+
+def describe_unfinished(out: str | os.PathLike[str], workdir: str | os.PathLike[str] | None) -> str:
+    """What an interrupted dataset release left, in one line for the user (names and numbers
+    of files only): the parts written so far and whether ``resume`` continues it.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The dataset folder.
+    workdir : str or os.PathLike, optional
+        The work folder (``None``: a release without one).
+
+    Returns
+    -------
+    str
+        E.g. ``"the release is unfinished: 7 parts in out/ so far, no _SUCCESS; run the same
+        command with --resume to continue it (the budget is not charged again)"``.
+    """
+    o = Path(out)
+    try:
+        parts = sum(1 for p in o.iterdir() if p.name.startswith("part-") and p.name.endswith(".parquet")) \
+            if o.is_dir() else 0
+        done = (o / SUCCESS).exists()
+    except OSError:
+        parts, done = 0, False
+    if done:
+        return f"the dataset {o}/ is complete"
+    work = Path(workdir) if workdir is not None else None
+    charged = work is not None and _work_release_id(work) is not None
+    if charged:
+        return (f"the release is unfinished: {parts} part(s) in {o}/ so far, no {SUCCESS}; run the same command "
+                f"with --resume (resume=True) to continue it (the budget is not charged again)")
+    if parts:
+        return (f"the release is unfinished: {parts} part(s) in {o}/, no {SUCCESS}, and it cannot be resumed; "
+                "delete the folder and run the release again")
+    return "no output was written; run the same command again (nothing was charged)"
 
 
 def _cpu_seconds() -> float:
@@ -559,9 +911,12 @@ def release_to_dataset(
         :func:`hierdp.release_by_subtree`; ``task.index == -1`` is the top part. It is
         called from ``workers`` threads at once: it must be thread-safe, and give the same
         counts again on a resumed run (the input named by ``source_id``).
-    out : the dataset folder (created; its parent must exist).
-    workdir : the work folder (created owner-only). Until the release completes it holds
-        the secret release key: it is as sensitive as the data.
+    out : the dataset folder (created; its parent must exist). It holds exactly one release:
+        a folder with another release's parts, ledger or ``_SUCCESS`` is refused
+        (:class:`OutputFolderError`, before anything is charged; delete the folder to replace
+        it), as is one another release is writing.
+    workdir : the work folder (created owner-only; outside ``out``). Until the release
+        completes it holds the secret release key: it is as sensitive as the data.
     split, n_cells, check_counts, session : as for :func:`hierdp.release_by_subtree`.
     cells : ``{name: labels}`` of the ``n_cells`` cells (row-major), for the cell columns.
     source_id : the input's identity (e.g. its files' names, sizes and mtimes), recorded in
@@ -608,6 +963,7 @@ def release_to_dataset(
         raise WorkFolderError("resume needs source_id= (the input's identity, e.g. its files' names, sizes and "
                               "mtimes) so the work folder can show it holds this input's release")
     r, part, step, tail = _split_setup(tree, n_cells, split, keywords)
+    check_dataset_folders(out, workdir=work)  # the key and the counts never inside the published folder
     _check_out(out)
     _pyarrow()
     settings = {"split": split, "n_cells": n_cells, "cells": {k: [str(x) for x in v] for k, v in (cells or {}).items()},
@@ -633,6 +989,7 @@ def release_to_dataset(
                 raise WorkFolderError(f"work folder {str(work)!r} records a finished release but {str(out)!r} has no "
                                       f"{SUCCESS}; a finished release is not made again (its key is gone): use an "
                                       "empty work folder for a new release")
+            _check_dataset_holds(out, _work_release_id(work))  # still this release's dataset
             say(f"release already complete in {out} (work folder {work}): nothing to do")
             return Ledger.from_json((out / LEDGER_NAME).read_text(encoding="utf-8"))
         if "charged" in journal and not resume:
@@ -640,10 +997,13 @@ def release_to_dataset(
                                   "(--resume) to continue it, or choose an empty work folder")
         afresh = "charged" not in journal  # stopped before any noise: start afresh
     elif work.is_dir() and any(work.iterdir()):
-        raise WorkFolderError(f"work folder {str(work)!r} is not empty and holds no hierdp release; choose an empty "
-                              "or new folder")
-    elif resume:
+        if not _abandoned_start(work):
+            raise WorkFolderError(f"work folder {str(work)!r} is not empty and holds no hierdp release; choose an "
+                                  "empty or new folder")
+        afresh = True  # killed while it was set up, before any noise: start afresh, resumed or not
+    elif resume and not work.is_dir():
         raise WorkFolderError(f"work folder {str(work)!r} holds no release to resume; run without resume")
+    _check_dataset_holds(out, _work_release_id(work))  # before the work folder is made: refused, nothing is left
     try:
         work.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
@@ -651,25 +1011,31 @@ def release_to_dataset(
             from None
     os.chmod(work, 0o700)
     lock = _lock(work)
+    out_lock = -1
     try:
+        out_lock = _claim_dataset_folder(out, _work_release_id(work))  # one release at a time, checked under the lock
         if afresh:
             for p in work.iterdir():
                 if p.is_file() and p.name not in (_RELEASE, "lock"):
                     p.unlink()
         spill = work / _SPILL
         spill.mkdir(mode=0o700, exist_ok=True)
-        _remove_temporaries(work)
-        _remove_temporaries(spill)
         journal = _Journal(work / _JOURNAL, checkpoint)
+        tags = [ln[len(_TAG_LINE):] for ln in journal.done if ln.startswith(_TAG_LINE)]
+        for folder in (work, spill, out):  # this release's leftovers only: names carrying its runs' tokens
+            _remove_temporaries(folder, tags)
+        _remove_untagged_temporaries(work)
+        tag = secrets.token_hex(8)  # this run's temporaries carry it: journalled before the first one is made
+        journal.note(_TAG_LINE + tag)
         if not release_file.exists():
-            _write_text(release_file, json.dumps(fp, indent=1), "the release's fingerprint")
+            _write_text(release_file, json.dumps(fp, indent=1), "the release's fingerprint", tag=tag)
             checkpoint()
 
         # ---- the key and the ledger: made and charged once, before any noise
         if "charged" not in journal:
             check(r, session)
             key = noise_key(r.seed)
-            _save_key(work / _KEY, key)
+            _save_key(work / _KEY, key, tag)
             checkpoint()
             acc, decomposition = open_account(r, tree, None)
             stage_total = r.total - acc.total  # before the account is charged below
@@ -680,7 +1046,7 @@ def release_to_dataset(
             ledger = build_ledger(r, tree, meas, account(r, acc, meas), decomposition=decomposition,
                                   rng=make_rng(r.seed))
             _settle_split(r, ledger, part, check_counts, sess, ticket)
-            _write_text(work / _LEDGER, ledger.to_json(), "the ledger")
+            _write_text(work / _LEDGER, ledger.to_json(), "the ledger", tag=tag)
             journal.add("charged")
         else:
             if not (work / _KEY).exists():
@@ -697,7 +1063,6 @@ def release_to_dataset(
                      "ledger and written tables say NOT FOR PUBLICATION", NotForPublicationWarning, stacklevel=2)
             say(f"resuming the release in {work}")
         ledger_json = ledger.to_json()
-        _remove_temporaries(out)
         times: dict[str, float] = {}
         cpu: dict[str, float] = {}
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hierdp-outofcore") if runner is None \
@@ -726,7 +1091,7 @@ def release_to_dataset(
         # ---- stage 1: measure and pass up, per task
         def up(t: int) -> None:
             task = part.task(t)
-            _up_work(stages, task, counts_of(task), spill_of(t))
+            _up_work(stages, task, counts_of(task), spill_of(t), tag)
             checkpoint()
             journal.add(f"up {t}")
 
@@ -743,7 +1108,7 @@ def release_to_dataset(
             if runner is not None:
                 ctx_future = runner.ship(_StageContext(r, part, step, tail, n_cells, stage_total, key,
                                                        check_counts, spill, out, cells, dense, std, ledger_json,
-                                                       ledger.release_id))
+                                                       ledger.release_id, tag))
             run("measure + pass up", [t for t in range(part.n_tasks) if f"up {t}" not in journal], up,
                 up_remote, finished("up"))
 
@@ -801,7 +1166,7 @@ def release_to_dataset(
                 if top.n_nodes:
                     est, _ = stages.finish_top(top, tnoisy, tvar, sol)
                     _write_part(out / part_name(-1), _part_table(tree, top, est, cells, n_cells, dense, std),
-                                ledger_json, ledger.release_id)
+                                ledger_json, ledger.release_id, tag)
                     checkpoint()
                 del sol
                 stages.exact.pop(-1, None)
@@ -833,7 +1198,7 @@ def release_to_dataset(
                 task = part.task(t)
                 s = roots_of(task)
                 _down_work(stages, task, spill_of(t), x_roots[s], v_roots[s], [fx[s] for fx in fixed],
-                           out / part_name(t), cells, dense, std, ledger_json, ledger.release_id)
+                           out / part_name(t), cells, dense, std, ledger_json, ledger.release_id, tag)
                 checkpoint()
                 journal.add(f"down {t}")
 
@@ -849,9 +1214,9 @@ def release_to_dataset(
                 pool.shutdown(wait=True, cancel_futures=True)
 
         # ---- the end: ledger, then _SUCCESS; the secrets go
-        _write_text(out / LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
+        _write_text(out / LEDGER_NAME, ledger_json, "the ledger", mode=0o644, tag=tag)
         checkpoint()
-        _write_text(out / SUCCESS, "", "the success marker", mode=0o644)
+        _write_text(out / SUCCESS, "", "the success marker", mode=0o644, tag=tag)
         checkpoint()
         journal.add("done")
         (work / _KEY).unlink(missing_ok=True)
@@ -876,4 +1241,6 @@ def release_to_dataset(
                 f"{_peak_rss_bytes() / 1024**2:,.0f} MiB")
         return ledger
     finally:
+        if out_lock >= 0:
+            _unlock(out_lock)
         _unlock(lock)  # releases the lock

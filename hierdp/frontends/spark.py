@@ -573,7 +573,6 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
     Ledger
         The release's ledger (also in ``out/_ledger.json`` and in every part).
     """
-    from pyspark.sql import functions as F
 
     if not isinstance(door, SparkDPTree):
         raise DataError(f"release_to_dataset on Spark needs a Spark door (hierdp.dptree(spark_df, ...)), "
@@ -585,8 +584,20 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
     cells = {k: list(v) for k, v in door.cells.items()} if door.cells else None
     pl._split_setup(tree, n_cells, split, dict(kw))  # refusals before the data are read
     out = Path(out)
-    ooc._check_out(out)
     ooc._pyarrow()
+    held = ooc._claim_dataset_folder(out, None)  # locked for this release; no other release in it (refused before
+    try:                                         # the data are counted or the budget charged)
+        return _release_on_spark(door, out, split, dense, std, session, kw, tree, n_cells, cells)
+    finally:
+        ooc._unlock(held)
+
+
+def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std: bool, session: Any,
+                      kw: dict[str, Any], tree: Any, n_cells: int, cells: dict[str, Any] | None) -> Any:
+    """The body of :func:`release_to_dataset` once the dataset folder is held."""
+    from pyspark.sql import functions as F
+
+    tag = os.urandom(8).hex()  # the temporaries' names carry it (hierdp.outofcore._atomic)
 
     # 1. the counts, on the executors, fixed once; errors raised as the pandas door raises them
     sums = door.keyed_sums(door_rng(kw.get("seed"), 97)).localCheckpoint(eager=True)
@@ -667,7 +678,7 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
     if top.n_nodes:
         est, _ = driver.finish_top(top, tnoisy, tvar, sol)
         ooc._write_part(out / ooc.part_name(-1), ooc._part_table(tree, top, est, cells, n_cells, dense, std),
-                        ledger_json, release_id)
+                        ledger_json, release_id, tag)
     driver.exact.pop(-1, None)
 
     # 4. down, per task on the executors, each writing its part
@@ -693,12 +704,12 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
                              [solution[f"fixed{j}"] for j in range(n_fixed)])
         stages.exact.pop(t, None)
         table = ooc._part_table(tree, task, est, cells, n_cells, dense, std)
-        ooc._write_part(out / ooc.part_name(t), table, ledger_json, release_id)
+        ooc._write_part(out / ooc.part_name(t), table, ledger_json, release_id, tag)
         return pd.DataFrame({"task": [t], "rows": [int(table.num_rows)]})
 
     written = measured.join(solved, "task").groupBy("task").applyInPandas(down, "task long, rows long").toPandas()
     if len(written) != part.n_tasks:  # pragma: no cover
         raise DataError("a subtree task's part was not written on Spark; run the release again")
-    ooc._write_text(out / ooc.LEDGER_NAME, ledger_json, "the ledger", mode=0o644)
-    ooc._write_text(out / ooc.SUCCESS, "", "the success marker", mode=0o644)
+    ooc._write_text(out / ooc.LEDGER_NAME, ledger_json, "the ledger", mode=0o644, tag=tag)
+    ooc._write_text(out / ooc.SUCCESS, "", "the success marker", mode=0o644, tag=tag)
     return ledger

@@ -29,7 +29,7 @@ from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
-from hierdp.outofcore import release_to_dataset
+from hierdp.outofcore import check_dataset_folders, check_dataset_target, release_to_dataset
 from hierdp.readers import csv_header, read_table, read_text_lines
 from hierdp.report import render as render_report
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
@@ -719,7 +719,43 @@ def source_identity(spec: ReleaseSpec) -> str:
 def default_workdir(out: str | Path) -> Path:
     """The work folder beside the dataset ``out/``: ``out.work/``."""
     p = Path(out)
+    if p.name in ("", ".", ".."):  # "-o ./": the folder's own name
+        p = p.resolve()
     return p.with_name(p.name + ".work")
+
+
+def dataset_workdir(spec: ReleaseSpec, out: str | Path) -> Path | None:
+    """The work folder of the spec's dataset release into ``out/``: ``execution.workdir``,
+    else ``out.work/`` beside it; ``None`` on Spark (``execution.engine: spark`` has none)."""
+    ex = spec.execution or {"workdir": None}
+    if ex.get("engine") == "spark":
+        return None
+    return Path(ex["workdir"] if ex.get("workdir") is not None else default_workdir(out))
+
+
+def _input_folders(spec: ReleaseSpec) -> list[Path]:
+    """The folders a spec's source reads whole: a folder of parts (every file at any depth),
+    or the fixed start of a ``**`` glob."""
+    path = (spec.data.get("source") or {}).get("path") if isinstance(spec.data, dict) else None
+    if not isinstance(path, str):
+        return []
+    q = Path(path) if Path(path).is_absolute() else spec.base_dir / path
+    if "**" in path:
+        fixed = q.parts[:next(i for i, part in enumerate(q.parts) if any(c in part for c in "*?["))]
+        return [Path(*fixed)] if fixed else []
+    return [q] if q.is_dir() else []
+
+
+def check_dataset_release(spec: ReleaseSpec, out: str | Path, *, resume: bool = False) -> None:
+    """The refusals of a dataset release made before its data are read or counted: the work
+    folder (and the folder of true counts beside it) outside the dataset folder, the dataset
+    folder apart from the spec's inputs, no other release in it, and an unfinished release
+    continued only with ``resume`` (:func:`hierdp.outofcore.check_dataset_target`)."""
+    workdir = dataset_workdir(spec, out)
+    private = [workdir.with_name(workdir.name + ".counts")] if workdir is not None else []
+    check_dataset_folders(out, workdir=workdir, private=list(private), inputs=list(spec.input_files()),
+                          input_folders=list(_input_folders(spec)))
+    check_dataset_target(out, workdir=workdir, resume=resume)
 
 
 def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, progress: bool = False,
@@ -746,6 +782,7 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
         raise SpecError("a release that bounds contributions per unit (privacy.unit) draws its sample of rows "
                         "afresh on every run, so it cannot be resumed: run it again with an empty work folder")
     ex = rs.execution or {"split": rs.split if rs.split is not None else "auto", "workers": 2, "workdir": None}
+    check_dataset_release(rs, out, resume=resume)  # before the data are read and counted
     if ex.get("engine") == "spark":  # the subtree tasks on the Spark executors (no work folder: no resume)
         from hierdp.frontends.spark import release_to_dataset as spark_release_to_dataset
 

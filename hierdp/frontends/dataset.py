@@ -18,7 +18,9 @@ was as fast or faster and at half to a fifth of the memory, and because its memo
 and spill folder are explicit, documented settings that bound the whole query (hash
 tables spill to ``temp_directory``); Polars' streaming engine has no memory limit to set.
 Both are set here: ``memory=`` (default a quarter of the physical memory) and
-``temp_directory=`` (default a private temporary folder, removed afterwards).
+``temp_directory=`` (DuckDB spills into a new owner-only folder made inside it, by default
+inside the system's temporary folder, and removed afterwards: DuckDB itself makes its
+spill files readable by others).
 
 What runs where:
 
@@ -59,6 +61,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
+from hierdp._engine.private import make_private_folder
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
@@ -236,7 +239,8 @@ class DatasetDPTree(TreeDoor):
     memory : DuckDB's memory limit (bytes or text such as ``"4GiB"``); default
         :data:`MEMORY_SHARE` of the physical memory. Beyond it DuckDB spills to
         ``temp_directory``.
-    temp_directory : where DuckDB spills; default a private temporary folder.
+    temp_directory : where DuckDB spills: into a new owner-only folder made inside it (and
+        removed afterwards); default the system's temporary folder.
     threads : DuckDB's threads (default: its own, one per core).
     labels_as_text : read the level and cell columns as text (CSV always is: codes such as
         ``"01"`` keep their leading zeros; declare text domains).
@@ -644,8 +648,10 @@ class DatasetDPTree(TreeDoor):
         Parameters
         ----------
         workdir : str or os.PathLike
-            The folder to write ``counts.parquet`` in (created if missing; the file is owner-only;
-            PRIVATE).
+            The folder to write ``counts.parquet`` in (PRIVATE): created with mode 0700, or an
+            existing folder of this user's that is already owner-only (anything else, e.g. a
+            folder someone else made or one open to others, is refused); the file is 0600
+            from its first byte.
         rng : RandomSource, optional
             The randomness that picks the rows kept per unit (``max_contributions``);
             ``None`` uses the secure source.
@@ -658,8 +664,7 @@ class DatasetDPTree(TreeDoor):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        folder = Path(os.fspath(workdir))
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_private_folder(Path(os.fspath(workdir)), "counts folder")  # never adopted
         keys, w, notes = self._leaf_keys(rng)
         k = self.n_cells
         tree = self.tree
@@ -671,13 +676,27 @@ class DatasetDPTree(TreeDoor):
         nz = w[order] != 0
         table = pa.table({"leaf": leaf[order][nz].astype(np.int64), "cell": cell[order][nz].astype(np.int32),
                           "count": w[order][nz].astype(np.int64)})
-        tmp = folder / "counts.parquet.partial"
-        pq.write_table(table, tmp, row_group_size=_ROW_GROUP, write_statistics=True)
-        os.chmod(tmp, 0o600)  # true counts: owner-only, like the data
-        os.replace(tmp, folder / "counts.parquet")  # never a half-written file under the final name
-        (folder / "counts.json").write_text(json.dumps({"n_nodes": tree.n_nodes, "n_cells": k,
-                                                        "levels": list(self.levels)}))
+        _write_private(folder / "counts.parquet", lambda fh: pq.write_table(
+            table, fh, row_group_size=_ROW_GROUP, write_statistics=True))
+        meta = json.dumps({"n_nodes": tree.n_nodes, "n_cells": k, "levels": list(self.levels)}).encode()
+        _write_private(folder / "counts.json", lambda fh: fh.write(meta))
         return CountedDataset(tree, k, folder, notes)
+
+
+def _write_private(path: Path, write: Any) -> None:
+    """``write(fh)`` into a new file beside ``path`` made 0600 from its first byte (``mkstemp``:
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``), synced, then renamed onto ``path``: never a half-written
+    file under the final name, never a file someone else made or holds open."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class CountedDataset:
@@ -770,12 +789,11 @@ class _Connection:
 
     def __enter__(self) -> Any:
         door = self._door
-        if door._temp_given is None:
-            self._tmp = tempfile.mkdtemp(prefix="hierdp-duckdb-")
-            spill = self._tmp
-        else:
+        # DuckDB makes its spill files (the records' values) 0644: they go to a fresh 0700
+        # folder of their own, inside temp_directory when one is given
+        if door._temp_given is not None:
             door._temp_given.mkdir(parents=True, exist_ok=True)
-            spill = str(door._temp_given)
+        self._tmp = spill = tempfile.mkdtemp(prefix="hierdp-duckdb-", dir=door._temp_given)
         config = {"memory_limit": f"{max(door.memory // 2**20, 64)}MiB", "temp_directory": spill,
                   "preserve_insertion_order": False}
         if door.threads is not None:

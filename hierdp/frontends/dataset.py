@@ -111,8 +111,9 @@ def dataset_files(source: str | os.PathLike[str] | Sequence[str | os.PathLike[st
     """The files of a dataset and their format (``"parquet"`` or ``"csv"``).
 
     ``source`` is one file, a folder (its files with a known extension, sub-folders
-    included, hidden and ``_``-prefixed names skipped), a glob (``**`` allowed) or a list of
-    files. ``format`` overrides the extension. A missing path, an empty folder or a mix of
+    included, hidden and ``_``-prefixed names skipped), a glob (``**`` allowed; a path that
+    exists is taken as it is, even when it reads as a pattern, e.g. ``p[01].parquet``) or a
+    list of files. ``format`` overrides the extension. A missing path, an empty folder or a mix of
     formats is a one-line :class:`~hierdp.errors.DataError`.
     """
     if format is not None and format not in ("parquet", "csv"):
@@ -127,7 +128,7 @@ def dataset_files(source: str | os.PathLike[str] | Sequence[str | os.PathLike[st
         text = os.fspath(source)  # type: ignore[arg-type]  # a str or PathLike here
         p = Path(text).expanduser()
         what = repr(text)
-        if any(ch in text for ch in "*?["):
+        if any(ch in text for ch in "*?[") and not p.exists():  # an existing path names itself, pattern or not
             files = sorted(Path(f) for f in _glob.glob(str(p), recursive=True) if Path(f).is_file())
             if not files:
                 raise DataError(f"no file matches the dataset pattern {text!r} (looked in {p.parent.resolve()}); "
@@ -173,6 +174,12 @@ def _memory_bytes(memory: Any) -> int:
     except DataError:
         raise DataError(f"memory={memory!r:.40}: expected a positive number of bytes or text such as '4GiB' "
                         "(DuckDB's memory limit; it spills to temp_directory beyond it)") from None
+
+
+def _glob_escape(path: str) -> str:
+    """``path`` as a DuckDB glob that matches only itself: each ``*``, ``?`` and ``[`` in a
+    class of its own (``[*]``, ``[?]``, ``[[]``); DuckDB has no option to read a name as it is."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in path)
 
 
 def _q(name: str) -> str:
@@ -330,15 +337,58 @@ class DatasetDPTree(TreeDoor):
     def _part_name(self, f: Path) -> str:
         return f"dataset part {f.name!r}" if len(self.files) > 1 else f"dataset file {f.name!r}"
 
+    def _read_error(self, exc: Exception) -> DataError | None:
+        """One line for a DuckDB error about the dataset's files: a file gone, garbled or
+        (CSV) ragged since the door was built, naming the file and the fix; ``None`` for an
+        error that is not about the files (DuckDB's own stands). Never DuckDB's text: it
+        holds SQL and, for a CSV, may quote a row of the data."""
+        gone = [f for f in self.files if not f.is_file()]
+        if gone:
+            return DataError(f"{self._part_name(gone[0])} is gone (deleted or moved after the dataset was opened); "
+                             "restore it, or open the dataset again to read the files there are now")
+        duckdb = self._duckdb
+        if isinstance(exc, (duckdb.ParserException, duckdb.CatalogException)):  # hierdp's SQL, not the files
+            return None
+        msg = str(exc)
+        named = [f for f in self.files if str(f) in msg or _glob_escape(str(f)) in msg]
+        if self.format == "parquet":
+            if isinstance(exc, duckdb.BinderException):
+                return None
+            columns = self.levels + list(self._cell_names) + [str(c) for c in (self.count, self.unit) if c]
+            suspects = named or [f for f in self.files if not _parquet_readable(f, columns)]
+            if not suspects:  # every file reads: not about them
+                return None
+            return DataError(f"{self._part_name(suspects[0])}: not a readable Parquet file (garbled, cut short or "
+                             "changed after the dataset was opened); check the file, or write it again")
+        if not isinstance(exc, (self._duckdb.InvalidInputException, self._duckdb.IOException,
+                                self._duckdb.ConversionException, self._duckdb.BinderException)):
+            return None
+        for f in named + [f for f in self.files if f not in named]:
+            found = _ragged_row(f)
+            if found is not None:
+                row, n, m = found
+                return DataError(f"{self._part_name(f)}: row {row} has {n} field{'s' * (n != 1)}, the header has {m} "
+                                 "(a ragged CSV); give every row one value per column of the header")
+        if isinstance(exc, self._duckdb.BinderException):
+            return None
+        where = self._part_name(named[0]) if named else "a file of the dataset"
+        if "unicode" in msg.lower() or "utf" in msg.lower():
+            return DataError(f"{where}: bytes that are not UTF-8 text; save the file as UTF-8")
+        return DataError(f"{where}: not a readable CSV (DuckDB could not parse it: quoting, separators or line "
+                         "ends); check the file, or read it with engine: pandas")
+
     def _connect(self) -> Any:
         return _Connection(self)
 
     def _reader(self, filename: bool = False) -> str:
-        files = "[" + ", ".join(_lit(str(f)) for f in self.files) + "]"
+        # DuckDB reads every name it is given as a glob, a list included: escaped, each names
+        # exactly its file (p[01].parquet is not p0 and p1)
+        files = "[" + ", ".join(_lit(_glob_escape(str(f))) for f in self.files) + "]"
         extra = ", filename = true" if filename else ""
         if self.format == "parquet":
             return f"read_parquet({files}, union_by_name = true{extra})"
-        return f"read_csv({files}, header = true, all_varchar = true, union_by_name = true{extra})"
+        # the separator pandas reads: DuckDB's guess on a ragged file is "no separator at all"
+        return f"read_csv({files}, header = true, delim = ',', all_varchar = true, union_by_name = true{extra})"
 
     def _column_types(self, con: Any) -> dict[str, str]:
         rows = con.execute(f"DESCRIBE SELECT * FROM {self._reader()}").fetchall()
@@ -572,7 +622,7 @@ class DatasetDPTree(TreeDoor):
         try:
             row = con.execute(f"SELECT min(src.hierdp_file) FROM (SELECT {labels}, filename AS hierdp_file FROM "
                               f"{self._reader(filename=True)}) src JOIN hierdp_bad b ON {cond}").fetchone()
-        except self._duckdb.Error:  # labels of different types: fall back to no file name
+        except (self._duckdb.Error, DataError):  # labels of different types: fall back to no file name
             row = None
         if row is None or row[0] is None:
             return "the dataset"
@@ -778,6 +828,78 @@ class CountedDataset:
                   table.column("count").to_numpy()[ok])
 
 
+def _parquet_readable(f: Path, columns: list[str]) -> bool:
+    """Whether pyarrow reads ``f``'s ``columns`` (those it has) through, one batch at a time
+    (the error path only)."""
+    try:
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(f)
+        have = [c for c in columns if c in pf.schema_arrow.names]
+        for _ in pf.iter_batches(columns=have):
+            pass
+    except Exception:
+        return False
+    return True
+
+
+def _ragged_row(f: Path) -> tuple[int, int, int] | None:
+    """The first row of the CSV ``f`` whose number of fields is not the header's: ``(row, its
+    fields, the header's)``, rows counted from 1 with the header (as an editor numbers lines
+    when no field holds a line break); ``None`` if there is none. Reads the file (the error
+    path only)."""
+    import csv
+
+    try:
+        with open(f, newline="", encoding="utf-8-sig", errors="replace") as fh:
+            rows = csv.reader(fh)
+            header = next(rows, None)
+            if header is None:
+                return None
+            for i, row in enumerate(rows, start=2):
+                if row and len(row) != len(header):
+                    return i, len(row), len(header)
+    except (OSError, csv.Error):
+        return None
+    return None
+
+
+class _Guarded:
+    """A DuckDB connection whose errors about the dataset's files become the door's one line
+    (:meth:`DatasetDPTree._read_error`); everything else as DuckDB's."""
+
+    def __init__(self, con: Any, door: DatasetDPTree) -> None:
+        self._con, self._door = con, door
+
+    def _run(self, name: str, *args: Any, **kw: Any) -> Any:
+        try:
+            return getattr(self._con, name)(*args, **kw)
+        except self._door._duckdb.Error as exc:
+            err = self._door._read_error(exc)
+            if err is None:
+                raise
+            raise err from None
+
+    def execute(self, *args: Any, **kw: Any) -> _Guarded:
+        self._run("execute", *args, **kw)
+        return self
+
+    def fetchall(self) -> Any:
+        return self._run("fetchall")
+
+    def fetchone(self) -> Any:
+        return self._run("fetchone")
+
+    def fetchnumpy(self) -> Any:
+        return self._run("fetchnumpy")
+
+    def df(self) -> Any:
+        return self._run("df")
+
+    def register(self, *args: Any) -> Any:
+        return self._con.register(*args)
+
+
 class _Connection:
     """A DuckDB connection with the door's memory limit, spill folder and threads; closes
     (and removes a temporary spill folder) on exit."""
@@ -804,7 +926,7 @@ class _Connection:
         except Exception:
             self.__exit__(None, None, None)
             raise
-        return self._con
+        return _Guarded(self._con, door)
 
     def __exit__(self, *exc: Any) -> None:
         if self._con is not None:

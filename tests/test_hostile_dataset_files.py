@@ -9,6 +9,7 @@ text (SQL, and for a CSV the offending row itself).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,7 @@ def _one_line(err: pytest.ExceptionInfo, *absent: str) -> str:
 def globby(tmp_path) -> Path:
     """p0 (200 rows), p1 (600) and a file literally named ``p[01].parquet`` (600), plus files
     named with ``*`` and ``?`` beside ones those patterns would match."""
-    folder = tmp_path / "data[1]"  # a folder name that is a pattern too
+    folder = tmp_path / "data"
     folder.mkdir()
     sizes = {"p0.parquet": 200, "p1.parquet": 600, "p[01].parquet": 600, "q*.parquet": 10, "qa.parquet": 30,
              "r?.parquet": 7}
@@ -69,6 +70,10 @@ def test_a_file_named_like_a_pattern_counts_its_own_rows_once(globby):
     assert _total(str(globby / "p[01].parquet")) == 600
     files, _ = dataset_files(str(globby / "p[01].parquet"))
     assert files == [globby / "p[01].parquet"]
+    # in a folder whose name is a pattern too
+    shutil.copytree(globby, globby.parent / "d[1]")
+    assert _total([globby.parent / "d[1]" / "p[01].parquet", globby.parent / "d[1]" / "q*.parquet"]) == 610
+    assert _total(str(globby.parent / "d[1]")) == 1447
 
 
 def test_a_pattern_that_names_no_file_is_still_a_glob(tmp_path):

@@ -33,8 +33,11 @@ measurement is noisy; the one true-count-derived array spilled is each task's su
 counts, kept only so that a resumed run can still check the top part's counts add up
 (``check_counts``). The work folder also holds the release key, so until the release
 completes it is **as sensitive as the data** (with the key the noisy values give back the
-true ones): it is created owner-only (0700, the key file 0600) and the key, the spills and
-the root counts are deleted when the release completes.
+true ones): it is created owner-only (0700 from ``mkdir``, the key file 0600), a folder of
+another user, open to others, a symbolic link or inside a folder others may write to is
+refused (:mod:`hierdp._engine.private`; never adopted), and the key, the spills and the
+root counts are deleted when the release completes. The journal records the key's digest
+when the key is made; a resume refuses another key (``docs/security.md``).
 
 *Output.* ``out/part-00000.parquet`` is the top part, ``out/part-NNNNN.parquet`` task
 ``NNNNN - 1``; columns ``level``, the level names (each node's path labels, null below its

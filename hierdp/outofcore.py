@@ -33,8 +33,11 @@ measurement is noisy; the one true-count-derived array spilled is each task's su
 counts, kept only so that a resumed run can still check the top part's counts add up
 (``check_counts``). The work folder also holds the release key, so until the release
 completes it is **as sensitive as the data** (with the key the noisy values give back the
-true ones): it is created owner-only (0700, the key file 0600) and the key, the spills and
-the root counts are deleted when the release completes.
+true ones): it is created owner-only (0700 from ``mkdir``, the key file 0600), a folder of
+another user, open to others, a symbolic link or inside a folder others may write to is
+refused (:mod:`hierdp._engine.private`; never adopted), and the key, the spills and the
+root counts are deleted when the release completes. The journal records the key's digest
+when the key is made; a resume refuses another key (``docs/security.md``).
 
 *Output.* ``out/part-00000.parquet`` is the top part, ``out/part-NNNNN.parquet`` task
 ``NNNNN - 1``; columns ``level``, the level names (each node's path labels, null below its
@@ -95,6 +98,7 @@ import pandas as pd
 from hierdp import subtrees
 from hierdp._dask_tasks import DaskStageRunner, is_dask_client
 from hierdp._engine.columns import ColumnsOnDisk
+from hierdp._engine.private import check_private_folder, make_private_folder
 from hierdp.errors import DataError, MissingDependencyError, NotForPublicationWarning
 from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
 from hierdp.keyed_noise import NoiseKey
@@ -121,7 +125,8 @@ if TYPE_CHECKING:
     from hierdp.session import Reservation, Session
 
 __all__ = ["release_to_dataset", "check_dataset_target", "check_dataset_folders", "describe_unfinished",
-           "WorkFolderError", "OutputFolderError", "part_name", "SUCCESS", "LEDGER_NAME", "KILL_ENV"]
+           "WorkFolderError", "OutputFolderError", "part_name", "SUCCESS", "LEDGER_NAME", "KILL_ENV", "COUNTS",
+           "counts_folder"]
 
 #: the marker written last: the dataset is complete
 SUCCESS = "_SUCCESS"
@@ -132,6 +137,9 @@ KILL_ENV = "HIERDP_TEST_KILL_AT_CHECKPOINT"
 _FORMAT = 1
 _JOURNAL, _KEY, _RELEASE, _LEDGER, _SPILL = "journal", "release.key", "release.json", "ledger.json", "spill"
 _TMP = ".tmp-"
+#: the start of the name of a sub-folder of the work folder that holds a counted dataset's
+#: true counts for one run (:func:`counts_folder`)
+COUNTS = "counts-"
 
 
 class WorkFolderError(DataError):
@@ -275,7 +283,7 @@ class _Journal:
     def note(self, line: str) -> None:
         """``add`` without the crash-test checkpoint (a record, not a step)."""
         with self.lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 size = os.fstat(fd).st_size
                 try:
@@ -324,15 +332,63 @@ def _fingerprint(tree: Tree, settings: dict[str, Any]) -> dict[str, Any]:
     return {"format": _FORMAT, "id": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
 
 
-def _save_key(path: Path, key: NoiseKey, tag: str = "") -> None:
+def _key_text(key: NoiseKey) -> str:
     _, (raw, secure, seed) = key.export().__reduce__()  # the explicit, shippable form of the key
-    text = json.dumps({"key": bytes(raw).hex(), "secure": bool(secure), "seed": seed})
-    _write_text(path, text, "the release key", mode=0o600, tag=tag)
+    return json.dumps({"key": bytes(raw).hex(), "secure": bool(secure), "seed": seed})
+
+
+def _key_digest(key: NoiseKey) -> str:
+    """SHA-256 of the key's canonical text: what the journal records to bind the release to its
+    key (the key is 256 random bits: its digest tells nothing about it)."""
+    return hashlib.sha256(b"hierdp release key\n" + _key_text(key).encode()).hexdigest()
+
+
+def _save_key(path: Path, key: NoiseKey, tag: str = "") -> str:
+    """Write the key (0600, atomically, a temporary carrying ``tag``); return its :func:`_key_digest`."""
+    _write_text(path, _key_text(key), "the release key", mode=0o600, tag=tag)
+    return _key_digest(key)
 
 
 def _load_key(path: Path) -> NoiseKey:
-    d = json.loads(path.read_text(encoding="utf-8"))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, encoding="utf-8") as fh:
+        d = json.loads(fh.read())
     return NoiseKey(bytes.fromhex(d["key"]), secure=bool(d["secure"]), seed=d["seed"])
+
+
+def _check_key(work: Path, key: NoiseKey, journal: _Journal) -> None:
+    """The key of a resumed release is the one its journal recorded when it was made (a work
+    folder of an older version recorded none: nothing to compare)."""
+    recorded = {line[4:] for line in journal.done if line.startswith("key ")}
+    if recorded and _key_digest(key) not in recorded:
+        raise WorkFolderError(f"work folder {str(work)!r}: its release key is not the one this release was made with "
+                              "(release.key was replaced); resuming with it would mix two keys' noise: put the "
+                              "original key back, or start the release afresh in an empty work folder")
+
+
+def counts_folder(work: str | os.PathLike[str]) -> Path:
+    """A new folder for one run's true counts of a counted dataset: ``counts-XXXXXXXX/``
+    (``mkdtemp``: a fresh name, mode 0700) inside the work folder, which is made owner-only or
+    checked to be private and this user's first (never adopted, :mod:`hierdp._engine.private`).
+    :func:`release_to_dataset` accepts a work folder that holds only such folders; the caller
+    removes its own when the run ends, however it ends, and those of killed runs once the
+    release is complete.
+
+    Parameters
+    ----------
+    work : str or os.PathLike
+        The release's work folder.
+
+    Returns
+    -------
+    pathlib.Path
+        The new, empty folder (for :meth:`hierdp.frontends.dataset.DatasetDPTree.counted`).
+    """
+    work = Path(work)
+    if work.exists() and not work.is_dir():
+        raise WorkFolderError(f"work folder {str(work)!r} is a file; give a folder")
+    make_private_folder(work, "work folder", WorkFolderError)
+    return Path(tempfile.mkdtemp(prefix=COUNTS, dir=work))
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -530,7 +586,7 @@ os.register_at_fork(after_in_child=_close_inherited_locks)
 def _lock(work: Path) -> int:
     """An exclusive lock on the work folder for this run (released when the process ends,
     however it ends): two runs never write one work folder."""
-    fd = os.open(work / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(work / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -977,6 +1033,8 @@ def release_to_dataset(
     release_file = work / _RELEASE
     if work.exists() and not work.is_dir():
         raise WorkFolderError(f"work folder {str(work)!r} is a file; give a folder")
+    if os.path.lexists(work):  # this user's and private, or nothing in it is read, let alone trusted
+        check_private_folder(work, "work folder", WorkFolderError)
     afresh = False
     if release_file.exists():
         stored = json.loads(release_file.read_text(encoding="utf-8"))
@@ -996,7 +1054,7 @@ def release_to_dataset(
             raise WorkFolderError(f"work folder {str(work)!r} holds this release unfinished: pass resume=True "
                                   "(--resume) to continue it, or choose an empty work folder")
         afresh = "charged" not in journal  # stopped before any noise: start afresh
-    elif work.is_dir() and any(work.iterdir()):
+    elif work.is_dir() and any(not (p.name.startswith(COUNTS) and p.is_dir()) for p in work.iterdir()):
         if not _abandoned_start(work):
             raise WorkFolderError(f"work folder {str(work)!r} is not empty and holds no hierdp release; choose an "
                                   "empty or new folder")
@@ -1004,12 +1062,7 @@ def release_to_dataset(
     elif resume and not work.is_dir():
         raise WorkFolderError(f"work folder {str(work)!r} holds no release to resume; run without resume")
     _check_dataset_holds(out, _work_release_id(work))  # before the work folder is made: refused, nothing is left
-    try:
-        work.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DataError(f"cannot create the work folder {str(work)!r} ({exc.strerror}); choose a writable folder") \
-            from None
-    os.chmod(work, 0o700)
+    make_private_folder(work, "work folder", WorkFolderError)  # 0700 from the first byte, never adopted
     lock = _lock(work)
     out_lock = -1
     try:
@@ -1035,7 +1088,7 @@ def release_to_dataset(
         if "charged" not in journal:
             check(r, session)
             key = noise_key(r.seed)
-            _save_key(work / _KEY, key, tag)
+            journal.note(f"key {_save_key(work / _KEY, key, tag)}")  # binds the release to its key
             checkpoint()
             acc, decomposition = open_account(r, tree, None)
             stage_total = r.total - acc.total  # before the account is charged below
@@ -1053,6 +1106,7 @@ def release_to_dataset(
                 raise WorkFolderError(f"work folder {str(work)!r} has lost its release key; the release cannot be "
                                       "resumed: use an empty work folder for a new release")
             key = _load_key(work / _KEY)
+            _check_key(work, key, journal)
             acc, _ = open_account(r, tree, None)
             stage_total = r.total - acc.total
             stages = _SplitStages(r, part, step, tail, n_cells, total=stage_total, key=key,

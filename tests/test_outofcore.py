@@ -160,7 +160,8 @@ def prepared(tmp_path_factory):
     d = tmp_path_factory.mktemp("prepared")
     assert _killed_run(d / "out0", d / "work0", 3) == -9
     steps = [ln for ln in (d / "work0" / "journal").read_text().splitlines() if not ln.startswith("tmp ")]
-    assert steps == ["charged"]  # (the "tmp" line: the run's temporaries' token, journalled before use)
+    key_line, charged = steps  # (the "tmp" line: the run's temporaries' token, journalled before use)
+    assert charged == "charged" and key_line.startswith("key ") and len(key_line) == 4 + 64  # the key's digest binds it
     shutil.copytree(d / "work0", d / "wref")
     run(d / "outref", d / "wref", resume=True)
     return {"dir": d, "files": _files(d / "outref")}
@@ -262,7 +263,7 @@ def test_a_work_folder_of_another_release_is_refused(tmp_path):
         run(out, work)  # unfinished: continuing it must be asked for
     with pytest.raises(WorkFolderError, match="needs source_id"):
         run(out, work, resume=True, source_id=None)
-    (tmp_path / "other").mkdir()
+    (tmp_path / "other").mkdir(mode=0o700)  # private, but not hierdp's (a folder open to others: test_hostile_workfolder)
     (tmp_path / "other" / "notes.txt").write_text("x")
     with pytest.raises(WorkFolderError, match="not empty and holds no hierdp release"):
         run(out, tmp_path / "other")
@@ -423,7 +424,7 @@ def test_a_torn_journal_line_and_a_busy_work_folder(tmp_path, prepared):
         os.close(held)
     run(out, work, resume=True)
     assert _files(out) == prepared["files"]
-    assert all(line in {"charged", "top", "done"} or line.split()[0] in {"up", "down", "tmp"}
+    assert all(line in {"charged", "top", "done"} or line.split()[0] in {"up", "down", "tmp", "key"}
                for line in (work / "journal").read_text().splitlines())
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from hierdp import registry
 from hierdp._engine import threads as _threads
@@ -159,6 +159,6 @@ def resolve_executor(executor: Any = None, workers: Any = 1) -> Executor:
         made: Executor = registry.create("executor", executor, **params)
         return made
     if callable(getattr(executor, "map", None)):
-        return executor  # type: ignore[no-any-return]
+        return cast(Executor, executor)
     raise PluginError(f"executor must be a registered name or an object with a map(function, tasks) method; got "
                       f"{type(executor).__name__}")

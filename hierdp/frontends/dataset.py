@@ -18,7 +18,9 @@ was as fast or faster and at half to a fifth of the memory, and because its memo
 and spill folder are explicit, documented settings that bound the whole query (hash
 tables spill to ``temp_directory``); Polars' streaming engine has no memory limit to set.
 Both are set here: ``memory=`` (default a quarter of the physical memory) and
-``temp_directory=`` (default a private temporary folder, removed afterwards).
+``temp_directory=`` (DuckDB spills into a new owner-only folder made inside it, by default
+inside the system's temporary folder, and removed afterwards: DuckDB itself makes its
+spill files readable by others).
 
 What runs where:
 
@@ -59,6 +61,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
+from hierdp._engine.private import make_private_folder
 from hierdp._engine.threads import MAX_THREADS
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
@@ -109,8 +112,9 @@ def dataset_files(source: str | os.PathLike[str] | Sequence[str | os.PathLike[st
     """The files of a dataset and their format (``"parquet"`` or ``"csv"``).
 
     ``source`` is one file, a folder (its files with a known extension, sub-folders
-    included, hidden and ``_``-prefixed names skipped), a glob (``**`` allowed) or a list of
-    files. ``format`` overrides the extension. A missing path, an empty folder or a mix of
+    included, hidden and ``_``-prefixed names skipped), a glob (``**`` allowed; a path that
+    exists is taken as it is, even when it reads as a pattern, e.g. ``p[01].parquet``) or a
+    list of files. ``format`` overrides the extension. A missing path, an empty folder or a mix of
     formats is a one-line :class:`~hierdp.errors.DataError`.
     """
     if format is not None and format not in ("parquet", "csv"):
@@ -125,7 +129,7 @@ def dataset_files(source: str | os.PathLike[str] | Sequence[str | os.PathLike[st
         text = os.fspath(source)  # type: ignore[arg-type]  # a str or PathLike here
         p = Path(text).expanduser()
         what = repr(text)
-        if any(ch in text for ch in "*?["):
+        if any(ch in text for ch in "*?[") and not p.exists():  # an existing path names itself, pattern or not
             files = sorted(Path(f) for f in _glob.glob(str(p), recursive=True) if Path(f).is_file())
             if not files:
                 raise DataError(f"no file matches the dataset pattern {text!r} (looked in {p.parent.resolve()}); "
@@ -171,6 +175,12 @@ def _memory_bytes(memory: Any) -> int:
     except DataError:
         raise DataError(f"memory={memory!r:.40}: expected a positive number of bytes or text such as '4GiB' "
                         "(DuckDB's memory limit; it spills to temp_directory beyond it)") from None
+
+
+def _glob_escape(path: str) -> str:
+    """``path`` as a DuckDB glob that matches only itself: each ``*``, ``?`` and ``[`` in a
+    class of its own (``[*]``, ``[?]``, ``[[]``); DuckDB has no option to read a name as it is."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in path)
 
 
 def _q(name: str) -> str:
@@ -237,7 +247,8 @@ class DatasetDPTree(TreeDoor):
     memory : DuckDB's memory limit (bytes or text such as ``"4GiB"``); default
         :data:`MEMORY_SHARE` of the physical memory. Beyond it DuckDB spills to
         ``temp_directory``.
-    temp_directory : where DuckDB spills; default a private temporary folder.
+    temp_directory : where DuckDB spills: into a new owner-only folder made inside it (and
+        removed afterwards); default the system's temporary folder.
     threads : DuckDB's threads (default: its own, one per core; at most 1024).
     labels_as_text : read the level and cell columns as text (CSV always is: codes such as
         ``"01"`` keep their leading zeros; declare text domains).
@@ -330,15 +341,58 @@ class DatasetDPTree(TreeDoor):
     def _part_name(self, f: Path) -> str:
         return f"dataset part {f.name!r}" if len(self.files) > 1 else f"dataset file {f.name!r}"
 
+    def _read_error(self, exc: Exception) -> DataError | None:
+        """One line for a DuckDB error about the dataset's files: a file gone, garbled or
+        (CSV) ragged since the door was built, naming the file and the fix; ``None`` for an
+        error that is not about the files (DuckDB's own stands). Never DuckDB's text: it
+        holds SQL and, for a CSV, may quote a row of the data."""
+        gone = [f for f in self.files if not f.is_file()]
+        if gone:
+            return DataError(f"{self._part_name(gone[0])} is gone (deleted or moved after the dataset was opened); "
+                             "restore it, or open the dataset again to read the files there are now")
+        duckdb = self._duckdb
+        if isinstance(exc, (duckdb.ParserException, duckdb.CatalogException)):  # hierdp's SQL, not the files
+            return None
+        msg = str(exc)
+        named = [f for f in self.files if str(f) in msg or _glob_escape(str(f)) in msg]
+        if self.format == "parquet":
+            if isinstance(exc, duckdb.BinderException):
+                return None
+            columns = self.levels + list(self._cell_names) + [str(c) for c in (self.count, self.unit) if c]
+            suspects = named or [f for f in self.files if not _parquet_readable(f, columns)]
+            if not suspects:  # every file reads: not about them
+                return None
+            return DataError(f"{self._part_name(suspects[0])}: not a readable Parquet file (garbled, cut short or "
+                             "changed after the dataset was opened); check the file, or write it again")
+        if not isinstance(exc, (self._duckdb.InvalidInputException, self._duckdb.IOException,
+                                self._duckdb.ConversionException, self._duckdb.BinderException)):
+            return None
+        for f in named + [f for f in self.files if f not in named]:
+            found = _ragged_row(f)
+            if found is not None:
+                row, n, m = found
+                return DataError(f"{self._part_name(f)}: row {row} has {n} field{'s' * (n != 1)}, the header has {m} "
+                                 "(a ragged CSV); give every row one value per column of the header")
+        if isinstance(exc, self._duckdb.BinderException):
+            return None
+        where = self._part_name(named[0]) if named else "a file of the dataset"
+        if "unicode" in msg.lower() or "utf" in msg.lower():
+            return DataError(f"{where}: bytes that are not UTF-8 text; save the file as UTF-8")
+        return DataError(f"{where}: not a readable CSV (DuckDB could not parse it: quoting, separators or line "
+                         "ends); check the file, or read it with engine: pandas")
+
     def _connect(self) -> Any:
         return _Connection(self)
 
     def _reader(self, filename: bool = False) -> str:
-        files = "[" + ", ".join(_lit(str(f)) for f in self.files) + "]"
+        # DuckDB reads every name it is given as a glob, a list included: escaped, each names
+        # exactly its file (p[01].parquet is not p0 and p1)
+        files = "[" + ", ".join(_lit(_glob_escape(str(f))) for f in self.files) + "]"
         extra = ", filename = true" if filename else ""
         if self.format == "parquet":
             return f"read_parquet({files}, union_by_name = true{extra})"
-        return f"read_csv({files}, header = true, all_varchar = true, union_by_name = true{extra})"
+        # the separator pandas reads: DuckDB's guess on a ragged file is "no separator at all"
+        return f"read_csv({files}, header = true, delim = ',', all_varchar = true, union_by_name = true{extra})"
 
     def _column_types(self, con: Any) -> dict[str, str]:
         rows = con.execute(f"DESCRIBE SELECT * FROM {self._reader()}").fetchall()
@@ -572,7 +626,7 @@ class DatasetDPTree(TreeDoor):
         try:
             row = con.execute(f"SELECT min(src.hierdp_file) FROM (SELECT {labels}, filename AS hierdp_file FROM "
                               f"{self._reader(filename=True)}) src JOIN hierdp_bad b ON {cond}").fetchone()
-        except self._duckdb.Error:  # labels of different types: fall back to no file name
+        except (self._duckdb.Error, DataError):  # labels of different types: fall back to no file name
             row = None
         if row is None or row[0] is None:
             return "the dataset"
@@ -648,8 +702,10 @@ class DatasetDPTree(TreeDoor):
         Parameters
         ----------
         workdir : str or os.PathLike
-            The folder to write ``counts.parquet`` in (created if missing; the file is owner-only;
-            PRIVATE).
+            The folder to write ``counts.parquet`` in (PRIVATE): created with mode 0700, or an
+            existing folder of this user's that is already owner-only (anything else, e.g. a
+            folder someone else made or one open to others, is refused); the file is 0600
+            from its first byte.
         rng : RandomSource, optional
             The randomness that picks the rows kept per unit (``max_contributions``);
             ``None`` uses the secure source.
@@ -662,8 +718,7 @@ class DatasetDPTree(TreeDoor):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        folder = Path(os.fspath(workdir))
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_private_folder(Path(os.fspath(workdir)), "counts folder")  # never adopted
         keys, w, notes = self._leaf_keys(rng)
         k = self.n_cells
         tree = self.tree
@@ -675,13 +730,27 @@ class DatasetDPTree(TreeDoor):
         nz = w[order] != 0
         table = pa.table({"leaf": leaf[order][nz].astype(np.int64), "cell": cell[order][nz].astype(np.int32),
                           "count": w[order][nz].astype(np.int64)})
-        tmp = folder / "counts.parquet.partial"
-        pq.write_table(table, tmp, row_group_size=_ROW_GROUP, write_statistics=True)
-        os.chmod(tmp, 0o600)  # true counts: owner-only, like the data
-        os.replace(tmp, folder / "counts.parquet")  # never a half-written file under the final name
-        (folder / "counts.json").write_text(json.dumps({"n_nodes": tree.n_nodes, "n_cells": k,
-                                                        "levels": list(self.levels)}))
+        _write_private(folder / "counts.parquet", lambda fh: pq.write_table(
+            table, fh, row_group_size=_ROW_GROUP, write_statistics=True))
+        meta = json.dumps({"n_nodes": tree.n_nodes, "n_cells": k, "levels": list(self.levels)}).encode()
+        _write_private(folder / "counts.json", lambda fh: fh.write(meta))
         return CountedDataset(tree, k, folder, notes)
+
+
+def _write_private(path: Path, write: Any) -> None:
+    """``write(fh)`` into a new file beside ``path`` made 0600 from its first byte (``mkstemp``:
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``), synced, then renamed onto ``path``: never a half-written
+    file under the final name, never a file someone else made or holds open."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class CountedDataset:
@@ -763,6 +832,78 @@ class CountedDataset:
                   table.column("count").to_numpy()[ok])
 
 
+def _parquet_readable(f: Path, columns: list[str]) -> bool:
+    """Whether pyarrow reads ``f``'s ``columns`` (those it has) through, one batch at a time
+    (the error path only)."""
+    try:
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(f)
+        have = [c for c in columns if c in pf.schema_arrow.names]
+        for _ in pf.iter_batches(columns=have):
+            pass
+    except Exception:
+        return False
+    return True
+
+
+def _ragged_row(f: Path) -> tuple[int, int, int] | None:
+    """The first row of the CSV ``f`` whose number of fields is not the header's: ``(row, its
+    fields, the header's)``, rows counted from 1 with the header (as an editor numbers lines
+    when no field holds a line break); ``None`` if there is none. Reads the file (the error
+    path only)."""
+    import csv
+
+    try:
+        with open(f, newline="", encoding="utf-8-sig", errors="replace") as fh:
+            rows = csv.reader(fh)
+            header = next(rows, None)
+            if header is None:
+                return None
+            for i, row in enumerate(rows, start=2):
+                if row and len(row) != len(header):
+                    return i, len(row), len(header)
+    except (OSError, csv.Error):
+        return None
+    return None
+
+
+class _Guarded:
+    """A DuckDB connection whose errors about the dataset's files become the door's one line
+    (:meth:`DatasetDPTree._read_error`); everything else as DuckDB's."""
+
+    def __init__(self, con: Any, door: DatasetDPTree) -> None:
+        self._con, self._door = con, door
+
+    def _run(self, name: str, *args: Any, **kw: Any) -> Any:
+        try:
+            return getattr(self._con, name)(*args, **kw)
+        except self._door._duckdb.Error as exc:
+            err = self._door._read_error(exc)
+            if err is None:
+                raise
+            raise err from None
+
+    def execute(self, *args: Any, **kw: Any) -> _Guarded:
+        self._run("execute", *args, **kw)
+        return self
+
+    def fetchall(self) -> Any:
+        return self._run("fetchall")
+
+    def fetchone(self) -> Any:
+        return self._run("fetchone")
+
+    def fetchnumpy(self) -> Any:
+        return self._run("fetchnumpy")
+
+    def df(self) -> Any:
+        return self._run("df")
+
+    def register(self, *args: Any) -> Any:
+        return self._con.register(*args)
+
+
 class _Connection:
     """A DuckDB connection with the door's memory limit, spill folder and threads; closes
     (and removes a temporary spill folder) on exit."""
@@ -774,12 +915,11 @@ class _Connection:
 
     def __enter__(self) -> Any:
         door = self._door
-        if door._temp_given is None:
-            self._tmp = tempfile.mkdtemp(prefix="hierdp-duckdb-")
-            spill = self._tmp
-        else:
+        # DuckDB makes its spill files (the records' values) 0644: they go to a fresh 0700
+        # folder of their own, inside temp_directory when one is given
+        if door._temp_given is not None:
             door._temp_given.mkdir(parents=True, exist_ok=True)
-            spill = str(door._temp_given)
+        self._tmp = spill = tempfile.mkdtemp(prefix="hierdp-duckdb-", dir=door._temp_given)
         config = {"memory_limit": f"{max(door.memory // 2**20, 64)}MiB", "temp_directory": spill,
                   "preserve_insertion_order": False}
         if door.threads is not None:
@@ -790,7 +930,7 @@ class _Connection:
         except Exception:
             self.__exit__(None, None, None)
             raise
-        return self._con
+        return _Guarded(self._con, door)
 
     def __exit__(self, *exc: Any) -> None:
         if self._con is not None:

@@ -8,6 +8,8 @@ geography) are read in full.
 from __future__ import annotations
 
 import copy
+import hashlib
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -29,7 +31,7 @@ from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
-from hierdp.outofcore import check_dataset_folders, check_dataset_target, release_to_dataset
+from hierdp.outofcore import COUNTS, check_dataset_folders, check_dataset_target, counts_folder, release_to_dataset
 from hierdp.readers import csv_header, read_table, read_text_lines
 from hierdp.report import render as render_report
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
@@ -703,14 +705,46 @@ def run_spec(spec: Any, *, seed: int | None = None, output: str | Path | None = 
 
 
 # ------------------------------------------------------------------------ out of core
+#: files up to this size are hashed whole for :func:`source_identity`; larger ones by samples
+_HASH_WHOLE = 64 * 2**20
+#: a larger file's samples: its first and last MiB, the Parquet footer, and this many blocks between
+_SAMPLES, _SAMPLE = 64, 64 * 2**10
+
+
+def _content_digest(path: Path) -> str:
+    """SHA-256 of a file's content: all of it up to :data:`_HASH_WHOLE` bytes, else its first and
+    last MiB, its Parquet footer (whole: the row groups' offsets and statistics) and
+    :data:`_SAMPLES` blocks spread evenly between (6 MiB and the footer, whatever the size)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size <= _HASH_WHOLE:
+            for block in iter(lambda: fh.read(2**20), b""):
+                h.update(block)
+            return h.hexdigest()
+        spots = [(0, 2**20), (size - 2**20, 2**20)]
+        fh.seek(size - 8)
+        tail = fh.read(8)
+        footer = int.from_bytes(tail[:4], "little")
+        if tail[4:] == b"PAR1" and footer + 8 <= size:
+            spots.append((size - 8 - min(footer, _HASH_WHOLE), min(footer, _HASH_WHOLE)))
+        spots += [(int(i * (size - _SAMPLE) / (_SAMPLES + 1)), _SAMPLE) for i in range(1, _SAMPLES + 1)]
+        for at, n in spots:
+            fh.seek(at)
+            h.update(fh.read(n))
+    return h.hexdigest()
+
+
 def source_identity(spec: ReleaseSpec) -> str:
     """The input's identity for a resumable release: the spec's text and every file it reads
-    (resolved name, size, modification time), or the bundled demo's name."""
+    (resolved name, size, modification time and a digest of the content:
+    :func:`_content_digest`), or the bundled demo's name. The digest catches a file changed in
+    place with its size and time kept (whole for files up to 64 MiB; by samples beyond)."""
     parts = [f"demo:{spec.source_demo}"] if spec.source_demo is not None else []
     for f in sorted(set(spec.input_files())):
         try:
             st = f.stat()
-            parts.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+            parts.append(f"{f}:{st.st_size}:{st.st_mtime_ns}:{_content_digest(f)}")
         except OSError:
             parts.append(f"{f}:missing")
     return "\n".join(parts)
@@ -763,8 +797,8 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     """Run a release spec out of core into the Parquet dataset ``out/``
     (:func:`hierdp.outofcore.release_to_dataset`; the spec's ``execution:`` gives the split,
     the workers and the work folder, by default ``out.work/`` beside it). With ``source.engine:
-    duckdb`` the source files are counted once on DuckDB into a private counts file beside
-    the work folder (owner-only, removed when the release completes) and each task reads
+    duckdb`` the source files are counted once on DuckDB into a private counts file in a new
+    owner-only folder inside the work folder (removed when the run ends) and each task reads
     only its own leaves (:meth:`hierdp.frontends.dataset.DatasetDPTree.counted`); with
     ``engine: pandas`` the source is read and counted in memory as today, then handed to
     the runner task by task. ``plan: marginals`` and ``per_level`` both run by subtree.
@@ -807,7 +841,6 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     tree = dpt.tree
     n_cells = int(dpt.n_cells)
     workdir = Path(ex["workdir"] if ex["workdir"] is not None else default_workdir(out))
-    counts_dir: Path | None = None
     args = dict(workdir=workdir, split=ex["split"], n_cells=n_cells, cells=dict(dpt.cells) if dpt.cells else None,
                 source_id=source_id, workers=ex["workers"], resume=resume, progress=progress, stream=stream)
     if rs.engine == "dask":  # counted per task on the cluster; the tasks on Dask, or here on threads
@@ -818,27 +851,31 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
             if ex.get("engine", "local") == "dask":
                 return release_to_dataset(tree, data.counts_of, out, executor=client, **args, **keywords)
             return release_to_dataset(tree, lambda task: data.counts_of(task).result(), out, **args, **keywords)
-    if counted:  # true counts on disk, beside the work folder and as protected (owner-only)
-        counts_dir = workdir.with_name(workdir.name + ".counts")
-        counts_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not counted:
+        internal = tree.to_internal(values).reshape(tree.n_nodes, n_cells)
+        return _release_to_dataset(ex, tree, lambda task: internal[task.nodes], out, args, keywords)
+    # true counts on disk: in a new owner-only folder inside the (private) work folder, never
+    # in a folder found there; removed when this run ends, however it ends
+    counts_dir = counts_folder(workdir)
+    try:
         with _source_errors(rs):
             data = dpt.counted(counts_dir, rng=door_rng(rs.seed, 97))
         keywords["private_notes"] = {**dict(keywords.get("private_notes") or {}), **dict(data.notes)}
-        counts_of = data.counts_of
-    else:
-        internal = tree.to_internal(values).reshape(tree.n_nodes, n_cells)
+        ledger = _release_to_dataset(ex, tree, data.counts_of, out, args, keywords)
+    finally:
+        shutil.rmtree(counts_dir, ignore_errors=True)
+    for stale in workdir.glob(COUNTS + "*"):  # complete: the counts of killed runs go too
+        shutil.rmtree(stale, ignore_errors=True)
+    return ledger
 
-        def counts_of(task: Any) -> np.ndarray:
-            return internal[task.nodes]
 
+def _release_to_dataset(ex: Mapping[str, Any], tree: Any, counts_of: Any, out: str | Path, args: dict[str, Any],
+                        keywords: dict[str, Any]) -> Any:
+    """:func:`release_to_dataset` on ``workers`` threads, or its tasks on Dask."""
     if ex.get("engine", "local") == "dask":  # the subtree tasks as Dask tasks (this process's client, or a new one)
         with local_client(ex["workers"]) as client:
-            ledger = release_to_dataset(tree, counts_of, out, executor=client, **args, **keywords)
-    else:
-        ledger = release_to_dataset(tree, counts_of, out, **args, **keywords)
-    if counts_dir is not None:  # the release is complete: its true counts go
-        shutil.rmtree(counts_dir, ignore_errors=True)
-    return ledger
+            return release_to_dataset(tree, counts_of, out, executor=client, **args, **keywords)
+    return release_to_dataset(tree, counts_of, out, **args, **keywords)
 
 
 # ------------------------------------------------------------------------ evaluate

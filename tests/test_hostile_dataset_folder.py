@@ -357,7 +357,7 @@ def test_a_work_folder_killed_while_being_set_up_starts_afresh(tmp_path, first, 
 
 def test_a_work_folder_with_foreign_files_is_still_refused(tmp_path):
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(mode=0o700)  # owner-only, so that the private-folder check lets it through to this one
     (work / "lock").write_bytes(b"")
     (work / "journal").write_text("tmp 0123456789abcdef\n")
     (work / ".release.json.tmp-ffffffffffffffff-x").write_text("")  # another token: not this folder's

@@ -181,8 +181,9 @@ def test_release_keeps_its_signature():
     assert params == ["tree", "values", "epsilon", "delta", "rho", "plan", "mechanism", "budget", "postprocess",
                       "seed", "sensitivity", "privacy_unit", "max_contributions", "session", "notes",
                       "private_notes", "structure", "neighbours", "invariants", "allow_invariants_with_add_remove",
-                      "invariants_cover", "check_counts", "split"]  # check_counts: issue 35 item 5; split: issue 30
-    #                                                                  item 1 (releases by subtree), added last
+                      "invariants_cover", "check_counts", "split", "executor"]
+    # check_counts: issue 35 item 5; split: issue 30 item 1 (releases by subtree); executor: issue 49 item 2
+    # (where the subtree tasks run), added last
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
         r = hierdp.release(hierdp.Tree.complete(fanout=2, height=2), np.array([4, 1, 3]), epsilon=1.0, seed=1)

@@ -50,6 +50,7 @@ _SCRIPT = textwrap.dedent("""
     seeded.to_frame(confidence=0.9)
     seeded.to_frame(confidence=0.9, nonlinear="bootstrap")
     seeded.report(os.path.join(out, "seeded.html"))
+    tree_door.release(mechanism="gaussian", rho=0.5, postprocess=["blue"])  # continuous noise on its grid
     # the issue's split release: 145 nodes x 2 cells, level 2 in tasks of 3,000 bytes
     parent = [-1] + [0] * 4 + [1 + i // 5 for i in range(20)] + [5 + i // 6 for i in range(120)]
     tree = hierdp.Tree.from_parent(np.array(parent))

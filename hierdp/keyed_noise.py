@@ -399,9 +399,11 @@ def segment_words(key: NoiseKey, n0: int, draws: np.ndarray, seg: int, out: np.n
     breaks = np.flatnonzero(np.diff(draws) != 1) + 1
     starts = np.concatenate(([0], breaks))
     stops = np.concatenate((breaks, [n]))
-    # runs of at least _OPENSSL_MIN_WORDS words from OpenSSL; so is every run of a small request,
-    # whose short runs would run chacha_block interpreted (~0.4 ms a block against ~20 µs a call)
-    long_runs = (stops - starts) * seg >= (1 if n * seg <= _jit.SMALL_INPUT else _OPENSSL_MIN_WORDS)
+    # runs of at least _OPENSSL_MIN_WORDS words from OpenSSL; so is every run of a small request
+    # (at most SMALL_INPUT draws, whatever the segment length: sized like every other small input,
+    # so that it never compiles), whose short runs would run chacha_block interpreted (~0.4 ms a
+    # block against ~20 µs a call)
+    long_runs = (stops - starts) * seg >= (1 if n <= _jit.SMALL_INPUT else _OPENSSL_MIN_WORDS)
     ow = out.view(np.int64)
     for a, b in zip(starts[long_runs], stops[long_runs], strict=True):
         _openssl_run(key, n0, int(draws[a]) * seg, out[a * seg: b * seg])

@@ -427,7 +427,8 @@ def partition(tree: Tree, split: Any, *, n_cells: int = 1) -> Partition:
                             f"{roots.size:,} roots x {n_cells} cells, in blocks of cells) needs {top_need:,} bytes, "
                             f"more than split memory {memory:,}; choose a shallower level or give more memory")
     block = limit if limit is not None else max(DEFAULT_TASK_CELLS // int(n_cells), 1)
-    task_of_root = _greedy_blocks(np.ascontiguousarray(sizes[roots]), int(block))
+    # a small tree (node-cells, as every other kernel choice) runs it interpreted: no compile
+    task_of_root = for_size(_greedy_blocks, n * int(n_cells))(np.ascontiguousarray(sizes[roots]), int(block))
     below = np.flatnonzero(d >= depth)
     anc = TK.ancestor_codes_at(ti.parent, d, np.arange(n, dtype=np.int64), depth)[below]
     owner = np.searchsorted(roots, anc)

@@ -61,7 +61,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import registry
+from hierdp._engine import jit as _jit
 from hierdp.errors import DataError, HierDPError
+from hierdp.keyed_noise import NoiseKey
 from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
@@ -212,18 +214,55 @@ def _noise_law(ledger: Ledger) -> tuple[list[_Level] | None, str]:
     return out, ""
 
 
+def _small(n: int, k: int) -> bool:
+    """Whether a tree of ``n`` nodes with ``k`` cells is a small input (at most
+    :data:`hierdp._engine.jit.SMALL_INPUT` node-cells): its simulation then runs in batches
+    that are small inputs too, so the sampler and the chain take their numpy passes and
+    compile nothing (issue 53 item 4)."""
+    return n * k <= _jit.SMALL_INPUT
+
+
 def _batch(n: int, k: int, draws: int) -> int:
+    if _small(n, k):  # each chain pass and each noise request at most SMALL_INPUT values
+        return int(max(1, min(256, draws, _jit.SMALL_INPUT // max(1, n * k))))
     return int(max(8, min(256, draws, _BATCH_BYTES // max(1, 8 * n * k))))
 
 
-def _noise(tree: Tree, levels: list[_Level], shape: tuple[int, ...], rng: Any) -> np.ndarray:
-    """One noise array (internal order) of shape ``(n,) + shape``; 0 on unmeasured levels."""
+def _keyed(mechanism: Mechanism) -> bool:
+    """Whether ``mechanism`` draws keyed noise in one vectorised call (hierdp's own do; the
+    default :meth:`Mechanism.sample_keyed` calls ``sample`` once per node)."""
+    return type(mechanism).sample_keyed is not Mechanism.sample_keyed
+
+
+def _sources(n: int, k: int, sim_seed: int | None) -> tuple[Any, NoiseKey | None]:
+    """The simulation's random source and, for a small tree, a noise key of its own words
+    (never the release's key: :meth:`NoiseKey.from_rng`): keyed draws of up to
+    :data:`hierdp._engine.jit.SMALL_INPUT` run as numpy passes, the same law, and each draw
+    is indexed by node, cell and simulated vector, so its value does not depend on the batches."""
+    rng = make_rng(sim_seed)
+    return rng, (NoiseKey.from_rng(rng) if _small(n, k) else None)
+
+
+def _noise(tree: Tree, levels: list[_Level], shape: tuple[int, ...], rng: Any, key: NoiseKey | None = None,
+           first: int = 0, draws: int = 0) -> np.ndarray:
+    """One noise array (internal order) of shape ``(n,) + shape``; 0 on unmeasured levels.
+    With ``key``, the last axis holds simulated vectors ``first, first + 1, ...`` of ``draws``,
+    each value keyed by its node, cell and vector (mechanisms with a vectorised keyed sampler)."""
     z = np.zeros((tree.n_nodes,) + shape, dtype=np.float64)
     for lv in levels:
         idx = tree.internal.level_index[lv.depth]
         size = tree.internal.depth[idx].size
         zeros = np.zeros((size,) + shape, dtype=np.int64 if lv.mechanism.integer else np.float64)
-        z[idx] = lv.mechanism.sample(zeros, lv.budget, lv.sensitivity, rng)
+        if key is not None and _keyed(lv.mechanism):
+            m = shape[-1]
+            cells = int(np.prod(shape[:-1], dtype=np.int64))
+            nodes = np.arange(tree.n_nodes, dtype=np.int64)[idx]
+            rows = (nodes[:, None] * cells + np.arange(cells, dtype=np.int64)[None, :]).reshape(-1)
+            ids = (rows[:, None] * draws + (first + np.arange(m, dtype=np.int64))[None, :]).reshape(-1)
+            noise = lv.mechanism.sample_keyed(zeros.reshape(-1), lv.budget, lv.sensitivity, key, ids)
+            z[idx] = np.asarray(noise).reshape(zeros.shape)
+        else:
+            z[idx] = lv.mechanism.sample(zeros, lv.budget, lv.sensitivity, rng)
     return z
 
 
@@ -282,17 +321,18 @@ def _is_unbiased(tree: Tree, steps: list, variance: np.ndarray, consistent: bool
 
 
 def _simulate_linear(tree: Tree, levels: list[_Level], steps: list, variance: np.ndarray, draws: int, jmax: int,
-                     rng: Any, jitter: np.random.Generator | None) -> tuple[_Extremes, np.ndarray]:
+                     sim_seed: int | None, jitter: np.random.Generator | None) -> tuple[_Extremes, np.ndarray]:
     """Order statistics of the simulated errors A z of a linear chain (internal order,
     shape (n,)), and which nodes' errors equal their own measurement's noise."""
     n = tree.n_nodes
     ext = _Extremes((n,), jmax)
     same = np.ones(n, bool)
     b = _batch(n, 1, draws)
+    rng, key = _sources(n, 1, sim_seed)
     done = 0
     while done < draws:
         m = min(b, draws - done)
-        z = _noise(tree, levels, (m,), rng)
+        z = _noise(tree, levels, (m,), rng, key, done, draws)
         e = _run(tree, steps, z, variance) if steps else z
         rows = np.flatnonzero(same)  # after the first batch, few rows are left to check
         same[rows] = np.all(np.abs(e[rows] - z[rows]) <= 1e-9 * (1.0 + np.abs(z[rows])), axis=1)
@@ -304,7 +344,7 @@ def _simulate_linear(tree: Tree, levels: list[_Level], steps: list, variance: np
 
 
 def _simulate_bootstrap(tree: Tree, levels: list[_Level], steps: list, variance: np.ndarray, plug: np.ndarray,
-                        draws: int, jmax: int, rng: Any, jitter: np.random.Generator | None) -> _Extremes:
+                        draws: int, jmax: int, sim_seed: int | None, jitter: np.random.Generator | None) -> _Extremes:
     """Order statistics of D = chain(x̂ + z) - x̂ (internal order, shape (n, k))."""
     n = tree.n_nodes
     p2 = plug.reshape(n, -1)
@@ -313,10 +353,11 @@ def _simulate_bootstrap(tree: Tree, levels: list[_Level], steps: list, variance:
     unmeasured = np.isinf(variance)
     base = np.where(unmeasured[:, None] | ~np.isfinite(p2), 0.0, p2)
     b = _batch(n, k, draws)
+    rng, key = _sources(n, k, sim_seed)
     done = 0
     while done < draws:
         m = min(b, draws - done)
-        z = _noise(tree, levels, (k, m), rng)                         # (n, k, m)
+        z = _noise(tree, levels, (k, m), rng, key, done, draws)       # (n, k, m)
         y = (base[:, :, None] + z).reshape(n, k * m)
         out = _run(tree, steps, y, variance).reshape(n, k, m)
         d = out - p2[:, :, None]
@@ -345,7 +386,7 @@ def _linear_intervals(tree: Tree, levels: list[_Level], steps: list, mvar: np.nd
            key_chain or tuple(ledger.postprocess), draws, jset, sim_seed, jitter is not None)
     cached = tree.cache.get(key)
     if cached is None:  # keep only the order statistics asked for: O(n) per j
-        ext, same = _simulate_linear(tree, levels, steps, mvar, draws, jmax, make_rng(sim_seed), jitter)
+        ext, same = _simulate_linear(tree, levels, steps, mvar, draws, jmax, sim_seed, jitter)
         cached = ({j: ext.order_stats(j) for j in jset}, same)
         tree.cache[key] = cached
     stats, same = cached
@@ -466,7 +507,7 @@ def release_intervals(tree: Tree, estimate: Estimate, measurements: Estimate, le
             summary["std"] = "not reported: after a non-linear step the error of the released value has no " \
                              "closed form (nonlinear='bootstrap' gives a bootstrap RMSE, coverage not guaranteed)"
         else:
-            ext = _simulate_bootstrap(tree, levels, steps, mvar, x, draws, jmax, make_rng(sim_seed), jitter)
+            ext = _simulate_bootstrap(tree, levels, steps, mvar, x, draws, jmax, sim_seed, jitter)
             method[:] = "bootstrap"
             for c, j in js.items():
                 dlo, dhi = ext.order_stats(j)

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from hierdp._engine.jit import for_size
 from hierdp._engine.jit import numba as nb
 from hierdp.errors import DataError
 from hierdp.keyed_noise import NoiseKey, draw_ids
@@ -81,7 +82,7 @@ def _noisy(values: np.ndarray, z: np.ndarray, g: Fraction, mechanism: str) -> np
                         "integer (the guarantee would not hold); scale the values down")
     x = np.asarray(raw, dtype=np.float64)
     flat = np.ascontiguousarray(x).reshape(-1)
-    out = _grid_add(flat, z, float(g), float(1 / g))
+    out = for_size(_grid_add, flat.size)(flat, z, float(g), float(1 / g))  # small: interpreted, no compile
     if flat.size and not np.isfinite(out).all():
         raise DataError(f"{mechanism}: values must be finite (found NaN or inf)")
     return out.reshape(x.shape)

@@ -205,18 +205,11 @@ def _write_text(path: Path, text: str, where: str, mode: int = 0o600, tag: str =
         tmp.write_text(text, encoding="utf-8")
 
 
-def _remove_temporaries(folder: Path, tags: list[str]) -> None:
-    """Leftovers of this release's interrupted writes in ``folder``: hidden names carrying one
-    of ``tags`` (the tokens its runs journalled before use), regular files owned by this
-    user. Nothing else is touched, whatever its name, and a file that cannot be removed is
-    left: clean-up never fails a release."""
-    marks = [f"{_TMP}{tag}-" for tag in tags if tag]
-    if not marks or not folder.is_dir():
-        return
+def _unlink_own_files(paths: Iterator[Path]) -> None:
+    """Remove those of ``paths`` that are regular files owned by this user; anything else, or
+    a file that cannot be removed, is left: clean-up never fails a release."""
     uid = os.getuid()
-    for p in folder.iterdir():
-        if not (p.name.startswith(".") and any(m in p.name for m in marks)):
-            continue
+    for p in paths:
         try:
             st = os.lstat(p)
             if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
@@ -225,21 +218,22 @@ def _remove_temporaries(folder: Path, tags: list[str]) -> None:
             pass
 
 
+def _remove_temporaries(folder: Path, tags: list[str]) -> None:
+    """Leftovers of this release's interrupted writes in ``folder``: hidden names carrying one
+    of ``tags`` (the tokens its runs journalled before use), regular files owned by this
+    user. Nothing else is touched, whatever its name."""
+    marks = [f"{_TMP}{tag}-" for tag in tags if tag]
+    if marks and folder.is_dir():
+        _unlink_own_files(p for p in folder.iterdir()
+                          if p.name.startswith(".") and any(m in p.name for m in marks))
+
+
 def _remove_untagged_temporaries(work: Path) -> None:
     """The untagged temporaries an older version left in the (private, owner-only) work
     folder beside its own files: a copy of the key among them must not outlive the release."""
-    if not work.is_dir():
-        return
-    prefixes = tuple(f".{name}{_TMP}" for name in (_KEY, _LEDGER, _RELEASE))
-    uid = os.getuid()
-    for p in work.iterdir():
-        if p.name.startswith(prefixes):
-            try:
-                st = os.lstat(p)
-                if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
-                    p.unlink()
-            except OSError:
-                pass
+    if work.is_dir():
+        prefixes = tuple(f".{name}{_TMP}" for name in (_KEY, _LEDGER, _RELEASE))
+        _unlink_own_files(p for p in work.iterdir() if p.name.startswith(prefixes))
 
 
 class _Checkpoints:

@@ -1,6 +1,10 @@
 """Shared helpers for the tests."""
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+import pytest
 
 
 def random_parent(rng: np.random.Generator, n: int, shuffle: bool = True) -> np.ndarray:
@@ -17,3 +21,28 @@ def random_parent(rng: np.random.Generator, n: int, shuffle: bool = True) -> np.
     out = np.empty(n, np.int64)
     out[perm] = np.where(parent >= 0, perm[np.maximum(parent, 0)], -1)
     return out
+
+
+class Stopped(Exception):
+    """Raised by :func:`stop_after_journal` right after the release's journal takes its line."""
+
+
+def stop_after_journal(line: str, release: Callable[[], Any]) -> None:
+    """Run ``release()`` and stop it (:class:`Stopped`) right after the out-of-core journal
+    records ``line`` (``"up 0"``, ``"down 2"``, ``"top"``, ...): an interruption between two
+    steps, as a crash there leaves the work folder."""
+    from hierdp import outofcore
+
+    real_add = outofcore._Journal.add
+
+    def add(self: Any, done: str) -> None:
+        real_add(self, done)
+        if done == line:
+            raise Stopped(line)
+
+    outofcore._Journal.add = add
+    try:
+        with pytest.raises(Stopped):
+            release()
+    finally:
+        outofcore._Journal.add = real_add

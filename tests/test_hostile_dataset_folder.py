@@ -26,6 +26,7 @@ import hierdp  # noqa: E402
 from hierdp import outofcore  # noqa: E402
 from hierdp.errors import DataError  # noqa: E402
 from hierdp.outofcore import SUCCESS, OutputFolderError, WorkFolderError, release_to_dataset  # noqa: E402
+from tests.helpers import stop_after_journal  # noqa: E402
 
 warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
 
@@ -187,23 +188,9 @@ def test_a_folder_locked_by_another_process_is_refused(tmp_path):
     assert (out / SUCCESS).exists()
 
 
-class _Stop(Exception):
-    pass
-
-
 def test_a_resumed_release_keeps_its_own_partial_parts(tmp_path, first, monkeypatch):
     out, work = tmp_path / "out", tmp_path / "work"
-    real_add = outofcore._Journal.add
-
-    def add(self, line):
-        real_add(self, line)
-        if line == "down 2":
-            raise _Stop
-
-    monkeypatch.setattr(outofcore._Journal, "add", add)
-    with pytest.raises(_Stop):
-        run(out, work)
-    monkeypatch.undo()
+    stop_after_journal("down 2", lambda: run(out, work))
     assert list(out.glob("part-*.parquet")) and not (out / SUCCESS).exists()
     with pytest.raises(WorkFolderError, match="pass resume=True"):  # unfinished: continued only when asked
         run(out, work)
@@ -287,19 +274,7 @@ def test_planted_temporary_names_are_neither_deleted_nor_fatal(tmp_path, first):
     foreign.write_text("another user's")
     os.chown(foreign, 4242, 4242)
     session = hierdp.Session(epsilon=10.0)
-    real_add = outofcore._Journal.add
-
-    def add(self, line):
-        real_add(self, line)
-        if line == "down 1":
-            raise _Stop
-
-    outofcore._Journal.add = add
-    try:
-        with pytest.raises(_Stop):
-            run(out, work, session=session)
-    finally:
-        outofcore._Journal.add = real_add
+    stop_after_journal("down 1", lambda: run(out, work, session=session))
     run(out, work, session=session, resume=True)
     assert session.spent["epsilon"] == pytest.approx(1.0)
     assert (out / ".x.tmp-y").is_dir()
@@ -312,19 +287,7 @@ def test_this_releases_own_leftover_temporaries_go(tmp_path):
     """A temporary the run made (its token journalled) and left when it was killed is removed
     on resume; a look-alike with another token stays."""
     out, work = tmp_path / "out", tmp_path / "work"
-    real_add = outofcore._Journal.add
-
-    def add(self, line):
-        real_add(self, line)
-        if line == "down 0":
-            raise _Stop
-
-    outofcore._Journal.add = add
-    try:
-        with pytest.raises(_Stop):
-            run(out, work)
-    finally:
-        outofcore._Journal.add = real_add
+    stop_after_journal("down 0", lambda: run(out, work))
     tag = next(ln[4:] for ln in (work / "journal").read_text().splitlines() if ln.startswith("tmp "))
     mine = out / f".part-00009.parquet.tmp-{tag}-k1l2"  # as a SIGKILL mid-write leaves it
     mine.write_bytes(b"half")
@@ -387,17 +350,7 @@ def test_a_rerun_without_resume_is_refused_before_the_count(tmp_path, monkeypatc
     from hierdp.spec import runner
 
     spec = _spec_file(tmp_path)
-    real_add = outofcore._Journal.add
-
-    def add(self, line):
-        real_add(self, line)
-        if line == "up 0":
-            raise _Stop
-
-    monkeypatch.setattr(outofcore._Journal, "add", add)
-    with pytest.raises(_Stop):
-        runner.release_dataset_spec(spec, tmp_path / "out", seed=3)
-    monkeypatch.undo()
+    stop_after_journal("up 0", lambda: runner.release_dataset_spec(spec, tmp_path / "out", seed=3))
 
     def never(*a, **k):
         raise AssertionError("the source was read and counted")

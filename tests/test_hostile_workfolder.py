@@ -27,6 +27,7 @@ from hierdp import outofcore  # noqa: E402
 from hierdp.errors import DataError  # noqa: E402
 from hierdp.keyed_noise import NoiseKey  # noqa: E402
 from hierdp.outofcore import WorkFolderError, release_to_dataset  # noqa: E402
+from tests.helpers import stop_after_journal  # noqa: E402
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="simulating another owner needs os.chown (root)")
 OTHER_UID = 54321
@@ -168,22 +169,8 @@ def _small(out: Path, work: Path, **kw):
         return release_to_dataset(SMALL, lambda task: SMALL_VALUES[task.nodes], out, workdir=work, **args)
 
 
-class _Stop(Exception):
-    pass
-
-
 def _interrupted(out: Path, work: Path, monkeypatch, line: str = "up 1") -> None:
-    real_add = outofcore._Journal.add
-
-    def add(self, done):
-        real_add(self, done)
-        if done == line:
-            raise _Stop
-
-    monkeypatch.setattr(outofcore._Journal, "add", add)
-    with pytest.raises(_Stop):
-        _small(out, work)
-    monkeypatch.undo()
+    stop_after_journal(line, lambda: _small(out, work))
 
 
 @ROOT_ONLY
@@ -268,17 +255,7 @@ def test_an_input_changed_in_place_with_the_same_size_and_mtime_is_not_resumed(t
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(path=f"{folder}/").replace("format: parquet", "format: csv"))
     out = tmp_path / "out"
-    real_add = outofcore._Journal.add
-
-    def add(self, done):
-        real_add(self, done)
-        if done == "up 0":
-            raise _Stop
-
-    monkeypatch.setattr(outofcore._Journal, "add", add)
-    with pytest.raises(_Stop):
-        _quiet_release(spec, out)
-    monkeypatch.undo()
+    stop_after_journal("up 0", lambda: _quiet_release(spec, out))
     before = source_identity(load_spec(spec))
     target = folder / "part-1.csv"
     st = target.stat()

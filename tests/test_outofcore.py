@@ -26,6 +26,7 @@ import hierdp  # noqa: E402
 from hierdp import outofcore  # noqa: E402
 from hierdp.errors import DataError  # noqa: E402
 from hierdp.outofcore import KILL_ENV, SUCCESS, WorkFolderError  # noqa: E402
+from tests.helpers import stop_after_journal  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -428,23 +429,9 @@ def test_a_torn_journal_line_and_a_busy_work_folder(tmp_path, prepared):
                for line in (work / "journal").read_text().splitlines())
 
 
-class _Stop(Exception):
-    pass
-
-
 def _run_until_journalled(out: Path, work: Path, line: str, monkeypatch) -> None:
-    """A resumed run stopped (``_Stop``) right after the journal takes ``line``."""
-    real_add = outofcore._Journal.add
-
-    def add(self, done):
-        real_add(self, done)
-        if done == line:
-            raise _Stop
-
-    monkeypatch.setattr(outofcore._Journal, "add", add)
-    with pytest.raises(_Stop):
-        run(out, work, resume=True)
-    monkeypatch.undo()
+    """A resumed run stopped right after the journal takes ``line``."""
+    stop_after_journal(line, lambda: run(out, work, resume=True))
 
 
 def test_a_work_folder_whose_top_arrays_went_missing_solves_the_top_again(tmp_path, prepared, monkeypatch):

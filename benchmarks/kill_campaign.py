@@ -147,9 +147,14 @@ def main() -> int:
         top = max(n_points, 60) if n_points else 60
         print(f"reference: {len(ref):,} rows in {wall:.1f} s; checkpoints probed up to {top}", flush=True)
         bad = 0
-        plan = [("checkpoint", rnd.randint(1, top)) for _ in range(args.checkpoints)]
-        plan += [("random", rnd.uniform(0.05, wall)) for _ in range(args.random)]
-        for i, (kind, at) in enumerate(plan):
+        kills = {"checkpoint": 0, "random": 0}
+        want = {"checkpoint": args.checkpoints, "random": args.random}
+        i = 0
+        # until each kind has its count of runs that were really killed (a random delay past the
+        # run's end kills nothing: that case is checked all the same but not counted)
+        while any(kills[k] < want[k] for k in kills) and i < 4 * (args.checkpoints + args.random):
+            kind = "checkpoint" if kills["checkpoint"] < want["checkpoint"] else "random"
+            at: float = rnd.randint(1, top) if kind == "checkpoint" else rnd.uniform(0.05, 0.9 * wall)
             out = base / f"out{i}"
             if kind == "checkpoint":
                 proc = subprocess.run(_cmd(spec, out, False), env=_env(int(at)), capture_output=True, text=True,
@@ -163,6 +168,7 @@ def main() -> int:
                 if killed:
                     p.send_signal(signal.SIGKILL)
                 p.wait()
+            kills[kind] += killed
             # a second kill during the resume, at a checkpoint, for every third case
             runs, said = finish(spec, out, kill_at=rnd.randint(1, 30) if i % 3 == 0 else None)
             try:
@@ -175,8 +181,10 @@ def main() -> int:
                   f"{'same values' if same else 'DIFFERENT: ' + ' | '.join(said)}", flush=True)
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(base / "work", ignore_errors=True)
-        print(f"{len(plan) - bad} of {len(plan)} interrupted releases resumed to the uninterrupted values "
-              f"({args.checkpoints} at checkpoints, {args.random} at random times)")
+            i += 1
+        print(f"{i - bad} of {i} releases ended in the uninterrupted values; killed: {kills['checkpoint']} at "
+              f"checkpoints, {kills['random']} at random times (the rest finished before their kill)")
+        bad += sum(kills[k] < want[k] for k in kills)
         return 1 if bad else 0
     finally:
         shutil.rmtree(base, ignore_errors=True)

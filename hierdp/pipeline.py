@@ -48,7 +48,7 @@ from hierdp.errors import (
     expected_one_of,
     warn,
 )
-from hierdp.execution.executors import Executor, Inline, resolve_executor
+from hierdp.execution.executors import Executor, Inline, close_executor, resolve_executor
 from hierdp.keyed_noise import NoiseKey
 from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
@@ -1627,9 +1627,13 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
             mx_full[task.nodes] = meas.values
         last[:] = [est]
 
-    meas = _run_split(r, part, step, tail, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole above
-                      total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store,
-                      executor=ex)
+    try:
+        meas = _run_split(r, part, step, tail, n_cells, lambda task: vals_internal[task.nodes], sink,  # checked whole
+                          total=r.total - acc.total, key=noise_key(r.seed), check_counts=False, store=store,
+                          executor=ex)
+    finally:
+        if ex is not executor:  # made here (from a name or None): closed here; a user's own executor is theirs
+            close_executor(ex)
     guarantee = account(r, acc, meas)
     noisy, var = store.noisy, store.var
     x_full = full["x"] if "x" in full else np.empty((tree.n_nodes, n_cells))
@@ -1717,6 +1721,8 @@ def release_by_subtree(
                           key=noise_key(r.seed), check_counts=check_counts, store=store, executor=ex)
     finally:
         store.close()
+        if ex is not executor:  # made here (from a name or workers): closed here; a user's own executor is theirs
+            close_executor(ex)
     guarantee = account(r, acc, meas)
     ledger = build_ledger(r, tree, meas, guarantee, decomposition=decomposition, rng=rng)
     _settle_split(r, ledger, part, check_counts, session, ticket)

@@ -8,7 +8,7 @@ Executors that break the contract are caught by it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -28,9 +28,14 @@ class LastToFirst(Executor):
 
     name = "last_to_first_test"
 
+    closed: ClassVar[int] = 0  # how many instances were closed (the registry builds its own)
+
     def __init__(self, workers: int = 1) -> None:
         self.workers = workers
         self.ran: list[Any] = []
+
+    def close(self) -> None:
+        LastToFirst.closed += 1
 
     def map(self, function: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         items = list(tasks)
@@ -136,6 +141,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> None:
 
 def test_a_plugin_executor_is_found_by_name_and_releases_what_inline_releases(plugin: None) -> None:
     assert "last_to_first_test" in registry.names("executor")
+    LastToFirst.closed = 0
     t, vals, kw = _case()
     split = {"level": "L2", "memory": "64MiB", "task_memory": 60 * 3 * 300}
     want = hierdp.release(t, vals, split=split, **kw)
@@ -143,6 +149,10 @@ def test_a_plugin_executor_is_found_by_name_and_releases_what_inline_releases(pl
     _same(want.estimate.values, got.estimate.values)
     _same(want.estimate.variance, got.estimate.variance)
     _same(want.measurements.values, got.measurements.values)
+    assert LastToFirst.closed == 1  # the release built it from the name, so the release closed it
+    own = LastToFirst()
+    hierdp.release(t, vals, split=split, executor=own, **kw)
+    assert LastToFirst.closed == 1  # a user's own executor is left open for the user
     made = resolve_executor("last_to_first_test", workers=3)
     assert isinstance(made, LastToFirst) and made.workers == 3  # built with workers= when it takes it
 

@@ -33,7 +33,7 @@ from hierdp._engine import threads as _threads
 from hierdp.errors import PluginError
 from hierdp.plugins.params import declaration
 
-__all__ = ["Executor", "Inline", "Threads", "resolve_executor"]
+__all__ = ["Executor", "Inline", "Threads", "resolve_executor", "close_executor"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -162,3 +162,10 @@ def resolve_executor(executor: Any = None, workers: Any = 1) -> Executor:
         return cast(Executor, executor)
     raise PluginError(f"executor must be a registered name or an object with a map(function, tasks) method; got "
                       f"{type(executor).__name__}")
+
+
+def close_executor(executor: Any) -> None:
+    """Call ``executor.close()`` when it has one (an object of the executor shape need not)."""
+    close = getattr(executor, "close", None)
+    if callable(close):
+        close()

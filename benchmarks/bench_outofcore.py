@@ -99,12 +99,12 @@ def _run(s: int, h: int, k: int, workers: int, q: Any) -> None:
 def _spill_or_recompute(s: int, h: int, k: int) -> tuple[float, float]:
     """Seconds per task: spill (save + load) vs recompute (counts again + measure again)."""
     import hierdp
-    from hierdp import pipeline
+    from hierdp.execution import stages, steps
 
     tree, vals = _job(s, h, k)
-    r, part, step, tail = pipeline._split_setup(tree, k, _split(h, k), {"rho": 1.0, "mechanism": "discrete_gaussian",
+    r, part, step, tail = stages.split_setup(tree, k, _split(h, k), {"rho": 1.0, "mechanism": "discrete_gaussian",
                                                                   "postprocess": POST, "seed": 3})
-    st = pipeline._SplitStages(r, part, step, tail, k, total=r.total, key=pipeline.noise_key(3), check_counts=True)
+    st = stages.SplitStages(r, part, step, tail, k, total=r.total, key=steps.noise_key(3), check_counts=True)
     task = part.task(0)
     noisy, var, _, _, _ = st.up(task, vals[task.nodes])
     d = Path(tempfile.mkdtemp(prefix="bench-ooc-"))

@@ -218,6 +218,11 @@ class Partition:
     def n_tasks(self) -> int:
         return int(self._node_bounds.size - 1)
 
+    def root_slice(self, t: int) -> slice:
+        """Task ``t``'s roots as a range of rows of :attr:`roots` (the rows its pass down reads
+        from the top's arrays over every root)."""
+        return slice(int(self._root_bounds[t]), int(self._root_bounds[t + 1]))
+
     @property
     def largest_task(self) -> int:
         return int(np.diff(self._node_bounds).max(initial=0))

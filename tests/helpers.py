@@ -33,16 +33,16 @@ def stop_after_journal(line: str, release: Callable[[], Any]) -> None:
     steps, as a crash there leaves the work folder."""
     from hierdp import outofcore
 
-    real_add = outofcore._Journal.add
+    real_add = outofcore.Journal.add
 
     def add(self: Any, done: str) -> None:
         real_add(self, done)
         if done == line:
             raise Stopped(line)
 
-    outofcore._Journal.add = add
+    outofcore.Journal.add = add
     try:
         with pytest.raises(Stopped):
             release()
     finally:
-        outofcore._Journal.add = real_add
+        outofcore.Journal.add = real_add

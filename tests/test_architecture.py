@@ -126,7 +126,7 @@ LOWER = ("hierdp._engine", "hierdp.errors", "hierdp._version", "hierdp.tree", "h
          "hierdp.mechanisms", "hierdp.generation_matrix")
 HIGHER = ("hierdp.postprocessors", "hierdp.plans", "hierdp.budgets", "hierdp.decompositions",
           "hierdp.frontends", "hierdp.pipeline", "hierdp.spec", "hierdp.cli", "hierdp.session",
-          "hierdp.result", "hierdp.subtrees", "hierdp.report", "hierdp.outofcore", "hierdp._dask_tasks")
+          "hierdp.result", "hierdp.subtrees", "hierdp.report", "hierdp.outofcore", "hierdp.execution")
 
 
 def _in(mod: str, prefixes: tuple[str, ...]) -> bool:

@@ -1,4 +1,4 @@
-"""The in-memory count check on int64 counts (``hierdp.pipeline._count_problem``) compares
+"""The in-memory count check on int64 counts (``hierdp.execution.counts.count_problem``) compares
 each node with the sum of its children in one compiled pass
 (:func:`hierdp._engine.tree_kernels.children_mismatch`), in pieces on threads. Against a
 brute-force reference (each node against the sum of the leaves below it, a loop per node)
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp import pipeline as P
 from hierdp._engine import jit
 from hierdp.errors import HierarchyError
+from hierdp.execution import counts as P
 
 
 def _leaf_sums_ok(parent: np.ndarray, vals: np.ndarray) -> bool:
@@ -51,7 +51,7 @@ def test_count_check_matches_leaf_sums(monkeypatch, piece: int) -> None:
             inner = np.flatnonzero(np.bincount(ext_parent[ext_parent >= 0], minlength=n) > 0)
             vals[int(rng.choice(inner)) if rng.random() < 0.5 else int(tree.leaves[0]), int(rng.integers(0, k))] += 1
         ok = _leaf_sums_ok(ext_parent, vals)
-        got = P._count_problem(tree, vals, True)
+        got = P.count_problem(tree, vals, True)
         assert (got is None) == ok, (ext_parent, vals)
         if not ok:
             assert "not the sum of their leaves" in got
@@ -67,4 +67,4 @@ def test_a_sum_past_int64_is_not_consistent(monkeypatch) -> None:
     vals = np.array([[big - 2], [big], [big], [big]], dtype=np.int64)
     assert P._children_mismatch(tree, vals) == 2
     with pytest.raises(HierarchyError, match="overflow int64"):
-        P._count_problem(tree, vals, True)
+        P.count_problem(tree, vals, True)

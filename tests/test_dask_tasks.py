@@ -200,15 +200,29 @@ def test_a_bad_task_raises_its_own_error_from_the_worker(client, tmp_path):
         _run(tmp_path / "out", tmp_path / "work", KWS["blue-topdown"], counts=counts, executor=client)
 
 
-def test_executor_must_be_a_dask_client(tmp_path):
-    with pytest.raises(DataError, match="executor must be None .* or a dask distributed.Client, got str"):
-        _run(tmp_path / "out", tmp_path / "work", KWS["blue-topdown"], executor="dask")
+def test_an_unknown_executor_name_is_refused_before_anything_is_written(tmp_path):
+    from hierdp.errors import PluginError
+
+    with pytest.raises(PluginError, match="dusk"):
+        _run(tmp_path / "out", tmp_path / "work", KWS["blue-topdown"], executor="dusk")
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
+
+
+def test_the_dask_executor_by_name_uses_this_process_client(client, tmp_path):
+    """``executor="dask"`` (the registered executor) runs on the client this process has:
+    the dataset of the local runner, part for part."""
+    with distributed.get_task_stream(client) as ts:
+        _run(tmp_path / "dask", tmp_path / "w1", KWS["blue-topdown"], executor="dask")
+    _run(tmp_path / "local", tmp_path / "w2", KWS["blue-topdown"])
+    ran = {t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in ts.data}
+    assert any(str(k).startswith("measure_task") for k in ran)
+    _same_dataset(tmp_path / "dask", tmp_path / "local")
 
 
 def test_a_missing_distributed_names_the_extra(monkeypatch):
     import sys
 
-    from hierdp import _dask_tasks
+    from hierdp.execution import dask as _dask_tasks
 
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
     with pytest.raises(MissingDependencyError, match=r"pip install 'hierdp\[dask\]'"):
@@ -246,14 +260,14 @@ def test_spec_execution_engine_dask_writes_the_local_dataset(client, tmp_path):
     assert "engine" not in load_spec(SPEC).execution
     assert load_spec(SPEC + "  engine: dask\n").execution["engine"] == "dask"
     with pytest.raises(SpecError, match="engine"):
-        load_spec(SPEC + "  engine: threads\n")
+        load_spec(SPEC + "  engine: thread\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
         release_dataset_spec(SPEC + "  engine: local\n", tmp_path / "local")
         with distributed.get_task_stream(client) as ts:
             release_dataset_spec(SPEC + "  engine: dask\n", tmp_path / "dask")
     ran = {t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in ts.data}
-    assert any(k.startswith("_remote_up") for k in ran) and any(k.startswith("_remote_down") for k in ran)
+    assert any(k.startswith("measure_task") for k in ran) and any(k.startswith("pass_down_task") for k in ran)
     a, b = _tables(tmp_path / "dask"), _tables(tmp_path / "local")
     assert sorted(a) == sorted(b) and len(a) == 3  # the top part and 2 tasks
     assert all(a[n].equals(b[n]) for n in a)

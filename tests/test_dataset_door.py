@@ -315,9 +315,9 @@ def test_counts_of_task_is_the_brute_force_sum(tmp_path):
                                   n_cells=door.n_cells)
         assert part.n_tasks >= 2
         tasks = [*part.tasks()]
-        from hierdp.pipeline import _top_task
+        from hierdp.execution.stages import top_task
 
-        for task in [_top_task(part), *tasks]:
+        for task in [top_task(part), *tasks]:
             got = counted.counts_of(task)
             np.testing.assert_array_equal(got, full[task.nodes])
             assert got.shape == ((task.n_nodes, 6) if cells else (task.n_nodes,))

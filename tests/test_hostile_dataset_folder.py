@@ -364,16 +364,16 @@ def test_ctrl_c_says_what_exists_and_that_resume_continues(tmp_path, monkeypatch
     from hierdp import cli
 
     spec = _spec_file(tmp_path)
-    real = outofcore._down_work
+    real = outofcore.write_part
     calls = []
 
     def interrupted(*a, **k):
         calls.append(1)
-        if len(calls) == 2:  # the second of the two tasks: the top part and the first task's are written
+        if len(calls) == 3:  # the second of the two tasks: the top part and the first task's are written
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(outofcore, "_down_work", interrupted)
+    monkeypatch.setattr(outofcore, "write_part", interrupted)
     code = cli.main(["release", str(spec), "-o", f"{tmp_path}/out/", "--seed", "3", "-q"])
     err = capsys.readouterr().err
     assert code == 130

@@ -226,7 +226,7 @@ def test_a_swapped_release_key_is_refused_on_resume(tmp_path, monkeypatch):
     _interrupted(out, work, monkeypatch)
     key_file = work / "release.key"
     original = key_file.read_bytes()
-    outofcore._save_key(key_file, NoiseKey(bytes(range(32)), secure=True))
+    outofcore.save_key(key_file, NoiseKey(bytes(range(32)), secure=True))
     parts = sorted(p.name for p in out.glob("part-*"))
     with pytest.raises(WorkFolderError, match="release key is not the one") as err:
         _small(out, work, resume=True)

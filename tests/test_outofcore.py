@@ -129,7 +129,7 @@ def test_ledger_in_every_part_and_beside(reference):
 
 def test_secrets_are_owner_only_and_gone_when_done(tmp_path, monkeypatch):
     seen = {}
-    real = outofcore._SplitStages.up
+    real = outofcore.SplitStages.up
 
     def spy(self, task, counts):  # while the release runs: the key file is 0600, the folder 0700
         key = tmp_path / "work" / "release.key"
@@ -137,7 +137,7 @@ def test_secrets_are_owner_only_and_gone_when_done(tmp_path, monkeypatch):
         seen["work"] = (tmp_path / "work").stat().st_mode & 0o777
         return real(self, task, counts)
 
-    monkeypatch.setattr(outofcore._SplitStages, "up", spy)
+    monkeypatch.setattr(outofcore.SplitStages, "up", spy)
     run(tmp_path / "out", tmp_path / "work", workers=1)
     assert seen == {"key": 0o600, "work": 0o700}
     left = sorted(p.name for p in (tmp_path / "work").iterdir())

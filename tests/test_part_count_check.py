@@ -1,4 +1,4 @@
-"""The split stages' count check (``hierdp.pipeline._part_count_problem``) sums children
+"""The split stages' count check (``hierdp.execution.counts.part_count_problem``) sums children
 by parent with one reduceat: against a brute-force sum per parent, on parts numbered
 parent-first (children grouped) and scrambled, integer and float counts, consistent and
 one cell off."""
@@ -6,7 +6,7 @@ one cell off."""
 import numpy as np
 import pytest
 
-from hierdp.pipeline import _part_count_problem
+from hierdp.execution.counts import part_count_problem
 
 
 def _brute_ok(parent: np.ndarray, vals: np.ndarray) -> bool:
@@ -43,7 +43,7 @@ def test_count_check_matches_a_sum_per_parent(scramble: bool, dtype: type) -> No
         if rng.random() < 0.5 and (~leaf).any():
             vals[int(rng.choice(np.flatnonzero(~leaf))), int(rng.integers(0, k))] += 1
         ok = _brute_ok(parent, vals)
-        assert (_part_count_problem(parent, vals, True) is None) == ok
+        assert (part_count_problem(parent, vals, True) is None) == ok
         seen[ok] += 1
     assert min(seen.values()) > 10
 

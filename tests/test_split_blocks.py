@@ -213,7 +213,7 @@ def test_the_split_gls_chooses_interpreted_kernels_by_node_cells(monkeypatch: py
 
 def test_a_split_release_with_a_top_in_one_cell_blocks_is_the_same_bit_for_bit(monkeypatch: pytest.MonkeyPatch
                                                                                ) -> None:
-    """Through the pipeline (``_SplitStages.top``): with a block budget that leaves one cell
+    """Through the pipeline (``SplitStages.top``): with a block budget that leaves one cell
     per block, the release (GLS, top-down nonneg and round) equals the one-block release."""
     t = random_tree(3000, 5, seed=9)
     r = np.random.default_rng(10)

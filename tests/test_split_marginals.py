@@ -340,14 +340,14 @@ def test_one_histogram_marginals_split_equals_in_memory() -> None:
                                              ("per_level", "discrete_laplace"), ("per_level", "laplace")])
 def test_a_task_spills_in_a_compact_form_that_gives_back_its_measurements_bit_for_bit(plan: str,
                                                                                      mechanism: str) -> None:
-    """What waits on disk between a task's passes (``_SplitStages.spill``): for
+    """What waits on disk between a task's passes (``SplitStages.spill``): for
     ``marginals`` the noisy marginals, not the rotated values and variances (16 B per
     node-cell, 273 GB for the census US), integers in the narrowest type; after an npz
     round trip :meth:`unspill` gives the task's measurements back to the last bit, invariant
     rows inside the task included (their exact counts travel apart, as the runners do)."""
     import io
 
-    from hierdp import pipeline as pl
+    from hierdp.execution import stages
 
     t = random_tree(20_000, 5, seed=23)
     vals = t.aggregate(np.random.default_rng(3).integers(0, 3, size=(t.n_leaves, 16)))
@@ -358,8 +358,8 @@ def test_a_task_spills_in_a_compact_form_that_gives_back_its_measurements_bit_fo
         kw["plan"] = {"name": "marginals", "strategy": STRATEGY, "cells": CELLS, "mechanism": mechanism}
     else:
         kw["mechanism"] = mechanism
-    r, part, step, tail = pl._split_setup(t, 16, {"level": "L2", "memory": 60 * 16 * 400}, dict(kw))
-    st = pl._SplitStages(r, part, step, tail, 16, total=r.total, key=NoiseKey.from_seed(4), check_counts=True,
+    r, part, step, tail = stages.split_setup(t, 16, {"level": "L2", "memory": 60 * 16 * 400}, dict(kw))
+    st = stages.SplitStages(r, part, step, tail, 16, total=r.total, key=NoiseKey.from_seed(4), check_counts=True,
                          spills=True)
     assert part.n_tasks > 2
     integer = mechanism.startswith("discrete")
@@ -403,7 +403,7 @@ def test_a_streamed_release_holds_one_block_of_the_top_stage_not_the_roots(tmp_p
     import gc
     import tracemalloc
 
-    from hierdp import pipeline
+    from hierdp.execution import stages
 
     par = np.concatenate(([-1], np.zeros(60, np.int64), np.repeat(np.arange(1, 61), 100)))
     t = hierdp.Tree.from_parent(par)
@@ -422,7 +422,7 @@ def test_a_streamed_release_holds_one_block_of_the_top_stage_not_the_roots(tmp_p
         assert part.roots.size == 6000
         # blocks of 2 cells, the rotation back in ranges of the same bytes whatever k
         monkeypatch.setattr(subtrees, "TOP_BLOCK_BYTES", part.top_nodes * subtrees.BYTES_PER_NODE_CELL * 2)
-        monkeypatch.setattr(pipeline, "_ROTATE_BYTES", 1 << 20)
+        monkeypatch.setattr(stages, "_ROTATE_BYTES", 1 << 20)
         assert part.top_block(k, roots_on_disk=True) == 2
 
         def run(vi: np.ndarray = vi, k: int = k, kw: dict[str, Any] = kw) -> None:

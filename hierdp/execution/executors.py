@@ -5,14 +5,15 @@ measurement and pass up of each task, then, once the levels above the split are 
 each task's pass down. An **executor** runs one stage: ``executor.map(function, tasks)``
 returns an iterator over ``function(task)`` for every task, **in the order of** ``tasks``,
 whatever order it ran them in; an exception raised by a task comes out of the iteration.
-Everything that changes the release's state (the stores, the output) happens in the
-calling thread on the returned results, so the functions an executor runs are pure: an
-executor may run them in any order, at once or one after another, and the release is the
-same bit for bit (the noise is keyed per node, never drawn from a shared stream).
+A task writes only its own rows or files; the journal, the top solve and the ledger stay
+in the calling thread, which receives the results in order. So an executor may run the
+tasks in any order, at once or one after another, and the release is the same bit for bit
+(the noise is keyed per node, never drawn from a shared stream).
 
-Built-ins: ``inline`` (one after another in the calling thread) and ``threads`` (on
+Built-ins: ``inline`` (one after another in the calling thread), ``threads`` (on
 ``workers`` threads, at most ``workers + 1`` tasks in flight, so that memory holds a
-bounded number of tasks). Third-party executors register through the
+bounded number of tasks) and ``dask`` (:class:`hierdp.execution.dask.DaskExecutor`, Dask
+tasks on a cluster). Third-party executors register through the
 ``hierdp_register_executors`` hook (or the ``hierdp`` entry-point group), like every other
 extension point; :func:`hierdp.testing.check_executor` is the contract every executor passes.
 
@@ -30,13 +31,23 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from hierdp import registry
 from hierdp._engine import threads as _threads
-from hierdp.errors import PluginError
+from hierdp.errors import DataError, PluginError
 from hierdp.plugins.params import declaration
 
-__all__ = ["Executor", "Inline", "Threads", "resolve_executor", "close_executor"]
+__all__ = ["Executor", "Inline", "Threads", "WorkersDied", "resolve_executor", "close_executor"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class WorkersDied(DataError):
+    """The workers running the task at ``position`` (in the order of the tasks given to
+    ``map``) died more often than the cluster allows; the driver names the task."""
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+        super().__init__(f"the workers running the task at position {position} died repeatedly (more than the "
+                         "cluster allows; see the worker logs, e.g. memory)")
 
 
 class Executor:
@@ -49,6 +60,18 @@ class Executor:
 
     #: the registry name (``release(..., executor=name)``, a spec's ``execution.engine``)
     name: ClassVar[str] = ""
+    #: whether tasks run in this process (sharing its memory): each task then reads its own
+    #: inputs; otherwise the driver reads them and ships them with the task (picklable)
+    local: ClassVar[bool] = True
+
+    def share(self, obj: Any) -> Any:
+        """``obj`` (the release's stage context) as the tasks receive it: itself here; a
+        cluster's executor ships it once and returns its handle."""
+        return obj
+
+    def fetch(self, obj: Any) -> Any:
+        """The value of ``obj`` in this process (a cluster's future resolved; else itself)."""
+        return obj
 
     def map(self, function: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
         """``function(task)`` for every task, yielded in the order of ``tasks``.

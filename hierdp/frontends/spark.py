@@ -45,11 +45,14 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from hierdp import outofcore as ooc
-from hierdp import pipeline as pl
 from hierdp import rules
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, HierDPError, MissingDependencyError
+from hierdp.execution.driver import StageContext, measure_task, pass_down_task, settle_split, solve_top
+from hierdp.execution.folders import claim_dataset_folder, need_pyarrow, unlock
+from hierdp.execution.stages import SplitStages, split_setup, top_task
+from hierdp.execution.steps import account, build_ledger, check, noise_key, open_account, reserve
+from hierdp.execution.stores import CarriedStore
 from hierdp.frontends._cells import check_columns, domain_error, resolve_cells
 from hierdp.frontends._contributions import bounded_rows, bounding_key, content_hash
 from hierdp.frontends.base import door_rng, register_door, releases_of
@@ -64,6 +67,7 @@ from hierdp.frontends.counting import (
     total_problem,
 )
 from hierdp.frontends.tree_door import TreeDoor
+from hierdp.outofcore import DatasetSink
 from hierdp.rng import make_rng
 
 __all__ = ["SparkDPTree", "JavaNotFoundError", "local_session", "require_pyspark", "is_spark_frame",
@@ -507,22 +511,19 @@ def _task_values(task: Any, tree: Any, keys: np.ndarray, w: np.ndarray, n_cells:
     return _sum_up(vals, task.parent[1:] - 1, ti.depth[task.nodes])
 
 
-#: the split stages of the release an executor's Python worker is running (the last one
-#: only: it holds the release key)
-_EXECUTOR_STAGES: dict[str, Any] = {}
+#: the stage context of the release an executor's Python worker is running (the last one
+#: only: it holds the release key), so its stages are built once per worker
+_EXECUTOR_CONTEXT: dict[str, StageContext] = {}
 
 
-def _executor_stages(token: str, build: tuple[Any, ...]) -> Any:
-    """The release's :class:`~hierdp.pipeline._SplitStages`, built once per Python worker
-    from its public parts and the explicitly exported key (``build``)."""
-    stages = _EXECUTOR_STAGES.get(token)
-    if stages is None:
-        r, part, step, tail, n_cells, total, exported = build
-        stages = pl._SplitStages(r, part, step, tail, n_cells, total=total, key=exported.key(), check_counts=True,
-                                 spills=True)
-        _EXECUTOR_STAGES.clear()
-        _EXECUTOR_STAGES[token] = stages
-    return stages
+def _worker_context(token: str, ctx: StageContext) -> StageContext:
+    """The release's :class:`~hierdp.execution.driver.StageContext` in this Python worker:
+    the first one unpickled for ``token`` (its stages built once), else ``ctx``."""
+    kept = _EXECUTOR_CONTEXT.get(token)
+    if kept is None:
+        _EXECUTOR_CONTEXT.clear()
+        _EXECUTOR_CONTEXT[token] = kept = ctx
+    return kept
 
 
 def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split: Any = "auto",
@@ -531,7 +532,7 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
     subtree tasks run on the Spark executors.
 
     The stages of :func:`hierdp.outofcore.release_to_dataset` (the one code path of
-    :class:`hierdp.pipeline._SplitStages`; exact split GLS of Dawson et al. 2023, Alg.
+    :class:`hierdp.execution.stages.SplitStages`; exact split GLS of Dawson et al. 2023, Alg.
     1-2, then top-down ``nonneg``/``round``), placed on Spark:
 
     1. the records counted to (leaf, cell) on the executors (the door's tasks: checks,
@@ -582,14 +583,14 @@ def release_to_dataset(door: SparkDPTree, out: str | os.PathLike[str], *, split:
         kw.pop(name, None)
     tree, n_cells = door.tree, door.n_cells
     cells = {k: list(v) for k, v in door.cells.items()} if door.cells else None
-    pl._split_setup(tree, n_cells, split, dict(kw))  # refusals before the data are read
+    split_setup(tree, n_cells, split, dict(kw))  # refusals before the data are read
     out = Path(out)
-    ooc._pyarrow()
-    held = ooc._claim_dataset_folder(out, None)  # locked for this release; no other release in it (refused before
+    need_pyarrow()
+    held = claim_dataset_folder(out, None)  # locked for this release; no other release in it (refused before
     try:                                         # the data are counted or the budget charged)
         return _release_on_spark(door, out, split, dense, std, session, kw, tree, n_cells, cells)
     finally:
-        ooc._unlock(held)
+        unlock(held)
 
 
 def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std: bool, session: Any,
@@ -597,28 +598,29 @@ def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std
     """The body of :func:`release_to_dataset` once the dataset folder is held."""
     from pyspark.sql import functions as F
 
-    tag = os.urandom(8).hex()  # the temporaries' names carry it (hierdp.outofcore._atomic)
+    tag = os.urandom(8).hex()  # the temporaries' names carry it (hierdp.outofcore.atomic)
 
     # 1. the counts, on the executors, fixed once; errors raised as the pandas door raises them
     sums = door.keyed_sums(door_rng(kw.get("seed"), 97)).localCheckpoint(eager=True)
     kw["private_notes"] = {**dict(kw.get("private_notes") or {}),
                            **door._settle(sums.where(F.col("key") < 0).toPandas())}
-    r, part, step, tail = pl._split_setup(tree, n_cells, split, kw)
+    r, part, step, tail = split_setup(tree, n_cells, split, kw)
 
     # the release: checked, keyed and charged once, before any noise (as outofcore)
-    pl.check(r, session)
-    key = pl.noise_key(r.seed)
-    acc, decomposition = pl.open_account(r, tree, None)
-    driver = pl._SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key, check_counts=True)
-    # what the executors build their stages from: the release key goes explicitly, exported
-    build = (r, part, step, tail, n_cells, r.total - acc.total, key.export())
-    ticket, sess = pl._reserve(session, r)
-    meas = driver.summary()
-    ledger = pl.build_ledger(r, tree, meas, pl.account(r, acc, meas), decomposition=decomposition,
-                             rng=make_rng(r.seed))
-    pl._settle_split(r, ledger, part, True, sess, ticket)
-    ledger_json, release_id = ledger.to_json(), ledger.release_id
-    token = f"{release_id}-{os.urandom(8).hex()}"
+    check(r, session)
+    key = noise_key(r.seed)
+    acc, decomposition = open_account(r, tree, None)
+    st = SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key, check_counts=True, spills=True)
+    ticket, sess = reserve(session, r)
+    meas = st.summary()
+    ledger = build_ledger(r, tree, meas, account(r, acc, meas), decomposition=decomposition, rng=make_rng(r.seed))
+    settle_split(r, ledger, part, True, sess, ticket)
+    token = f"{ledger.release_id}-{os.urandom(8).hex()}"
+    sink = DatasetSink(out, tree, n_cells, cells, dense, std, ledger.to_json(), ledger.release_id, tag)
+    store = CarriedStore(part, n_cells)
+    # what the executors run the stages with (pickled without its stages; the key explicitly exported)
+    ctx = StageContext(r, part, step, tail, n_cells, total=r.total - acc.total, key=key, check_counts=True,
+                       store=store, sink=sink, stages=st)
 
     # each leaf's task (-1: a leaf above the split level, in the top part)
     ti = tree.internal
@@ -637,79 +639,62 @@ def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std
     every_task = spark.range(part.n_tasks).select(F.col("id").alias("task"), F.lit(-1).cast("long").alias("key"),
                                                   F.lit(0).cast("long").alias("w"))  # tasks without records too
 
-    # 2. up, per task on the executors
+    # 2. up, per task on the executors (the driver's stage function; the state carried in the rows)
     def up(group: tuple[Any, ...], rows: pd.DataFrame) -> pd.DataFrame:
         t = int(group[0])
-        task = part.task(t)
-        stages = _executor_stages(token, build)
         keys = rows["key"].to_numpy(np.int64)
         mine = keys >= 0
-        vals = _task_values(task, tree, keys[mine], rows["w"].to_numpy(np.int64)[mine], n_cells)
-        noisy, var, roots_vals, z, u = stages.up(task, vals)
-        exact = stages.exact.pop(t, None)
-        return pd.DataFrame({"task": [t], "roots": [_npz(roots=roots_vals, z=z, u=u)],
-                             "state": [_npz(**stages.spill(task, noisy, var), exact=exact)]})
+        vals = _task_values(part.task(t), tree, keys[mine], rows["w"].to_numpy(np.int64)[mine], n_cells)
+        ups, state = measure_task((_worker_context(token, ctx), t, vals))
+        return pd.DataFrame({"task": [t], "roots": [_npz(**ups)], "state": [_npz(**state)]})
 
     measured = (counts.where(F.col("task") >= 0).unionByName(every_task).groupBy("task")
                 .applyInPandas(up, "task long, roots binary, state binary").localCheckpoint(eager=True))
 
-    # 3. the top, on the driver
+    # 3. the top, on the driver (the driver's top stage over the collected pass-up outputs)
     ups = measured.select("task", "roots").toPandas().sort_values("task")
-    got = [_unnpz(b) for b in ups["roots"]]
-    if len(got) != part.n_tasks:  # pragma: no cover - every task is in every_task
+    if len(ups) != part.n_tasks:  # pragma: no cover - every task is in every_task
         raise DataError("a subtree task went missing on Spark; run the release again")
-    roots_vals = np.concatenate([g["roots"] for g in got])
-    # every root's (z, u), the tasks' pieces let go as they are joined; handed to the top solve, which drops them
-    zu = [np.concatenate([g.pop("z") for g in got]), np.concatenate([g.pop("u") for g in got])] if driver.gls else []
-    top = pl._top_task(part)
-    top_vals = None
-    if top.n_nodes:
-        top_leaves = counts.where(F.col("task") < 0).select("key", "w").toPandas()  # leaves above the split
+    for t, blob in zip(ups["task"], ups["roots"], strict=True):
+        got = _unnpz(blob)
+        store.done("up", int(t), (got["roots"], got.get("z"), got.get("u")))
+    del ups, got
+    top = top_task(part)
+
+    def top_counts(task: Any) -> np.ndarray:  # the leaves above the split and every root's counts, summed up
+        top_leaves = counts.where(F.col("task") < 0).select("key", "w").toPandas()
         tk = top_leaves["key"].to_numpy(np.int64)
         ext = tk // n_cells
         internal = ext if ti.inverse_perm is None else ti.inverse_perm[ext]
-        top_vals = np.zeros((top.n_nodes, n_cells), np.int64)
-        np.add.at(top_vals, (np.searchsorted(part.top, internal), tk % n_cells), top_leaves["w"].to_numpy(np.int64))
-        np.add.at(top_vals, np.searchsorted(part.top, ti.parent[part.roots]), roots_vals.reshape(-1, n_cells))
-        top_vals = _sum_up(top_vals, top.parent, ti.depth[part.top])
-    tnoisy, tvar = driver.top_measured(top, top_vals, roots_vals)
-    sol = driver.top(tnoisy, tvar, zu.pop(0) if zu else None, zu.pop(0) if zu else None)
-    del roots_vals, top_vals
-    if top.n_nodes:
-        est, _ = driver.finish_top(top, tnoisy, tvar, sol)
-        ooc._write_part(out / ooc.part_name(-1), ooc._part_table(tree, top, est, cells, n_cells, dense, std),
-                        ledger_json, release_id, tag)
-    driver.exact.pop(-1, None)
+        vals = np.zeros((top.n_nodes, n_cells), np.int64)
+        np.add.at(vals, (np.searchsorted(part.top, internal), tk % n_cells), top_leaves["w"].to_numpy(np.int64))
+        np.add.at(vals, np.searchsorted(part.top, ti.parent[part.roots]), store.root_counts().reshape(-1, n_cells))
+        return _sum_up(vals, top.parent, ti.depth[part.top])
+
+    ctx.counts_of = top_counts
+    solve_top(ctx, st, lambda obj: obj)
+    ctx.counts_of = None
+    x_roots, v_roots, fixed = store.top_solution()
 
     # 4. down, per task on the executors, each writing its part
-    first = 0
     rows = []
     for t in range(part.n_tasks):
-        m = part.task(t).roots.size if driver.gls else 0
-        rows.append((t, _npz(x=sol.x_roots[first:first + m], v=sol.v_roots[first:first + m],
-                             **{f"fixed{j}": f[first:first + m] for j, f in enumerate(sol.fixed)})))
-        first += m
+        s = part.root_slice(t)
+        rows.append((t, _npz(x=x_roots[s], v=v_roots[s], **{f"fixed{j}": f[s] for j, f in enumerate(fixed)})))
     solved = spark.createDataFrame(pd.DataFrame(rows, columns=["task", "solution"]), "task long, solution binary")
-    n_fixed = len(sol.fixed)
+    n_fixed = len(fixed)
+    store.close()
 
     def down(group: tuple[Any, ...], rows: pd.DataFrame) -> pd.DataFrame:
         t = int(group[0])
-        task = part.task(t)
-        stages = _executor_stages(token, build)
-        state, solution = _unnpz(rows["state"].iloc[0]), _unnpz(rows["solution"].iloc[0])
-        if "exact" in state:
-            stages.exact[t] = state["exact"]
-        noisy, var = stages.unspill(task, state)
-        est, _ = stages.down(task, noisy, var, solution["x"], solution["v"],
-                             [solution[f"fixed{j}"] for j in range(n_fixed)])
-        stages.exact.pop(t, None)
-        table = ooc._part_table(tree, task, est, cells, n_cells, dense, std)
-        ooc._write_part(out / ooc.part_name(t), table, ledger_json, release_id, tag)
-        return pd.DataFrame({"task": [t], "rows": [int(table.num_rows)]})
+        here = _worker_context(token, ctx)
+        here.store.carried[t] = _unnpz(rows["state"].iloc[0])
+        sol = _unnpz(rows["solution"].iloc[0])
+        n = pass_down_task((here, t, (sol["x"], sol["v"], [sol[f"fixed{j}"] for j in range(n_fixed)])))
+        return pd.DataFrame({"task": [t], "rows": [n]})
 
     written = measured.join(solved, "task").groupBy("task").applyInPandas(down, "task long, rows long").toPandas()
     if len(written) != part.n_tasks:  # pragma: no cover
         raise DataError("a subtree task's part was not written on Spark; run the release again")
-    ooc._write_text(out / ooc.LEDGER_NAME, ledger_json, "the ledger", mode=0o644, tag=tag)
-    ooc._write_text(out / ooc.SUCCESS, "", "the success marker", mode=0o644, tag=tag)
+    sink.finish()
     return ledger

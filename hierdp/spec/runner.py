@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 
 from hierdp import subtrees
-from hierdp._dask_tasks import local_client
 from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
+from hierdp.execution.dask import local_client
 from hierdp.frontends.base import door_rng, dptree
 from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
@@ -871,11 +871,10 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
 
 def _release_to_dataset(ex: Mapping[str, Any], tree: Any, counts_of: Any, out: str | Path, args: dict[str, Any],
                         keywords: dict[str, Any]) -> Any:
-    """:func:`release_to_dataset` on ``workers`` threads, or its tasks on Dask."""
-    if ex.get("engine", "local") == "dask":  # the subtree tasks as Dask tasks (this process's client, or a new one)
-        with local_client(ex["workers"]) as client:
-            return release_to_dataset(tree, counts_of, out, executor=client, **args, **keywords)
-    return release_to_dataset(tree, counts_of, out, **args, **keywords)
+    """:func:`release_to_dataset` on ``workers`` threads, or its tasks on the spec's executor
+    (``dask``: this process's distributed client, or a new local cluster; a registered name)."""
+    engine = ex.get("engine", "local")
+    return release_to_dataset(tree, counts_of, out, executor=None if engine == "local" else engine, **args, **keywords)
 
 
 # ------------------------------------------------------------------------ evaluate

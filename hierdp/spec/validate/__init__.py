@@ -170,8 +170,10 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         workdir = raw.get("workdir")
         engine = raw.get("engine", "local")
         source = self.data.get("source")
-        if engine not in ("local", "dask", "spark"):
-            self.err(("execution", "engine"), f"execution.engine must be local, dask or spark, got {engine!r:.40}")
+        engines = ["local", "spark", *registry.names("executor")]
+        if engine not in engines:
+            self.err(("execution", "engine"), f"execution.engine must be one of {', '.join(engines)} (local: threads; "
+                                              f"the others: registered executors), got {engine!r:.40}")
         elif engine == "spark" and not (isinstance(source, dict) and source.get("engine") == "spark"):
             self.err(("execution", "engine"), "execution.engine: spark runs the subtree tasks on the records Spark "
                                               "reads: set source.engine: spark too")

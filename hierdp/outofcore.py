@@ -238,6 +238,8 @@ class WorkFolderStore:
     a remote task only writes its own spill file)."""
 
     spills = True
+    #: a task in another process reads and writes the folder itself (shared storage)
+    shared = True
 
     def __init__(self, work: Path, journal: Journal, checkpoint: Checkpoints, tag: str, n_tasks: int, n_fixed: int,
                  gls: bool) -> None:
@@ -290,9 +292,14 @@ class WorkFolderStore:
         z, u = roots_columns(st, cast(Path, folder), self.n_tasks, self.path, self.track, roots)
         return roots.value(), z, u
 
-    def get(self, st: SplitStages, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
-        with np.load(self.path(task.index), allow_pickle=False) as f:
-            state = {k: f[k] for k in f.files if k not in ("roots", "z", "u")}
+    def load(self, t: int) -> dict[str, np.ndarray]:
+        """Task ``t``'s spilled state (read where the task runs: the folder is shared)."""
+        with np.load(self.path(t), allow_pickle=False) as f:
+            return {k: f[k] for k in f.files if k not in ("roots", "z", "u")}
+
+    def get(self, st: SplitStages, task: subtrees.SubtreeTask, state: dict[str, np.ndarray]
+            ) -> tuple[np.ndarray, np.ndarray]:
+        state = dict(state)
         if "exact" in state:
             st.exact[task.index] = state.pop("exact")
         return st.unspill(task, state)

@@ -359,3 +359,13 @@ def test_spec_source_engine_dask_counts_each_task_on_the_cluster(client, tmp_pat
     assert len(ref) == 13  # the top part and 12 tasks (observed domains: the counties with records)
     for got in outs.values():
         assert sorted(got) == sorted(ref) and all(got[n].equals(ref[n]) for n in ref)
+
+
+def test_the_dask_executor_keeps_the_executor_contract(client):
+    """``check_executor`` on the ``dask`` executor: results in order, a task's exception as
+    itself, and an in-memory release by subtree (its tasks in other processes, their state
+    shipped by the driver) equal to the inline one bit for bit."""
+    from hierdp.execution import DaskExecutor
+    from hierdp.testing import check_executor
+
+    check_executor(DaskExecutor(client))

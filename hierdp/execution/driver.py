@@ -108,19 +108,20 @@ def measure_task(item: tuple[StageContext, int, Any]) -> Any:
     return ctx.store.put(st, task, noisy, var, (roots, z, u))
 
 
-def pass_down_task(item: tuple[StageContext, int, Any]) -> Any:
-    """Stage 3 of task ``t`` (``item = (context, t, solution)``): the pass down from its
-    roots' values, the top-down steps, the part's estimate handed to the sink. ``solution``
-    (the task's rows of the top's arrays) is ``None`` when the task runs in this process: the
-    rows are then read here from the context's solution."""
-    ctx, t, sol = item
+def pass_down_task(item: tuple[StageContext, int, Any, Any]) -> Any:
+    """Stage 3 of task ``t`` (``item = (context, t, solution, state)``): the pass down from
+    its roots' values, the top-down steps, the part's estimate handed to the sink.
+    ``solution`` (the task's rows of the top's arrays) and ``state`` (its measurements, from
+    the store) are ``None`` when the task reads them itself (in this process, or from a
+    store on shared storage)."""
+    ctx, t, sol, state = item
     task = ctx.part.task(t)
     if sol is None:
         s = ctx.part.root_slice(t)
         x, v, fixed = cast(tuple[Any, Any, list[Any]], ctx.solution)
         sol = (x[s], v[s], [f[s] for f in fixed])
     st = ctx.stages()
-    noisy, var = ctx.store.get(st, task)
+    noisy, var = ctx.store.get(st, task, ctx.store.load(t) if state is None else state)
     est, meas = st.down(task, noisy, var, *sol)
     st.exact.pop(t, None)
     return ctx.sink.part(task, est, meas)
@@ -215,8 +216,9 @@ def run_split(ctx: StageContext, executor: Executor, *,
             s = part.root_slice(t)
             return x[s], v[s], [f[s] for f in fixed]
 
-        items = ((shared, t, rows(t)) for t in todo)
-        for t, got in zip(todo, executor.map(pass_down_task, items), strict=True):
+        ship = not local and not getattr(store, "shared", False)
+        down = ((shared, t, rows(t), store.load(t) if ship else None) for t in todo)
+        for t, got in zip(todo, executor.map(pass_down_task, down), strict=True):
             sink.collect(part.task(t), got)
             store.done("down", t)
             tick()

@@ -8,16 +8,13 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 
 from hierdp import subtrees
 from hierdp._engine.columns import ColumnsOnDisk
 from hierdp.execution.stages import RootCounts, SplitStages, TopSolution
-
-if TYPE_CHECKING:
-    pass
 
 
 class RowsOnDisk:
@@ -55,12 +52,18 @@ class RowsOnDisk:
 
 
 class MemoryStore:
-    """Every task's measurements in full arrays over the tree (the in-memory result), and
-    each task's pass-up output kept in memory until the top gathers it. For executors that
-    share this process's memory (:attr:`hierdp.execution.Executor.local`)."""
+    """Every task's measurements in full arrays over the tree (the in-memory result).
+
+    The store's two halves: :meth:`put` and :meth:`get` run with the task (on a worker,
+    perhaps in another process) and only compute; :meth:`done` and :meth:`load` run in the
+    driver, in task order, and keep the state. So the store serves any executor: the driver
+    ships :meth:`load`'s state with a task that runs elsewhere (:attr:`shared` is false).
+    """
 
     #: the tasks' spilled form is not used: the measurements stay as measured
     spills = False
+    #: whether a task in another process reaches the state itself (a folder on shared storage)
+    shared = False
     #: the top's arrays over every root stay in memory
     top_folder: Path | None = None
 
@@ -70,9 +73,13 @@ class MemoryStore:
         self.noisy = np.zeros((n, n_cells), dtype=dtype)
         # per_level: one variance per node; marginals: one per rotated column
         self.var = np.full((n, n_cells) if per_cell else n, np.inf)
-        self._roots = RootCounts(part.roots.size, n_cells)
+        self._begin(n_cells)
+
+    def _begin(self, n_cells: int) -> None:
+        self._roots = RootCounts(self.part.roots.size, n_cells)
         self._zu: list[np.ndarray] = []  # every root's (z, u), filled in place as tasks finish
         self._at = 0
+        self._exact: dict[int, np.ndarray] = {}  # the invariant rows' published values, per task
         self._tracked: list[Any] = []
         self._top: tuple[Any, Any, list[Any]] = (None, None, [])
 
@@ -82,24 +89,29 @@ class MemoryStore:
 
     def put(self, st: SplitStages, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray,
             up: tuple[np.ndarray, Any, Any]) -> Any:
-        """Stage 1's output of ``task`` (on the worker): its rows written, its pass-up output
-        returned to the driver (:meth:`done`)."""
-        if noisy.dtype != self.noisy.dtype:
-            self.noisy = self.noisy.astype(np.result_type(self.noisy.dtype, noisy.dtype))
-        self.noisy[task.nodes] = noisy
-        self.var[task.nodes] = var
-        return up
-
-    def put_top(self, top: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
-        """The top part's measurements (in the driver), kept with the tasks'."""
-        self.put(cast(Any, None), top, noisy, var, cast(Any, None))
+        """With the task, after its pass up: what the driver keeps (:meth:`done`)."""
+        return noisy, var, st.exact.pop(task.index, None), up
 
     def done(self, stage: str, t: int, kept: Any = None) -> None:
-        """The driver's half of a task's ``stage``, in task order: after the pass up, its
+        """In the driver, in task order: after a pass up, the task's rows written and its
         roots' counts and ``(z, u)`` copied into the arrays over every root (one copy)."""
         if stage != "up":
             return
-        roots, z, u = kept
+        noisy, var, exact, up = kept
+        self._keep(t, noisy, var)
+        self._keep_up(t, exact, up)
+
+    def _keep(self, t: int, noisy: np.ndarray, var: np.ndarray) -> None:
+        nodes = self.part.task(t).nodes if t >= 0 else self.part.top
+        if noisy.dtype != self.noisy.dtype:
+            self.noisy = self.noisy.astype(np.result_type(self.noisy.dtype, noisy.dtype))
+        self.noisy[nodes] = noisy
+        self.var[nodes] = var
+
+    def _keep_up(self, t: int, exact: np.ndarray | None, up: tuple[np.ndarray, Any, Any]) -> None:
+        roots, z, u = up
+        if exact is not None:
+            self._exact[t] = exact
         self._roots.add(roots)
         if z is not None and u is not None:
             if not self._zu:
@@ -108,6 +120,22 @@ class MemoryStore:
             self._zu[0][self._at:self._at + z.shape[0]] = z
             self._zu[1][self._at:self._at + u.shape[0]] = u
             self._at += z.shape[0]
+
+    def load(self, t: int) -> Any:
+        """Task ``t``'s state for its pass down (where the task reads it, or the driver ships it)."""
+        nodes = self.part.task(t).nodes
+        return self.noisy[nodes], self.var[nodes], self._exact.get(t)
+
+    def get(self, st: SplitStages, task: subtrees.SubtreeTask, state: Any) -> tuple[np.ndarray, np.ndarray]:
+        """With the task: its measurements from :meth:`load`'s state."""
+        noisy, var, exact = state
+        if exact is not None:
+            st.exact[task.index] = exact
+        return noisy, var
+
+    def put_top(self, top: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
+        """The top part's measurements (in the driver), kept with the tasks'."""
+        self._keep(-1, noisy, var)
 
     def root_counts(self) -> np.ndarray:
         """Every subtree root's true counts, ``part.roots`` order (after stage 1)."""
@@ -118,10 +146,6 @@ class MemoryStore:
         handed over (the store keeps no reference: the solve drops them once solved)."""
         zu, self._zu = self._zu, []
         return self.root_counts(), *(zu if zu else (None, None))
-
-    def get(self, st: SplitStages, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
-        """``task``'s measurements for its pass down."""
-        return self.noisy[task.nodes], self.var[task.nodes]
 
     def top_solved(self) -> bool:
         """Whether the top is solved already (a resumed release): never, in memory."""
@@ -150,7 +174,7 @@ class MemoryStore:
 
     def close(self) -> None:
         """Let go of what the store holds; remove what it wrote."""
-        self._zu, self._roots = [], RootCounts(0, 1)
+        self._zu, self._roots, self._exact = [], RootCounts(0, 1), {}
         self._top = (None, None, [])
         for a in self._tracked:
             a.remove()
@@ -161,7 +185,8 @@ class SpillStore(MemoryStore):
     """A task's measurements spilled to ``workdir`` (a temporary folder by default) between
     its pass up and its pass down: memory then holds one task at a time, and the top's
     arrays over every subtree root are kept on disk in blocks of cells. What is written is
-    noisy (released anyway as the measurements); the roots' true counts stay in memory."""
+    noisy (released anyway as the measurements); the roots' true counts and the invariant
+    rows' values stay in memory."""
 
     spills = True
 
@@ -171,30 +196,27 @@ class SpillStore(MemoryStore):
         self.dir = Path(self._tmp.name if self._tmp is not None else os.fspath(cast(Any, workdir)))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.top_folder = self.dir
-        self._roots, self._zu, self._at = RootCounts(part.roots.size, n_cells), [], 0
-        self._tracked, self._top = [], (None, None, [])
         self._written: list[Path] = []
+        self._begin(n_cells)
 
     def _path(self, t: int) -> Path:
         return self.dir / f"task{t}.npz"
 
     def put(self, st: SplitStages, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray,
             up: tuple[np.ndarray, Any, Any]) -> Any:
-        roots, z, u = up
-        arrays = st.spill(task, noisy, var)
-        if z is not None and u is not None:
-            arrays.update(z=z, u=u)
-        with open(self._path(task.index), "wb") as fh:
-            np.savez(fh, **cast(Any, arrays))
-        return roots
-
-    def put_top(self, top: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
-        """The top part's measurements: not kept (a streamed release holds only tasks)."""
+        return st.spill(task, noisy, var), st.exact.pop(task.index, None), up
 
     def done(self, stage: str, t: int, kept: Any = None) -> None:
-        if stage == "up":
-            self._written.append(self._path(t))
-            self._roots.add(kept)
+        if stage != "up":
+            return
+        arrays, exact, up = kept
+        _, z, u = up
+        if z is not None and u is not None:
+            arrays = {**arrays, "z": z, "u": u}
+        with open(self._path(t), "wb") as fh:
+            np.savez(fh, **cast(Any, arrays))
+        self._written.append(self._path(t))
+        self._keep_up(t, exact, (up[0], None, None))
 
     def gather(self, st: SplitStages, folder: Path | None) -> tuple[np.ndarray, Any, Any]:
         """Every root's counts (in memory) and ``(z, u)`` read back from the tasks' files into
@@ -202,12 +224,21 @@ class SpillStore(MemoryStore):
         z, u = roots_columns(st, cast(Path, folder), self.part.n_tasks, self._path, self.track)
         return self.root_counts(), z, u
 
-    def get(self, st: SplitStages, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
-        path = self._path(task.index)
+    def load(self, t: int) -> Any:
+        path = self._path(t)
         with np.load(path, allow_pickle=False) as f:
             state = {k: f[k] for k in f.files if k not in ("z", "u")}
         path.unlink()  # read once: free the disk as the pass down goes
-        return st.unspill(task, state)
+        return state, self._exact.get(t)
+
+    def get(self, st: SplitStages, task: subtrees.SubtreeTask, state: Any) -> tuple[np.ndarray, np.ndarray]:
+        arrays, exact = state
+        if exact is not None:
+            st.exact[task.index] = exact
+        return st.unspill(task, arrays)
+
+    def put_top(self, top: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
+        """The top part's measurements: not kept (a streamed release holds only tasks)."""
 
     def close(self) -> None:
         """Remove what was written (the temporary folder with it)."""
@@ -218,38 +249,38 @@ class SpillStore(MemoryStore):
             self._tmp.cleanup()
 
 
-class CarriedStore(MemoryStore):
+class CarriedStore(SpillStore):
     """The state carried by the executor's own data between the stages (Spark: a column of
-    the tasks' DataFrame): :meth:`put` returns a task's spilled measurements, its roots'
-    counts and ``(z, u)`` as arrays for the executor to carry; the driver hands the pass-up
-    output back (:meth:`done`), and a task's state before its pass down (:attr:`carried`)."""
-
-    spills = True
+    the tasks' DataFrame): :meth:`put` gives a task's spilled measurements and its pass-up
+    output for the executor to carry; the driver hands the pass-up output back
+    (:meth:`done`), and each task gets its state back with it for its pass down."""
 
     def __init__(self, part: subtrees.Partition, n_cells: int) -> None:
         self.part = part
-        self._roots, self._zu, self._at = RootCounts(part.roots.size, n_cells), [], 0
-        self._tracked, self._top = [], (None, None, [])
-        #: a task's carried arrays before its pass down (set by the executor's task)
-        self.carried: dict[int, dict[str, np.ndarray]] = {}
+        self._begin(n_cells)
 
     def put(self, st: SplitStages, task: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray,
             up: tuple[np.ndarray, Any, Any]) -> Any:
-        roots, z, u = up
         state = dict(st.spill(task, noisy, var))
         exact = st.exact.pop(task.index, None)
         if exact is not None:
             state["exact"] = exact
-        return {"roots": roots, "z": z, "u": u}, state
+        return up, state
 
-    def put_top(self, top: subtrees.SubtreeTask, noisy: np.ndarray, var: np.ndarray) -> None:
-        """Not kept: the top part's output is written once solved."""
+    def done(self, stage: str, t: int, kept: Any = None) -> None:
+        if stage == "up":
+            self._keep_up(t, None, kept)
 
-    def get(self, st: SplitStages, task: subtrees.SubtreeTask) -> tuple[np.ndarray, np.ndarray]:
-        state = dict(self.carried.pop(task.index))
-        if "exact" in state:
-            st.exact[task.index] = state.pop("exact")
-        return st.unspill(task, state)
+    def gather(self, st: SplitStages, folder: Path | None) -> tuple[np.ndarray, Any, Any]:
+        return MemoryStore.gather(self, st, folder)
+
+    def get(self, st: SplitStages, task: subtrees.SubtreeTask, state: Any) -> tuple[np.ndarray, np.ndarray]:
+        state = dict(state)
+        exact = state.pop("exact", None)
+        return super().get(st, task, (state, exact))
+
+    def close(self) -> None:
+        MemoryStore.close(self)
 
 
 def roots_columns(st: SplitStages, folder: Path, n_tasks: int, path: Callable[[int], Path],

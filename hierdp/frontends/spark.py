@@ -645,8 +645,8 @@ def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std
         keys = rows["key"].to_numpy(np.int64)
         mine = keys >= 0
         vals = _task_values(part.task(t), tree, keys[mine], rows["w"].to_numpy(np.int64)[mine], n_cells)
-        ups, state = measure_task((_worker_context(token, ctx), t, vals))
-        return pd.DataFrame({"task": [t], "roots": [_npz(**ups)], "state": [_npz(**state)]})
+        (roots, z, u), state = measure_task((_worker_context(token, ctx), t, vals))
+        return pd.DataFrame({"task": [t], "roots": [_npz(roots=roots, z=z, u=u)], "state": [_npz(**state)]})
 
     measured = (counts.where(F.col("task") >= 0).unionByName(every_task).groupBy("task")
                 .applyInPandas(up, "task long, roots binary, state binary").localCheckpoint(eager=True))
@@ -687,10 +687,9 @@ def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std
 
     def down(group: tuple[Any, ...], rows: pd.DataFrame) -> pd.DataFrame:
         t = int(group[0])
-        here = _worker_context(token, ctx)
-        here.store.carried[t] = _unnpz(rows["state"].iloc[0])
-        sol = _unnpz(rows["solution"].iloc[0])
-        n = pass_down_task((here, t, (sol["x"], sol["v"], [sol[f"fixed{j}"] for j in range(n_fixed)])))
+        state, sol = _unnpz(rows["state"].iloc[0]), _unnpz(rows["solution"].iloc[0])
+        n = pass_down_task((_worker_context(token, ctx), t, (sol["x"], sol["v"],
+                                                             [sol[f"fixed{j}"] for j in range(n_fixed)]), state))
         return pd.DataFrame({"task": [t], "rows": [n]})
 
     written = measured.join(solved, "task").groupBy("task").applyInPandas(down, "task long, rows long").toPandas()

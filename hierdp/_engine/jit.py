@@ -34,8 +34,7 @@ __all__ = ["numba", "cache_dir", "preferred_cache_dir", "shared_kernels_tag", "n
 CACHE_ENV = "HIERDP_CACHE_DIR"
 
 #: CPU seconds the first release of a large tree (default chain: discrete Laplace, BLUE) spends
-#: compiling on a cold cache: 14.0 s measured from Python (a 18,121-node tree, HIERDP_CACHE_DIR
-#: empty; 0.8 s warm), about 15 s through the CLI; a busy machine takes longer in wall time
+#: compiling on a cold cache, as the first-compile notice states it; a busy machine takes longer in wall time
 COMPILE_SECONDS = 15
 
 #: the logger of the one line said before the first kernel compiles (``logging`` prints a

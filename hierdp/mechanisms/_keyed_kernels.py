@@ -88,9 +88,8 @@ def _dlap_common(out, i, words, seg, jbits, cb, codes):
 
     ``codes`` (:func:`~hierdp.mechanisms._samplers._round_codes`; empty: not used): each round of up to 13 bits
     tabulated, so that the first word's rounds are looked up and the first that stops
-    chosen without a branch on the bits — the rejection of "-0" is a coin flip, and a
-    branch on it missed about once a draw (measured 13.3 against 5.9 ns a draw on the
-    same words seen twice, where the predictor had learnt them). A draw whose first word
+    chosen without a branch on the bits — the rejection of "-0" is a coin flip, so a
+    branch on it is mispredicted about once a draw. A draw whose first word
     does not decide it runs the rounds one by one from its start: the same reads."""
     n = out.shape[0]
     wcb8 = cb.shape[1] * 8
@@ -99,8 +98,8 @@ def _dlap_common(out, i, words, seg, jbits, cb, codes):
         c8s[j] = (cb[j, 0] >> 56) & 255
     c4_0 = (cb[jbits, 0] >> 60) & 15
     need = 8 * jbits + 5
-    # up to four rounds of the first word looked up (J = 0 has twelve: all twelve measured
-    # slower than the loop, 13.4 against 12.5 ns a draw; four, 10-11 ns)
+    # up to four rounds of the first word looked up (J = 0 has twelve: looking up all of
+    # them is slower than the loop)
     rounds = min(64 // need, 4) if codes.shape[0] == (1 << need) else 0
     mask = (np.int64(1) << need) - 1
     while i < n:
@@ -232,19 +231,18 @@ def _dg_common(out, i, words, seg, zi, zthr, zalias, zhinv, inv2s2, fuzz, zlo, z
     ml = (np.int64(1) << zl) - 1
     tab = zlo.shape[0] > 0
     # the alias step as one indexed load, slot or its alias by the threshold's comparison:
-    # written as a choice, it compiled to a branch around the alias's load, missed on
-    # about a fifth of the candidates at sigma = 1 (-3 to -4 ns a draw measured)
+    # written as a choice, it compiles to a branch around the alias's load, mispredicted
+    # on about a fifth of the candidates at sigma = 1
     npick = zthr.shape[0]
     zpick = np.empty(2 * npick, np.int64)
     for t in range(npick):
         zpick[2 * t] = t
         zpick[2 * t + 1] = zalias[t]
     # When a quarter or more of the candidates are padding (sigma near 1), a branch on the
-    # padding is missed so often (~10 ns a draw at sigma = 1) that straight-line work pays:
-    # the first word's candidates (blocks one wide, bounds tabulated, two words or more),
-    # the first that is not padding chosen, its U and sign read and the draw decided
-    # without a branch on the bits (sigma = 1: 16 -> 12 ns a draw; at sigma = 3 or 10 it
-    # cost 1.5-3 ns more than the loop). A draw this does not decide runs the loop below.
+    # padding is mispredicted so often that straight-line work pays: the first word's
+    # candidates (blocks one wide, bounds tabulated, two words or more), the first that is
+    # not padding chosen, its U and sign read and the draw decided without a branch on the
+    # bits (with less padding the loop is faster). A draw this does not decide runs the loop below.
     pad = 0
     for t in range(npick):
         pad += (((np.int64(1) << ztb) - zthr[t]) if zalias[t] > zb else 0) + (zthr[t] if t > zb else 0)

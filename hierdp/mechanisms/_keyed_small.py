@@ -3,8 +3,8 @@
 The keyed sampler (:func:`hierdp.mechanisms._samplers._run_keyed`) runs the state machine
 :func:`hierdp.mechanisms._sampler_kernel._fill` once per draw, each draw on its own segment of
 ``seg`` random words (:mod:`hierdp.keyed_noise`). Compiling that kernel costs a second
-on first use, so requests of up to :data:`hierdp._engine.jit.SMALL_INPUT` draws ran it
-interpreted, at ~20 µs a draw: 90% of a warm release of the 8,027-node Italy tree.
+on first use and running it interpreted ~20 µs a draw, so requests of up to
+:data:`hierdp._engine.jit.SMALL_INPUT` draws take the numpy passes below instead.
 
 Because every keyed draw reads only its own segment, the draws can run side by side:
 :func:`dlap_keyed_small` follows the state machine's path of discrete Laplace (CKS 2020,

@@ -6,14 +6,11 @@ Policy refuses any network request); ``result.report("release.yaml")`` writes th
 facts as a draft record of the OpenDP deployments registry. ``hierdp report
 LEDGER.json`` writes either from a saved ledger alone (what the ledger holds).
 
-The page shows the guarantee, the **invariants, in bold as not protected**, the budget per
-level, the mechanism, plan, post-processing chain, randomness source and seed status (a
-seeded or non-private release carries a NOT FOR PUBLICATION banner), the expected accuracy
-of each level from the public noise law, for a points release the map of its (privately
-chosen) decomposition shaded by the released density, and provenance (hierdp version,
-release id and time, the hashes of a spec's public files). :mod:`hierdp._report_facts`
-computes these facts and says where each comes from; this module renders them and writes
-the files.
+:mod:`hierdp._report_facts` computes what the report says (guarantee, budget, accuracy,
+provenance) and from where; this module renders it with the mechanism, plan, chain,
+randomness source and seed status, the **invariants in bold as not protected**, a NOT FOR
+PUBLICATION banner on a seeded or non-private release and, for a points release, the map
+of its decomposition shaded by the released density.
 
 Nothing is computed from the true counts: the report reads the ledger (public), the
 released estimates and their variances (post-processing), the public structure and the

@@ -19,11 +19,6 @@ take words from a :class:`hierdp.rng.RandomSource` (:func:`_run`) or from a
 :class:`hierdp.keyed_noise.NoiseKey` (:func:`_run_keyed`), resume the kernel when it
 pauses, and decide exactly what it leaves undecided.
 
-Keyed draws: ``W`` (:func:`segment_length`), the words of a draw's segment, is a public
-function of the parameters, chosen so that under about 1e-3 of the draws need their
-extension stream; every draw is a function of its own words, which depend on the key and
-the draw's identity only.
-
 Integers are int64. A draw whose intermediate values would exceed 2**62 raises
 ``OverflowError`` instead of wrapping; for the parameter ranges accepted below this
 needs an event of probability below exp(-2**20).

@@ -37,6 +37,7 @@ import numpy as np
 
 import hierdp
 from hierdp.keyed_noise import KIND_SEGMENT, NoiseKey, nonce_word, segment_stream
+from hierdp.mechanisms import _sampler_kernel as SK
 from hierdp.mechanisms import _samplers as S
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.mechanisms.continuous import Gaussian, Laplace
@@ -61,13 +62,13 @@ def _extension_share(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int
     zarrs = S._NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
     words = SeededRandom(5).words(n * seg).view(np.int64)
     out = np.empty(n, np.int64)
-    st = np.zeros(S._NSTATE, np.int64)
+    st = np.zeros(SK._NSTATE, np.int64)
     i = ext = 0
     while i < n:
         st[:] = 0
-        st[0] = S._ZA if gauss == 2 else S._YB
+        st[0] = SK._ZA if gauss == 2 else SK._YB
         st[16] = i * seg
-        i, status = S._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
+        i, status = SK._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
                             True, cb, words, seg, st, *zarrs)
         if status == 0:
             break

@@ -20,5 +20,14 @@ def rng():
 
 
 @pytest.fixture
+def restore_threads():
+    """The thread count set before the test (an explicit count, or None), set again after it."""
+    old = hierdp.set_threads(None)
+    hierdp.set_threads(old)
+    yield
+    hierdp.set_threads(old)
+
+
+@pytest.fixture
 def small_tree():
     return hierdp.Tree.from_parent([-1, 0, 0, 1, 1, 2, 2, 2])

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import hierdp
+import hierdp.mechanisms._keyed_kernels as KK
+import hierdp.mechanisms._sampler_kernel as SK
 import hierdp.mechanisms._samplers as S
 from hierdp import keyed_noise as K
 from hierdp._engine.jit import interpreted
@@ -138,13 +140,13 @@ def _extension_rate(gauss, a_num, a_den, dg, seg, n, zig=None):
     zarrs = S._NO_ZIG if zig is None else (zig.zi, zig.zf, zig.thr, zig.alias, zig.hinv)
     words = SeededRandom(5).words(n * seg).view(np.int64)
     out = np.empty(n, np.int64)
-    st = np.zeros(S._NSTATE, np.int64)
+    st = np.zeros(SK._NSTATE, np.int64)
     i = ext = 0
     while i < n:
         st[:] = 0
-        st[0] = S._ZA if gauss == 2 else S._YB
+        st[0] = SK._ZA if gauss == 2 else SK._YB
         st[16] = i * seg
-        i, status = S._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
+        i, status = SK._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
                             True, cb, words, seg, st, *zarrs)
         if status == 0:
             break
@@ -496,7 +498,7 @@ def test_a_draw_continues_on_its_extension_exactly_where_its_segment_stopped(mon
 # the common path and the streamed segments (issue 30 item 4: speed, the same values)
 # --------------------------------------------------------------------------------------
 def _machine_values(gauss, p, z, words, seg, n):
-    """Reference: every draw run by the state machine :func:`S._fill` alone from its start on
+    """Reference: every draw run by the state machine :func:`SK._fill` alone from its start on
     its segment (``None`` where it leaves its segment: those need the extension)."""
     if gauss == 0:
         jbits, g0, gint, fnum, fden = S._core(p.s, p.t)
@@ -508,10 +510,10 @@ def _machine_values(gauss, p, z, words, seg, n):
     out = np.zeros(n, np.int64)
     got: list[int | None] = []
     for i in range(n):
-        st = np.zeros(S._NSTATE, np.int64)
-        st[0] = S._ZA if gauss == 2 else S._YB
+        st = np.zeros(SK._NSTATE, np.int64)
+        st[0] = SK._ZA if gauss == 2 else SK._YB
         st[16] = i * seg
-        j, status = S._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
+        j, status = SK._fill(gauss, out, i, jbits, g0, gint, fnum, fden, dg[0], dg[1], 1.0 / dg[2], S._ACCEPT_FUZZ,
                             True, cb, words, seg, st, *zarrs)
         got.append(int(out[i]) if j > i and status in (0, 1) else None)
     return got
@@ -519,7 +521,7 @@ def _machine_values(gauss, p, z, words, seg, n):
 
 @pytest.mark.parametrize("gauss,param", [(0, 0.05), (0, 1.0), (0, 4.0), (0, 9.0), (2, 1.0), (2, 10.0), (2, 300.0)])
 def test_common_path_kernels_give_the_state_machines_values_draw_for_draw(gauss, param):
-    """The straight-line kernels (:func:`S._dlap_common`, :func:`S._dg_common`) against the
+    """The straight-line kernels (:func:`KK._dlap_common`, :func:`KK._dg_common`) against the
     state machine run draw by draw on the same segments: they stop exactly at draws the
     machine does not finish the common way, and give its value for every draw before;
     restarted after each stop, they cover ~all draws (so the comparison is not vacuous)."""
@@ -548,9 +550,9 @@ def test_common_path_kernels_give_the_state_machines_values_draw_for_draw(gauss,
             i = done = 0
             while i < n:
                 if gauss == 0:
-                    j = run(S._dlap_common)(out, i, words, seg, jbits, cb, lo)
+                    j = run(KK._dlap_common)(out, i, words, seg, jbits, cb, lo)
                 else:
-                    j = run(S._dg_common)(out, i, words, seg, z.zi, z.thr, z.alias, z.hinv, float(z.zf[0]),
+                    j = run(KK._dg_common)(out, i, words, seg, z.zi, z.thr, z.alias, z.hinv, float(z.zf[0]),
                                           S._ACCEPT_FUZZ, lo, hi)
                 assert [int(v) for v in out[i:j]] == ref[i:j]
                 done += j - i

@@ -173,16 +173,21 @@ def test_runtime_dependencies_cover_what_the_demo_imports():
         assert dev_only not in deps
 
 
-def test_the_kernel_cache_folder_follows_the_shared_inlined_kernels(monkeypatch, tmp_path):
-    """Editing hierdp/_engine/kernel_common.py (inlined into other modules' kernels) must not leave
-    callers on stale cached machine code: the cache folder is keyed by its source."""
+@pytest.mark.parametrize("inlined", ["_engine/kernel_common.py", "mechanisms/_sampler_kernel.py"])
+def test_the_kernel_cache_folder_follows_the_shared_inlined_kernels(monkeypatch, tmp_path, inlined):
+    """Editing a file whose kernels other files' kernels inline (kernel_common; the samplers'
+    state machine, which the keyed kernels call) must not leave callers on stale cached
+    machine code: the cache folder is keyed by their source."""
     import hierdp._engine.jit as jit
 
-    real = Path(jit.__file__).resolve().parent / "kernel_common.py"
-    copy = tmp_path / "kernel_common.py"
-    copy.write_bytes(real.read_bytes())
-    monkeypatch.setattr(jit, "__file__", str(tmp_path / "jit.py"))
+    assert inlined in jit.INLINED_KERNELS
+    package = Path(jit.__file__).resolve().parent.parent
+    for name in jit.INLINED_KERNELS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes((package / name).read_bytes())
+    monkeypatch.setattr(jit, "__file__", str(tmp_path / "_engine" / "jit.py"))
     before = jit.shared_kernels_tag()
-    copy.write_bytes(real.read_bytes() + b"\n# an edit\n")
+    assert before != "unknown"
+    (tmp_path / inlined).write_bytes((package / inlined).read_bytes() + b"\n# an edit\n")
     assert jit.shared_kernels_tag() != before
     assert f"kernels-{jit.shared_kernels_tag()}" not in str(jit.CACHE_DIR)  # the live folder is this install's

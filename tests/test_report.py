@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 import hierdp
+from hierdp import _report_facts as facts
 from hierdp import report as rep
 from hierdp.accounting import zcdp_to_approx_dp
 from hierdp.cli import main
@@ -535,8 +536,8 @@ def test_spec_output_report_is_written_with_the_table(tmp_path, monkeypatch):
     assert result.meta["written"] == ["out/t.csv", "out/t.ledger.json", "out/t.html"]
     text = (tmp_path / "out/t.html").read_text(encoding="utf-8")
     assert result.ledger.release_id in text
-    assert f"sha256 <code>{rep._sha256(spec)}</code>" in text        # the spec is hashed
-    assert "people.csv" in text and rep._sha256(tmp_path / "people.csv") not in text   # the private source is not
+    assert f"sha256 <code>{facts._sha256(spec)}</code>" in text        # the spec is hashed
+    assert "people.csv" in text and facts._sha256(tmp_path / "people.csv") not in text   # the private source is not
     assert main(["release", str(spec), "-q"]) == 0                   # the command line writes it too
     led = json.loads((tmp_path / "out/t.ledger.json").read_text(encoding="utf-8"))
     assert led["release_id"] in (tmp_path / "out/t.html").read_text(encoding="utf-8")

@@ -154,14 +154,6 @@ def test_a_huge_seed_in_a_spec_is_refused_by_validation():
 # --------------------------------------------------------------------------------------
 # threads: a count past 1024 is refused with one line (10**6 made DuckDB hang)
 
-@pytest.fixture
-def restore_threads():
-    old = hierdp.set_threads(None)
-    hierdp.set_threads(old)
-    yield
-    hierdp.set_threads(old)
-
-
 @pytest.mark.parametrize("count", [1025, 10**6, 10**400], ids=["1025", "10**6", "400 digits"])
 def test_too_many_threads_is_one_line(monkeypatch, restore_threads, count):
     with pytest.raises(ValueError, match=r"threads must be at most 1024 threads") as info:

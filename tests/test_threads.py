@@ -25,14 +25,6 @@ from hierdp.rng import SeededRandom
 from tests.helpers import random_parent
 
 
-@pytest.fixture
-def restore_threads():
-    old = hierdp.set_threads(None)
-    hierdp.set_threads(old)
-    yield
-    hierdp.set_threads(old)
-
-
 def test_setting_precedence(monkeypatch, restore_threads):
     hierdp.set_threads(None)
     monkeypatch.delenv("HIERDP_THREADS", raising=False)

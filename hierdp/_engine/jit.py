@@ -28,14 +28,13 @@ from typing import Any
 
 __all__ = ["numba", "cache_dir", "preferred_cache_dir", "shared_kernels_tag", "notify_first_compile", "CACHE_ENV",
            "SMALL_INPUT", "REUSE", "interpreted", "for_size", "ready", "prefer_compiled", "release_finished",
-           "reusing",
+           "reusing", "INLINED_KERNELS",
            "COMPILE_SECONDS", "compile_logger", "compile_notice"]
 
 CACHE_ENV = "HIERDP_CACHE_DIR"
 
 #: CPU seconds the first release of a large tree (default chain: discrete Laplace, BLUE) spends
-#: compiling on a cold cache: 14.0 s measured from Python (a 18,121-node tree, HIERDP_CACHE_DIR
-#: empty; 0.8 s warm), about 15 s through the CLI; a busy machine takes longer in wall time
+#: compiling on a cold cache, as the first-compile notice states it; a busy machine takes longer in wall time
 COMPILE_SECONDS = 15
 
 #: the logger of the one line said before the first kernel compiles (``logging`` prints a
@@ -85,20 +84,27 @@ def cache_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix="hierdp-cache-"))  # a fresh private folder always works
 
 
+#: the files (from the package's folder) whose kernels kernels of other files inline
+INLINED_KERNELS = ("_engine/kernel_common.py", "mechanisms/_sampler_kernel.py")
+
+
 def shared_kernels_tag() -> str:
-    """A hash of the kernels every other kernel module inlines (``hierdp/_engine/kernel_common.py``).
+    """A hash of the kernels that kernels of other modules inline (:data:`INLINED_KERNELS`).
 
     numba keys a cached function by its own file only, so a kernel that inlines a helper
     from another module would keep running the helper's old machine code after an edit;
-    keying the cache folder by the helper's source makes such an edit start a fresh cache.
+    keying the cache folder by the helpers' source makes such an edit start a fresh cache.
     """
     import hashlib
 
-    src = Path(__file__).resolve().parent / "kernel_common.py"
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha1()
     try:
-        return hashlib.sha1(src.read_bytes()).hexdigest()[:10]
+        for name in INLINED_KERNELS:
+            digest.update((root / name).read_bytes())
     except OSError:  # pragma: no cover - a broken install
         return "unknown"
+    return digest.hexdigest()[:10]
 
 
 def _configure() -> Path | None:

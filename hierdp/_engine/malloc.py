@@ -5,11 +5,9 @@ hundreds of MB (a census task: 143 MB per ``(nodes, 2,016)`` float64 array). gli
 a thread other than the main one from an arena of its own whose heaps grow to 64 MB at
 most, so every larger block is a fresh ``mmap`` and goes back to the operating system on
 ``free`` -- ``M_MMAP_MAX=0`` does not stop it (a thread arena that cannot grow maps
-anyway). The next array's pages are then faulted in and zeroed again, 2 MiB at a time. On
-the census shape that was a third of the CPU: Wyoming (7.4·10⁷ node-cells, two tasks at
-once) took 13.6-15.4 s of system time and 16,000 fresh huge pages (32 GB zeroed) for 28 s
-of user time; with one arena, no ``mmap`` for large blocks and no trimming, 4.8 s and
-2,300, 25% less wall time, the same peak RSS (4.2 GiB).
+anyway). The next array's pages are then faulted in and zeroed again, 2 MiB at a time:
+on the census shape, a third of the CPU. One arena, no ``mmap`` for large blocks and no
+trimming keep those pages for reuse, at the same peak RSS.
 
 This module imports nothing heavy: the command line calls it before numpy starts its
 threads (the arena limit holds only for arenas not made yet).
@@ -43,9 +41,8 @@ def keep_freed_memory() -> bool:
     The process then keeps its peak heap until it exits. Returns whether it took effect
     (``False`` off glibc, e.g. macOS, Windows or musl). Call it before numpy loads: the
     limit caps how many arenas are made, not which one a thread takes, and a thread
-    started after the call still takes an arena that numpy's threads made before it
-    (measured: 62 fresh 64 MiB arena heaps on the census shape's Wyoming, none when called
-    first). From Python after ``import hierdp``, start the process with
+    started after the call still takes an arena that numpy's threads made before it. From
+    Python after ``import hierdp``, start the process with
     ``MALLOC_ARENA_MAX=1`` instead."""
     if _done:
         return _done[0]

@@ -24,10 +24,9 @@ def large_empty(shape: int | tuple[int, ...], dtype: Any = float, offset_bytes: 
     numpy's large arrays come from glibc's ``mmap``, whose length is rarely a multiple of
     2 MiB: the kernel then does not align the mapping, and glibc writes its chunk header
     before numpy asks for huge pages, so the first and last 2 MiB of the array fault in
-    4 KiB pages, up to 1,024 faults of ~1 us each. BLUE on the census-like tree (two
-    94 MB outputs) took 1,547 faults and 26.1 ms; from a mapping of a multiple of 2 MiB
-    advised first, 90 faults and 24.0 ms (19.2 -> 17.3 ms on 2 threads). The array's
-    ``base`` is the mapping, unmapped when the last array on it goes."""
+    4 KiB pages, up to 1,024 faults of ~1 us each; a mapping of a multiple of 2 MiB,
+    advised first, avoids them. The array's ``base`` is the mapping, unmapped when the
+    last array on it goes."""
     dt = np.dtype(dtype)
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = math.prod(dims) * dt.itemsize
@@ -63,9 +62,8 @@ def narrow_index(a: np.ndarray, offset_lines: int) -> np.ndarray:
     The offset matters. A pass that reads ``parent[i]`` and adds into ``out[parent[i]]``
     on a complete binary tree stores at ``4 i`` bytes into ``out`` while it loads at
     ``4 i`` into an int32 ``parent``; if both arrays start at the same place in a page,
-    every load waits on the store before it (4 KiB aliasing). Aggregation on the binary
-    tree of 16.8M nodes took 22.1 ms on one thread with such a copy, 8.9 ms with one
-    staggered, 9.9 ms with the int64 parents."""
+    every load waits on the store before it (4 KiB aliasing), which made aggregation
+    slower than with the int64 parents; staggered, it is faster."""
     if a.size and (int(a.max()) >= 2**31 or int(a.min()) < -(2**31)):
         return a
     out = large_empty(a.shape, np.int32, 64 * offset_lines)

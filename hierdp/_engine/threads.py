@@ -190,14 +190,11 @@ class _Away:
     Linux wakes a thread, by preference, on the CPU of the thread that wakes it when that
     looks cheap (``wake_affine``): a pool thread woken by ``submit`` then shares the
     caller's CPU while the other core idles, until the load balancer moves one of them,
-    which for a thread that sleeps between short passes takes many passes. Measured on the
-    development VM (2 cores): BLUE on the 16.7M-node binary tree on 2 threads took the
-    1-thread time on the first calls of a process and reached its 1.9x gain only after
-    about ten; the pool thread's pieces ran on the caller's CPU (``sched_getcpu``) in every
-    call of a busy run (docs/performance.md, "The first calls on two threads"). When the
-    pool thread finds itself on the caller's CPU it narrows its affinity to the others
-    (the kernel moves it at once), runs, and widens it back to what it was, so that it
-    never stays pinned. No-op where the CPU cannot be read or one CPU is allowed."""
+    which for a thread that sleeps between short passes takes many passes: a process's
+    first calls on two threads then run at the one-thread time. When the pool thread
+    finds itself on the caller's CPU it narrows its affinity to the others (the kernel
+    moves it at once), runs, and widens it back to what it was, so that it never stays
+    pinned. No-op where the CPU cannot be read or one CPU is allowed."""
 
     __slots__ = ("cpu",)
 

@@ -140,8 +140,7 @@ def sum_up_blocks(parent, values, out, bounds, a, b, store):
     group's heights are small enough to stay in cache from one to the next. The leaves
     come from ``values`` and are copied into ``out`` with ``store``, as in
     :func:`sum_up_range`; 1-D values. The loops are :func:`sum_up_range`'s written out:
-    calling it per height measured 10% slower on one thread (binary tree 7.4 -> 8.3 ms,
-    random 6.6 -> 7.3 ms, in one interleaved A/B run)."""
+    calling it per height is about 10% slower on one thread."""
     for lev in range(bounds.shape[0]):
         lo = bounds[lev, a]
         hi = bounds[lev, b]
@@ -286,8 +285,7 @@ def internal_heights(parent: np.ndarray) -> np.ndarray:
 def subtree_sums(parent: np.ndarray, depth: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Subtree sums of (n,) or (n, k) values of a parent array numbered parents first
     (numpy's ``add.at`` by depth up to :data:`SMALL_TREE` values, which compiles nothing;
-    for more, even on a small tree of many cells, the kernel: ``add.at`` of rows took
-    ~15 ns a node-cell)."""
+    for more, even on a small tree of many cells, the kernel: ``add.at`` of rows is slow)."""
     if values.size <= SMALL_TREE:
         return _np_sum_up(parent, depth, values)
     if values.ndim == 1:

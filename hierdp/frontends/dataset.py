@@ -8,15 +8,12 @@ read (``format``, ``memory``, ``temp_directory``, ``threads``, ``labels_as_text`
 
 **Engine: DuckDB** (``pip install "hierdp[dataset]"``). Counting records to
 ``(leaf, cell)`` beyond memory runs on an embedded engine that spills to disk, never on
-hand-written chunking. Measured on a synthetic 5·10⁷-row Parquet folder (10⁵ leaves ×
-200 cells, 1.8·10⁷ of them non-zero, 16 parts; ``benchmarks/bench_dataset_door.py``, 2
-cores shared with other jobs at a load average of ~16), the plain group-by count of the
-same files took 212 s at 2.1 GiB peak RSS in DuckDB (memory limit 2 GiB) and 346 s at
-4.0 GiB in Polars' streaming engine (an earlier run at load ~9 on data with fewer
-distinct cells: 120 s at 0.6 GiB against 120 s at 3.1 GiB). DuckDB is chosen because it
-was as fast or faster and at half to a fifth of the memory, and because its memory limit
-and spill folder are explicit, documented settings that bound the whole query (hash
-tables spill to ``temp_directory``); Polars' streaming engine has no memory limit to set.
+hand-written chunking. DuckDB is chosen because on a group-by count beyond memory
+(``benchmarks/bench_dataset_door.py``; figures in ``docs/appendix/performance-log.md``)
+it was as fast as Polars' streaming engine or faster, at half to a fifth of the memory,
+and because its memory limit and spill folder are explicit, documented settings that
+bound the whole query (hash tables spill to ``temp_directory``); Polars' streaming
+engine has no memory limit to set.
 Both are set here: ``memory=`` (default a quarter of the physical memory) and
 ``temp_directory=`` (DuckDB spills into a new owner-only folder made inside it, by default
 inside the system's temporary folder, and removed afterwards: DuckDB itself makes its
@@ -575,8 +572,8 @@ class DatasetDPTree(TreeDoor):
                 over, dropped = self._bound(con, rng if rng is not None else make_rng(None))
                 notes["rows_dropped_by_contribution_bound"] = int(dropped)
             joins, key, k = self._join_tables(con)
-            # grouped to distinct (path, cell) first, then placed: measured faster than placing
-            # every record (5e7 records with 2.5e6 distinct paths: 119 s against 159 s)
+            # grouped to distinct (path, cell) first, then placed: faster than placing every
+            # record, as records share paths
             names = ", ".join(_q(n) for n in self.levels + list(self.cells))
             src = f"SELECT {names}, sum(hierdp_w) AS hierdp_w FROM ({self._source(over)}) GROUP BY ALL"
             rows = con.execute(f"SELECT coalesce({key}, -1) AS key, sum(src.hierdp_w) AS w FROM ({src}) src "

@@ -1,14 +1,14 @@
 """Keyed discrete Laplace draws for small requests as vectorised numpy passes (issue 30 item 5).
 
 The keyed sampler (:func:`hierdp.mechanisms._samplers._run_keyed`) runs the state machine
-:func:`hierdp.mechanisms._samplers._fill` once per draw, each draw on its own segment of
+:func:`hierdp.mechanisms._sampler_kernel._fill` once per draw, each draw on its own segment of
 ``seg`` random words (:mod:`hierdp.keyed_noise`). Compiling that kernel costs a second
-on first use, so requests of up to :data:`hierdp._engine.jit.SMALL_INPUT` draws ran it
-interpreted, at ~20 µs a draw: 90% of a warm release of the 8,027-node Italy tree.
+on first use and running it interpreted ~20 µs a draw, so requests of up to
+:data:`hierdp._engine.jit.SMALL_INPUT` draws take the numpy passes below instead.
 
 Because every keyed draw reads only its own segment, the draws can run side by side:
 :func:`dlap_keyed_small` follows the state machine's path of discrete Laplace (CKS 2020,
-Alg. 2 with the magnitude split of :func:`~hierdp.mechanisms._samplers._fill`) for all
+Alg. 2 with the magnitude split of :func:`~hierdp.mechanisms._sampler_kernel._fill`) for all
 draws at once, one step per numpy pass, with a bit position per draw:
 
 * the ``J`` binary digits of the magnitude, each a byte of fresh bits compared with the
@@ -154,7 +154,7 @@ def _first_round(w2, jbits, cbytes, cnib, out, hard):
 
 def dlap_keyed_small(words: np.ndarray, n: int, seg: int, jbits: int, g0: int,
                      cb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Discrete Laplace draws on per-draw segments, as :func:`~hierdp.mechanisms._samplers._fill`
+    """Discrete Laplace draws on per-draw segments, as :func:`~hierdp.mechanisms._sampler_kernel._fill`
     (``gauss = 0``, keyed: ``seg > 0``) computes them, by numpy passes over all draws.
 
     Parameters

@@ -35,8 +35,8 @@ back gives the estimate and, columns being independent, its exact per-cell varia
 variances, and where a direction is unidentified the reach of ``inf``), each ``O(n k D)`` by
 cumulative sums (:func:`_apply`), plus the marginals themselves, ``O(n k |strategy|)``;
 memory a few ``(n, k)`` float64 arrays (1.1 GB peak at 1e5 leaves x 200 cells). No
-iterative solver is needed; an arbitrary (non-product) query set would need one. Measured
-(benchmarks/bench_marginals.py, 2 shared cores): 1.4-6.7x the full-histogram release.
+iterative solver is needed; an arbitrary (non-product) query set would need one
+(``benchmarks/bench_marginals.py`` times it against the full-histogram release).
 
 The plan hands on its GLS estimate as the measurements (with its exact per-cell
 variances): it is already consistent, so the default chain is empty; ``nonneg`` and
@@ -168,8 +168,8 @@ def _helmert_axis(a: np.ndarray, axis: int, mode: str) -> np.ndarray:
 #: arrays of more values than this are rotated by the compiled kernel
 #: (:func:`hierdp._engine.helmert.helmert_rows`, one node at a time, every dimension in cache),
 #: smaller ones by numpy (:func:`_helmert_axis` per dimension: no compile for a small
-#: release) until the kernel is loaded in this process, then by the kernel too (4-12x
-#: faster warm: 0.45 against 5.6 ms on 30 x 2,016 values); the two give the same bits
+#: release) until the kernel is loaded in this process, then by the kernel too (several
+#: times faster warm); the two give the same bits
 KERNEL_MIN = 1 << 16
 
 _MODES = {"fwd": 0, "bwd": 1, "sq": 2}
@@ -184,9 +184,7 @@ def _apply(a: np.ndarray, mode: str) -> np.ndarray:
     """Apply the Helmert transform ``mode`` along every cell axis of ``a`` ``(n, k_1, ..., k_D)``.
 
     Each dimension of size ``m`` costs ``O(m)`` per vector (cumulative sums, no ``m x m``
-    product). Measured on the census shape ``8 x 2 x 2 x 63`` (5,000 nodes, 2 shared cores,
-    one transform): numpy's per-dimension passes (batched BLAS products) 19-39 ns per
-    node-cell; the kernel a few (docs/performance.md)."""
+    product); large arrays go to the compiled kernel, which keeps every dimension in cache."""
     shape = a.shape
     sizes = tuple(int(m) for m in shape[1:])
     if all(m == 1 for m in sizes):

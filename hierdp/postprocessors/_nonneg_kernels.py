@@ -378,8 +378,7 @@ def nnls_leaves_up_flat1(lpar, xl, dl, fixedl, s, su, ninf, lo, hi, lo2, hi2):
     indices; ``lpar`` their parents), each high to low as the one-loop pass. The two
     pieces run interleaved so that their chains of dependent adds overlap (no parent is
     in both, so each sum is the same). The stores are written out in each loop: a helper
-    that takes the arrays and stores (``inline="always"``) made this pass 1.7-1.9x slower
-    (measured on the binary and random trees)."""
+    that takes the arrays and stores, even ``inline="always"``, makes this pass slower."""
     pa = -1
     ua = 0.0
     ca = 0

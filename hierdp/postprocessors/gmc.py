@@ -145,12 +145,9 @@ def _bottom_with_leaves(st: GMCStructure, pieces: Pieces) -> bool:
     (``pieces.bottom_runs``), short, and all of one length (complete trees of small
     fan-out), so that summing a run again going down costs less than storing and
     reloading each node's sum, and the loop over a run's leaves ends where it is predicted
-    to. On a complete binary tree of 16.8M nodes (three interleaved runs) one thread stayed
-    as fast (GMC 37.4-37.6 ms against 37.5-38.2; weighted 54.2-55.9 against 56.2-56.8) and
-    two went from 23.2-25.2 to 21.5-23.1 ms (weighted 33.6-38.3 to 31.3-37.0). Where runs
-    differ in length the loops' ends are mispredicted: on the random fan-out tree (runs of
-    2-5 leaves, 12M nodes) one thread went from 23.6 to 53.6 ms. On the census-like tree
-    (runs of ~52 leaves) summing again doubled the time. Both keep the separate passes."""
+    to (two threads a little faster on a complete binary tree). Where runs differ in length
+    the loops' ends are mispredicted, and long runs make summing again cost more than it
+    saves (about twice as slow on both): such trees keep the separate passes."""
     return st.leaf_parent is not None and pieces.bottom_runs and pieces.equal_runs
 
 

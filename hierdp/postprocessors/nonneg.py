@@ -294,7 +294,7 @@ def nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *
         "kkt_residual": float(resid),
         "complementarity": float(comp),
         "objective": float(objective),
-        "n_zero_leaves": int(np.count_nonzero(fixed)),  # fixed.sum() took 3.3 ms on one thread (11M leaves)
+        "n_zero_leaves": int(np.count_nonzero(fixed)),  # faster than fixed.sum() on a bool array
     }
     if not converged:
         warn(f"nonneg stopped after {max_iter} iterations with KKT residual {resid:.3g}; "

@@ -272,7 +272,7 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
                         "scale the values down first")
     small = _small_numpy(tree, n * k, TK.integer_parents)
     # no node known exactly: every lower bound is 0, and the compiled pass is told so by a
-    # (1, 1) array (rint and a cast of zeros over every node-cell took 13 ns a node-cell)
+    # (1, 1) array (not rint and a cast of zeros over every node-cell)
     lowi = np.zeros((n, k) if small else (1, 1), np.int64)
     if exact.any():
         low = np.zeros((n, k))

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import hierdp
-from hierdp.audit import audit, audit_mechanism
+from hierdp.accounting.audit import audit, audit_mechanism
 from hierdp.mechanisms import Laplace, TruncatedLaplace
 
 

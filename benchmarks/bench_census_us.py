@@ -93,7 +93,7 @@ from typing import Any
 
 
 def _keep_freed_memory_first() -> None:
-    """Set glibc's allocator as the ``hierdp`` command does (:mod:`hierdp._engine.malloc`)
+    """Set glibc's allocator as the ``hierdp`` command does (:mod:`hierdp._kernels.malloc`)
     before numpy loads: once numpy's threads have made arenas, ``M_ARENA_MAX`` no longer
     keeps a task thread off them (measured on Wyoming: 62 fresh arena heaps and 8.9 s,
     against none and 8.0 s with the limit set first). The module is run from its file, not
@@ -103,7 +103,7 @@ def _keep_freed_memory_first() -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "_hierdp_malloc_first", Path(__file__).resolve().parents[1] / "hierdp" / "_engine" / "malloc.py")
+        "_hierdp_malloc_first", Path(__file__).resolve().parents[1] / "hierdp" / "_kernels" / "malloc.py")
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -409,7 +409,7 @@ def release_keywords(plan: str, seed: int | None) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> None:
     import hierdp
-    from hierdp._engine import jit
+    from hierdp._kernels import jit
     from hierdp.pipeline import release_by_subtree
 
     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
@@ -566,10 +566,10 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile the run; top 25 by cumulative time")
     ap.add_argument("--system-malloc", action="store_true",
                     help="leave glibc's allocator as it is (by default freed memory is kept and reused, as the "
-                         "hierdp command does: hierdp._engine.malloc)")
+                         "hierdp command does: hierdp._kernels.malloc)")
     args = ap.parse_args()
     if not args.system_malloc:
-        from hierdp._engine.malloc import keep_freed_memory
+        from hierdp._kernels.malloc import keep_freed_memory
 
         print(f"allocator: freed memory kept for reuse ({'on' if keep_freed_memory() else 'not glibc: as is'}; "
               "--system-malloc to leave it)")

@@ -181,7 +181,7 @@ def run_shape(shape: str, mode: str, repeat: int) -> dict:
     b = blue(tree, noisy, variance)
     res["blue_s"] = best_of(lambda: blue(tree, noisy, variance), repeat)
     # the compiled kernel blue() picks, alone, outputs pre-allocated (as GMC stage 2 is timed)
-    from hierdp._engine.kernel_common import aligned_empty
+    from hierdp._kernels.kernel_common import aligned_empty
     from hierdp.postprocessors import _blue_kernels as K
     from hierdp.postprocessors.blue import _structure
 

@@ -80,7 +80,7 @@ def _leaf_depth_sampler(eps: float, d: int, max_depth: int = 40):
 
 
 def audits(n: int) -> None:
-    from hierdp.audit import audit
+    from hierdp.accounting.audit import audit
     from hierdp.decompositions import privtree as pt
 
     print(f"audits of PrivTree's split decisions ({n:,} draws per input; c vs c + 1 points on the path)")

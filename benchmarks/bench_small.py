@@ -1,13 +1,13 @@
 """Small releases: numpy passes against the compiled kernels (issue 30 item 5).
 
-Inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` (2^14) items used to run the kernels
+Inputs of up to ``hierdp._kernels.jit.SMALL_INPUT`` (2^14) items used to run the kernels
 interpreted (``jit.for_size``) to spare the first release a compile or a cache load. Now
 the keyed discrete Laplace sampler (``mechanisms/_keyed_small.py``) and BLUE
 (``postprocessors/_blue_small.py``) take numpy passes there instead (from 64 draws and 32
 values: below, the interpreted kernels are cheaper), and top-down ``nonneg`` and ``round``
 (``postprocessors/_topdown_small.py``) too. From a process's second release on, a
 release from the secure key takes the compiled kernels instead when numba's on-disk cache
-holds them (loading them costs that release ~0.3 s once; ``hierdp._engine.jit.ready``);
+holds them (loading them costs that release ~0.3 s once; ``hierdp._kernels.jit.ready``);
 a seeded release always takes the numpy passes (its values never depend on what the
 process ran before). For trees shaped like Italy's geography
 (region > province > municipality: 20 regions, ~107 provinces, the rest municipalities;
@@ -26,7 +26,7 @@ with ``round`` top-down, ``method="topdown"``), default release (``per_level``, 
 * ``a process now``: ``--fresh`` fresh processes with hierdp's defaults, each releasing
   ``1 + --calls`` times from the secure key (no seed), as a user's loop would: the first
   release (numpy passes: nothing to compile or load), the second (it loads the kernels
-  from the on-disk cache, ``hierdp._engine.jit.ready``), and the median of the later
+  from the on-disk cache, ``hierdp._kernels.jit.ready``), and the median of the later
   ones with its ratio (target: <= 2x) to ``compiled``, the median of the later releases
   of as many fresh processes with every kernel compiled (alternating with them; a
   process that runs one mode only, where the interleaved floor above runs its kernels
@@ -80,7 +80,7 @@ def italy_like(n_nodes: int, seed: int = 0):
 
 
 def _mode(mode: str) -> None:
-    from hierdp._engine import jit
+    from hierdp._kernels import jit
     from hierdp.mechanisms import _samplers
     from hierdp.postprocessors import blue, topdown
 
@@ -102,7 +102,7 @@ def as_a_user(n: int, chain: str, calls: int, mode: str = "default") -> list:
     a process that runs nothing else). Times (CPU, wall) of each release."""
     warnings.simplefilter("ignore")
     if mode == "compiled":
-        from hierdp._engine import jit
+        from hierdp._kernels import jit
 
         jit.SMALL_INPUT = -1
     tree, truth = italy_like(n)

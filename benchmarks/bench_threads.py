@@ -50,9 +50,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _trees import census_like_tree, complete_tree, random_fanout_tree  # noqa: E402
 
 import hierdp  # noqa: E402
-from hierdp._engine.jit import numba as nb  # noqa: E402
-from hierdp._engine.threads import _cores, run_pieces, spans  # noqa: E402
-from hierdp._engine.tree_pieces import tree_pieces  # noqa: E402
+from hierdp._kernels.jit import numba as nb  # noqa: E402
+from hierdp._kernels.threads import _cores, run_pieces, spans  # noqa: E402
+from hierdp._kernels.tree_pieces import tree_pieces  # noqa: E402
 from hierdp.mechanisms._samplers import discrete_laplace  # noqa: E402
 from hierdp.postprocessors.blue import blue  # noqa: E402
 from hierdp.postprocessors.gmc import _bottom_with_leaves, gmc, gmc_structure, gmc_weighted  # noqa: E402
@@ -413,7 +413,7 @@ def _calls_child(shape: str, size, threads: int, calls: int, spread: bool) -> li
     import resource
     import threading
 
-    from hierdp._engine import threads as T
+    from hierdp._kernels import threads as T
     from hierdp.postprocessors import blue as B
 
     T.SPREAD = spread
@@ -458,7 +458,7 @@ def _calls_child(shape: str, size, threads: int, calls: int, spread: bool) -> li
 
 def first_calls(shape: str, size, threads: int, calls: int, procs: int) -> None:
     """BLUE's consecutive calls in fresh processes on 1 and ``threads`` threads (and on
-    ``threads`` without ``hierdp._engine.threads.SPREAD``): per call, the median over
+    ``threads`` without ``hierdp._kernels.threads.SPREAD``): per call, the median over
     ``procs`` processes of its time, page faults and CPU time, and of the share of the pool
     threads' pieces that ran on the caller's CPU (issue 30 item 4: the gain must hold from
     the second call)."""

@@ -52,7 +52,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hierdp  # noqa: E402
-from hierdp._engine import jit as _jit  # noqa: E402
+from hierdp._kernels import jit as _jit  # noqa: E402
 from hierdp.mechanisms.base import Sensitivity  # noqa: E402
 from hierdp.postprocessors.base import Measurements  # noqa: E402
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hierdp.accountants import bs16_rho, cks_rho, discrete_gaussian_rho, gaussian_mu
+from hierdp.accounting.accountants import bs16_rho, cks_rho, discrete_gaussian_rho, gaussian_mu
 
 K = 6
 OUT = Path(__file__).resolve().parents[1] / "docs" / "_static" / "accounting_variance.png"

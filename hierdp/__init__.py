@@ -102,20 +102,20 @@ from hierdp.errors import (  # noqa: E402
 
 if TYPE_CHECKING:  # the names _load() binds (mypy and readers see them here)
     from hierdp import plot, registry
-    from hierdp._engine.threads import get_threads, set_threads
+    from hierdp._kernels.threads import get_threads, set_threads
     from hierdp.accounting import PrivacyLoss
+    from hierdp.accounting.ledger import Ledger
+    from hierdp.accounting.session import Session
     from hierdp.evaluation import evaluate
     from hierdp.frontends.base import dptree
     from hierdp.frontends.pandas import DPTree
     from hierdp.frontends.points import PointsResult, release_points
     from hierdp.frontends.sequences import SequenceResult, release_sequences
     from hierdp.frontends.taxonomy import RegionsResult, release_mixed, release_taxonomy
-    from hierdp.ledger import Ledger
     from hierdp.measurements import Estimate, Measurements
     from hierdp.mechanisms.base import Sensitivity
     from hierdp.pipeline import postprocess, release
     from hierdp.result import ReleaseResult
-    from hierdp.session import Session
     from hierdp.tree import Tree
 
 __all__ = ["Tree", "release", "postprocess", "metric", "evaluate", "run_spec", "Session", "Sensitivity",
@@ -145,8 +145,10 @@ def _load() -> None:
     try:
         import hierdp.plot  # noqa: F401  (matplotlib is imported only when a plot is drawn)
         import hierdp.registry  # noqa: F401
-        from hierdp._engine.threads import get_threads, set_threads
+        from hierdp._kernels.threads import get_threads, set_threads
         from hierdp.accounting import PrivacyLoss
+        from hierdp.accounting.ledger import Ledger
+        from hierdp.accounting.session import Session
         from hierdp.evaluation import evaluate
         from hierdp.frontends._dask_hook import install as install_dask_frontend
         from hierdp.frontends._dask_hook import install_polars as install_polars_frontend
@@ -156,12 +158,10 @@ def _load() -> None:
         from hierdp.frontends.sequences import SequenceResult, release_sequences
         from hierdp.frontends.taxonomy import RegionsResult, release_mixed, release_taxonomy
         from hierdp.frontends.xarray import ArrayDPTree  # noqa: F401  (registers .dptree on xarray objects)
-        from hierdp.ledger import Ledger
         from hierdp.measurements import Estimate, Measurements
         from hierdp.mechanisms.base import Sensitivity
         from hierdp.pipeline import postprocess, release
         from hierdp.result import ReleaseResult
-        from hierdp.session import Session
         from hierdp.tree import Tree
 
         install_dask_frontend()  # .dptree on Dask DataFrames once dask.dataframe is imported (not before)

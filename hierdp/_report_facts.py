@@ -37,8 +37,8 @@ import numpy as np
 
 from hierdp import registry, rules
 from hierdp.accounting import zcdp_to_approx_dp
+from hierdp.accounting.ledger import Ledger, LevelSpend, _compact_levels
 from hierdp.errors import HierDPError
-from hierdp.ledger import Ledger, LevelSpend, _compact_levels
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.continuous import Gaussian, Laplace
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian

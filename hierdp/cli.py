@@ -206,11 +206,11 @@ def _spec_arg(arg: str) -> str:
 @contextmanager
 def _compile_notice(quiet: bool, err: TextIO) -> Iterator[None]:
     """While open, the line hierdp logs before it first compiles a kernel (a cold cache and a
-    tree too large to run interpreted; :func:`hierdp._engine.jit.compile_notice`) goes to
+    tree too large to run interpreted; :func:`hierdp._kernels.jit.compile_notice`) goes to
     ``err``, once, or nowhere under ``-q``."""
     import logging
 
-    from hierdp._engine.jit import compile_logger
+    from hierdp._kernels.jit import compile_logger
 
     handler: logging.Handler = logging.NullHandler() if quiet else logging.StreamHandler(err)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -544,7 +544,7 @@ def _interrupted(args: argparse.Namespace) -> str:
 
 
 def _threads_count(text: str) -> int:
-    from hierdp._engine.threads import parse_threads
+    from hierdp._kernels.threads import parse_threads
 
     try:
         return parse_threads(text, "--threads")
@@ -581,7 +581,7 @@ def _main(argv: Sequence[str] | None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help / --version exit 0, usage errors 2
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USER
-    from hierdp._engine.malloc import keep_freed_memory
+    from hierdp._kernels.malloc import keep_freed_memory
 
     keep_freed_memory()  # before numpy starts its threads; HIERDP_MALLOC=system leaves glibc as it is
     from hierdp import _load
@@ -599,7 +599,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if not args.quiet:
             err.write(f"warning: {message}\n")
 
-    from hierdp._engine.threads import get_threads, set_threads
+    from hierdp._kernels.threads import get_threads, set_threads
 
     restore: list = []
     try:

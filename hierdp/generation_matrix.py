@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from hierdp._engine import gm_passes as GP
-from hierdp._engine.jit import for_size
+from hierdp._kernels import gm_passes as GP
+from hierdp._kernels.jit import for_size
 from hierdp.errors import DataError, HierarchyError
 
 if TYPE_CHECKING:
-    from hierdp._engine.protocols import TreeLike as Tree
+    from hierdp._kernels.protocols import TreeLike as Tree
 
 __all__ = [
     "generation_matrix", "structure_matrix", "k_order_size", "k_order_submatrix",

@@ -89,9 +89,9 @@ import struct
 import numpy as np
 
 from hierdp import rng as _rng
-from hierdp._engine import jit as _jit
-from hierdp._engine.jit import for_size
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels import jit as _jit
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.jit import numba as nb
 from hierdp.rng import RandomSource, _WordSource, chacha20_fill
 
 __all__ = ["NoiseKey", "ExportedNoiseKey", "KeyedStream", "chacha_block", "segment_words", "draw_ids",

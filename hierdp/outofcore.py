@@ -8,7 +8,7 @@
    way data come in), their measurement and the pass up; the task's state (noisy values,
    variances, the roots' ``(z, u)``) is spilled to the work folder;
 2. **top**: the levels above the split, solved from every root's ``(z, u)``, the roots'
-   arrays on disk in blocks of cells (:class:`~hierdp._engine.columns.ColumnsOnDisk`:
+   arrays on disk in blocks of cells (:class:`~hierdp._kernels.columns.ColumnsOnDisk`:
    solved in ``top.partial/``, renamed to ``top/`` when whole); the top part is written,
    and the roots' values the pass down starts from are read back by each task's roots;
 3. **down**, per task on ``workers`` threads: the pass down (and top-down ``nonneg`` /
@@ -35,7 +35,7 @@ counts, kept only so that a resumed run can still check the top part's counts ad
 completes it is **as sensitive as the data** (with the key the noisy values give back the
 true ones): it is created owner-only (0700 from ``mkdir``, the key file 0600), a folder of
 another user, open to others, a symbolic link or inside a folder others may write to is
-refused (:mod:`hierdp._engine.private`; never adopted), and the key, the spills and the
+refused (:mod:`hierdp._kernels.private`; never adopted), and the key, the spills and the
 root counts are deleted when the release completes. The journal records the key's digest
 when the key is made; a resume refuses another key (``docs/security.md``).
 
@@ -89,8 +89,9 @@ import numpy as np
 import pandas as pd
 
 from hierdp import subtrees
-from hierdp._engine.columns import ColumnsOnDisk
-from hierdp._engine.private import check_private_folder, make_private_folder
+from hierdp._kernels.columns import ColumnsOnDisk
+from hierdp._kernels.private import check_private_folder, make_private_folder
+from hierdp.accounting.ledger import Ledger
 from hierdp.errors import DataError, NotForPublicationWarning
 from hierdp.execution.dask import DaskExecutor, is_dask_client
 from hierdp.execution.driver import StageContext, run_split, settle_split
@@ -138,13 +139,12 @@ from hierdp.execution.stages import RootCounts, SplitStages, TopSolution, split_
 from hierdp.execution.steps import account, build_ledger, check, noise_key, open_account, reserve
 from hierdp.execution.stores import RowsOnDisk, roots_columns
 from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
-from hierdp.ledger import Ledger
 from hierdp.rng import make_rng
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
+    from hierdp.accounting.session import Reservation, Session
     from hierdp.measurements import Estimate
-    from hierdp.session import Reservation, Session
 
 __all__ = ["release_to_dataset", "check_dataset_target", "check_dataset_folders", "describe_unfinished",
            "WorkFolderError", "OutputFolderError", "part_name", "SUCCESS", "LEDGER_NAME", "KILL_ENV", "COUNTS",

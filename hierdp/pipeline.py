@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import registry, rules, subtrees
-from hierdp._engine.jit import release_finished, reusing
+from hierdp._kernels.jit import release_finished, reusing
 from hierdp.accounting import PrivacyLoss, structure_total
+from hierdp.accounting.ledger import Ledger
 from hierdp.decompositions.base import Structure
 from hierdp.errors import DataError, NotForPublicationWarning, warn
 from hierdp.execution.counts import check_values, count_problem
@@ -57,7 +58,6 @@ from hierdp.execution.steps import (
     unmeasured_missing,
 )
 from hierdp.execution.stores import MemoryStore, SpillStore
-from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
 from hierdp.plans.marginals import Marginals
 from hierdp.postprocessors.base import node_values, node_variance
@@ -67,8 +67,8 @@ from hierdp.rng import make_rng
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
+    from hierdp.accounting.session import Reservation, Session
     from hierdp.mechanisms.base import Sensitivity
-    from hierdp.session import Reservation, Session
 
 __all__ = ["release", "postprocess", "resolve_plan", "external_estimate", "resolve_invariants", "Resolved",
            "resolve", "check", "open_account", "measure", "account", "post_process", "build_ledger",
@@ -234,7 +234,7 @@ def release(
     -------
     ReleaseResult
         The estimate (``.frame``, ``.estimate``, ``.std``, ``.intervals()``), the noisy
-        measurements and the :class:`~hierdp.ledger.Ledger` of the release.
+        measurements and the :class:`~hierdp.accounting.ledger.Ledger` of the release.
 
     Examples
     --------

@@ -1,9 +1,9 @@
 """Fill the kernel cache ahead of time (``hierdp compile``).
 
-A process's first release of a small tree (up to ``hierdp._engine.jit.SMALL_INPUT``
+A process's first release of a small tree (up to ``hierdp._kernels.jit.SMALL_INPUT``
 node-cells) runs numpy passes and compiles nothing; its later releases from the secure key
 take the compiled kernels when numba's on-disk cache holds them
-(:func:`hierdp._engine.jit.ready`), and a cache miss never compiles. On a machine that has
+(:func:`hierdp._kernels.jit.ready`), and a cache miss never compiles. On a machine that has
 never run a large release the cache is empty, so small releases stay on the numpy passes.
 :func:`compile_kernels` compiles the versions small releases use into the cache once
 (about a minute of CPU), as the first large release would.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hierdp
-from hierdp._engine import jit
+from hierdp._kernels import jit
 
 __all__ = ["compile_kernels", "Compiled"]
 

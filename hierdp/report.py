@@ -52,9 +52,9 @@ from hierdp._report_facts import (
     spec_files,
 )
 from hierdp._version import __version__
+from hierdp.accounting.ledger import Ledger
 from hierdp.errors import DataError
 from hierdp.io import write_text
-from hierdp.ledger import Ledger
 
 __all__ = ["write_report", "report_html", "registry_record", "registry_yaml", "report_kind", "exact_rational",
            "level_accuracy", "REPORT_SUFFIXES", "REGISTRY_SCHEMA"]
@@ -578,7 +578,7 @@ def write_report(path: str | Path, ledger: Ledger, result: Any = None, *, title:
     Parameters
     ----------
     path : ``.html`` (the report page) or ``.yaml`` (the OpenDP deployments-registry record).
-    ledger : the release's :class:`~hierdp.ledger.Ledger`.
+    ledger : the release's :class:`~hierdp.accounting.ledger.Ledger`.
     result : the :class:`~hierdp.result.ReleaseResult`, for what only the release holds
         (per-query budgets, the released values' accuracy, the decomposition map, the spec's
         file hashes).

@@ -11,7 +11,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from hierdp.ledger import Ledger
+from hierdp.accounting.ledger import Ledger
 from hierdp.postprocessors.base import Estimate
 from hierdp.report import write_report
 from hierdp.tree import Tree

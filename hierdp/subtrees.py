@@ -53,13 +53,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp._engine import tree_kernels as TK
-from hierdp._engine.columns import ColumnsOnDisk
-from hierdp._engine.jit import for_size
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels import tree_kernels as TK
+from hierdp._kernels.columns import ColumnsOnDisk
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.jit import numba as nb
 from hierdp.accounting import Spend
+from hierdp.accounting.ledger import LevelSpend
 from hierdp.errors import DataError, PluginError, did_you_mean
-from hierdp.ledger import LevelSpend
 from hierdp.plans import per_level as PL
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _totals as TT
@@ -492,7 +492,7 @@ def _blue(parent: np.ndarray, n_children: np.ndarray, leafcount: np.ndarray, y: 
           var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The two-pass BLUE (:func:`hierdp.postprocessors._blue_kernels.blue_2d`) on
     parent-before-child arrays whose trailing run of leaves count one leaf each; compiled
-    or interpreted by node-cells (:func:`hierdp._engine.jit.for_size`), the same numbers."""
+    or interpreted by node-cells (:func:`hierdp._kernels.jit.for_size`), the same numbers."""
     y = np.ascontiguousarray(y, dtype=np.float64)
     var = np.ascontiguousarray(var, dtype=np.float64)
     x = np.empty_like(y)

@@ -21,7 +21,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from hierdp._engine import tree_kernels as K
+from hierdp._kernels import tree_kernels as K
 from hierdp.errors import DataError, HierarchyError, did_you_mean, expected_one_of
 
 __all__ = ["Tree", "InternalArrays"]
@@ -614,12 +614,12 @@ class Tree:
         caller hands ``values`` over: a large C-contiguous, writeable array is summed in
         place and returned, with no new output (whose fresh pages the OS would zero) and
         no copy, so the leaves are only read."""
-        from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, block_groups, tree_pieces
+        from hierdp._kernels.tree_pieces import PARALLEL_MIN, PIECE, block_groups, tree_pieces
 
         if self.n_nodes < PARALLEL_MIN:
             return K.subtree_sums(self._parent, self._depth, values)
-        from hierdp._engine.memory import large_empty
-        from hierdp._engine.threads import get_threads, prefault, run_pieces, spans
+        from hierdp._kernels.memory import large_empty
+        from hierdp._kernels.threads import get_threads, prefault, run_pieces, spans
 
         pieces = tree_pieces(self)
         values = np.ascontiguousarray(values)
@@ -648,12 +648,12 @@ class Tree:
 
     def _parent_index(self) -> np.ndarray:
         """The internal parents as the compiled passes read them: int32 when the tree fits,
-        staggered in its page (:func:`hierdp._engine.memory.narrow_index`: fewer bytes, and no
+        staggered in its page (:func:`hierdp._kernels.memory.narrow_index`: fewer bytes, and no
         4 KiB aliasing with the values a pass adds into); read-only, one copy per tree,
         shared by aggregation, BLUE and GMC."""
         parent = self._cache.get(_PARENT32_KEY)
         if parent is None:
-            from hierdp._engine.memory import narrow_index
+            from hierdp._kernels.memory import narrow_index
 
             parent = self._cache[_PARENT32_KEY] = narrow_index(self._parent, 37)
         return parent

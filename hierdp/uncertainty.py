@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import registry
-from hierdp._engine import jit as _jit
+from hierdp._kernels import jit as _jit
 from hierdp.errors import DataError, HierDPError
 from hierdp.keyed_noise import NoiseKey
 from hierdp.measurements import Estimate, Measurements
@@ -73,7 +73,7 @@ from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
 from hierdp.rng import make_rng
 
 if TYPE_CHECKING:
-    from hierdp.ledger import Ledger
+    from hierdp.accounting.ledger import Ledger
     from hierdp.tree import Tree
 
 __all__ = ["Intervals", "release_intervals", "exact_halfwidth", "order_index", "DEFAULT_DRAWS"]
@@ -216,7 +216,7 @@ def _noise_law(ledger: Ledger) -> tuple[list[_Level] | None, str]:
 
 def _small(n: int, k: int) -> bool:
     """Whether a tree of ``n`` nodes with ``k`` cells is a small input (at most
-    :data:`hierdp._engine.jit.SMALL_INPUT` node-cells): its simulation then runs in batches
+    :data:`hierdp._kernels.jit.SMALL_INPUT` node-cells): its simulation then runs in batches
     that are small inputs too, so the sampler and the chain take their numpy passes and
     compile nothing (issue 53 item 4)."""
     return n * k <= _jit.SMALL_INPUT
@@ -237,7 +237,7 @@ def _keyed(mechanism: Mechanism) -> bool:
 def _sources(n: int, k: int, sim_seed: int | None) -> tuple[Any, NoiseKey | None]:
     """The simulation's random source and, for a small tree, a noise key of its own words
     (never the release's key: :meth:`NoiseKey.from_rng`): keyed draws of up to
-    :data:`hierdp._engine.jit.SMALL_INPUT` run as numpy passes, the same law, and each draw
+    :data:`hierdp._kernels.jit.SMALL_INPUT` run as numpy passes, the same law, and each draw
     is indexed by node, cell and simulated vector, so its value does not depend on the batches."""
     rng = make_rng(sim_seed)
     return rng, (NoiseKey.from_rng(rng) if _small(n, k) else None)

@@ -2,16 +2,16 @@ import numpy as np
 import pytest
 
 import hierdp
-import hierdp._engine.jit
+import hierdp._kernels.jit
 
 # The suite exercises the compiled kernels on inputs of every size (small releases run
-# them interpreted by default, see hierdp._engine.jit.for_size; tests/test_interpreted_kernels.py
+# them interpreted by default, see hierdp._kernels.jit.for_size; tests/test_interpreted_kernels.py
 # holds the interpreted runs equal to the compiled ones, and the CLI tests run in
 # subprocesses with the default). Tests of the small-input paths (numpy passes, interpreted
 # kernels) set SMALL_INPUT back; REUSE off keeps the kernels this suite loads from taking
 # those paths' place (tests/test_kernel_reuse.py turns it on).
-hierdp._engine.jit.SMALL_INPUT = 0
-hierdp._engine.jit.REUSE = False
+hierdp._kernels.jit.SMALL_INPUT = 0
+hierdp._kernels.jit.REUSE = False
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp.accountants import APPROX, BASIC, approx_delta, approx_epsilon
+from hierdp.accounting.accountants import APPROX, BASIC, approx_delta, approx_epsilon
 from hierdp.errors import BudgetError
 from hierdp.plans import ghazi as gz
 
@@ -215,7 +215,7 @@ def test_the_auditor_stays_below_the_certified_epsilon_of_the_ghazi_plan():
     of the whole plan on each of two neighbouring inputs, the root and one leaf moved by one)
     finds ε̂ ≈ 0.6 at (8, 10⁻⁶) — the bound M alone spends 0.8 — below the certified 7.95.
     Certifying 1/20 of it would be refuted (checked when this test was written)."""
-    from hierdp.audit import audit
+    from hierdp.accounting.audit import audit
     from hierdp.mechanisms.base import Sensitivity
 
     tree, plan, sens = hierdp.Tree.complete(2, 2), gz.Ghazi(alpha=0.5), Sensitivity(l1=1.0, l2=1.0)

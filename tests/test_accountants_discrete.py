@@ -20,7 +20,8 @@ import pytest
 from scipy.special import logsumexp
 
 import hierdp
-from hierdp.accountants import (
+from hierdp.accounting import PrivacyLoss, split_total, unit_moves
+from hierdp.accounting.accountants import (
     DISCRETE,
     ZCDP,
     cks_epsilon,
@@ -28,7 +29,6 @@ from hierdp.accountants import (
     discrete_gaussian_delta,
     discrete_gaussian_rho,
 )
-from hierdp.accounting import PrivacyLoss, split_total, unit_moves
 
 pytestmark = pytest.mark.filterwarnings("ignore::hierdp.NotForPublicationWarning")
 
@@ -180,13 +180,13 @@ def test_ledger_curve_and_text():
     assert led.epsilon_at(1e-3) < 1.0
     # at a smaller δ the ρ-zCDP bound of the same noise (CKS 2020 Thm 14 and Cor. 13)
     assert led.epsilon_at(1e-9) == pytest.approx(cks_epsilon(led.rho, 1e-9), rel=1e-12)
-    assert hierdp.ledger.Ledger.from_json(led.to_json()).certified_by == DISCRETE
+    assert hierdp.accounting.ledger.Ledger.from_json(led.to_json()).certified_by == DISCRETE
 
 
 def test_auditor_does_not_refute_the_calibrated_discrete_gaussian():
     """One level calibrated to (1, 1e-6) on its exact curve; the auditor on one count moved
     by one finds a lower bound below ε = 1 (and above 0.3: it sees the noise)."""
-    from hierdp.audit import audit
+    from hierdp.accounting.audit import audit
 
     rho = discrete_gaussian_rho(1.0, 1e-6, [1.0], start=cks_rho(1.0, 1e-6))
     assert rho is not None and _hockey_stick_one(1.0, 1 / (2 * rho)) <= 1e-6

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import hierdp
+from hierdp.accounting.ledger import Ledger
 from hierdp.errors import BudgetError, SpecError
-from hierdp.ledger import Ledger
 from hierdp.report import budget_rows
 from hierdp.spec import validate
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp.accountants import ANALYTIC, BASIC, ZCDP, bs16_rho, cks_rho
 from hierdp.accounting import PrivacyLoss
+from hierdp.accounting.accountants import ANALYTIC, BASIC, ZCDP, bs16_rho, cks_rho
 from hierdp.report import query_rows
 from tests.test_accounting_tight import _mp_delta, _mp_mu
 

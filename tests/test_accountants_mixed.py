@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp.accountants import (
+from hierdp.accounting.accountants import (
     BASIC,
     MIXED,
     discrete_laplace_loss,
@@ -26,8 +26,8 @@ from hierdp.accountants import (
     mixed_delta,
     mixed_epsilon,
 )
+from hierdp.accounting.ledger import compose
 from hierdp.errors import BudgetError
-from hierdp.ledger import compose
 
 LAP = [(0.3, 1, 3), (0.5, 2, 1)]  # (a, shift, count): P(z) ∝ e^{-a|z|}, moved by the shift
 

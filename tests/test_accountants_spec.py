@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import hierdp
-from hierdp.accountants import ANALYTIC, ZCDP, bs16_rho
+from hierdp.accounting.accountants import ANALYTIC, ZCDP, bs16_rho
 from hierdp.errors import SpecError
 from hierdp.spec import validate
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hierdp.accounting import Accountant, approx_dp_to_zcdp, pure_to_zcdp, total_budget, zcdp_delta, zcdp_to_approx_dp
+from hierdp.accounting.ledger import Ledger, LevelSpend
 from hierdp.errors import BudgetError, PrivacyError
-from hierdp.ledger import Ledger, LevelSpend
 
 
 # -- conversions -------------------------------------------------------------------------

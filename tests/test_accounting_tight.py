@@ -24,7 +24,8 @@ import pytest
 from scipy.special import logsumexp
 
 import hierdp
-from hierdp.accountants import (
+from hierdp.accounting import PrivacyLoss, zcdp_to_approx_dp
+from hierdp.accounting.accountants import (
     ANALYTIC,
     APPROX,
     BASIC,
@@ -42,9 +43,8 @@ from hierdp.accountants import (
     gaussian_mu,
     pld_epsilon,
 )
-from hierdp.accounting import PrivacyLoss, zcdp_to_approx_dp
+from hierdp.accounting.ledger import Ledger
 from hierdp.errors import BudgetError, PrivacyError
-from hierdp.ledger import Ledger
 
 pytestmark = pytest.mark.filterwarnings("ignore::hierdp.NotForPublicationWarning")
 
@@ -310,7 +310,7 @@ def test_without_dp_accounting_pld_says_how_to_install(monkeypatch):
 def test_auditor_does_not_refute_the_tight_gaussian_claim():
     """The empirical auditor on the worst-case neighbours (one count moved by one) of a
     single-level release calibrated to (1, 1e-6): its lower bound stays below ε = 1."""
-    from hierdp.audit import audit
+    from hierdp.accounting.audit import audit
 
     mu = gaussian_mu(1.0, 1e-6 * (1 - GRID_DELTA_MARGIN))
     mech = hierdp.registry.create("mechanism", "gaussian")
@@ -338,7 +338,7 @@ def _ledgers() -> dict[str, Ledger]:
 
 
 def test_compose_ledgers_tight_is_the_analytic_curve_plus_basic():
-    from hierdp.ledger import compose
+    from hierdp.accounting.ledger import compose
 
     led = _ledgers()
     two = compose([led["gaussian"], led["gaussian"]], 1e-6)
@@ -358,7 +358,7 @@ def test_compose_ledgers_tight_is_the_analytic_curve_plus_basic():
 
 def test_compose_ledgers_by_pld_is_tighter_and_refuses_incomplete_ledgers():
     pytest.importorskip("dp_accounting", reason="dp-accounting is not installed (pip install 'hierdp[accounting]')")
-    from hierdp.ledger import compose
+    from hierdp.accounting.ledger import compose
 
     led = _ledgers()
     basic = compose([led["laplace"], led["gaussian"]], 2e-6, accountant="basic")["epsilon"]

@@ -3,7 +3,7 @@
 * no import cycle among hierdp's modules, counting imports inside functions and, in a
   second check, imports under ``if TYPE_CHECKING:`` too (a cycle there is a knot in the
   design even though it never runs);
-* no import from a lower layer (the private engine, the tree, the random source, the
+* no import from a lower layer (the private kernels, the tree, the random source, the
   mechanisms, the Generation Matrix) up to a higher one (post-processors, plans, budgets,
   decompositions, front-ends, the pipeline, specs, the CLI), even under ``TYPE_CHECKING``;
 * no module outside ``hierdp/tree.py`` reads a private attribute of a ``Tree``
@@ -122,10 +122,10 @@ def test_no_import_cycle_even_counting_type_checking_imports():
 
 
 #: the layers, lowest first; a module may import its own layer and those below it only
-LOWER = ("hierdp._engine", "hierdp.errors", "hierdp._version", "hierdp.tree", "hierdp.rng", "hierdp.keyed_noise",
+LOWER = ("hierdp._kernels", "hierdp.errors", "hierdp._version", "hierdp.tree", "hierdp.rng", "hierdp.keyed_noise",
          "hierdp.mechanisms", "hierdp.generation_matrix")
 HIGHER = ("hierdp.postprocessors", "hierdp.plans", "hierdp.budgets", "hierdp.decompositions",
-          "hierdp.frontends", "hierdp.pipeline", "hierdp.spec", "hierdp.cli", "hierdp.session",
+          "hierdp.frontends", "hierdp.pipeline", "hierdp.spec", "hierdp.cli", "hierdp.accounting.session",
           "hierdp.result", "hierdp.subtrees", "hierdp.report", "hierdp.outofcore", "hierdp.execution")
 
 
@@ -184,12 +184,12 @@ LAZY_IMPORTS = {
     ("hierdp.cli", "*"): "the command line loads the library after parsing (a fast --version and usage error)",
     ("hierdp.tree", "hierdp.registry"): "the registry loads every plugin, hence every layer above the tree",
     ("hierdp.tree", "hierdp.generation_matrix"): "scipy.sparse loads on first use of the matrix form",
-    ("hierdp.tree", "hierdp._engine.tree_pieces"): "read at call time: the thread tests patch the piece sizes",
-    ("hierdp.tree", "hierdp._engine.threads"): "read at call time: the thread tests patch the piece sizes",
-    ("hierdp.tree", "hierdp._engine.memory"): "read at call time: the thread tests patch the page advice",
-    ("hierdp._engine.threads", "hierdp._engine.kernel_common"): "compiled kernels load on first use",
-    ("hierdp._engine.kernel_common", "hierdp._engine.memory"): "compiled kernels load on first use",
-    ("hierdp.io", "hierdp.readers"): "pandas loads when a table is read, not for the CLI's --version",
+    ("hierdp.tree", "hierdp._kernels.tree_pieces"): "read at call time: the thread tests patch the piece sizes",
+    ("hierdp.tree", "hierdp._kernels.threads"): "read at call time: the thread tests patch the piece sizes",
+    ("hierdp.tree", "hierdp._kernels.memory"): "read at call time: the thread tests patch the page advice",
+    ("hierdp._kernels.threads", "hierdp._kernels.kernel_common"): "compiled kernels load on first use",
+    ("hierdp._kernels.kernel_common", "hierdp._kernels.memory"): "compiled kernels load on first use",
+    ("hierdp.io", "hierdp.io.readers"): "pandas loads when a table is read, not for the CLI's --version",
     ("hierdp.spec.runner", "hierdp.frontends.dask"): "an optional dependency (dask)",
     ("hierdp.spec.runner", "hierdp.frontends.polars"): "an optional dependency (polars)",
     ("hierdp.spec.runner", "hierdp.frontends.spark"): "an optional dependency (pyspark)",

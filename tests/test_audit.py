@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp.audit import audit, audit_mechanism, clopper_pearson, epsilon_lower_bound
+from hierdp.accounting.audit import audit, audit_mechanism, clopper_pearson, epsilon_lower_bound
 from hierdp.mechanisms import DiscreteLaplace, Laplace, Sensitivity, TruncatedLaplace
 from hierdp.mechanisms.svt import TOP, sparse
 from hierdp.rng import RandomSource
@@ -152,7 +152,7 @@ def test_release_measurement_path_audits_below_total_claim(name, total):
     """The release's own measurement step (``hierdp.plans.per_level.measure``: one mechanism call
     per level, equal split) on neighbouring trees; the replicates are the columns of a
     ``(n, m)`` value array, so one call makes m independent releases."""
-    from hierdp.audit import claimed_epsilon
+    from hierdp.accounting.audit import claimed_epsilon
     from hierdp.plans.per_level import measure
 
     tree = Tree.complete(3, 3)

@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 
 from hierdp import io as hio
+from hierdp.accounting.ledger import Ledger
 from hierdp.cli import EXIT_OK, EXIT_USER, main
-from hierdp.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -187,7 +187,7 @@ def _child_writer(folder: Path, kill_between_moves: bool) -> subprocess.Popen:
         import os, signal, sys
         import numpy as np, pandas as pd
         from hierdp import io
-        from hierdp.ledger import Ledger
+        from hierdp.accounting.ledger import Ledger
         folder = {str(folder)!r}
         if {kill_between_moves!r}:
             real = os.replace

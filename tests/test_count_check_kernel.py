@@ -1,6 +1,6 @@
 """The in-memory count check on int64 counts (``hierdp.execution.counts.count_problem``) compares
 each node with the sum of its children in one compiled pass
-(:func:`hierdp._engine.tree_kernels.children_mismatch`), in pieces on threads. Against a
+(:func:`hierdp._kernels.tree_kernels.children_mismatch`), in pieces on threads. Against a
 brute-force reference (each node against the sum of the leaves below it, a loop per node)
 on trees numbered out of the internal order, consistent and one cell off, cut into many
 pieces; and a sum past int64 that wraps back onto the parent's value is not taken as
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.errors import HierarchyError
 from hierdp.execution import counts as P
 

@@ -23,16 +23,16 @@ import pytest
 
 import hierdp
 import hierdp.outofcore
+from hierdp.accounting.ledger import Ledger
+from hierdp.accounting.session import Session
 from hierdp.frontends.dask import DaskDPTree, DPTreeDaskAccessor
 from hierdp.frontends.dataset import CountedDataset, DatasetDPTree
 from hierdp.frontends.pandas import DPTree, DPTreeFrameAccessor, DPTreeSeriesAccessor
 from hierdp.frontends.points import PointsResult
 from hierdp.frontends.sequences import SequenceResult
 from hierdp.frontends.xarray import ArrayDPTree, DPTreeDataArrayAccessor, DPTreeDatasetAccessor
-from hierdp.ledger import Ledger
 from hierdp.measurements import Measurements
 from hierdp.result import ReleaseResult
-from hierdp.session import Session
 
 #: classes the library builds and hands back (a release's results, the door ``df.dptree``
 #: returns): users never call their constructors, so those take no Parameters section

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import hierdp
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.cli import EXIT_OK, main
 from hierdp.errors import NonPrivateWarning, NotForPublicationWarning
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import hierdp
-from hierdp.audit import audit
+from hierdp.accounting.audit import audit
 from hierdp.mechanisms.svt import Sparse, SparseBank
 from hierdp.plans import ghazi as gz
 from hierdp.rng import make_rng

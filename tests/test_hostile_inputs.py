@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 
 import hierdp
+from hierdp.accounting.ledger import Ledger
 from hierdp.cli import main
 from hierdp.errors import BudgetError, DataError, HierarchyError, HierDPError, PluginError, PrivacyError, SpecError
-from hierdp.ledger import Ledger
+from hierdp.io.readers import read_table
 from hierdp.mechanisms.base import Sensitivity
-from hierdp.readers import read_table
 from hierdp.spec.loader import load_text
 from hierdp.tree import Tree
 

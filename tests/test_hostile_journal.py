@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from hierdp import io as hio
+from hierdp.accounting.ledger import Ledger
 from hierdp.errors import UntrustedJournalWarning
-from hierdp.ledger import Ledger
 
 FRAME = pd.DataFrame({"a": [1, 2]})
 AS_ROOT = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

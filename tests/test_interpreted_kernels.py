@@ -1,4 +1,4 @@
-"""Small inputs run the kernels interpreted (``hierdp._engine.jit.for_size``): the same draws and
+"""Small inputs run the kernels interpreted (``hierdp._kernels.jit.for_size``): the same draws and
 the same estimates as the compiled kernels, and nothing compiled on the way."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp._engine import jit as _jit
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels import jit as _jit
+from hierdp._kernels.jit import numba as nb
 from hierdp.mechanisms import _samplers as S
 from hierdp.postprocessors import _blue_kernels as K
 from hierdp.postprocessors import blue as B

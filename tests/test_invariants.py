@@ -16,9 +16,9 @@ import pytest
 from scipy.optimize import minimize
 
 import hierdp
-from hierdp.audit import audit
+from hierdp.accounting.audit import audit
+from hierdp.accounting.ledger import Ledger
 from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError
-from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.per_level import PerLevel
 from hierdp.postprocessors.blue import blue

@@ -3,7 +3,7 @@
 A process's first release of a small tree takes the numpy passes (nothing to compile or
 load); from its second release on, a release drawing its noise from the secure key takes
 the compiled kernels when they are loaded already or in numba's on-disk cache
-(``hierdp._engine.jit.ready``). A cache miss must never compile, and a seeded release
+(``hierdp._kernels.jit.ready``). A cache miss must never compile, and a seeded release
 (or a post-processor called directly) must never depend on what the process ran before.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.postprocessors import _blue_small
 from hierdp.postprocessors import _topdown_small as TS
 
@@ -42,7 +42,7 @@ def cached_module(tmp_path, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
     (src / "reuse_probe_kernels.py").write_text(textwrap.dedent("""
-        from hierdp._engine.jit import numba as nb
+        from hierdp._kernels.jit import numba as nb
 
         @nb.njit(cache=True)
         def twice(x):
@@ -175,7 +175,7 @@ _USER = """
 import json, sys, warnings
 import numpy as np
 import hierdp
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.mechanisms import _keyed_small
 from hierdp.postprocessors import _blue_small, _topdown_small
 

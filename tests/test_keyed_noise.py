@@ -19,7 +19,7 @@ import hierdp.mechanisms._keyed_kernels as KK
 import hierdp.mechanisms._sampler_kernel as SK
 import hierdp.mechanisms._samplers as S
 from hierdp import keyed_noise as K
-from hierdp._engine.jit import interpreted
+from hierdp._kernels.jit import interpreted
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.continuous import Gaussian, Laplace
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian

@@ -1,4 +1,4 @@
-"""glibc told to keep freed memory (``hierdp._engine.malloc.keep_freed_memory``): a thread
+"""glibc told to keep freed memory (``hierdp._kernels.malloc.keep_freed_memory``): a thread
 that allocates and frees a large array again and again then reuses the pages instead of
 faulting fresh ones in each time (the census run's third of CPU in the kernel), and the
 ``hierdp`` command sets it up before numpy loads. Linux with glibc only."""
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 PROBE = r'''
 import sys, threading, resource
-from hierdp._engine.malloc import keep_freed_memory
+from hierdp._kernels.malloc import keep_freed_memory
 took = keep_freed_memory() if sys.argv[1] == "keep" else None
 import numpy as np
 faults = []

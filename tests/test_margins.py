@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.postprocessors import _margins as M
 
 # ------------------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ import pytest
 
 import hierdp
 from hierdp import rules
-from hierdp.audit import audit
+from hierdp.accounting.audit import audit
+from hierdp.accounting.ledger import Ledger
 from hierdp.errors import PrivacyError
-from hierdp.ledger import Ledger
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.per_level import PerLevel
 from hierdp.rng import make_rng

@@ -452,7 +452,7 @@ def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, 
     cells with their layouts) that the pass down reads by task (memory holds none of them
     whole); a work folder stopped there by an older version (one ``top.npz``, or one
     ``top-NAME.npy`` per array) resumes to the same files; all of it goes at the end."""
-    from hierdp._engine.columns import ColumnsOnDisk
+    from hierdp._kernels.columns import ColumnsOnDisk
 
     out, work = _from_prepared(prepared, tmp_path, "top")
     _run_until_journalled(out, work, "top", monkeypatch)

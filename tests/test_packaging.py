@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from hierdp import data
-from hierdp._engine import jit as _jit
+from hierdp._kernels import jit as _jit
 from hierdp.cli import EXIT_OK, EXIT_USER, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,14 +49,14 @@ def _probe(env: dict[str, str], code: str) -> str:
 
 
 def test_numba_is_pointed_at_the_cache_folder_before_it_is_imported(tmp_path):
-    code = "import hierdp._engine.jit, numba; print(numba.config.CACHE_DIR)"
+    code = "import hierdp._kernels.jit, numba; print(numba.config.CACHE_DIR)"
     assert Path(_probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")}, code)).parent == tmp_path / "h"
     # the user's own NUMBA_CACHE_DIR always wins
     assert _probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h"), "NUMBA_CACHE_DIR": str(tmp_path / "n")},
                   code) == str(tmp_path / "n")
     # numba imported first (by the user): hierdp still moves the cache out of site-packages
     assert Path(_probe({**ENV, "HIERDP_CACHE_DIR": str(tmp_path / "h")},
-                       "import numba, hierdp._engine.jit; print(numba.config.CACHE_DIR)")).parent == tmp_path / "h"
+                       "import numba, hierdp._kernels.jit; print(numba.config.CACHE_DIR)")).parent == tmp_path / "h"
 
 
 def test_no_writable_home_still_imports_and_runs(tmp_path):
@@ -75,7 +75,7 @@ def test_no_writable_home_still_imports_and_runs(tmp_path):
 
 def test_first_large_release_compiles_into_the_cache_folder_and_says_so_once(tmp_path):
     """Small releases run their kernels interpreted (tests/test_interpreted_kernels.py); a
-    tree above hierdp._engine.jit.SMALL_INPUT nodes compiles them, says so once, into the cache."""
+    tree above hierdp._kernels.jit.SMALL_INPUT nodes compiles them, says so once, into the cache."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -173,19 +173,19 @@ def test_runtime_dependencies_cover_what_the_demo_imports():
         assert dev_only not in deps
 
 
-@pytest.mark.parametrize("inlined", ["_engine/kernel_common.py", "mechanisms/_sampler_kernel.py"])
+@pytest.mark.parametrize("inlined", ["_kernels/kernel_common.py", "mechanisms/_sampler_kernel.py"])
 def test_the_kernel_cache_folder_follows_the_shared_inlined_kernels(monkeypatch, tmp_path, inlined):
     """Editing a file whose kernels other files' kernels inline (kernel_common; the samplers'
     state machine, which the keyed kernels call) must not leave callers on stale cached
     machine code: the cache folder is keyed by their source."""
-    import hierdp._engine.jit as jit
+    import hierdp._kernels.jit as jit
 
     assert inlined in jit.INLINED_KERNELS
     package = Path(jit.__file__).resolve().parent.parent
     for name in jit.INLINED_KERNELS:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((package / name).read_bytes())
-    monkeypatch.setattr(jit, "__file__", str(tmp_path / "_engine" / "jit.py"))
+    monkeypatch.setattr(jit, "__file__", str(tmp_path / "_kernels" / "jit.py"))
     before = jit.shared_kernels_tag()
     assert before != "unknown"
     (tmp_path / inlined).write_bytes((package / inlined).read_bytes() + b"\n# an edit\n")

@@ -13,7 +13,7 @@ import pytest
 
 import hierdp
 from hierdp import registry
-from hierdp.audit import audit
+from hierdp.accounting.audit import audit
 from hierdp.decompositions import privtree as pt
 from hierdp.decompositions.privtree import GRID, PrivTree, SimpleTree, UniformGrid, privtree_parameters
 from hierdp.errors import BudgetError, DataError

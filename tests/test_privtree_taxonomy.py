@@ -15,7 +15,7 @@ import pytest
 
 import hierdp
 from hierdp import registry
-from hierdp.audit import audit
+from hierdp.accounting.audit import audit
 from hierdp.decompositions.privtree import GRID, PrivTree
 from hierdp.decompositions.taxonomy import TaxonomyPrivTree, residual_score
 from hierdp.errors import BudgetError, DataError, PrivacyError

@@ -7,9 +7,9 @@ import pytest
 
 import hierdp
 from hierdp import release
+from hierdp.accounting.ledger import Ledger
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.keyed_noise import NoiseKey
-from hierdp.ledger import Ledger
 from hierdp.plugins import hookimpl
 
 

@@ -26,8 +26,8 @@ import hierdp
 from hierdp import _report_facts as facts
 from hierdp import report as rep
 from hierdp.accounting import zcdp_to_approx_dp
+from hierdp.accounting.ledger import Ledger
 from hierdp.cli import main
-from hierdp.ledger import Ledger
 
 pytestmark = pytest.mark.filterwarnings("ignore::hierdp.NotForPublicationWarning")
 

@@ -1,6 +1,6 @@
 """A ``Session(epsilon=, delta=)`` composes its releases under the tight accountant (issue 34 item 4).
 
-References, none of them the session's code: :func:`hierdp.ledger.compose` of the same
+References, none of them the session's code: :func:`hierdp.accounting.ledger.compose` of the same
 ledgers (the accountant a session must agree with), the 50-digit closed form of k discrete
 Laplace levels beside Gaussian noise of total μ (each level's loss is ±a, binomial; the
 Gaussian part's δ_G(t; μ) of Balle & Wang 2018 holds at every real t), and, for pure-ε
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp.accountants import GRID_DELTA_MARGIN, gaussian_epsilon
+from hierdp.accounting.accountants import GRID_DELTA_MARGIN, gaussian_epsilon
+from hierdp.accounting.ledger import compose
 from hierdp.errors import BudgetError
-from hierdp.ledger import compose
 
 pytestmark = pytest.mark.filterwarnings("ignore::hierdp.NotForPublicationWarning")
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.errors import DataError
 from hierdp.postprocessors import _topdown_small as TS
 from hierdp.postprocessors import topdown as TD

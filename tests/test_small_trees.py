@@ -1,5 +1,5 @@
 """Small trees at compiled speed (issue 30 item 5): the numpy passes that replace the
-interpreted kernels on inputs of up to ``hierdp._engine.jit.SMALL_INPUT`` items.
+interpreted kernels on inputs of up to ``hierdp._kernels.jit.SMALL_INPUT`` items.
 
 * BLUE by height class (``postprocessors/_blue_small.py``) against the compiled kernel
   ``blue_2d`` and a dense generalised least-squares solve, on trees of many shapes, with
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.keyed_noise import NoiseKey
 from hierdp.mechanisms import _keyed_small
 from hierdp.mechanisms import _samplers as S

@@ -1,7 +1,7 @@
 """Specs with histogram cells (``cells:``) and Dask sources (``source.engine: dask``).
 
 References: a brute-force ``groupby`` of the records for the true histograms, and the
-pandas engine (the one reader, :mod:`hierdp.readers`) for what the Dask engine must read.
+pandas engine (the one reader, :mod:`hierdp.io.readers`) for what the Dask engine must read.
 The Dask tests use the synchronous scheduler (no cluster; ``tests/test_dask.py`` runs
 the front-end on a real ``LocalCluster``).
 """

@@ -13,7 +13,7 @@ import pytest
 
 import hierdp
 from hierdp import subtrees
-from hierdp._engine import jit
+from hierdp._kernels import jit
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors.blue import blue
@@ -235,7 +235,7 @@ def test_a_split_release_with_a_top_in_one_cell_blocks_is_the_same_bit_for_bit(m
 # ---------------------------------------------------------------------------- the roots' arrays on disk
 def _on_disk(folder: Any, name: str, a: np.ndarray, width: int, pieces: int = 3) -> Any:
     """``a`` into :class:`ColumnsOnDisk` blocks of ``width`` columns, appended in uneven row pieces."""
-    from hierdp._engine.columns import ColumnsOnDisk, column_bounds
+    from hierdp._kernels.columns import ColumnsOnDisk, column_bounds
 
     cols = ColumnsOnDisk(folder, name, a.shape[0], column_bounds(a.shape[1], width if a.shape[1] > 1 else 1))
     edges = np.unique(np.r_[0, np.random.default_rng(1).integers(0, a.shape[0], pieces), a.shape[0]])
@@ -246,7 +246,7 @@ def _on_disk(folder: Any, name: str, a: np.ndarray, width: int, pieces: int = 3)
 
 
 def test_columns_on_disk_give_back_blocks_rows_and_chosen_rows(tmp_path: Any) -> None:
-    from hierdp._engine.columns import ColumnsOnDisk
+    from hierdp._kernels.columns import ColumnsOnDisk
 
     a = np.random.default_rng(2).normal(size=(101, K))
     cols = _on_disk(tmp_path, "a", a, 6)
@@ -273,7 +273,7 @@ def test_columns_on_disk_give_back_blocks_rows_and_chosen_rows(tmp_path: Any) ->
 def test_the_top_solve_from_disk_is_the_in_memory_one_bit_for_bit(tmp_path: Any, per_cell: bool) -> None:
     """:meth:`SplitGLS.top_on_disk` (the roots' ``z``/``u`` read a block of cells at a time,
     their results written a block at a time) gives the in-memory top's numbers."""
-    from hierdp._engine.columns import ColumnsOnDisk
+    from hierdp._kernels.columns import ColumnsOnDisk
 
     t = random_tree(4000, 6, seed=3)
     y, var = _measurements(t, per_cell, seed=4)
@@ -312,7 +312,7 @@ def test_the_top_down_steps_from_disk_are_the_in_memory_ones_bit_for_bit(tmp_pat
     made: list[Any] = []
 
     def out(j: int, dtype: Any) -> Any:
-        from hierdp._engine.columns import ColumnsOnDisk
+        from hierdp._kernels.columns import ColumnsOnDisk
         made.append(ColumnsOnDisk(tmp_path, f"fixed{j}", part.roots.size, xc.bounds, dtype))
         return made[-1]
 

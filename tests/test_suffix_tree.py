@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import hierdp
-from hierdp.audit import audit
+from hierdp.accounting.audit import audit
 from hierdp.decompositions import suffix_tree as S
 from hierdp.decompositions.privtree import privtree_parameters
 from hierdp.errors import BudgetError, DataError

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import hierdp
-from hierdp._engine import memory as _memory
-from hierdp._engine import threads as _threads
-from hierdp._engine import tree_kernels as TK
-from hierdp._engine import tree_pieces as TP
+from hierdp._kernels import memory as _memory
+from hierdp._kernels import threads as _threads
+from hierdp._kernels import tree_kernels as TK
+from hierdp._kernels import tree_pieces as TP
 from hierdp.mechanisms import _samplers as S
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _gmc_kernels as GK

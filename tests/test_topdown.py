@@ -11,7 +11,7 @@ import pytest
 from scipy.optimize import minimize
 
 import hierdp
-from hierdp._engine.jit import interpreted
+from hierdp._kernels.jit import interpreted
 from hierdp.errors import DataError
 from hierdp.postprocessors import Estimate
 from hierdp.postprocessors import _topdown_kernels as TK
@@ -408,7 +408,7 @@ def test_global_method_keeps_the_original_bits():
 
 def test_interpreted_and_compiled_passes_agree(monkeypatch):
     """Small trees run the kernels interpreted (``for_size``); compiled, the same numbers."""
-    from hierdp._engine import jit
+    from hierdp._kernels import jit
 
     rng = np.random.default_rng(51)
     tree = hierdp.Tree.from_parent(random_parent(rng, 400))
@@ -429,7 +429,7 @@ def test_round_keeps_the_known_mass_under_a_node_that_moves_far(monkeypatch, com
     Root 8 over A = 5.2 (variance 100) and B = 3.8 (variance 0.01): without the bound the
     closest split is (4, 4), which leaves A under its known child; with it, (5, 3).
     Both the compiled pass and the numpy one (small trees)."""
-    from hierdp._engine import jit
+    from hierdp._kernels import jit
 
     monkeypatch.setattr(jit, "SMALL_INPUT", -1 if compiled else 1 << 14)
     tree = hierdp.Tree.from_parent([-1, 0, 0, 1, 1])  # root > A, B; A > A1 (known), A2

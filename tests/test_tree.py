@@ -161,7 +161,7 @@ def test_trees_are_equal_only_with_the_same_labels_and_hash_alike():
 def test_small_tree_numpy_passes_equal_the_compiled_loops():
     """Trees up to SMALL_TREE nodes take numpy passes (no compile on a first release): they
     must give exactly what the compiled loops give, cycles included."""
-    from hierdp._engine import tree_kernels as K
+    from hierdp._kernels import tree_kernels as K
 
     rng = np.random.default_rng(11)
     for n in (1, 2, 7, 60, 500):

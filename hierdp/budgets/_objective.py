@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 from hierdp.budgets._variance import class_tree, class_variances
 from hierdp.errors import BudgetError
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
-from hierdp._engine.kernel_common import blue_combine
+from hierdp._kernels.jit import numba as nb
+from hierdp._kernels.kernel_common import blue_combine
 from hierdp.errors import BudgetError
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ def _class_blue_variance(cparent, cdepth, cleaf, cmult, lvar, u, su, out):
     0 = exact). Work arrays ``u``, ``su`` and the result ``out`` have shape (C, m): one
     contiguous row per candidate, swept one candidate at a time (cache friendly). Same
     case analysis as :func:`hierdp.postprocessors._blue_kernels.blue_2d`
-    (:func:`hierdp._engine.kernel_common.blue_combine` for the merge).
+    (:func:`hierdp._kernels.kernel_common.blue_combine` for the merge).
     """
     m = cparent.shape[0]
     C = lvar.shape[1]

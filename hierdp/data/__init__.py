@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from hierdp.errors import DataError, expected_one_of
-from hierdp.readers import read_table
+from hierdp.io.readers import read_table
 
 __all__ = ["DEMOS", "load_demo", "demo_geography", "demo_path", "example_names", "example_path",
            "example_description", "resolve_spec"]

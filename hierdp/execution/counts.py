@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import rules, subtrees
-from hierdp._engine import jit as _jit
-from hierdp._engine import threads as _threads
-from hierdp._engine.tree_kernels import children_mismatch
+from hierdp._kernels import jit as _jit
+from hierdp._kernels import threads as _threads
+from hierdp._kernels.tree_kernels import children_mismatch
 from hierdp.errors import (
     DataError,
 )
@@ -84,7 +84,7 @@ _CHECK_PIECE = 1 << 22  # child values a piece of the counts check
 
 
 def _children_mismatch(tree: Tree, vals: np.ndarray) -> int:
-    """:func:`hierdp._engine.tree_kernels.children_mismatch` over every internal node of
+    """:func:`hierdp._kernels.tree_kernels.children_mismatch` over every internal node of
     ``tree`` for its non-negative int64 ``vals`` (external order, ``(n,)`` or ``(n, k)``),
     in pieces of about the same number of child rows on ``hierdp.get_threads()`` threads:
     0 every node with children is their sum, 1 some is not, 2 a sum passes int64. For

@@ -36,11 +36,11 @@ from hierdp.keyed_noise import ExportedNoiseKey, NoiseKey
 from hierdp.measurements import Estimate, Measurements
 
 if TYPE_CHECKING:
+    from hierdp.accounting.ledger import Ledger
+    from hierdp.accounting.session import Session
     from hierdp.execution.executors import Executor
     from hierdp.execution.steps import Resolved
-    from hierdp.ledger import Ledger
     from hierdp.postprocessors.base import PostProcessor
-    from hierdp.session import Session
 
 __all__ = ["StageContext", "CallbackSink", "measure_task", "pass_down_task", "run_split", "solve_top",
            "settle_split", "split_note"]

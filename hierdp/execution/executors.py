@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar, cast
 
 from hierdp import registry
-from hierdp._engine import threads as _threads
+from hierdp._kernels import threads as _threads
 from hierdp.errors import DataError, PluginError
 from hierdp.plugins.params import declaration
 

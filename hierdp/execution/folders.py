@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from hierdp._engine.private import make_private_folder
+from hierdp._kernels.private import make_private_folder
 from hierdp.errors import DataError, MissingDependencyError
 from hierdp.io import RELEASE_ID_METADATA_KEY
 from hierdp.keyed_noise import NoiseKey
@@ -277,7 +277,7 @@ def check_key(work: Path, key: NoiseKey, journal: Journal) -> None:
 def counts_folder(work: str | os.PathLike[str]) -> Path:
     """A new folder for one run's true counts of a counted dataset: ``counts-XXXXXXXX/``
     (``mkdtemp``: a fresh name, mode 0700) inside the work folder, which is made owner-only or
-    checked to be private and this user's first (never adopted, :mod:`hierdp._engine.private`).
+    checked to be private and this user's first (never adopted, :mod:`hierdp._kernels.private`).
     :func:`release_to_dataset` accepts a work folder that holds only such folders; the caller
     removes its own when the run ends, however it ends, and those of killed runs once the
     release is complete.

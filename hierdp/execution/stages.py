@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import rules, subtrees
-from hierdp._engine.columns import ColumnsOnDisk, column_bounds
+from hierdp._kernels.columns import ColumnsOnDisk, column_bounds
 from hierdp.errors import (
     DataError,
     PluginError,
@@ -339,7 +339,7 @@ class SplitStages:
     def top_on_disk(self, tnoisy: np.ndarray, tvar: np.ndarray, z: ColumnsOnDisk, u: ColumnsOnDisk,
                     folder: Path) -> TopSolution:
         """:meth:`top` with the roots' arrays on disk in ``folder``, in blocks of cells
-        (:class:`~hierdp._engine.columns.ColumnsOnDisk`, made by :meth:`roots_columns`):
+        (:class:`~hierdp._kernels.columns.ColumnsOnDisk`, made by :meth:`roots_columns`):
         ``z``/``u`` come in there (and are removed once solved), the roots' values,
         variances and per-step values go out there for the pass down to read by task.
         Memory holds the top part's arrays and one block of the roots' (the whole US of

@@ -12,6 +12,8 @@ import numpy as np
 
 from hierdp import registry, rules
 from hierdp.accounting import Accountant, PrivacyLoss
+from hierdp.accounting.ledger import Ledger
+from hierdp.accounting.session import Reservation
 from hierdp.decompositions.base import Structure
 from hierdp.errors import (
     BudgetError,
@@ -21,18 +23,16 @@ from hierdp.errors import (
     expected_one_of,
 )
 from hierdp.keyed_noise import NoiseKey
-from hierdp.ledger import Ledger
 from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
 from hierdp.postprocessors.base import PostProcessor
 from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
-from hierdp.session import Reservation
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
+    from hierdp.accounting.session import Session
     from hierdp.rng import RandomSource
-    from hierdp.session import Session
 
 
 class _PlanDefault(tuple[str, ...]):
@@ -309,7 +309,7 @@ def resolve(
 
 def reserve(session: Session | Reservation | None, r: Resolved) -> tuple[int | None, Session | None]:
     """The session's charge for this release, taken before the plan draws noise: a new
-    reservation, or the :class:`~hierdp.session.Reservation` a door made before drawing
+    reservation, or the :class:`~hierdp.accounting.session.Reservation` a door made before drawing
     noise of its own (claimed: it serves one release)."""
     if session is None:
         return None, None
@@ -415,7 +415,7 @@ def post_process(resolved: Resolved, tree: Tree, meas: Measurements, exact: np.n
 def build_ledger(resolved: Resolved, tree: Tree, meas: Measurements, guarantee: dict[str, Any], *,
                  structure: Structure | None = None, decomposition: dict[str, Any] | None = None,
                  rng: RandomSource) -> Ledger:
-    """Step 6: the release's :class:`~hierdp.ledger.Ledger` from the composed ``guarantee``
+    """Step 6: the release's :class:`~hierdp.accounting.ledger.Ledger` from the composed ``guarantee``
     (:func:`account`), the plan's per-level summary and what :func:`resolve` decided."""
     the_plan, inv_names = resolved.plan, resolved.invariant_names
     fields = the_plan.ledger_fields()

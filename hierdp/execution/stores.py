@@ -13,7 +13,7 @@ from typing import Any, cast
 import numpy as np
 
 from hierdp import subtrees
-from hierdp._engine.columns import ColumnsOnDisk
+from hierdp._kernels.columns import ColumnsOnDisk
 from hierdp.execution.stages import RootCounts, SplitStages, TopSolution
 
 
@@ -22,7 +22,7 @@ class RowsOnDisk:
     (``a[i:j]``) with plain reads, not a mapping: memory holds only the rows read. An
     out-of-core work folder of the previous version kept the top stage's arrays over every
     subtree root this way (one file each); a resume still reads them. The top stage now
-    keeps them in blocks of cells (:class:`~hierdp._engine.columns.ColumnsOnDisk`)."""
+    keeps them in blocks of cells (:class:`~hierdp._kernels.columns.ColumnsOnDisk`)."""
 
     def __init__(self, path: Path) -> None:
         """The ``.npy`` file at ``path`` (written by :meth:`write`), not read yet."""

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 from hierdp.errors import DataError, expected_one_of
 from hierdp.keyed_noise import chacha_block
 from hierdp.rng import RandomSource

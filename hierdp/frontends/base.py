@@ -56,13 +56,13 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from hierdp import rules
+from hierdp.accounting.session import Reservation, Session
 from hierdp.errors import DataError, PrivacyError, UnknownKeywordError
 from hierdp.pipeline import release as _pipeline_release
 from hierdp.pipeline import resolve_plan
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
 from hierdp.rng import make_rng
-from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -182,7 +182,7 @@ def admit(where: str, *, epsilon: float | None = None, delta: float | None = Non
     this release's guarantee — a refused release draws no noise at all. With ``reserve``
     the session is charged now (:meth:`hierdp.Session.reserve_for`): for a door that draws
     noise of its own before the release, whose charge must stand even if the release then
-    fails; the :class:`~hierdp.session.Reservation` goes to the release as ``session=``."""
+    fails; the :class:`~hierdp.accounting.session.Reservation` goes to the release as ``session=``."""
     rules.enforce(rules.seed_problem(seed), DataError)
     rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)
     if isinstance(session, Reservation):  # the caller reserved this release already
@@ -212,7 +212,7 @@ def admit_private_structure(where: str, door: str, *, epsilon: float | None, del
     sequences, taxonomy, mixed): it cannot honour ``neighbours="substitute"`` or
     ``invariants`` (:func:`refuse`), and the session is checked against the whole spend
     (structure and counts, measured by the ``leaves`` plan) and charged before the
-    structure's noise: the returned :class:`~hierdp.session.Reservation` (or ``None``
+    structure's noise: the returned :class:`~hierdp.accounting.session.Reservation` (or ``None``
     without a session) is what the door passes to the release as ``session=``, so the
     charge stands even if the release fails after the structure was drawn."""
     rules.enforce(rules.neighbours_problem(neighbours), PrivacyError)

@@ -58,8 +58,8 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
-from hierdp._engine.private import make_private_folder
-from hierdp._engine.threads import MAX_THREADS
+from hierdp._kernels.private import make_private_folder
+from hierdp._kernels.threads import MAX_THREADS
 from hierdp.decompositions.declared import Declared
 from hierdp.errors import DataError, MissingDependencyError, expected_one_of
 from hierdp.frontends._cells import check_cell_columns, domain_error, resolve_cells
@@ -67,7 +67,7 @@ from hierdp.frontends._contributions import bounded_rows, bounding_key, check_ma
 from hierdp.frontends.base import register_door, suggest_keywords
 from hierdp.frontends.counting import _place_paths, leaf_counts_to_nodes, total_problem
 from hierdp.frontends.tree_door import TreeDoor
-from hierdp.readers import csv_header
+from hierdp.io.readers import csv_header
 from hierdp.rng import make_rng
 from hierdp.subtrees import parse_memory
 from hierdp.tree import Tree

@@ -16,6 +16,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from hierdp.accounting.session import Session
 from hierdp.decompositions.declared import Declared, check_text
 from hierdp.errors import DataError
 from hierdp.frontends._cells import cell_codes, resolve_cells
@@ -34,7 +35,6 @@ from hierdp.frontends.sequences import SequenceResult, release_sequences
 from hierdp.frontends.taxonomy import RegionsResult, release_mixed
 from hierdp.frontends.tree_door import TreeDoor
 from hierdp.rng import make_rng
-from hierdp.session import Session
 from hierdp.tree import Tree
 
 __all__ = ["DPTree", "DPTreeFrameAccessor", "DPTreeSeriesAccessor"]

@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from hierdp import registry, rules
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 from hierdp.accounting import pure_epsilon
+from hierdp.accounting.session import Session
 from hierdp.decompositions.privtree import SpatialStructure, as_points
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.frontends.base import (
@@ -35,7 +36,6 @@ from hierdp.frontends.base import (
 )
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
-from hierdp.session import Session
 
 __all__ = ["PointsResult", "release_points", "range_counts", "query_structure"]
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 from hierdp import rules
 from hierdp.accounting import pure_epsilon
+from hierdp.accounting.session import Session
 from hierdp.decompositions.suffix_tree import MAX_CELLS, Corpus, SuffixStructure, SuffixTree
 from hierdp.errors import BudgetError, DataError, expected_one_of
 from hierdp.frontends.base import (
@@ -40,7 +41,6 @@ from hierdp.frontends.base import (
 )
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
-from hierdp.session import Session
 
 __all__ = ["SequenceResult", "release_sequences"]
 

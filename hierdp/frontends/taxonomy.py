@@ -24,6 +24,7 @@ import pandas as pd
 
 from hierdp import registry, rules
 from hierdp.accounting import pure_epsilon
+from hierdp.accounting.session import Reservation, Session
 from hierdp.decompositions.mixed import MixedPrivTree, MixedStructure
 from hierdp.decompositions.taxonomy import TaxonomyPrivTree
 from hierdp.errors import BudgetError, DataError
@@ -37,7 +38,6 @@ from hierdp.frontends.base import (
 )
 from hierdp.plans.leaves import Leaves
 from hierdp.result import ReleaseResult
-from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
 __all__ = ["release_taxonomy", "release_mixed", "RegionsResult", "TAXONOMY_PARAMETERS", "MIXED_PARAMETERS"]

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from hierdp import rules
+from hierdp.accounting.session import Reservation, Session
 from hierdp.decompositions.declared import DeclaredStructure, check_levels
 from hierdp.errors import DataError, PrivacyError, expected_one_of
 from hierdp.frontends._cells import cell_sizes, cells_notes
@@ -35,7 +36,6 @@ from hierdp.frontends.base import (
 from hierdp.frontends.taxonomy import TAXONOMY_PARAMETERS, release_taxonomy
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.result import ReleaseResult
-from hierdp.session import Reservation, Session
 from hierdp.tree import Tree
 
 __all__ = ["TreeDoor"]

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 from hierdp.keyed_noise import chacha_block
 from hierdp.mechanisms._sampler_kernel import _YB, _ZA, _fill
 

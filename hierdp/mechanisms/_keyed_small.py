@@ -4,7 +4,7 @@ The keyed sampler (:func:`hierdp.mechanisms._samplers._run_keyed`) runs the stat
 :func:`hierdp.mechanisms._sampler_kernel._fill` once per draw, each draw on its own segment of
 ``seg`` random words (:mod:`hierdp.keyed_noise`). Compiling that kernel costs a second
 on first use and running it interpreted ~20 µs a draw, so requests of up to
-:data:`hierdp._engine.jit.SMALL_INPUT` draws take the numpy passes below instead.
+:data:`hierdp._kernels.jit.SMALL_INPUT` draws take the numpy passes below instead.
 
 Because every keyed draw reads only its own segment, the draws can run side by side:
 :func:`dlap_keyed_small` follows the state machine's path of discrete Laplace (CKS 2020,

@@ -30,7 +30,7 @@ earlier draws used, never on its own bits. With ``seg = W > 0`` (keyed noise) ea
 runs on its own segment of ``W`` words (:mod:`hierdp.mechanisms._keyed_kernels`).
 
 numba's disk cache keys a kernel on its own file only, and the keyed kernels inline
-:func:`_fill`: :func:`hierdp._engine.jit.shared_kernels_tag` keys hierdp's cache folder by
+:func:`_fill`: :func:`hierdp._kernels.jit.shared_kernels_tag` keys hierdp's cache folder by
 this file's source too (with ``NUMBA_CACHE_DIR`` set by hand, clear that folder after editing it).
 """
 
@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 _LIMIT = 1 << 62  # intermediate values above this stop a draw with status 2 (overflow)
 

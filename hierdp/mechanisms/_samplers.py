@@ -34,10 +34,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from hierdp._engine import jit as _jit
-from hierdp._engine.jit import for_size
-from hierdp._engine.memory import large_empty
-from hierdp._engine.threads import run_pieces
+from hierdp._kernels import jit as _jit
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.memory import large_empty
+from hierdp._kernels.threads import run_pieces
 from hierdp.errors import BudgetError
 from hierdp.keyed_noise import (
     KIND_EXTENSION,
@@ -443,7 +443,7 @@ def _run_keyed(gauss: int, a_num: int, a_den: int, dg: tuple[int, int, int], dra
     :mod:`hierdp.keyed_noise`): the output for an index is the same whatever the other
     indices, their order, the chunking and the threads. Chunks of :data:`_CHUNK_DRAWS`
     draws run on up to ``hierdp.get_threads()`` threads. Discrete Laplace requests of up
-    to :data:`hierdp._engine.jit.SMALL_INPUT` draws run as numpy passes
+    to :data:`hierdp._kernels.jit.SMALL_INPUT` draws run as numpy passes
     (:mod:`hierdp.mechanisms._keyed_small`; :data:`SMALL_NUMPY`), the same draws.
     ``words``: the draws' segments when the caller has them already (one chunk only)."""
     if not isinstance(key, NoiseKey):

@@ -116,7 +116,7 @@ class Mechanism(ABC):
     the exact per-cell variance, ``inf`` at budget 0 (an unmeasured level); an invalid
     budget raises :class:`~hierdp.errors.BudgetError` (use :meth:`check_budget`);
     ``sample`` works on any shape and draws all randomness from ``rng``;
-    :meth:`audit_neighbours` gives the worst-case pair for :mod:`hierdp.audit`.
+    :meth:`audit_neighbours` gives the worst-case pair for :mod:`hierdp.accounting.audit`.
 
     Releases measure through :meth:`sample_keyed` (noise keyed per node,
     :mod:`hierdp.keyed_noise`), whose default calls ``sample`` once per node on that node's
@@ -187,7 +187,7 @@ class Mechanism(ABC):
         return check_budget(budget, self.budget_unit, self.name)
 
     def audit_neighbours(self, sensitivity: Sensitivity) -> tuple[np.ndarray, np.ndarray]:
-        """Worst-case neighbouring inputs for :mod:`hierdp.audit`: one cell moved by the full
+        """Worst-case neighbouring inputs for :mod:`hierdp.accounting.audit`: one cell moved by the full
         sensitivity (L1 for ε mechanisms, L2 for ρ ones). Override when another pair is worse."""
         delta = sensitivity.l1 if self.budget_unit == "epsilon" else sensitivity.l2
         return np.zeros(1, dtype=np.int64 if self.integer else np.float64), \

@@ -32,8 +32,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hierdp._engine.jit import for_size
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.jit import numba as nb
 from hierdp.errors import DataError
 from hierdp.keyed_noise import NoiseKey, draw_ids
 from hierdp.mechanisms._samplers import (
@@ -176,7 +176,7 @@ class Gaussian(_GridMechanism):
     name = "gaussian"
     budget_unit = "rho"
     #: the exact (ε, δ) curve of this noise is the analytic Gaussian's (Balle & Wang 2018), up to a
-    #: lattice term of ~1e-10 relative that :data:`hierdp.accountants.GRID_DELTA_MARGIN` covers
+    #: lattice term of ~1e-10 relative that :data:`hierdp.accounting.accountants.GRID_DELTA_MARGIN` covers
     privacy_curve: ClassVar[str | None] = "gaussian"
 
     def _params(self, budget: float, sensitivity: Sensitivity):

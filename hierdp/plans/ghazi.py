@@ -57,7 +57,7 @@ Accounting (issue 34). The ledger's ε at the requested δ is the optimal compos
 on the private M, so the public maximum ``max_steps`` is composed, steps not run being
 null mechanisms), each step entering by the canonical pair that dominates every
 mechanism with its guarantee (Kairouz, Oh & Viswanath 2015;
-:func:`hierdp.accountants.approx_epsilon`): the bound M (ε_M, δ_M); per step i its Sparse
+:func:`hierdp.accounting.accountants.approx_epsilon`): the bound M (ε_M, δ_M); per step i its Sparse
 (ε_i/2, 0) and, with s = 1, its c truncated Laplace rounds (ε_i/(2c), δ_i/c) each (one
 person is in one tree of F_i, whose Sparse triggers at most c rounds; the rounds of other
 trees do not read that person's rows); with s > 1 the step's rounds as one (ε_i/2, δ_i)
@@ -81,10 +81,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from hierdp.accountants import APPROX, accounting_text, approx_epsilon
 from hierdp.accounting import PrivacyLoss, Spend
+from hierdp.accounting.accountants import APPROX, accounting_text, approx_epsilon
+from hierdp.accounting.ledger import LevelSpend
 from hierdp.errors import BudgetError, DataError, PrivacyError
-from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
 from hierdp.mechanisms._samplers import dlap_params
 from hierdp.mechanisms.base import Sensitivity
@@ -269,7 +269,7 @@ def schedule_steps(sch: GhaziSchedule) -> list[tuple[float, float, int]]:
 @lru_cache(maxsize=64)
 def composed_epsilon(sch: GhaziSchedule) -> float:
     """The ε at ``sch.delta`` that the plan certifies: the optimal composition of
-    :func:`schedule_steps` (:func:`hierdp.accountants.approx_epsilon`, an upper bound),
+    :func:`schedule_steps` (:func:`hierdp.accounting.accountants.approx_epsilon`, an upper bound),
     never above the requested ``sch.epsilon`` (basic composition)."""
     tight = approx_epsilon(schedule_steps(sch), sch.delta)
     return sch.epsilon if tight is None else min(sch.epsilon, tight)

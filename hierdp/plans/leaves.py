@@ -16,8 +16,8 @@ import numpy as np
 
 from hierdp import rules
 from hierdp.accounting import PrivacyLoss, Spend
+from hierdp.accounting.ledger import LevelSpend
 from hierdp.errors import BudgetError
-from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
 from hierdp.plans.base import Plan
 from hierdp.plans.per_level import key_for, mechanism_budget_unit, mechanism_total, node_identities, resolve_mechanism

@@ -55,11 +55,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierdp import rules
-from hierdp._engine import threads
-from hierdp._engine.helmert import helmert_rows
+from hierdp._kernels import threads
+from hierdp._kernels.helmert import helmert_rows
 from hierdp.accounting import PrivacyLoss, Spend, calibrated_total
+from hierdp.accounting.ledger import LevelSpend
 from hierdp.errors import BudgetError, DataError, PluginError, expected_one_of
-from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
@@ -138,7 +138,7 @@ def _helmert_axis(a: np.ndarray, axis: int, mode: str) -> np.ndarray:
     ``(H^T b)_c = b_0 / sqrt(m) + sum_{i>c} b_i inv_i - c b_c inv_c``;
     ``((H^T)^2 v)_c = v_0 / m + sum_{i>c} v_i inv_i^2 + v_c c / (c+1)``.
     The floating-point operations are those of the compiled
-    :func:`hierdp._engine.helmert.helmert_rows`, in the same order: the same bits."""
+    :func:`hierdp._kernels.helmert.helmert_rows`, in the same order: the same bits."""
     m = a.shape[axis]
     if m == 1:
         return a
@@ -166,7 +166,7 @@ def _helmert_axis(a: np.ndarray, axis: int, mode: str) -> np.ndarray:
 
 
 #: arrays of more values than this are rotated by the compiled kernel
-#: (:func:`hierdp._engine.helmert.helmert_rows`, one node at a time, every dimension in cache),
+#: (:func:`hierdp._kernels.helmert.helmert_rows`, one node at a time, every dimension in cache),
 #: smaller ones by numpy (:func:`_helmert_axis` per dimension: no compile for a small
 #: release) until the kernel is loaded in this process, then by the kernel too (several
 #: times faster warm); the two give the same bits

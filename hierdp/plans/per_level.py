@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hierdp import registry, rules
-from hierdp.accountants import discrete_gaussian_delta
 from hierdp.accounting import PrivacyLoss, Spend, calibrated_total, parse_budget, split_total, unit_moves
+from hierdp.accounting.accountants import discrete_gaussian_delta
+from hierdp.accounting.ledger import LevelSpend
 from hierdp.budgets.base import BudgetStrategy
 from hierdp.errors import BudgetError, DataError, PluginError, PrivacyError, expected_one_of
 from hierdp.keyed_noise import NoiseKey
-from hierdp.ledger import LevelSpend
 from hierdp.measurements import Measurements
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.plans.base import Plan

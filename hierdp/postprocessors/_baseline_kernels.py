@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 

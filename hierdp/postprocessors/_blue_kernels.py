@@ -3,15 +3,15 @@
 
 Arrays are in parent-before-child order (hierdp's internal order: every leaf in the
 trailing run ``[n1, n)``). A node's own measurement is merged with the sum of its
-children's estimates by :func:`hierdp._engine.kernel_common.blue_combine`.
+children's estimates by :func:`hierdp._kernels.kernel_common.blue_combine`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
-from hierdp._engine.kernel_common import blue_combine
+from hierdp._kernels.jit import numba as nb
+from hierdp._kernels.kernel_common import blue_combine
 
 _jit = nb.njit(cache=True, nogil=True)
 
@@ -545,7 +545,7 @@ def blue_flat_1d(par, n1, y, var, x, xvar, W):
 
 
 # ---- blue_flat_1d cut into its four passes over node ranges, for threads (see
-# hierdp/_engine/tree_pieces.py): each range kernel runs the same arithmetic on [lo, hi) as the
+# hierdp/_kernels/tree_pieces.py): each range kernel runs the same arithmetic on [lo, hi) as the
 # corresponding loop of blue_flat_1d, so any cut of the passes at parent boundaries gives
 # the same bits as blue_flat_1d itself. Loop indices are uint64: numba then knows they
 # are not negative and drops its wraparound test per access (which made a plain loop
@@ -654,7 +654,7 @@ def flat_leaves_down(par, y, var, x, xvar, W, lo, hi):
         xvar[i] = v if v > 0.0 else 0.0
 
 
-# Both passes by groups of subtree blocks (hierdp._engine.tree_pieces.Pieces.block_bounds: trees
+# Both passes by groups of subtree blocks (hierdp._kernels.tree_pieces.Pieces.block_bounds: trees
 # whose leaves are all at one depth), leaves one by one: a group goes from its leaves up to
 # just below the block height in one call, and back down, each height's rows in cache for
 # the next. The arithmetic and the order of every parent's terms are those of

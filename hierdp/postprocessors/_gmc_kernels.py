@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 _jit_fast = nb.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
@@ -296,7 +296,7 @@ def gmc_weighted_2d(parent, n1, d, inv_theta, rho, u, leaf_starts, leaf_parents,
 
 
 # ---- formula (39) for one histogram cut into passes over node (or leaf-run) ranges, for
-# threads (see hierdp/_engine/tree_pieces.py). Each range kernel runs the arithmetic of the
+# threads (see hierdp/_kernels/tree_pieces.py). Each range kernel runs the arithmetic of the
 # matching loop of gmc_39_1d / gmc_39_1d_flat (which agree bit for bit when every parent's
 # leaves form one run), so any cut at parent boundaries gives the same bits. uint64 loop
 # bounds: no wraparound test per access (see _blue_kernels.flat_leaves_up).

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import for_size
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.jit import numba as nb
 
 __all__ = ["project_margins", "round_margins", "round_vector"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
-from hierdp._engine.kernel_common import blue_combine
+from hierdp._kernels.jit import numba as nb
+from hierdp._kernels.kernel_common import blue_combine
 
 _jit = nb.njit(cache=True, nogil=True)
 
@@ -41,7 +41,7 @@ def nnls_step_2d(parent, n_children, leafcount, n1, xhat, d, fixed, tol, x, bad)
 # The four passes of nnls_step_2d over node ranges (uint64 bounds, see
 # _blue_kernels.flat_leaves_up): one call each over the whole range above, or one height
 # class at a time in pieces cut at parent boundaries on several threads
-# (hierdp/_engine/tree_pieces.py), with the same arithmetic and the same order of each parent's
+# (hierdp/_kernels/tree_pieces.py), with the same arithmetic and the same order of each parent's
 # terms either way.
 @_jit
 def input_flags(y, var, lo, hi):

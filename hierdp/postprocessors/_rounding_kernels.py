@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 
@@ -189,7 +189,7 @@ def round_parents(child_ptr, child_idx, x, out, atol, lo, hi):
     """The children of parents [lo, hi) of :func:`round_top_down_2d` (each parent's own
     value ``out[i]`` already final); returns the count of unfit values among them.
     Parents of one height class are independent: a piece of a class per thread
-    (hierdp/_engine/tree_pieces.py), the same integers whatever the cut."""
+    (hierdp/_kernels/tree_pieces.py), the same integers whatever the cut."""
     k = x.shape[1]
     maxc = 0
     for i in range(lo, hi):

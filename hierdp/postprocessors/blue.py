@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierdp._engine import jit as _jit
-from hierdp._engine.jit import for_size
-from hierdp._engine.kernel_common import aligned_empty as _aligned_empty
-from hierdp._engine.threads import get_threads, run_pieces, zero_in_pieces
-from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, block_groups, paired, tree_pieces
+from hierdp._kernels import jit as _jit
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.kernel_common import aligned_empty as _aligned_empty
+from hierdp._kernels.threads import get_threads, run_pieces, zero_in_pieces
+from hierdp._kernels.tree_pieces import PARALLEL_MIN, Pieces, block_groups, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _blue_small
@@ -28,7 +28,7 @@ _BAD_INPUT = {
     2: "variances must be non-negative (inf marks an unmeasured node)",
 }
 _STRUCT_KEY = "blue.structure"
-#: inputs of SMALL_NUMPY_MIN to ``hierdp._engine.jit.SMALL_INPUT`` values on trees of at most
+#: inputs of SMALL_NUMPY_MIN to ``hierdp._kernels.jit.SMALL_INPUT`` values on trees of at most
 #: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes (False: the kernels); below
 #: SMALL_NUMPY_MIN the interpreted kernel (~10 µs a node) is cheaper than ~0.3 ms of numpy calls
 SMALL_NUMPY = True

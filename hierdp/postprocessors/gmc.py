@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp._engine.jit import for_size
-from hierdp._engine.kernel_common import aligned_empty as _aligned_empty
-from hierdp._engine.threads import get_threads, run_pieces, spans, zero_in_pieces
-from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, Pieces, block_groups, paired, tree_pieces
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.kernel_common import aligned_empty as _aligned_empty
+from hierdp._kernels.threads import get_threads, run_pieces, spans, zero_in_pieces
+from hierdp._kernels.tree_pieces import PARALLEL_MIN, PIECE, Pieces, block_groups, paired, tree_pieces
 from hierdp.errors import DataError
 from hierdp.generation_matrix import SHORT_RUNS as SHORT_RUNS  # re-exported: where callers have read it
 from hierdp.generation_matrix import GMCStructure, gmc_structure

@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp._engine.jit import for_size
-from hierdp._engine.memory import large_empty
-from hierdp._engine.threads import run_pieces, spans, zero_in_pieces
-from hierdp._engine.tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.memory import large_empty
+from hierdp._kernels.threads import run_pieces, spans, zero_in_pieces
+from hierdp._kernels.tree_pieces import PARALLEL_MIN, PIECE, Pieces, paired, tree_pieces
 from hierdp.errors import DataError, warn
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _nonneg_kernels as NK

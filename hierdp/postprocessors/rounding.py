@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
-from hierdp._engine.jit import for_size
-from hierdp._engine.memory import large_empty
-from hierdp._engine.threads import run_pieces
-from hierdp._engine.tree_pieces import PARALLEL_MIN, tree_pieces
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.memory import large_empty
+from hierdp._kernels.threads import run_pieces
+from hierdp._kernels.tree_pieces import PARALLEL_MIN, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values

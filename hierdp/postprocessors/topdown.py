@@ -38,7 +38,7 @@ above gave it; the result equals the whole-tree pass restricted to the subtree.
 Work: parents one height class at a time, top-down, each class cut into pieces run on
 ``hierdp.get_threads()`` threads (the cuts of ``round``; the same numbers whatever the
 thread count); small trees take numpy passes per height class instead
-(:mod:`hierdp.postprocessors._topdown_small`; the kernels interpreted, :func:`hierdp._engine.jit.for_size`,
+(:mod:`hierdp.postprocessors._topdown_small`; the kernels interpreted, :func:`hierdp._kernels.jit.for_size`,
 on deep ones).
 """
 
@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierdp._engine import jit as _jit
-from hierdp._engine import tree_pieces as TP
-from hierdp._engine.jit import for_size
-from hierdp._engine.threads import run_pieces
-from hierdp._engine.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
+from hierdp._kernels import jit as _jit
+from hierdp._kernels import tree_pieces as TP
+from hierdp._kernels.jit import for_size
+from hierdp._kernels.threads import run_pieces
+from hierdp._kernels.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _blue_small
 from hierdp.postprocessors import _topdown_kernels as TK
@@ -67,7 +67,7 @@ __all__ = ["topdown_nonneg", "topdown_round", "cuts_by_children", "wide"]
 
 _CUTS_KEY = "round.cuts"
 
-#: inputs of SMALL_NUMPY_MIN to ``hierdp._engine.jit.SMALL_INPUT`` node-cells on trees of at most
+#: inputs of SMALL_NUMPY_MIN to ``hierdp._kernels.jit.SMALL_INPUT`` node-cells on trees of at most
 #: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes
 #: (:mod:`hierdp.postprocessors._topdown_small`); False: the kernels (interpreted there)
 SMALL_NUMPY = True
@@ -77,14 +77,14 @@ SMALL_NUMPY_MIN = 256
 
 def _small_numpy(tree: Tree, size: int, kernel) -> bool:
     """Whether the numpy passes run: a small input, unless ``kernel`` runs compiled at no
-    compile (:func:`hierdp._engine.jit.prefer_compiled`)."""
+    compile (:func:`hierdp._kernels.jit.prefer_compiled`)."""
     return (SMALL_NUMPY and SMALL_NUMPY_MIN <= size <= _jit.SMALL_INPUT and _blue_small.usable(tree)
             and not _jit.prefer_compiled(kernel))
 
 
 def cuts_by_children(tree: Tree, pieces: Pieces, cells: int = 1) -> list[list[tuple[int, int]]]:
     """Each height class of parents, top-down, cut where about PIECE child-cells
-    (``hierdp._engine.tree_pieces.PIECE``; ``cells`` per child) have gone by: the top-down
+    (``hierdp._kernels.tree_pieces.PIECE``; ``cells`` per child) have gone by: the top-down
     passes' work is per child and cell, and a class of few parents with many children (the
     census's block groups: 218k parents, 11.4M blocks) cut by parents gave two uneven
     pieces. Parents of a class are independent, so any cut gives the same result; the cuts

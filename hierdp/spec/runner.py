@@ -31,8 +31,8 @@ from hierdp.frontends.dataset import DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
+from hierdp.io.readers import csv_header, read_table, read_text_lines
 from hierdp.outofcore import COUNTS, check_dataset_folders, check_dataset_target, counts_folder, release_to_dataset
-from hierdp.readers import csv_header, read_table, read_text_lines
 from hierdp.report import render as render_report
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
@@ -118,7 +118,7 @@ def _to_str_list(values: Any) -> list[str]:
 
 
 def _public_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """A public CSV (domain or paths file), every column a label (hierdp.readers rules)."""
+    """A public CSV (domain or paths file), every column a label (hierdp.io.readers rules)."""
 
     return read_table(path, "csv", columns=columns, label_columns=csv_header(path) if columns is None else columns)
 
@@ -239,7 +239,7 @@ def _renames(spec: ReleaseSpec) -> dict[str, str]:
 
 
 def _read_source_dask(spec: ReleaseSpec) -> Any:
-    """The source files as a lazy Dask DataFrame under the :mod:`hierdp.readers` rules (the
+    """The source files as a lazy Dask DataFrame under the :mod:`hierdp.io.readers` rules (the
     empty cell the only missing value, label columns as strings), filtered per partition."""
     try:
         import dask.dataframe as dd
@@ -275,7 +275,7 @@ def _read_source_dask(spec: ReleaseSpec) -> Any:
 
 def _read_source_polars(spec: ReleaseSpec) -> Any:
     """The source files as a Polars LazyFrame (``scan_parquet`` / ``scan_csv``; counted by
-    the streaming engine) under the :mod:`hierdp.readers` rules: label columns (levels,
+    the streaming engine) under the :mod:`hierdp.io.readers` rules: label columns (levels,
     cells, the privacy unit) as text, the empty cell the only missing value, the other
     columns as numbers where the file's values are."""
     try:
@@ -302,7 +302,7 @@ def _read_source_polars(spec: ReleaseSpec) -> Any:
 
 def _read_source_spark(spec: ReleaseSpec) -> Any:
     """The source files as a Spark DataFrame (the active session, or a local[2] one on the
-    loopback address) under the :mod:`hierdp.readers` rules where Spark allows: label
+    loopback address) under the :mod:`hierdp.io.readers` rules where Spark allows: label
     columns as text, the count column as numbers (CSV: every column read as text, the
     empty cell missing), filtered per Arrow batch with the pandas filters."""
     from hierdp.frontends.spark import local_session
@@ -351,7 +351,7 @@ def _as_numbers(part: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 @contextmanager
 def _source_errors(spec: ReleaseSpec):
     """Errors raised while Dask parses the source files (on a worker, at compute time) as the
-    one-line DataError of :mod:`hierdp.readers`, naming the source."""
+    one-line DataError of :mod:`hierdp.io.readers`, naming the source."""
     if spec.engine != "dask":
         yield
         return
@@ -406,7 +406,7 @@ def prepare(spec: ReleaseSpec, data: Any = None):
     duckdb``; ``data`` replaces reading the source)."""
     df = read_source(spec) if data is None else data
     if spec.engine == "duckdb" and isinstance(df, list):
-        # label columns as text, as the pandas engine reads them (hierdp.readers rules)
+        # label columns as text, as the pandas engine reads them (hierdp.io.readers rules)
         return DatasetDPTree(df, [lv.name for lv in spec.levels], _domains(spec), count=spec.count,
                              unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
                              root=spec.root, cells=_cells(spec), format=spec.source_format, labels_as_text=True)
@@ -807,7 +807,7 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
     else a local cluster of ``workers`` processes). ``execution.engine: dask`` runs the
     subtree tasks as Dask tasks (the distributed client this process already has, else a
     local cluster of ``workers`` processes); ``local`` (the default) on ``workers`` threads.
-    Returns the :class:`~hierdp.ledger.Ledger`."""
+    Returns the :class:`~hierdp.accounting.ledger.Ledger`."""
     rs = load_spec(spec, **({"seed": seed} if seed is not None else {}))
     if rs.decomposition is not None or rs.engine not in ("pandas", "duckdb", "polars", "dask", "spark"):
         raise SpecError("a dataset output (-o DIR/) runs a release on a declared hierarchy read with pandas, "

@@ -27,7 +27,7 @@ checked (each test takes about a second):
   (400 000 draws, within 6 standard errors, using the sample fourth moment);
 - the same seeded source reproduces the same output, different seeds differ, and the
   default secure source works;
-- a quick privacy audit (:func:`hierdp.audit.audit_mechanism`, 300 000 draws per input)
+- a quick privacy audit (:func:`hierdp.accounting.audit.audit_mechanism`, 300 000 draws per input)
   gives a lower bound on ε below the mechanism's claim.
 """
 
@@ -39,7 +39,7 @@ import re
 import numpy as np
 import pytest
 
-from hierdp.audit import audit_mechanism
+from hierdp.accounting.audit import audit_mechanism
 from hierdp.errors import BudgetError
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.rng import SeededRandom, make_rng

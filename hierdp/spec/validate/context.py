@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hierdp.errors import DataError, did_you_mean
-from hierdp.readers import csv_header
+from hierdp.io.readers import csv_header
 from hierdp.spec.loader import Issue, Marks
 
 __all__ = ["Context", "KNOWN_EXTENSIONS", "format_of", "kind_of", "get", "num", "valid_list"]

@@ -99,7 +99,7 @@ class ReleaseSpec:
 
     @property
     def label_columns(self) -> list[str]:
-        """Source columns read as text labels (levels, cells and the privacy unit; hierdp.readers rules)."""
+        """Source columns read as text labels (levels, cells and the privacy unit; hierdp.io.readers rules)."""
         return [lv.column for lv in self.levels] + [c.column for c in self.cells] + ([self.unit] if self.unit else [])
 
     @property

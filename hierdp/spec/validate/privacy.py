@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hierdp import rules
-from hierdp.accountants import ACCOUNTANTS
+from hierdp.accounting.accountants import ACCOUNTANTS
 from hierdp.errors import did_you_mean
 from hierdp.spec.validate.context import Context, get, num
 

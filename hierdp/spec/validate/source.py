@@ -7,7 +7,7 @@ from typing import Any
 from hierdp.data import DEMOS, demo_path
 from hierdp.errors import DataError, did_you_mean
 from hierdp.frontends.dataset import dataset_files
-from hierdp.readers import csv_header
+from hierdp.io.readers import csv_header
 from hierdp.spec.validate.context import Context, format_of, get, kind_of
 
 __all__ = ["SourceChecks"]

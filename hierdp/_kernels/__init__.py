@@ -1,4 +1,4 @@
-"""hierdp's private engine: compiled kernels and how they run.
+"""hierdp's private kernels: compiled kernels and how they run.
 
 Nothing here is public API. The modules sit below every other layer of the package (they
 import numpy, numba and each other, never the tree, mechanisms, plans or front-ends):

@@ -20,9 +20,9 @@ A plan measuring with a mechanism calibrates through :func:`calibrated_total` in
 (issue 34): with the default ``PrivacyLoss(accountant="tight")`` an (ε, δ) request on the
 ``gaussian`` mechanism is met exactly on the analytic Gaussian curve (Balle & Wang 2018),
 on other ρ mechanisms by the inverted CKS20 conversion; ``accountant="zcdp"`` keeps
-``bs16``. The curves themselves live in :mod:`hierdp.accountants`.
+``bs16``. The curves themselves live in :mod:`hierdp.accounting.accountants`.
 
-Per-level spend is recorded in :class:`hierdp.ledger.Ledger`; :class:`Accountant`
+Per-level spend is recorded in :class:`hierdp.accounting.ledger.Ledger`; :class:`Accountant`
 composes arbitrary measurements (levels, SVT calls, ...).
 """
 
@@ -36,7 +36,7 @@ from fractions import Fraction
 from typing import Any, cast
 
 from hierdp import rules
-from hierdp.accountants import (
+from hierdp.accounting.accountants import (
     ACCOUNTANTS,
     ANALYTIC,
     DISCRETE,
@@ -136,7 +136,7 @@ class PrivacyLoss:
         2018, for ``gaussian``), else with the tighter Canonne-Kamath-Steinke 2020 zCDP
         conversion (``discrete_gaussian`` and other ρ mechanisms); ``"zcdp"``: the Bun &
         Steinke 2016 conversion hierdp used before (more noise). Pure ε and ρ requests are
-        accounted as before whichever is chosen (:mod:`hierdp.accountants`).
+        accounted as before whichever is chosen (:mod:`hierdp.accounting.accountants`).
 
     Raises
     ------
@@ -220,7 +220,7 @@ def _zcdp_to_approx_dp(rho: float, delta: float, method: str) -> float:
         return rho + 2.0 * math.sqrt(rho * L)
     if method != "cks20":
         raise BudgetError(f"unknown conversion {method!r}; expected one of 'bs16', 'cks20'")
-    return cks_epsilon(rho, delta)  # the golden-section search over α (hierdp.accountants)
+    return cks_epsilon(rho, delta)  # the golden-section search over α (hierdp.accounting.accountants)
 
 
 def zcdp_delta(rho: float, epsilon: float) -> float:
@@ -316,7 +316,7 @@ def calibrated_total(unit: str, loss: PrivacyLoss, *, curve: str | None = None,
 
     * ``"gaussian"`` (the ``gaussian`` mechanism): with ``accountant="tight"`` the total
       is ρ = μ²/2 for the largest μ whose analytic Gaussian curve (Balle & Wang 2018,
-      Thm 8) meets (ε, δ·(1 - :data:`~hierdp.accountants.GRID_DELTA_MARGIN`)): however the
+      Thm 8) meets (ε, δ·(1 - :data:`~hierdp.accounting.accountants.GRID_DELTA_MARGIN`)): however the
       strategy splits ρ over levels, σᵢ² = Δᵢ²/(2ρᵢ) gives sqrt(Σ (Δᵢ/σᵢ)²) <= μ (levels
       sum to at most the total, samplers round σ up), so the release meets (ε, δ) on the
       exact curve of its noise;
@@ -364,7 +364,7 @@ def split_total(loss: PrivacyLoss, total: float, guarantee: dict[str, Any], *, s
     most one (:func:`unit_moves`) and a curve that can be summed, the total becomes the
     largest ρ at which levels with ρᵢ = shareᵢ·ρ, σᵢ² = l2²/(2ρᵢ) meet (ε, δ) on the exact
     discrete Gaussian curve (Canonne, Kamath & Steinke 2020, Thm 7;
-    :func:`hierdp.accountants.discrete_gaussian_rho`), and ``check(total)`` (the δ of the
+    :func:`hierdp.accounting.accountants.discrete_gaussian_rho`), and ``check(total)`` (the δ of the
     noise the sampler actually draws at that total) agrees. Otherwise (or if the exact total
     were below the CKS one) ``total``/``guarantee`` are returned as they are.
     """

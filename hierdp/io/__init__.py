@@ -917,8 +917,8 @@ def _staged(path: Path) -> Iterator[Path]:
 def read_table(files: Sequence[str | Path], fmt: str, columns: Sequence[str] | None = None,
                string_columns: Sequence[str] = ()) -> pd.DataFrame:
     """Read and concatenate CSV/Parquet ``files`` (only ``columns`` when given) with the
-    rules of :mod:`hierdp.readers` (empty cells are the only missing values; ``string_columns``
+    rules of :mod:`hierdp.io.readers` (empty cells are the only missing values; ``string_columns``
     are read as strings, so labels such as ``"01"`` or ``"NA"`` stay labels)."""
-    from hierdp.readers import read_table as _read
+    from hierdp.io.readers import read_table as _read
 
     return _read(files, fmt, columns=columns, label_columns=string_columns)

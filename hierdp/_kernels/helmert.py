@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 #: modes of :func:`helmert_rows`: ``H``, ``H^T``, ``(H^T)^2`` elementwise
 FWD, BWD, SQ = 0, 1, 2

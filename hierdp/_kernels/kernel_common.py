@@ -1,13 +1,13 @@
 """Helpers shared by the compiled kernels of several modules.
 
 * :func:`aligned_empty`: work buffers staggered modulo 4 KiB (no L1 cache aliasing);
-* :func:`zero_range`: a GIL-free fill of zeros (for :func:`hierdp._engine.threads.zero_in_pieces`);
+* :func:`zero_range`: a GIL-free fill of zeros (for :func:`hierdp._kernels.threads.zero_in_pieces`);
 * :func:`blue_combine`: the BLUE combine rule, the one place that merges a node's own
   measurement with the sum of its children's estimates (used by the BLUE, ``nonneg``
   and budget-variance kernels). It is inlined into its callers by numba.
 
 numba's disk cache keys a kernel on its own file only, so callers would keep a helper's
-old machine code after an edit here; :func:`hierdp._engine.jit.shared_kernels_tag` keys hierdp's
+old machine code after an edit here; :func:`hierdp._kernels.jit.shared_kernels_tag` keys hierdp's
 cache folder by this file's source instead (with ``NUMBA_CACHE_DIR`` set by hand, clear
 that folder after editing this file).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 
 def aligned_empty(shape: tuple, offset_lines: int) -> np.ndarray:
@@ -24,9 +24,9 @@ def aligned_empty(shape: tuple, offset_lines: int) -> np.ndarray:
 
     Work arrays of ~2^k bytes that share an address modulo 4096 alias in the L1 cache
     (2-3x slower passes on deep binary trees); staggering the offsets
-    avoids it. Large ones come from :func:`hierdp._engine.memory.large_empty` (huge pages).
+    avoids it. Large ones come from :func:`hierdp._kernels.memory.large_empty` (huge pages).
     """
-    from hierdp._engine.memory import large_empty
+    from hierdp._kernels.memory import large_empty
 
     return large_empty(tuple(shape), np.float64, 64 * offset_lines)
 

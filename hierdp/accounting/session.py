@@ -6,11 +6,11 @@ budget once; every release made with ``session=`` is checked against what is lef
 would overspend, and recorded. Composition is basic (Dwork & Roth, Thm. 3.16): pure ε
 adds up, δ adds up, ρ adds up (Bun & Steinke 2016, Lemma 2.3); a pure ε-DP release in a
 ρ session costs ρ = ε²/2 (ibid., Prop. 1.4). An (ε, δ) session composes its releases
-under the same accountant as :func:`hierdp.ledger.compose` (``"tight"``, issue 34;
-:func:`hierdp.ledger.compose_parts`): the Gaussian releases calibrated on their exact
+under the same accountant as :func:`hierdp.accounting.ledger.compose` (``"tight"``, issue 34;
+:func:`hierdp.accounting.ledger.compose_parts`): the Gaussian releases calibrated on their exact
 curve are one Gaussian mechanism (μ² adds up, Balle & Wang 2018), the released discrete
 Laplace releases join it on their exact joint curve when that is smaller
-(:func:`hierdp.accountants.mixed_epsilon`), the others add up (an (ε, δ) release at the ε
+(:func:`hierdp.accounting.accountants.mixed_epsilon`), the others add up (an (ε, δ) release at the ε
 its ledger certifies); the session holds while that ε at its δ is <= its ε. Without
 Gaussian releases this is basic composition, as before. Unlike the per-object note on repeated
 releases of one DataFrame, a session counts whatever data the releases read: it is the
@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
-from hierdp.accountants import ANALYTIC
 from hierdp.accounting import check_delta, check_epsilon, check_rho, pure_to_zcdp
+from hierdp.accounting.accountants import ANALYTIC
+from hierdp.accounting.ledger import compose_parts, discrete_laplace_levels
 from hierdp.errors import BudgetError, PrivacyError
-from hierdp.ledger import compose_parts, discrete_laplace_levels
 
 __all__ = ["Session"]
 
@@ -184,7 +184,7 @@ class Session:
         return out
 
     def _joint(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """:func:`hierdp.ledger.compose_parts` of ``records`` at the session's δ (there are
+        """:func:`hierdp.accounting.ledger.compose_parts` of ``records`` at the session's δ (there are
         Gaussian releases on their exact curve among them)."""
         basic, laplace = [], []
         for r in records:
@@ -200,7 +200,7 @@ class Session:
     def _composed(self, records: list[dict[str, Any]]) -> dict[str, float]:
         """What ``records`` spend as the session states it: basic composition
         (:meth:`_spent`) unless there are Gaussian releases on their exact curve (``mu2``);
-        then ε is :func:`hierdp.ledger.compose_parts`'s at the session's δ — the Gaussian
+        then ε is :func:`hierdp.accounting.ledger.compose_parts`'s at the session's δ — the Gaussian
         part's exact ε at the δ the others leave, the released discrete Laplace releases on
         their joint curve with it when smaller, the others added — with ``delta`` the
         others' δ and ``gaussian_mu`` the Gaussian part's μ."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierdp._engine.jit import numba as nb
+from hierdp._kernels.jit import numba as nb
 
 _jit = nb.njit(cache=True, nogil=True)
 
@@ -107,7 +107,7 @@ def sum_up_1d(parent, values, out):
 def sum_up_range(parent, values, out, lo, hi, store):
     """``out[parent[i]] += values[i]`` for i = hi-1 .. lo: one height class (or a piece of
     it cut at parent boundaries) of :func:`sum_up_1d` / :func:`sum_up_2d`'s loop, for
-    threads (hierdp/_engine/tree_pieces.py). Non-leaf classes pass ``values`` = ``out`` and
+    threads (hierdp/_kernels/tree_pieces.py). Non-leaf classes pass ``values`` = ``out`` and
     ``store`` false. The leaf class may instead copy each leaf as it adds it
     (``store``: ``out[i] = values[i]``, a leaf's sum being its value), into an ``out``
     whose non-leaf rows hold their values. uint64 bounds: no wraparound test per access."""
@@ -133,7 +133,7 @@ def sum_up_range(parent, values, out, lo, hi, store):
 
 @_jit
 def sum_up_blocks(parent, values, out, bounds, a, b, store):
-    """Blocks ``[a, b)`` of :attr:`hierdp._engine.tree_pieces.Pieces.block_bounds`, leaves first
+    """Blocks ``[a, b)`` of :attr:`hierdp._kernels.tree_pieces.Pieces.block_bounds`, leaves first
     and then each height up to the block height - 1: every node adds into its parent,
     nodes taken high to low at each height, as in :func:`sum_up_1d`'s loop (the same bits).
     The blocks' parents are in no other blocks, so groups of blocks run at once; a

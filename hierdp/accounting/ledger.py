@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from hierdp._version import __version__
-from hierdp.accountants import (
+from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
+from hierdp.accounting.accountants import (
     ANALYTIC,
     BASIC,
     DISCRETE,
@@ -30,7 +31,6 @@ from hierdp.accountants import (
     mixed_epsilon,
     pld_epsilon,
 )
-from hierdp.accounting import Accountant, PrivacyLoss, certified_epsilon, check_delta
 from hierdp.errors import PrivacyError
 
 __all__ = ["LevelSpend", "Ledger", "compose", "compose_parts", "discrete_laplace_levels", "pld_parts"]
@@ -560,7 +560,7 @@ def _unit_shifts(ls: LevelSpend) -> int:
 
 
 def pld_parts(ledger: Ledger) -> list[Measured]:
-    """The measurements of ``ledger`` as :class:`~hierdp.accountants.Measured` for PLD
+    """The measurements of ``ledger`` as :class:`~hierdp.accounting.accountants.Measured` for PLD
     accounting (:func:`compose`): one per measured level (its nodes compose in parallel).
 
     ``gaussian`` levels are Gaussian with σ = Δ₂/sqrt(2ρ) (any sensitivity: the Gaussian's
@@ -613,7 +613,7 @@ def discrete_laplace_levels(ledger: Ledger) -> list[tuple[float, int, int]] | No
     -------
     list of (a, Δ, count) or None
         Per measured level (a = ε_level / Δ₁, Δ = 1, the unit moves) for
-        :func:`~hierdp.accountants.mixed_epsilon`; None when the ledger is not made of them
+        :func:`~hierdp.accounting.accountants.mixed_epsilon`; None when the ledger is not made of them
         entirely (another mechanism, a structure's spends, a level with δ, a budget its
         levels do not make up, or a sensitivity other than unit moves).
     """
@@ -658,10 +658,10 @@ def compose_parts(delta: float, *, basic: Sequence[tuple[float, float]] = (), mu
     -----
     Without Gaussian noise: basic composition (Dwork & Roth 2014, Thm 3.16). With it: the
     Gaussian releases are one Gaussian mechanism (μ² adds up) met at what δ the others
-    leave, times 1 - :data:`~hierdp.accountants.GRID_DELTA_MARGIN` (the ``gaussian``
+    leave, times 1 - :data:`~hierdp.accounting.accountants.GRID_DELTA_MARGIN` (the ``gaussian``
     mechanism's lattice term), the others added basically; the discrete Laplace releases
     join the Gaussian part on their exact joint curve
-    (:func:`~hierdp.accountants.mixed_epsilon`) when that is smaller.
+    (:func:`~hierdp.accounting.accountants.mixed_epsilon`) when that is smaller.
     """
     d = check_delta(delta)
     eps = [float(e) for e, _ in basic]
@@ -694,7 +694,7 @@ def compose(ledgers: Sequence[Ledger], delta: float, *, accountant: str = "tight
       (``gaussian`` mechanism, any calibration) are one Gaussian mechanism with μ² = 2 Σ ρ
       (Balle & Wang 2018); the others compose with it basically: ε = Σ εⱼ + ε_G(μ; δ - Σ δⱼ).
       When there is Gaussian noise, pure-ε releases made of discrete Laplace levels join it
-      on their exact joint curve (:func:`~hierdp.accountants.mixed_epsilon`, accountant
+      on their exact joint curve (:func:`~hierdp.accounting.accountants.mixed_epsilon`, accountant
       ``MIXED``) if that ε is smaller; pure-ε releases alone compose basically, as before.
       (ε, δ) releases enter at the ε their ledger certifies (the Ghazi plan's: the optimal
       composition of its steps).

@@ -237,7 +237,7 @@ def spans(stop: int, step: int) -> list[tuple[int, int]]:
 def zero_in_pieces(arrays: Sequence[Any], stop: int, step: int = 1 << 19) -> None:
     """``a[:stop] = 0`` (rows ``[0, stop)``) for each C-contiguous array, in pieces on
     every thread (single-threaded it was a serial step between parallel passes)."""
-    from hierdp._engine.kernel_common import zero_range  # compiled: not loaded with the package
+    from hierdp._kernels.kernel_common import zero_range  # compiled: not loaded with the package
 
     if not all(a.flags.c_contiguous for a in arrays):  # reshape(-1) would zero a copy
         raise ValueError("zero_in_pieces needs C-contiguous arrays")

@@ -6,7 +6,7 @@ files behind on uninstall. Importing this module *before* numba points numba's c
 :func:`cache_dir` through ``NUMBA_CACHE_DIR`` — unless the user has set that variable,
 which always wins. Kernel modules get numba from here::
 
-    from hierdp._engine.jit import numba as nb
+    from hierdp._kernels.jit import numba as nb
 
 The folder is, first that is set: ``$HIERDP_CACHE_DIR``, ``$XDG_CACHE_HOME/hierdp``,
 ``~/.cache/hierdp``; when it cannot be created or written, a folder in the system's
@@ -85,7 +85,7 @@ def cache_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
 
 
 #: the files (from the package's folder) whose kernels kernels of other files inline
-INLINED_KERNELS = ("_engine/kernel_common.py", "mechanisms/_sampler_kernel.py")
+INLINED_KERNELS = ("_kernels/kernel_common.py", "mechanisms/_sampler_kernel.py")
 
 
 def shared_kernels_tag() -> str:

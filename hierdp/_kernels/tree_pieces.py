@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from hierdp._engine.protocols import TreeLike as Tree
+    from hierdp._kernels.protocols import TreeLike as Tree
 
 __all__ = ["PIECE", "PARALLEL_MIN", "RUNS_FROM", "BLOCKS", "Pieces", "tree_pieces", "paired", "block_groups"]
 

@@ -137,7 +137,7 @@ from hierdp.execution.folders import (
 )
 from hierdp.execution.stages import RootCounts, SplitStages, TopSolution, split_setup
 from hierdp.execution.steps import account, build_ledger, check, noise_key, open_account, reserve
-from hierdp.execution.stores import RowsOnDisk, roots_columns
+from hierdp.execution.stores import roots_columns
 from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
 from hierdp.rng import make_rng
 from hierdp.tree import Tree
@@ -309,8 +309,7 @@ class WorkFolderStore:
 
     def top_solved(self) -> bool:
         journal = cast(Journal, self.journal)
-        kept = (self.work / "top.npz").exists() or (self.work / "top-x_roots.npy").exists() or not self.gls or all(
-            (self.work / "top" / f"{name}.json").exists() for name in self.names)
+        kept = not self.gls or all((self.work / "top" / f"{name}.json").exists() for name in self.names)
         return "top" in journal and kept  # not done, or its arrays gone since: (re)solved, the same numbers
 
     def track(self, cols: ColumnsOnDisk) -> ColumnsOnDisk:
@@ -350,19 +349,11 @@ class WorkFolderStore:
         cast(Checkpoints, self.checkpoint)()
 
     def top_solution(self) -> tuple[Any, Any, list[Any]]:
-        """The roots' arrays, read by row ranges (a work folder of an older version kept them
-        in one ``top.npz`` or one ``.npy`` file each; a resume still reads those)."""
-        top_file = self.work / "top.npz"
-        if top_file.exists():
-            with np.load(top_file) as f:
-                return f["x_roots"], f["v_roots"], [f[f"fixed{j}"] for j in range(self.n_fixed)]
-        arrays: list[Any] = []
-        if (self.work / "top-x_roots.npy").exists():
-            arrays = [RowsOnDisk(self.work / f"top-{name}.npy") for name in self.names]
-        elif self.gls:
-            arrays = [ColumnsOnDisk.open(self.work / "top", name) for name in self.names]
-        if arrays:
-            return arrays[0], arrays[1], arrays[2:]
+        """The roots' arrays, read by row ranges. (A work folder of an older version kept
+        them otherwise: its top is solved again from the spills, the same numbers.)"""
+        if self.gls:
+            x, v, *fixed = [ColumnsOnDisk.open(self.work / "top", name) for name in self.names]
+            return x, v, fixed
         return np.zeros((0, 1)), np.zeros((0, 1)), []
 
     def finish(self) -> None:

@@ -451,7 +451,8 @@ def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, 
     """Stage 2 leaves the roots' arrays in the work folder (``top/``: files of blocks of
     cells with their layouts) that the pass down reads by task (memory holds none of them
     whole); a work folder stopped there by an older version (one ``top.npz``, or one
-    ``top-NAME.npy`` per array) resumes to the same files; all of it goes at the end."""
+    ``top-NAME.npy`` per array) resumes to the same files (its top solved again from the
+    spills); all of it goes at the end."""
     from hierdp._kernels.columns import ColumnsOnDisk
 
     out, work = _from_prepared(prepared, tmp_path, "top")

@@ -605,20 +605,3 @@ def test_streaming_runs_the_top_down_steps_per_task() -> None:
     assert_same(got, want)
 
 
-def test_rows_on_disk_read_back_any_range_of_rows(tmp_path: Any) -> None:
-    """The top stage's arrays wait on disk and come back by row ranges, value for value and
-    dtype for dtype, against numpy's own slicing; other indexing is refused."""
-    from hierdp.execution.stores import RowsOnDisk
-
-    rng = np.random.default_rng(5)
-    for a in (rng.normal(size=(10, 6)), rng.integers(-300, 300, 10).astype(np.int16), np.zeros((0, 4)),
-              np.arange(24).reshape(4, 3, 2), np.asfortranarray(rng.normal(size=(7, 5)))):
-        path = tmp_path / "a.npy"
-        RowsOnDisk.write(path, a)
-        r = RowsOnDisk(path)
-        assert len(r) == a.shape[0] and r.shape == a.shape
-        for i, j in ((0, len(a)), (2, 5), (3, 3), (0, 1), (len(a) - 1, len(a) + 3), (1, None)):
-            got = r[i:j]
-            assert got.dtype == a.dtype and np.array_equal(got, a[i:j]), (a.dtype, i, j)
-    with pytest.raises(TypeError):
-        r[1]

@@ -460,6 +460,6 @@ class TopSolution:
     x_top: np.ndarray | None
     v_top: np.ndarray | None
     final_top: np.ndarray | None
-    x_roots: Any  # an array, or ColumnsOnDisk / RowsOnDisk (read by row ranges)
+    x_roots: Any  # an array, or ColumnsOnDisk (read by row ranges)
     v_roots: Any
     fixed: list[Any]

@@ -17,40 +17,6 @@ from hierdp._kernels.columns import ColumnsOnDisk
 from hierdp.execution.stages import RootCounts, SplitStages, TopSolution
 
 
-class RowsOnDisk:
-    """A ``(rows, ...)`` array kept in a ``.npy`` file and read back by row ranges
-    (``a[i:j]``) with plain reads, not a mapping: memory holds only the rows read. An
-    out-of-core work folder of the previous version kept the top stage's arrays over every
-    subtree root this way (one file each); a resume still reads them. The top stage now
-    keeps them in blocks of cells (:class:`~hierdp._kernels.columns.ColumnsOnDisk`)."""
-
-    def __init__(self, path: Path) -> None:
-        """The ``.npy`` file at ``path`` (written by :meth:`write`), not read yet."""
-        head = np.load(path, mmap_mode="r", allow_pickle=False)  # the header only: mapped, no page read
-        self.path, self.shape, self.dtype = Path(path), tuple(head.shape), head.dtype
-        self._offset = int(head.offset)
-        del head
-        self._row = int(np.prod(self.shape[1:], dtype=np.int64))
-
-    @staticmethod
-    def write(path: Path, a: np.ndarray) -> None:
-        """``a`` into a ``.npy`` file at ``path``."""
-        with open(path, "wb") as fh:
-            np.lib.format.write_array(fh, np.ascontiguousarray(a), allow_pickle=False)
-
-    def __len__(self) -> int:
-        return int(self.shape[0])
-
-    def __getitem__(self, s: slice) -> np.ndarray:
-        if not isinstance(s, slice) or s.step not in (None, 1):
-            raise TypeError("rows on disk are read by a range of rows (a[i:j])")
-        i, j, _ = s.indices(self.shape[0])
-        n = max(j - i, 0)
-        out = np.fromfile(self.path, dtype=self.dtype, count=n * self._row,
-                          offset=self._offset + i * self._row * self.dtype.itemsize)
-        return out.reshape((n,) + tuple(self.shape[1:]))
-
-
 class MemoryStore:
     """Every task's measurements in full arrays over the tree (the in-memory result).
 

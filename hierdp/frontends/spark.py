@@ -610,7 +610,8 @@ def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std
     check(r, session)
     key = noise_key(r.seed)
     acc, decomposition = open_account(r, tree, None)
-    st = SplitStages(r, part, step, tail, n_cells, total=r.total - acc.total, key=key, check_counts=True, spills=True)
+    stage_total = r.total - acc.total  # before the account is charged below
+    st = SplitStages(r, part, step, tail, n_cells, total=stage_total, key=key, check_counts=True, spills=True)
     ticket, sess = reserve(session, r)
     meas = st.summary()
     ledger = build_ledger(r, tree, meas, account(r, acc, meas), decomposition=decomposition, rng=make_rng(r.seed))
@@ -619,7 +620,7 @@ def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std
     sink = DatasetSink(out, tree, n_cells, cells, dense, std, ledger.to_json(), ledger.release_id, tag)
     store = CarriedStore(part, n_cells)
     # what the executors run the stages with (pickled without its stages; the key explicitly exported)
-    ctx = StageContext(r, part, step, tail, n_cells, total=r.total - acc.total, key=key, check_counts=True,
+    ctx = StageContext(r, part, step, tail, n_cells, total=stage_total, key=key, check_counts=True,
                        store=store, sink=sink, stages=st)
 
     # each leaf's task (-1: a leaf above the split level, in the top part)

@@ -22,9 +22,8 @@ cluster instead (the workers write the spills and parts; :mod:`hierdp.execution.
 
 *Spill or recompute.* Stage 3 needs a task's noisy measurements again. They are spilled
 (:meth:`hierdp.execution.stages.SplitStages.spill`: the noisy values, or for ``marginals`` the
-noisy marginals, integers in the narrowest type that holds them: 2.6 B per node-cell on the
-census shape, where the rotated values and variances took 16 B and the whole US, 273 GB,
-filled this machine's disk) rather than
+noisy marginals, integers in the narrowest type that holds them: about 2.6 B per node-cell
+on the census shape instead of 16 B for the rotated values and variances) rather than
 recomputed from the keyed noise, because recomputing means calling ``counts_of`` a second
 time (reading and counting the task's records again, the dearest step once the input is a
 dataset on disk) and drawing every node-cell's noise again; writing and reading the spill

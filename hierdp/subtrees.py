@@ -582,7 +582,7 @@ class SplitGLS:
         ``v_roots`` (the same layouts; ``u``/``v_roots`` one column when the variances are
         shared by the cells). Returns the top part's estimates and variances. The same
         numbers as :meth:`top` with blocks of those columns; memory holds one block of
-        the roots, not all of them (the whole US of the census shape: 5.4 GB less)."""
+        the roots, not all of them."""
         nt = self.part.top.size
         k, kv = z.n_cols, u.n_cols
         frame = self._top_frame()

@@ -78,8 +78,7 @@ def narrowest(a: np.ndarray) -> np.ndarray:
 
 class RootCounts:
     """The subtree roots' true counts, ``(roots, n_cells)`` in ``part.roots`` order, filled
-    in place task by task: one copy (a list joined at the end held two; the whole US of
-    the census shape: 1.4 GB each). Never written out of memory."""
+    in place task by task: one copy. Never written out of memory."""
 
     def __init__(self, n_roots: int, n_cells: int) -> None:
         self.n_roots, self.n_cells = int(n_roots), int(n_cells)
@@ -214,9 +213,7 @@ class SplitStages:
         node-cell on the census strategy instead of the rotated values and variances, 16 B
         per node-cell), integers stored in the narrowest type that holds them (1-2 B for
         a block's noisy counts); for ``per_level`` the noisy values narrowed likewise. All
-        of it is noisy; the invariant rows' exact counts travel separately (``exact``).
-        The whole US of the census shape spilled 273 GB before (16 B per node-cell) and
-        filled this machine's disk."""
+        of it is noisy; the invariant rows' exact counts travel separately (``exact``)."""
         draws = self._draws.pop(task.index, None)
         if self.marg and draws is not None:
             out = {f"draw_{d}_{j}": narrowest(a) for (d, j), a in draws.items()}
@@ -275,7 +272,7 @@ class SplitStages:
         if not top.n_nodes:
             return np.zeros((0, self.n_cells)), (np.zeros((0, self.n_cells)) if self.marg else np.zeros(0))
         # the top part's counts checked with its children among the roots, the roots' rows not
-        # copied (the whole US of the census shape: 1.4 GB each; each task checked its own)
+        # copied (each task checked its own)
         roots_parent = np.searchsorted(part.top, tree.internal.parent[part.roots])
         rules.enforce(part_count_problem(top.parent, tvals, self.check_counts, roots_parent, roots_vals), DataError)
         return self.measured(top, tvals)
@@ -342,8 +339,7 @@ class SplitStages:
         (:class:`~hierdp._kernels.columns.ColumnsOnDisk`, made by :meth:`roots_columns`):
         ``z``/``u`` come in there (and are removed once solved), the roots' values,
         variances and per-step values go out there for the pass down to read by task.
-        Memory holds the top part's arrays and one block of the roots' (the whole US of
-        the census shape: 5.7 GB held by :meth:`top`, about 1 GB here). The same numbers
+        Memory holds the top part's arrays and one block of the roots'. The same numbers
         as :meth:`top`: every cell is its own problem, in the solve and in the top-down
         steps, and the rotation back to cells is one row at a time."""
         made: list[ColumnsOnDisk] = []  # removed again if anything fails on the way

@@ -116,7 +116,7 @@ def _spill_or_recompute(s: int, h: int, k: int) -> tuple[float, float]:
                 f["noisy"], f["var"]
 
         def recompute() -> None:
-            st.measured(task, np.asarray(vals[task.nodes]), st.alloc)
+            st.measured(task, np.asarray(vals[task.nodes]))
 
         out = []
         for fn in (spill, recompute):

@@ -196,3 +196,47 @@ def test_bad_executors_give_one_clear_line() -> None:
         hierdp.release(t, vals, split="L2", executor=3, **kw)
     with pytest.raises(ValueError, match="executor= runs the tasks of a release by subtree: give split="):
         hierdp.release(t, vals, executor="threads", **kw)
+
+
+SPEC = """hierdp: 1
+source:
+  demo: census
+hierarchy:
+  root: total
+  paths:
+    demo: census
+  levels:
+    - name: state
+    - name: county
+    - name: tract
+privacy:
+  epsilon: 1.0
+seed: 3
+execution:
+  split: county
+  memory: 9kB
+"""
+
+
+def test_a_spec_runs_its_tasks_on_a_plugin_executor_named_in_execution_engine(plugin: None, tmp_path: Any) -> None:
+    """``execution.engine`` takes any registered executor: the out-of-core release of a spec
+    runs its tasks on the plugin's executor (last to first) and writes the dataset the
+    default threads write, part for part; an unknown name is one line listing the executors."""
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_spec, release_dataset_spec
+
+    with pytest.raises(SpecError, match=r"execution\.engine must be one of local, spark, .*last_to_first_test"):
+        load_spec(SPEC + "  engine: first_to_last\n")
+    LastToFirst.closed = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
+        release_dataset_spec(SPEC + "  engine: last_to_first_test\n", tmp_path / "plugin")
+        release_dataset_spec(SPEC, tmp_path / "local")
+    assert LastToFirst.closed == 1  # built from the name by the runner, closed by it
+    a, b = ({p.name: pq.read_table(p) for p in sorted(d.glob("part-*.parquet"))} for d in (tmp_path / "plugin",
+                                                                                            tmp_path / "local"))
+    assert sorted(a) == sorted(b) and len(a) == 3 and all(a[n].equals(b[n]) for n in a)

@@ -131,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("ledger", metavar="LEDGER", help="a ledger file (.ledger.json, or YAML)")
     rp.add_argument("-o", "--output", metavar="OUT",
                     help="report file (.html or .yaml; default: <LEDGER name>.report.html beside it)")
+    rp.add_argument("--title", help="the report's title (default: 'hierdp release <release id>')")
+    rp.add_argument("--publisher", metavar="NAME", help="who publishes the release (the registry's curator)")
+    rp.add_argument("--intended-use", metavar="TEXT", help="what the release is for")
+    rp.add_argument("--region", help="where the data come from (e.g. a country)")
+    rp.add_argument("--author", action="append", metavar="NAME", help="an author (repeat for several)")
     common(rp)
 
     x = sub.add_parser("examples", help="list the bundled example specs (run one: hierdp release NAME)")
@@ -399,7 +404,8 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise SpecError(f"the report {str(dest)!r} is the ledger itself; writing it would replace the ledger; "
                         "choose another output path")
     ledger = read_ledger(args.ledger)
-    written = write_report(dest, ledger)
+    written = write_report(dest, ledger, title=args.title, curator=args.publisher, intended_use=args.intended_use,
+                           region=args.region, authors=args.author)
     if not args.quiet:
         flag = "" if ledger.for_publication else " (NOT FOR PUBLICATION: " + \
             "; ".join(ledger.not_for_publication_reasons()) + ")"

@@ -136,7 +136,7 @@ from hierdp.execution.folders import (
 )
 from hierdp.execution.stages import RootCounts, SplitStages, TopSolution, split_setup
 from hierdp.execution.steps import account, build_ledger, check, noise_key, open_account, reserve
-from hierdp.execution.stores import roots_columns
+from hierdp.execution.stores import read_roots_columns
 from hierdp.io import LEDGER_METADATA_KEY, RELEASE_ID_METADATA_KEY
 from hierdp.rng import make_rng
 from hierdp.tree import Tree
@@ -288,7 +288,7 @@ class WorkFolderStore:
         """Every root's counts and ``(z, u)`` read back from the spill files (a resumed run's
         too), ``(z, u)`` into blocks of cells on disk in ``folder``."""
         roots = RootCounts(st.part.roots.size, st.n_cells)
-        z, u = roots_columns(st, cast(Path, folder), self.n_tasks, self.path, self.track, roots)
+        z, u = read_roots_columns(st, cast(Path, folder), self.n_tasks, self.path, self.track, roots)
         return roots.value(), z, u
 
     def load(self, t: int) -> dict[str, np.ndarray]:

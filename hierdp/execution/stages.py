@@ -76,6 +76,13 @@ def narrowest(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def roots_columns(part: subtrees.Partition, n_cells: int, folder: Path, name: str, n_cols: int) -> ColumnsOnDisk:
+    """An array over every subtree root of ``part`` on disk in the top solve's blocks of
+    cells (:meth:`SplitStages.top_on_disk`; one column: variances shared by the cells)."""
+    width = part.top_block(n_cells, roots_on_disk=True) if n_cols > 1 else 1
+    return ColumnsOnDisk(folder, name, int(part.roots.size), column_bounds(n_cols, width))
+
+
 class RootCounts:
     """The subtree roots' true counts, ``(roots, n_cells)`` in ``part.roots`` order, filled
     in place task by task: one copy. Never written out of memory."""
@@ -327,11 +334,8 @@ class SplitStages:
         return TopSolution(x_top, v_top, final, x_roots, v_roots, fixed)
 
     def roots_columns(self, folder: Path, name: str, n_cols: int) -> ColumnsOnDisk:
-        """An array over every subtree root on disk in :meth:`top_on_disk`'s blocks of
-        cells (one column: variances shared by the cells)."""
-        k = self.n_cells
-        width = self.part.top_block(k, roots_on_disk=True) if n_cols > 1 else 1
-        return ColumnsOnDisk(folder, name, int(self.part.roots.size), column_bounds(n_cols, width))
+        """:func:`roots_columns` of this release."""
+        return roots_columns(self.part, self.n_cells, folder, name, n_cols)
 
     def top_on_disk(self, tnoisy: np.ndarray, tvar: np.ndarray, z: ColumnsOnDisk, u: ColumnsOnDisk,
                     folder: Path) -> TopSolution:

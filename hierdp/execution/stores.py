@@ -14,7 +14,7 @@ import numpy as np
 
 from hierdp import subtrees
 from hierdp._kernels.columns import ColumnsOnDisk
-from hierdp.execution.stages import RootCounts, SplitStages, TopSolution
+from hierdp.execution.stages import RootCounts, SplitStages, TopSolution, roots_columns
 
 
 class MemoryStore:
@@ -43,7 +43,7 @@ class MemoryStore:
 
     def _begin(self, n_cells: int) -> None:
         self._roots = RootCounts(self.part.roots.size, n_cells)
-        self._zu: list[np.ndarray] = []  # every root's (z, u), filled in place as tasks finish
+        self._zu: list[Any] = []  # every root's (z, u), filled in place (or on disk) as tasks finish
         self._at = 0
         self._exact: dict[int, np.ndarray] = {}  # the invariant rows' published values, per task
         self._tracked: list[Any] = []
@@ -163,6 +163,7 @@ class SpillStore(MemoryStore):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.top_folder = self.dir
         self._written: list[Path] = []
+        self._n_cells = n_cells
         self._begin(n_cells)
 
     def _path(self, t: int) -> Path:
@@ -173,27 +174,33 @@ class SpillStore(MemoryStore):
         return st.spill(task, noisy, var), st.exact.pop(task.index, None), up
 
     def done(self, stage: str, t: int, kept: Any = None) -> None:
+        """In the driver, in task order: the task's spilled measurements written, its roots'
+        ``(z, u)`` appended to the arrays over every root on disk, in blocks of cells."""
         if stage != "up":
             return
-        arrays, exact, up = kept
-        _, z, u = up
-        if z is not None and u is not None:
-            arrays = {**arrays, "z": z, "u": u}
+        arrays, exact, (roots, z, u) = kept
         with open(self._path(t), "wb") as fh:
             np.savez(fh, **cast(Any, arrays))
         self._written.append(self._path(t))
-        self._keep_up(t, exact, (up[0], None, None))
+        self._keep_up(t, exact, (roots, None, None))
+        if z is not None and u is not None:
+            if not self._zu:
+                self._zu = [self.track(roots_columns(self.part, self._n_cells, self.dir, name, a.shape[1]))
+                            for name, a in (("z", z), ("u", u))]
+            self._zu[0].append(z)
+            self._zu[1].append(u)
 
     def gather(self, st: SplitStages, folder: Path | None) -> tuple[np.ndarray, Any, Any]:
-        """Every root's counts (in memory) and ``(z, u)`` read back from the tasks' files into
-        blocks of cells on disk (:func:`roots_columns`)."""
-        z, u = roots_columns(st, cast(Path, folder), self.part.n_tasks, self._path, self.track)
-        return self.root_counts(), z, u
+        """Every root's counts (in memory) and ``(z, u)`` on disk, in blocks of cells."""
+        zu, self._zu = self._zu, []
+        for cols in zu:
+            cols.finish()
+        return self.root_counts(), *(zu if zu else (None, None))
 
     def load(self, t: int) -> Any:
         path = self._path(t)
         with np.load(path, allow_pickle=False) as f:
-            state = {k: f[k] for k in f.files if k not in ("z", "u")}
+            state = {k: f[k] for k in f.files}
         path.unlink()  # read once: free the disk as the pass down goes
         return state, self._exact.get(t)
 
@@ -249,8 +256,8 @@ class CarriedStore(SpillStore):
         MemoryStore.close(self)
 
 
-def roots_columns(st: SplitStages, folder: Path, n_tasks: int, path: Callable[[int], Path],
-                  track: Callable[[Any], Any], roots: RootCounts | None = None) -> tuple[Any, Any]:
+def read_roots_columns(st: SplitStages, folder: Path, n_tasks: int, path: Callable[[int], Path],
+                       track: Callable[[Any], Any], roots: RootCounts | None = None) -> tuple[Any, Any]:
     """Every root's ``(z, u)`` read back task by task from ``path(t)`` (``.npz``) into blocks
     of cells on disk in ``folder`` (:meth:`SplitStages.roots_columns`), finished; the roots'
     counts into ``roots`` on the way when given. ``(None, None)`` without a GLS."""

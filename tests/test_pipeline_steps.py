@@ -34,7 +34,7 @@ from .test_pipeline_pinned import CASES, _digest, _tree_and_values
 pytestmark = pytest.mark.filterwarnings("ignore::hierdp.NotForPublicationWarning")
 
 FLAGS = {"default_postprocess": ("blue",), "supports_invariants": False, "invariant_covers": ("cells",),
-         "takes_neighbours": False, "returns_estimate": False}
+         "takes_neighbours": False, "returns_estimate": False, "runs_by_subtree": False}
 
 
 class _Minimal(Plan):

@@ -37,7 +37,7 @@ def split_setup(tree: Tree, n_cells: int, split: Any, keywords: dict[str, Any]
     top-down ``nonneg``/``round``; plan ``marginals``: its own GLS, then those top-down
     steps) and cut the tree; refusals before any count is read or noise drawn."""
     r = resolve(tree, n_cells=n_cells, **keywords)
-    if not isinstance(r.plan, (PerLevel, Marginals)):
+    if not r.plan.runs_by_subtree:
         raise PluginError(f"plan {r.plan.name!r} cannot run by subtree (split=): only plans 'per_level' and "
                           "'marginals' measure node by node with a budget fixed on the whole tree; leave split out")
     if isinstance(r.plan, Marginals):

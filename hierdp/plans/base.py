@@ -73,6 +73,10 @@ class Plan(ABC):
     #: node, the same for a node whatever subtree task measures it) and ``node_ids`` (each
     #: node's identity in the full tree); the release passes its key
     keyed_noise: ClassVar[bool] = False
+    #: the release may run by subtree (``split=``, a spec's ``split``/``execution``): the plan
+    #: measures node by node with a budget fixed on the whole tree, and the split stages
+    #: (:mod:`hierdp.execution.stages`) know its measurements and its GLS
+    runs_by_subtree: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         if params:

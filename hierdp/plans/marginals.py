@@ -300,6 +300,7 @@ class Marginals(Plan):
     takes_neighbours = True  # for the marginals' sensitivity
     returns_estimate = True  # a consistent GLS estimate with exact variances
     keyed_noise = True
+    runs_by_subtree = True
 
     def __init__(self, strategy: Any = None, cells: Mapping[str, Any] | None = None,
                  mechanism: Any = "discrete_laplace", budget: Any = "equal", integer: bool = False) -> None:

@@ -348,6 +348,7 @@ class PerLevel(Plan):
     name = "per_level"
     supports_invariants = True
     keyed_noise = True
+    runs_by_subtree = True
 
     def __init__(self, mechanism: Any = "discrete_laplace", budget: Any = "equal") -> None:
         self.mechanism = resolve_mechanism(mechanism)

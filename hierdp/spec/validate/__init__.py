@@ -106,14 +106,15 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
 
     def split(self, levels: Any, root: Any, per_level: bool) -> Any:
         """``split:`` (a level name, ``auto``, or ``{level, memory}``): checked against the
-        hierarchy's levels and the memory text; only a per_level release on a declared
+        hierarchy's levels and the memory text; only a plan that runs by subtree (``per_level``,
+        ``marginals``: :attr:`hierdp.plans.base.Plan.runs_by_subtree`) on a declared
         hierarchy runs by subtree (the schema checks the shape)."""
         raw = self.data.get("split")
         if raw is None:
             return None
         if not per_level:
-            self.err(("split",), "split runs a per_level release on a declared hierarchy by subtree; a decomposition "
-                                 "or another plan cannot: remove split")
+            self.err(("split",), "split runs a release on a declared hierarchy by subtree with plan per_level or "
+                                 "marginals; a decomposition or another plan cannot: remove split")
             return None
         names = [root] + [lv.name for lv in levels if lv is not None] if isinstance(levels, list) else []
         level = raw.get("level") if isinstance(raw, dict) else (None if raw == "auto" else raw)
@@ -138,8 +139,8 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if not isinstance(raw, dict):
             return None
         if not per_level:
-            self.err(("execution",), "execution runs a per_level release on a declared hierarchy by subtree; a "
-                                     "decomposition or another plan cannot: remove execution")
+            self.err(("execution",), "execution runs a release on a declared hierarchy by subtree with plan "
+                                     "per_level or marginals; a decomposition or another plan cannot: remove execution")
             return None
         if "split" in raw and split is not None:
             self.err(("execution", "split"), "give the split once: in execution.split or in split, not both")
@@ -195,6 +196,9 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         decomposition = self.decomposition()
         plan = self.plugin(("plan",), d.get("plan", "per_level"), "plan")
         per_level = (plan is None or plan[0] == "per_level") and "decomposition" not in d
+        # split and execution: a plan that runs by subtree, on a declared hierarchy
+        by_subtree = "decomposition" not in d and (plan is None or bool(getattr(
+            registry.get("plan", plan[0]), "runs_by_subtree", False)))
         if per_level:
             mech = self.plugin(("mechanism",), d.get("mechanism", "discrete_laplace"), "mechanism")
             self.check_mechanism_unit(mech, priv)
@@ -215,8 +219,8 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
         if decomposition is not None and decomposition[0] in RELEASE_CHAINS:  # the release chooses its own
             pps = list(RELEASE_CHAINS[decomposition[0]](decomposition[1]))
         budget = self.budget(levels, root, priv, mech) if per_level else None
-        split = self.split(levels, root, per_level)
-        execution = self.execution(levels, root, per_level, split)
+        split = self.split(levels, root, by_subtree)
+        execution = self.execution(levels, root, by_subtree, split)
         output = self.output()
         evaluate = self.evaluate(priv)
         eps = priv.get("epsilon")

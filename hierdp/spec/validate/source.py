@@ -90,8 +90,8 @@ class SourceChecks(Context):
                 return out
             if self.check_files:
                 self.header = _demo_columns(demo)
-        elif path is not None and out["engine"] in ("duckdb", "polars") and self.resolve(path).is_dir():
-            # a folder of parts: every Parquet/CSV file in it (the dataset door's rule)
+        elif path is not None and self.resolve(path).is_dir():
+            # a folder of parts, whatever the engine: every Parquet/CSV file in it (the dataset door's rule)
             try:
                 files, fmt_found = dataset_files(self.resolve(path), get(s, "format", str))
             except DataError as exc:

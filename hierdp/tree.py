@@ -14,7 +14,7 @@ from ("external" numbering); the internal order is used by kernels and plugins t
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, cast
 
@@ -291,6 +291,82 @@ class Tree:
         parent[0] = -1
         parent[1:] = (np.arange(1, n, dtype=np.int64) - 1) // fanout
         return cls(parent, level_names=level_names, _check=False)
+
+    @classmethod
+    def from_geoids(cls, geoids: Any, levels: Mapping[str, int], *, root: str = "total") -> Tree:
+        """The geography that a public list of unit codes defines by prefix lengths.
+
+        Census files identify a unit by a GEOID whose prefixes are its ancestors' codes
+        (2020: State 2 digits, County 5, Tract 11, Block group 12, Block 15). The list of
+        the finest units (every block, empty ones included: it is public) defines the tree;
+        a node at each level is one distinct prefix of that length, labelled by it.
+
+        Parameters
+        ----------
+        geoids : sequence of str
+            The codes of the finest units, as text (a number loses its leading zeros), all
+            of the last level's length, each once.
+        levels : mapping of str to int
+            Level name to prefix length, top-down, strictly increasing; the last is the
+            codes' full length.
+        root : str, default "total"
+            The root level's name (its one node is labelled with it).
+
+        Returns
+        -------
+        Tree
+            Labelled by the prefixes; levels ``[root, *levels]``.
+
+        Examples
+        --------
+        >>> import hierdp
+        >>> t = hierdp.Tree.from_geoids(["56001", "56003", "01001"], {"state": 2, "county": 5})
+        >>> t.n_nodes, list(t.level_labels(1))
+        (6, ['01', '56'])
+        """
+        names = list(levels) if isinstance(levels, Mapping) else []
+        if not names:
+            raise HierarchyError("levels must map each level's name to its prefix length, e.g. "
+                                 "{'state': 2, 'county': 5}")
+        lengths: list[int] = []
+        for name in names:
+            n = levels[name]
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+                raise HierarchyError(f"level {name!r}: a prefix length is a positive integer, got {n!r:.40}")
+            if lengths and n <= lengths[-1]:
+                raise HierarchyError(f"level {name!r}: prefix length {n} does not nest under the level above "
+                                     f"({lengths[-1]}); lengths grow strictly from the top down")
+            lengths.append(int(n))
+        raw = geoids.tolist() if isinstance(geoids, (np.ndarray, pd.Series, pd.Index)) else list(geoids)
+        if not raw:
+            raise HierarchyError("the list of GEOIDs is empty; give every unit of the finest level")
+        bad = next((c for c in raw if not isinstance(c, str)), None)
+        if bad is not None:
+            raise HierarchyError(f"GEOIDs must be text, got {type(bad).__name__} {bad!r:.40} (a number loses its "
+                                 "leading zeros): read the file with dtype=str")
+        codes = pd.Index(raw, dtype=object)
+        width = codes.str.len()
+        wrong = width != lengths[-1]
+        if wrong.any():
+            raise HierarchyError(f"{int(wrong.sum()):,} GEOID(s) are not {lengths[-1]} characters long (the last "
+                                 f"level's prefix length), e.g. {codes[wrong][0]!r:.40}")
+        dup = codes.duplicated()
+        if dup.any():
+            raise HierarchyError(f"GEOID {codes[dup][0]!r:.40} appears more than once; give each unit once")
+        parent: list[np.ndarray] = [np.full(1, -1, np.int64)]
+        labels: list[Any] = [np.array([root], dtype=object)]
+        above = np.zeros(codes.size, np.int64)  # each unit's ancestor at the level above (its node id)
+        start = 1
+        for n in lengths:
+            uniq, inv = np.unique(codes.str[:n].to_numpy(dtype=object), return_inverse=True)
+            par = np.zeros(uniq.size, np.int64)
+            par[inv] = above
+            parent.append(par)
+            labels.append(uniq)
+            above = start + inv.astype(np.int64)
+            start += uniq.size
+        return cls.from_parent(np.concatenate(parent), labels=list(np.concatenate(labels)),
+                               level_names=[root, *names])
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, levels: Sequence[str], domains: Any = None, *,

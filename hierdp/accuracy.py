@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from hierdp.accounting.ledger import Ledger
     from hierdp.tree import Tree
 
-__all__ = ["release_accuracy", "SIZE_BANDS", "QUANTILE_CAP", "METHOD_TEXT"]
+__all__ = ["release_accuracy", "accuracy_tables", "SIZE_BANDS", "QUANTILE_CAP", "METHOD_TEXT"]
 
 #: size bands of the released unit totals: (label, low, high), low <= total < high; a
 #: total below 0.5 (0 for integer counts) is band "0"
@@ -179,6 +179,15 @@ def release_accuracy(tree: Tree, estimate: Estimate, measurements: Estimate, led
         as ``ghazi``, a structure built from the data, a chain that cannot be reproduced),
         or for bad arguments.
     """
+    return accuracy_tables(tree, estimate, measurements, ledger, confidence=confidence, repetitions=repetitions,
+                           seed=seed, meta=meta)[1 if by_size else 0]
+
+
+def accuracy_tables(tree: Tree, estimate: Estimate, measurements: Estimate, ledger: Ledger, *,
+                    confidence: float = 0.9, repetitions: int = 100, seed: int | None = None,
+                    meta: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both tables of :func:`release_accuracy` from one simulation: per level, and per
+    level and size band (the same draws, so the two agree). Same parameters and errors."""
     (c,) = _check_confidence(confidence) if np.isscalar(confidence) else (None,)
     if c is None:
         raise DataError(f"confidence must be one number strictly between 0 and 1 (e.g. 0.9), got {confidence!r}")
@@ -207,23 +216,25 @@ def release_accuracy(tree: Tree, estimate: Estimate, measurements: Estimate, led
     base = np.where(np.isinf(mvar)[:, None] | ~np.isfinite(x2), 0.0, x2)
     truth = np.where(np.isfinite(x2), x2, 0.0).sum(axis=1)   # x*'s unit totals
     depth = np.asarray(tree.internal.depth, dtype=np.int64)
-    nb = len(SIZE_BANDS) if by_size else 1
-    group = depth * nb + (_band_codes(truth) if by_size else 0)
+    nb = len(SIZE_BANDS)
+    group = depth * nb + _band_codes(truth)                   # (level, size band)
     n_groups = int(depth.max() + 1) * nb
     ids = np.flatnonzero(units)
     gid = group[ids]
     size = np.bincount(gid, minlength=n_groups)
 
     rng, key = _sources(n, k, seed)
-    # units whose errors are kept for the quantile: all, or a random subset per group
+    # units whose errors are kept for the quantiles: all, or a random subset per group
+    # (a generator of their own, so that the simulated noise does not depend on the cap)
     keep_mask = np.ones(ids.size, bool)
+    picker = np.random.default_rng(None if seed is None else [int(seed) % 2**64, 2])
     for g in np.flatnonzero(size * reps > QUANTILE_CAP):
         rows = np.flatnonzero(gid == g)
-        m = max(1, QUANTILE_CAP // reps)
-        pick = np.random.default_rng(rng.words(4)).choice(rows.size, m, replace=False)
+        pick = picker.choice(rows.size, max(1, QUANTILE_CAP // reps), replace=False)
         keep_mask[rows] = False
         keep_mask[rows[pick]] = True
     kept_ids, kept_gid = ids[keep_mask], gid[keep_mask]
+    kept_size = np.bincount(kept_gid, minlength=n_groups)
 
     abs_sum = np.zeros(n_groups)
     kept: list[np.ndarray] = []
@@ -240,23 +251,45 @@ def release_accuracy(tree: Tree, estimate: Estimate, measurements: Estimate, led
         kept.append(err[kept_ids].astype(np.float32))
         done += m
     errs = np.concatenate(kept, axis=1) if kept else np.zeros((0, reps), np.float32)
+    # each kept error stands for size/kept units of its group (1 unless the group was subsampled)
+    weight = size[kept_gid] / np.maximum(kept_size[kept_gid], 1)
 
     names = list(tree.level_names)
-    rows_out = []
-    for g in np.flatnonzero(size):
-        e = errs[kept_gid == g].reshape(-1)
-        row: dict[str, Any] = {"level": names[g // nb]}
-        if by_size:
-            row["size"] = SIZE_BANDS[g % nb][0]
-        row.update(units=int(size[g]), mae=float(abs_sum[g] / (size[g] * reps)),
-                   moe=float(np.quantile(e.astype(np.float64), c, method="inverted_cdf")))
-        rows_out.append(row)
-    frame = pd.DataFrame(rows_out, columns=["level"] + (["size"] if by_size else []) + ["units", "mae", "moe"])
-    frame["level"] = pd.Categorical(frame["level"], categories=names, ordered=True)
-    if by_size:
-        frame["size"] = pd.Categorical(frame["size"], categories=[s[0] for s in SIZE_BANDS], ordered=True)
-    frame.attrs.update(method=METHOD_TEXT.format(r=reps, chain=_describe(steps)), confidence=c, repetitions=reps,
-                       reads_true_counts=False, chain=_describe(steps),
-                       units="a unit is a node; its total is the sum of its cells",
-                       moe=f"the {c:g} quantile of the absolute error of a unit's total at that level")
-    return frame
+    chain = _describe(steps)
+
+    def table(groups: list[np.ndarray], labels: list[dict[str, Any]]) -> pd.DataFrame:
+        rows_out = []
+        for gs, label in zip(groups, labels):
+            units_g = int(size[gs].sum())
+            if units_g == 0:
+                continue
+            sel = np.isin(kept_gid, gs)
+            rows_out.append({**label, "units": units_g, "mae": float(abs_sum[gs].sum() / (units_g * reps)),
+                             "moe": _quantile(errs[sel], weight[sel], c)})
+        cols = list(labels[0]) if labels else ["level"]
+        frame = pd.DataFrame(rows_out, columns=cols + ["units", "mae", "moe"])
+        frame["level"] = pd.Categorical(frame["level"], categories=names, ordered=True)
+        if "size" in frame:
+            frame["size"] = pd.Categorical(frame["size"], categories=[b[0] for b in SIZE_BANDS], ordered=True)
+        frame.attrs.update(method=METHOD_TEXT.format(r=reps, chain=chain), confidence=c, repetitions=reps,
+                           reads_true_counts=False, chain=chain,
+                           units="a unit is a node; its total is the sum of its cells",
+                           moe=f"the {c:g} quantile of the absolute error of a unit's total at that level")
+        return frame
+
+    n_levels = len(names)
+    by_level = table([np.arange(d * nb, (d + 1) * nb) for d in range(n_levels)],
+                     [{"level": names[d]} for d in range(n_levels)])
+    by_band = table([np.array([g]) for g in range(n_levels * nb)],
+                    [{"level": names[g // nb], "size": SIZE_BANDS[g % nb][0]} for g in range(n_levels * nb)])
+    return by_level, by_band
+
+
+def _quantile(errors: np.ndarray, weight: np.ndarray, c: float) -> float:
+    """The ``c`` quantile (inverted CDF: the smallest e with weighted P(|error| <= e) >= c)
+    of the rows of ``errors`` (R errors each), row i weighted by ``weight[i]``."""
+    e = errors.reshape(-1).astype(np.float64)
+    w = np.repeat(weight, errors.shape[1]) if errors.ndim == 2 else weight
+    order = np.argsort(e, kind="stable")
+    cw = np.cumsum(w[order])
+    return float(e[order][min(int(np.searchsorted(cw, c * cw[-1] * (1 - 1e-12), side="left")), e.size - 1)])

@@ -145,3 +145,29 @@ def test_refuses_a_chain_it_cannot_reproduce():
     r.estimate.values[0] += 1
     with pytest.raises(DataError, match="cannot re-run this release's post-processing"):
         r.accuracy(repetitions=10)
+
+
+def test_weighted_quantile_equals_the_repeated_rows():
+    # a subsampled row stands for several units: its weight must act as that many copies
+    from hierdp.accuracy import _quantile
+
+    gen = np.random.default_rng(0)
+    errors = gen.integers(0, 20, (7, 5)).astype(np.float32)
+    weight = np.array([1, 3, 1, 2, 5, 1, 4], dtype=np.float64)
+    full = np.repeat(errors, weight.astype(int), axis=0).reshape(-1)
+    for c in (0.1, 0.5, 0.9, 0.95):
+        assert _quantile(errors, weight, c) == np.quantile(full, c, method="inverted_cdf")
+
+
+def test_subsampled_margin_stays_close(monkeypatch):
+    # above QUANTILE_CAP errors a row keeps a random subset of its units for the margin (the
+    # mean uses all): with a small cap the margins stay those of the full simulation within a step
+    import hierdp.accuracy as A
+
+    tree, values = _sparse_tree()
+    r = _release(tree, values, epsilon=1.0, postprocess=CHAIN, seed=5)
+    full = r.accuracy(repetitions=200, seed=9)
+    monkeypatch.setattr(A, "QUANTILE_CAP", 200 * 30)
+    part = r.accuracy(repetitions=200, seed=9)
+    np.testing.assert_allclose(part["mae"], full["mae"], rtol=1e-12)      # the mean reads every error
+    assert np.all(np.abs(part["moe"].to_numpy() - full["moe"].to_numpy()) <= 1)

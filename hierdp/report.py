@@ -8,9 +8,11 @@ LEDGER.json`` writes either from a saved ledger alone (what the ledger holds).
 
 :mod:`hierdp._report_facts` computes what the report says (guarantee, budget, accuracy,
 provenance) and from where; this module renders it with the mechanism, plan, chain,
-randomness source and seed status, the **invariants in bold as not protected**, a NOT FOR
-PUBLICATION banner on a seeded or non-private release and, for a points release, the map
-of its decomposition shaded by the released density.
+randomness source and seed status, the accuracy of the released values (a parametric
+bootstrap on the released table, :mod:`hierdp.accuracy`: in words, per level and by size),
+the **invariants in bold as not protected**, a NOT FOR PUBLICATION banner on a seeded or
+non-private release and, for a points release, the map of its decomposition shaded by the
+released density.
 
 Nothing is computed from the true counts: the report reads the ledger (public), the
 released estimates and their variances (post-processing), the public structure and the

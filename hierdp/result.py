@@ -357,8 +357,10 @@ class ReleaseResult:
         """Write the release report: ``.html`` gives one self-contained page (guarantee,
         invariants flagged as not protected, structure provenance, the budget per level and
         per query as recorded and as exact rationals, mechanism and seed status, the expected
-        accuracy per level from the public noise law, plotted, the decomposition map of a
-        points release, provenance); ``.yaml`` the same facts as a draft record of the OpenDP
+        accuracy per level from the public noise law, plotted, the accuracy of the released
+        values in words and by size (:meth:`accuracy`, simulated for releases of up to 250,000
+        node-cells), the decomposition map of a points release, provenance); ``.yaml`` the
+        same facts as a draft record of the OpenDP
         deployments registry. Nothing in it is computed from the true counts. Written
         atomically. Post-processing: no privacy cost.
 

@@ -38,6 +38,7 @@ import numpy as np
 from hierdp import registry, rules
 from hierdp.accounting import zcdp_to_approx_dp
 from hierdp.accounting.ledger import Ledger, LevelSpend, _compact_levels
+from hierdp.accuracy import accuracy_tables
 from hierdp.errors import HierDPError
 from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.continuous import Gaussian, Laplace
@@ -370,6 +371,40 @@ def released_rows(result: Any) -> tuple[list[dict[str, Any]], str]:
         rows.append({"level": str(name), "nodes": int(cnt[d]), "rmse": rmse,
                      "undetermined": int(cnt[d] - ok[d])})
     return rows, ""
+
+
+#: the report simulates the released values' accuracy (:meth:`ReleaseResult.accuracy`) for
+#: releases of at most this many node-cells; larger ones say how to compute it
+REPORT_ACCURACY_MAX_CELLS = 250_000
+#: repetitions of that simulation in the report
+REPORT_ACCURACY_REPETITIONS = 100
+
+
+def released_accuracy(result: Any, confidence: float = 0.9) -> tuple[Any, Any, str]:
+    """The accuracy of the released values by a parametric bootstrap on the released table
+    (:func:`hierdp.accuracy.accuracy_tables`: the release's noise law and chain, the released
+    values as the truth; no true count read): ``(per level, per level and size band, "")``
+    or ``(None, None, why not)``. Secure randomness; a seeded release gets a seed derived
+    from its own, so that its report is reproducible."""
+    tree, est, meas = getattr(result, "tree", None), getattr(result, "estimate", None), \
+        getattr(result, "measurements", None)
+    if tree is None or est is None or meas is None:
+        return None, None, "the report was made from a ledger alone"
+    cells = tree.n_nodes * int(np.prod(np.shape(est.values)[1:], dtype=np.int64))
+    if cells > REPORT_ACCURACY_MAX_CELLS:
+        return None, None, (f"not simulated in the report for a release of {cells:,} node-cells (more than "
+                            f"{REPORT_ACCURACY_MAX_CELLS:,}); result.accuracy() computes it")
+    ledger = result.ledger
+    seed = None
+    if ledger.seed is not None:
+        seed = int.from_bytes(hashlib.sha256(f"hierdp.accuracy:{ledger.seed}".encode()).digest()[:8], "little")
+    try:
+        by_level, by_band = accuracy_tables(tree, est, meas, ledger, confidence=confidence,
+                                            repetitions=REPORT_ACCURACY_REPETITIONS, seed=seed,
+                                            meta=getattr(result, "meta", None))
+    except HierDPError as exc:
+        return None, None, str(exc)
+    return by_level, by_band, ""
 
 
 def _level_runs(rows: list[dict[str, Any]], run_min: int = 8) -> list[tuple[str, str, str, str]]:

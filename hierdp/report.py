@@ -8,9 +8,11 @@ LEDGER.json`` writes either from a saved ledger alone (what the ledger holds).
 
 :mod:`hierdp._report_facts` computes what the report says (guarantee, budget, accuracy,
 provenance) and from where; this module renders it with the mechanism, plan, chain,
-randomness source and seed status, the **invariants in bold as not protected**, a NOT FOR
-PUBLICATION banner on a seeded or non-private release and, for a points release, the map
-of its decomposition shaded by the released density.
+randomness source and seed status, the accuracy of the released values (a parametric
+bootstrap on the released table, :mod:`hierdp.accuracy`: in words, per level and by size),
+the **invariants in bold as not protected**, a NOT FOR PUBLICATION banner on a seeded or
+non-private release and, for a points release, the map of its decomposition shaded by the
+released density.
 
 Nothing is computed from the true counts: the report reads the ledger (public), the
 released estimates and their variances (post-processing), the public structure and the
@@ -48,6 +50,7 @@ from hierdp._report_facts import (
     guarantee_text,
     level_accuracy,
     query_rows,
+    released_accuracy,
     released_rows,
     spec_files,
 )
@@ -141,6 +144,59 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], *, ident: str = "
     if foot is not None:
         out.append("<tfoot><tr>" + "".join(f"<td>{c}</td>" for c in foot) + "</tr></tfoot>")
     out.append("</table></div>")
+    return "".join(out)
+
+
+def _how_often(c: float) -> str:
+    """``0.9`` -> "9 times in 10", ``0.95`` -> "95 times in 100"."""
+    for base in (10, 100, 1000):
+        if abs(c * base - round(c * base)) < 1e-9:
+            return f"{round(c * base)} times in {base}"
+    return f"with probability {c:g}"
+
+
+def _amount(x: float) -> str:
+    """A count as a reader of a table reads it: whole numbers without decimals."""
+    if not math.isfinite(x):
+        return "—"
+    if abs(x - round(x)) < 1e-9:
+        return f"{round(x):,}"
+    return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def _released_accuracy_html(by_level: Any, by_band: Any, ledger: Ledger) -> str:
+    """The accuracy of the released values (:meth:`ReleaseResult.accuracy`), in words first,
+    then per level and per size of the published total, and how it was computed."""
+    c = float(by_level.attrs["confidence"])
+    pct = f"{c * 100:g} %"
+    people = " people" if any(w in (ledger.privacy_unit or "").lower() for w in ("individual", "person")) else ""
+    out = ['<p>How far the published figures are from the true ones (after all post-processing, as '
+           "published):</p><ul id=\"accuracy-words\">"]
+    for r in by_level.itertuples(index=False):
+        what = "the published grand total is" if str(r.level) == "total" and r.units == 1 else \
+            f"a {_e(r.level)}'s published total is"
+        lead = "On average " + what
+        out.append(f"<li>{lead} off by about {_amount(r.mae)}{people}; {_how_often(c)} by at most "
+                   f"{_amount(r.moe)}{people}.</li>")
+    out.append("</ul>")
+    out.append(_table(["Level", "Units", "Mean absolute error", f"{pct} margin of error"],
+                      [[_e(r.level), _e(f"{r.units:,}"), _e(_g(r.mae)), _e(_g(r.moe))]
+                       for r in by_level.itertuples(index=False)], ident="released-accuracy", numeric=(1, 2, 3)))
+    if by_band is not None and len(by_band) > len(by_level):
+        out.append("<p>By size of the published total (units grouped by their published total):</p>")
+        out.append(_table(["Level", "Published total", "Units", "Mean absolute error", f"{pct} margin of error"],
+                          [[_e(r.level), _e(r.size), _e(f"{r.units:,}"), _e(_g(r.mae)), _e(_g(r.moe))]
+                           for r in by_band.itertuples(index=False)], ident="released-accuracy-by-size",
+                          numeric=(2, 3, 4)))
+    reps = int(by_level.attrs["repetitions"])
+    out.append(f'<p class="muted" id="accuracy-method">How this was computed: a parametric bootstrap, {reps} '
+               "repetitions. The published values were taken as if they were the truth; fresh noise was drawn "
+               "from the same public noise law as the release (mechanism, budget and sensitivity of each level), "
+               f"the same post-processing ({_e(by_level.attrs['chain'])}) was run again, and the published totals "
+               "of each unit (a place's total over all its cells) were compared. The mean absolute error is the "
+               f"average distance; the {pct} margin of error is the distance not exceeded {_how_often(c)}. "
+               "No true count was read: this is post-processing of the release and costs no privacy. It is the "
+               "error the release would have if the truth were the published table.</p>")
     return "".join(out)
 
 
@@ -392,6 +448,11 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
     if result is not None:
         rel, why = released_rows(result)
         add("<h3>Released values</h3>")
+        by_level, by_band, why_acc = released_accuracy(result)
+        if by_level is not None:
+            add(_released_accuracy_html(by_level, by_band, ledger))
+        elif why_acc and not rel:
+            why = f"{why}; the simulated accuracy: {why_acc}"
         if rel:
             add('<p class="muted">Expected RMSE of the released (post-processed) values per level: the square root '
                 "of their mean variance, which the public noise law and the public chain fix (the chain is "
@@ -402,7 +463,7 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
             if len(rel) <= CHART_MAX_ROWS:
                 add(_bar_chart("Expected RMSE of the released values per level", [r["level"] for r in rel],
                                [("RMSE", "#21918c", [r["rmse"] for r in rel])]))
-        else:
+        elif by_level is None:
             add(f'<p class="muted">Not shown: {_e(why)}.</p>')
         m = decomposition_svg(result)
         if m:

@@ -307,9 +307,10 @@ def test_the_released_values_rmse_per_level_is_the_root_mean_variance(releases, 
     for row, (d, name) in zip(table["body"], enumerate(result.tree.level_names)):
         assert row[0] == name
         assert float(row[2]) == pytest.approx(math.sqrt(var[depth == d].mean()), rel=1e-3)
-    # after nonneg/round the linear variance is not the released error: not shown, said why
+    # after nonneg/round the linear variance is not the released error: its table is not shown,
+    # the simulated accuracy of the released values is (tests/test_report_accuracy.py)
     text = _html(_per_level(postprocess=["blue", "nonneg", "round"]), tmp_path, "nl.html")
-    assert 'id="released"' not in text and "non-linear step" in text
+    assert 'id="released"' not in text and 'id="released-accuracy"' in text and "Not shown" not in text
 
 
 def test_the_privtree_map_draws_every_leaf_cell(releases, tmp_path):

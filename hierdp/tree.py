@@ -24,7 +24,7 @@ import pandas as pd
 from hierdp._kernels import tree_kernels as K
 from hierdp.errors import DataError, HierarchyError, did_you_mean, expected_one_of
 
-__all__ = ["Tree", "InternalArrays"]
+__all__ = ["Tree", "InternalArrays", "geoid_frame"]
 
 #: cache key of the int32 parent array the threaded aggregation reads (structure only)
 _PARENT32_KEY = "hierdp.parent32"
@@ -324,35 +324,7 @@ class Tree:
         >>> t.n_nodes, list(t.level_labels(1))
         (6, ['01', '56'])
         """
-        names = list(levels) if isinstance(levels, Mapping) else []
-        if not names:
-            raise HierarchyError("levels must map each level's name to its prefix length, e.g. "
-                                 "{'state': 2, 'county': 5}")
-        lengths: list[int] = []
-        for name in names:
-            n = levels[name]
-            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-                raise HierarchyError(f"level {name!r}: a prefix length is a positive integer, got {n!r:.40}")
-            if lengths and n <= lengths[-1]:
-                raise HierarchyError(f"level {name!r}: prefix length {n} does not nest under the level above "
-                                     f"({lengths[-1]}); lengths grow strictly from the top down")
-            lengths.append(int(n))
-        raw = geoids.tolist() if isinstance(geoids, (np.ndarray, pd.Series, pd.Index)) else list(geoids)
-        if not raw:
-            raise HierarchyError("the list of GEOIDs is empty; give every unit of the finest level")
-        bad = next((c for c in raw if not isinstance(c, str)), None)
-        if bad is not None:
-            raise HierarchyError(f"GEOIDs must be text, got {type(bad).__name__} {bad!r:.40} (a number loses its "
-                                 "leading zeros): read the file with dtype=str")
-        codes = pd.Index(raw, dtype=object)
-        width = codes.str.len()
-        wrong = width != lengths[-1]
-        if wrong.any():
-            raise HierarchyError(f"{int(wrong.sum()):,} GEOID(s) are not {lengths[-1]} characters long (the last "
-                                 f"level's prefix length), e.g. {codes[wrong][0]!r:.40}")
-        dup = codes.duplicated()
-        if dup.any():
-            raise HierarchyError(f"GEOID {codes[dup][0]!r:.40} appears more than once; give each unit once")
+        codes, names, lengths = _geoid_codes(geoids, levels)
         parent: list[np.ndarray] = [np.full(1, -1, np.int64)]
         labels: list[Any] = [np.array([root], dtype=object)]
         above = np.zeros(codes.size, np.int64)  # each unit's ancestor at the level above (its node id)
@@ -834,3 +806,46 @@ def _descending_height_order(parent: np.ndarray, depth: np.ndarray, height: np.n
         order[a:b] = sub
         rank[sub] = np.arange(a, b)
     return order
+
+
+def _geoid_codes(geoids: Any, levels: Mapping[str, int]) -> tuple[pd.Index, list[str], list[int]]:
+    """The checked GEOID list (text, one length, each once) and the levels' names and prefix
+    lengths (positive, strictly growing, the last the codes' length): one line per problem."""
+    names = list(levels) if isinstance(levels, Mapping) else []
+    if not names:
+        raise HierarchyError("levels must map each level's name to its prefix length, e.g. "
+                             "{'state': 2, 'county': 5}")
+    lengths: list[int] = []
+    for name in names:
+        n = levels[name]
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise HierarchyError(f"level {name!r}: a prefix length is a positive integer, got {n!r:.40}")
+        if lengths and n <= lengths[-1]:
+            raise HierarchyError(f"level {name!r}: prefix length {n} does not nest under the level above "
+                                 f"({lengths[-1]}); lengths grow strictly from the top down")
+        lengths.append(int(n))
+    raw = geoids.tolist() if isinstance(geoids, (np.ndarray, pd.Series, pd.Index)) else list(geoids)
+    if not raw:
+        raise HierarchyError("the list of GEOIDs is empty; give every unit of the finest level")
+    bad = next((c for c in raw if not isinstance(c, str)), None)
+    if bad is not None:
+        raise HierarchyError(f"GEOIDs must be text, got {type(bad).__name__} {bad!r:.40} (a number loses its "
+                             "leading zeros): read the file with dtype=str")
+    codes = pd.Index(raw, dtype=object)
+    width = codes.str.len()
+    wrong = width != lengths[-1]
+    if wrong.any():
+        raise HierarchyError(f"{int(wrong.sum()):,} GEOID(s) are not {lengths[-1]} characters long (the last "
+                             f"level's prefix length), e.g. {codes[wrong][0]!r:.40}")
+    dup = codes.duplicated()
+    if dup.any():
+        raise HierarchyError(f"GEOID {codes[dup][0]!r:.40} appears more than once; give each unit once")
+    return codes, names, lengths
+
+
+def geoid_frame(geoids: Any, levels: Mapping[str, int]) -> pd.DataFrame:
+    """The public paths of a GEOID list: one row per code, one column per level holding its
+    prefix of that level's length (:meth:`Tree.from_geoids`'s checks, the same errors);
+    a door's ``domains=`` and the spec's ``hierarchy.geoid``."""
+    codes, names, lengths = _geoid_codes(geoids, levels)
+    return pd.DataFrame({name: codes.str[:n].to_numpy(dtype=object) for name, n in zip(names, lengths, strict=True)})

@@ -23,7 +23,7 @@ import pandas as pd
 from hierdp import subtrees
 from hierdp.accounting import PrivacyLoss
 from hierdp.data import demo_geography, load_demo, resolve_spec
-from hierdp.errors import DataError, MissingDependencyError, NonPrivateWarning, SpecError, warn
+from hierdp.errors import DataError, HierarchyError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
 from hierdp.execution.dask import local_client
 from hierdp.frontends.base import door_rng, dptree
@@ -36,6 +36,7 @@ from hierdp.outofcore import COUNTS, check_dataset_folders, check_dataset_target
 from hierdp.report import render as render_report
 from hierdp.spec.loader import LoadedSpec, Marks, load_file, load_text
 from hierdp.spec.validate import ReleaseSpec, raise_issues, validate
+from hierdp.tree import geoid_frame
 
 __all__ = ["load_spec", "run_spec", "release_dataset_spec", "source_identity", "prepare", "release_frame",
            "release_points_spec", "write_outputs",
@@ -127,6 +128,12 @@ def _paths_frame(spec: ReleaseSpec) -> pd.DataFrame | None:
     if spec.paths is None:
         return None
     kind, ref = spec.paths
+    if kind == "geoid":  # the levels are the codes' prefixes (hierdp.tree.geoid_frame: one line per problem)
+        path, col, lengths = ref
+        try:
+            return geoid_frame(_public_table(path, [col])[col].tolist(), lengths).astype("string")
+        except HierarchyError as exc:
+            raise SpecError(f"hierarchy.geoid: {exc}") from None
     if kind == "demo":
 
         frame = demo_geography(ref)
@@ -397,6 +404,9 @@ def read_source(spec: ReleaseSpec) -> Any:
         if not pd.api.types.is_string_dtype(df[c]):
             df[c] = df[c].astype("string")
     df = _apply_filters(df, spec.filters)
+    if spec.geoid is not None:  # each level's column: the code's prefix of its length
+        _, col, lengths = spec.geoid
+        df = df.assign(**{name: df[col].str.slice(0, n) for name, n in lengths.items()})
     return df.rename(columns=_renames(spec))
 
 

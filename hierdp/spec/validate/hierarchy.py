@@ -24,6 +24,11 @@ class HierarchyChecks(Context):
         levels: list[LevelSpec] = []
         if not isinstance(h, dict):
             return levels, root, None, unknown
+        if isinstance(h.get("geoid"), dict):
+            return self.geoid_hierarchy(h, root, unknown)
+        if "levels" not in h and "geoid" not in h:
+            self.err(("hierarchy",), "the hierarchy needs `levels:` (the level columns, top-down) or `geoid:` "
+                                     "(a public list of unit codes and their prefix lengths)")
         paths = None
         p = get(h, "paths", dict)
         if p is not None:
@@ -84,6 +89,41 @@ class HierarchyChecks(Context):
                         self.err(("hierarchy", "paths", "file"), f"the paths file has no column {lv.column!r}"
                                                                   f"{did_you_mean(lv.column, hdr)}; it needs one "
                                                                   "column per level")
+        return levels, root, paths, unknown
+
+    def geoid_hierarchy(self, h: dict, root: str, unknown: str) -> tuple[list[LevelSpec], str, tuple | None, str]:
+        """``hierarchy.geoid``: the levels are the prefixes of one code column, the public
+        list of the finest units' codes their paths (:func:`hierdp.tree.geoid_frame`)."""
+        g = h["geoid"]
+        here = ("hierarchy", "geoid")
+        if "levels" in h or "paths" in h:
+            self.err(here, "give the geography once: hierarchy.geoid, or hierarchy.levels (and paths), not both")
+            return [], root, None, unknown
+        engine = get(self.data.get("source"), "engine", str, "pandas")
+        if engine != "pandas":
+            self.err(here, f"hierarchy.geoid reads the records with the pandas engine today; source.engine "
+                           f"{engine!r} cannot derive the levels from the code column yet: use engine: pandas")
+        col = get(g, "column", str)
+        raw = get(g, "levels", dict, {})
+        levels: list[LevelSpec] = []
+        lengths: list[int] = []
+        for name, n in raw.items():
+            if name == root or name in RESERVED_COLUMNS or name == col:
+                self.err(here + ("levels", name), f"level name {name!r} is the root's, an output column's or the "
+                                                  "code column's name; rename the level")
+            if isinstance(n, int) and lengths and n <= lengths[-1]:
+                self.err(here + ("levels", name), f"level {name!r}: prefix length {n} does not nest under the level "
+                                                  f"above ({lengths[-1]}); lengths grow strictly from the top down")
+            lengths.append(n if isinstance(n, int) else 0)
+            levels.append(LevelSpec(name=name, column=name, domain=("paths",)))
+        if col is not None and self.header is not None and col not in self.header:
+            self.err(here + ("column",), self.missing_col(col))
+        files = self.resolve_glob(g["file"], here + ("file",)) if isinstance(g.get("file"), str) else []
+        if files and col is not None and self.check_files:
+            hdr = self.read_header(files[:1], "csv", here + ("file",))
+            if hdr is not None and col not in hdr:
+                self.err(here + ("file",), f"the GEOID list has no column {col!r}{did_you_mean(col, hdr)}")
+        paths = ("geoid", (files[0], col, dict(raw))) if files and col is not None else None
         return levels, root, paths, unknown
 
     def domain(self, lv: dict, i: int, previous: list[LevelSpec], paths: tuple | None, col: str) -> Any:

@@ -43,7 +43,7 @@ class ReleaseSpec:
     filters: list[dict[str, Any]]
     root: str
     levels: list[LevelSpec]
-    paths: tuple[str, Any] | None  # ("file", Path) | ("demo", name)
+    paths: tuple[str, Any] | None  # ("file", Path) | ("demo", name) | ("geoid", (Path, column, {level: length}))
     unknown: str
     unit: str | None
     max_contributions: int | None
@@ -81,8 +81,8 @@ class ReleaseSpec:
         for lv in self.levels:
             if isinstance(lv.domain, tuple) and lv.domain and lv.domain[0] == "file":
                 files.append(Path(lv.domain[1]))
-        if self.paths is not None and self.paths[0] == "file":
-            files.append(Path(self.paths[1]))
+        if self.paths is not None and self.paths[0] in ("file", "geoid"):
+            files.append(Path(self.paths[1][0] if self.paths[0] == "geoid" else self.paths[1]))
         files += [Path(c.domain[1]) for c in self.cells if c.domain and c.domain[0] == "file"]
         b = self.budget
         prior = b.get("params", {}).get("prior") if isinstance(b, dict) and isinstance(b.get("params"), dict) else None
@@ -100,7 +100,17 @@ class ReleaseSpec:
     @property
     def label_columns(self) -> list[str]:
         """Source columns read as text labels (levels, cells and the privacy unit; hierdp.io.readers rules)."""
-        return [lv.column for lv in self.levels] + [c.column for c in self.cells] + ([self.unit] if self.unit else [])
+        return self.level_columns + [c.column for c in self.cells] + ([self.unit] if self.unit else [])
+
+    @property
+    def geoid(self) -> tuple[Path, str, dict[str, int]] | None:
+        """``hierarchy.geoid``: the GEOID list's file, the code column and the prefix lengths."""
+        return self.paths[1] if self.paths is not None and self.paths[0] == "geoid" else None
+
+    @property
+    def level_columns(self) -> list[str]:
+        """The source columns the levels are read from (the one code column of a GEOID geography)."""
+        return [self.geoid[1]] if self.geoid is not None else [lv.column for lv in self.levels]
 
     @property
     def total(self) -> float:
@@ -121,7 +131,7 @@ class ReleaseSpec:
 
     def needed_columns(self) -> list[str]:
         """Source columns the release reads (levels, cells, count, unit, filters, selection)."""
-        cols = [lv.column for lv in self.levels] + [c.column for c in self.cells]
+        cols = self.level_columns + [c.column for c in self.cells]
         cols += [c for c in self.decomposition_columns if c not in cols]
         for c in [self.count, self.unit] + [f["column"] for f in self.filters] + list(self.source_columns or []):
             if c is not None and c not in cols:

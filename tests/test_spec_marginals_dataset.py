@@ -95,3 +95,12 @@ def test_a_plan_that_cannot_run_by_subtree_is_one_line(tmp_path, records):
     with pytest.raises(SpecError, match="execution runs a release on a declared hierarchy by subtree with plan "
                                         "per_level or marginals"):
         validate(f)
+
+
+def test_invariants_cover_needs_invariants(tmp_path, records):
+    f = tmp_path / "c.yaml"
+    f.write_text(SPEC.format(path=records, extra="").replace("invariants: [total, state]}",
+                                                             "invariants_cover: total}"))
+    with pytest.raises(SpecError, match="invariants_cover says what invariant nodes publish; it needs "
+                                        "privacy.invariants"):
+        validate(f)

@@ -570,6 +570,8 @@ def _privacy_relation(spec: ReleaseSpec) -> dict[str, Any]:
         out["invariants"] = list(spec.invariants)
         if spec.allow_invariants_with_add_remove:
             out["allow_invariants_with_add_remove"] = True
+        if spec.invariants_cover is not None:
+            out["invariants_cover"] = spec.invariants_cover
     return out
 
 

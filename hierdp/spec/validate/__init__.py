@@ -248,6 +248,7 @@ class _Checker(SourceChecks, HierarchyChecks, CellChecks, PrivacyChecks, Decompo
             neighbours=priv.get("neighbours", "add_remove"), invariants=list(priv.get("invariants", [])),
             accountant=priv.get("accountant", "tight"),
             allow_invariants_with_add_remove=bool(priv.get("allow_invariants_with_add_remove", False)),
+            invariants_cover=priv.get("invariants_cover"),
             split=split, execution=execution,
         )
         self.check_outputs_spare_inputs(spec)

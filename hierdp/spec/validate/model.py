@@ -68,6 +68,7 @@ class ReleaseSpec:
     accountant: str = "tight"  # privacy.accountant: how an (ε, δ) request is met (hierdp.PrivacyLoss)
     invariants: list[Any] = field(default_factory=list)  # level names (str) or label paths (tuples)
     allow_invariants_with_add_remove: bool = False
+    invariants_cover: str | None = None  # privacy.invariants_cover: "total" or "cells" (None: the plan's default)
     split: Any = None  # split: a level name, "auto" or {level, memory} (hierdp.subtrees)
     #: execution: out of core into a Parquet dataset (hierdp.outofcore): {split, workers, workdir (Path or None)}
     execution: dict[str, Any] | None = None

@@ -60,7 +60,12 @@ class PrivacyChecks(Context):
         problem = rules.invariants_problem(neighbours, len(invariants), allow) if valid else None
         if problem is not None:
             self.err(("privacy", "invariants"), problem)
-        out.update(neighbours=neighbours, invariants=invariants, allow_invariants_with_add_remove=allow)
+        cover = p.get("invariants_cover")
+        if cover is not None and not invariants:
+            self.err(("privacy", "invariants_cover"), "invariants_cover says what invariant nodes publish; it needs "
+                                                      "privacy.invariants (remove it otherwise)", prefer_key=True)
+        out.update(neighbours=neighbours, invariants=invariants, allow_invariants_with_add_remove=allow,
+                   invariants_cover=cover if cover in ("total", "cells") else None)
         return out
 
     def check_invariants(self, priv: dict, level_names: list[str]) -> None:

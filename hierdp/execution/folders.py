@@ -17,12 +17,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 
-from hierdp._kernels.private import make_private_folder
+from hierdp._kernels.private import check_private_folder, make_private_folder
 from hierdp.errors import DataError, MissingDependencyError
 from hierdp.io import RELEASE_ID_METADATA_KEY
 from hierdp.keyed_noise import NoiseKey
@@ -490,6 +490,31 @@ def _journal_lines(work: Path) -> list[str] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return [ln for ln in path.read_text(encoding="utf-8", errors="replace").split("\n") if ln]
+
+
+def charged(work: str | os.PathLike[str]) -> bool:
+    """Whether the work folder's release has charged its budget (drawn its key): from then
+    on it is resumed, never started afresh."""
+    lines = _journal_lines(Path(work)) if Path(work).is_dir() else None
+    return bool(lines) and "charged" in cast(list[str], lines)
+
+
+def kept_counts(work: str | os.PathLike[str], source: str) -> Path | None:
+    """The counts folder an interrupted run of this release left in the work folder for
+    its resume (:func:`counts_folder`, complete: its ``counts.json`` written last names the
+    input ``source``), else ``None``. Each such folder must be this user's and private."""
+    work = Path(work)
+    if not work.is_dir():
+        return None
+    for folder in sorted(work.glob(COUNTS + "*")):
+        check_private_folder(folder, "counts folder", WorkFolderError)
+        try:
+            meta = json.loads((folder / "counts.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # counting did not finish there
+        if isinstance(meta, dict) and meta.get("source") == source:
+            return folder
+    return None
 
 
 def abandoned_start(work: Path) -> bool:

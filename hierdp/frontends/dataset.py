@@ -49,6 +49,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -269,6 +270,7 @@ class DatasetDPTree(TreeDoor):
             raise DataError(f"threads={threads!r:.40}: at most {MAX_THREADS} (more threads than cores gain nothing)")
         self.threads = threads
         self._temp_given = None if temp_directory is None else Path(os.fspath(temp_directory))
+        self._progress = False  # DuckDB's progress bar while counting (counted(progress=True), a terminal)
         self._text_asked = bool(labels_as_text)
         self._labels_as_text = self._text_asked or self.format == "csv"
         self._duckdb = duckdb
@@ -638,6 +640,11 @@ class DatasetDPTree(TreeDoor):
         rng : RandomSource, optional
             The randomness that picks the rows kept per unit (``max_contributions``);
             ``None`` uses the secure source.
+        source : str, optional
+            The input's identity, recorded with the counts so that a resumed run finds them
+            (:meth:`CountedDataset.reopen`) instead of counting again.
+        progress : bool, default False
+            DuckDB's progress bar while it counts (on a terminal only).
 
         Returns
         -------
@@ -685,7 +692,8 @@ class DatasetDPTree(TreeDoor):
         return isinstance(domains, Mapping) and any(isinstance(v, str) and v == "observed" for v in domains.values())
 
     # -- the counted dataset for the out-of-core runner -------------------------------------
-    def counted(self, workdir: str | os.PathLike[str], rng: Any = None) -> CountedDataset:
+    def counted(self, workdir: str | os.PathLike[str], rng: Any = None, *, source: str | None = None,
+                progress: bool = False) -> CountedDataset:
         """Count the dataset once into ``workdir`` (PRIVATE: true counts on disk; keep the
         folder as protected as the data, and delete it after the release).
 
@@ -716,7 +724,11 @@ class DatasetDPTree(TreeDoor):
         import pyarrow.parquet as pq
 
         folder = make_private_folder(Path(os.fspath(workdir)), "counts folder")  # never adopted
-        keys, w, notes = self._leaf_keys(rng)
+        self._progress = bool(progress) and sys.stderr.isatty()
+        try:
+            keys, w, notes = self._leaf_keys(rng)
+        finally:
+            self._progress = False
         k = self.n_cells
         tree = self.tree
         ext = keys // k
@@ -729,7 +741,9 @@ class DatasetDPTree(TreeDoor):
                           "count": w[order][nz].astype(np.int64)})
         _write_private(folder / "counts.parquet", lambda fh: pq.write_table(
             table, fh, row_group_size=_ROW_GROUP, write_statistics=True))
-        meta = json.dumps({"n_nodes": tree.n_nodes, "n_cells": k, "levels": list(self.levels)}).encode()
+        # written last: the counts are complete (PRIVATE: the notes hold private figures)
+        meta = json.dumps({"n_nodes": tree.n_nodes, "n_cells": k, "levels": list(self.levels), "source": source,
+                           "notes": notes}, default=str).encode()
         _write_private(folder / "counts.json", lambda fh: fh.write(meta))
         return CountedDataset(tree, k, folder, notes)
 
@@ -766,6 +780,18 @@ class CountedDataset:
         self.folder = folder
         self.path = folder / "counts.parquet"
         self.notes = notes
+
+    @classmethod
+    def reopen(cls, folder: str | os.PathLike[str], tree: Tree) -> CountedDataset:
+        """The counts :meth:`DatasetDPTree.counted` wrote in ``folder`` (complete: its
+        ``counts.json``), for ``tree``: a resumed release reads them instead of counting the
+        records again (the same counts, the same sample of a unit's rows)."""
+        folder = Path(os.fspath(folder))
+        meta = json.loads((folder / "counts.json").read_text(encoding="utf-8"))
+        if meta.get("n_nodes") != tree.n_nodes:
+            raise DataError(f"the counts in {str(folder)!r} are of another tree ({meta.get('n_nodes')} nodes, not "
+                            f"{tree.n_nodes}); delete the folder to count again")
+        return cls(tree, int(meta["n_cells"]), folder, dict(meta.get("notes") or {}))
 
     def counts_of(self, task: Any) -> np.ndarray:
         """True counts of ``task.nodes`` (the full tree's internal ids, ascending, all levels
@@ -923,7 +949,7 @@ class _Connection:
             config["threads"] = door.threads
         try:
             self._con = door._duckdb.connect(":memory:", config=config)
-            self._con.execute("SET enable_progress_bar = false")
+            self._con.execute(f"SET enable_progress_bar = {'true' if getattr(door, '_progress', False) else 'false'}")
         except Exception:
             self.__exit__(None, None, None)
             raise

@@ -26,8 +26,9 @@ from hierdp.data import demo_geography, load_demo, resolve_spec
 from hierdp.errors import DataError, HierarchyError, MissingDependencyError, NonPrivateWarning, SpecError, warn
 from hierdp.evaluation import evaluate
 from hierdp.execution.dask import local_client
+from hierdp.execution.folders import charged, kept_counts
 from hierdp.frontends.base import door_rng, dptree
-from hierdp.frontends.dataset import DatasetDPTree
+from hierdp.frontends.dataset import CountedDataset, DatasetDPTree
 from hierdp.frontends.points import release_points
 from hierdp.frontends.sequences import release_sequences
 from hierdp.io import _writer, atomic_write_all, format_for, is_url, ledger_path_for, write_release, write_text
@@ -867,15 +868,29 @@ def release_dataset_spec(spec: Any, out: str | Path, *, resume: bool = False, pr
         internal = tree.to_internal(values).reshape(tree.n_nodes, n_cells)
         return _release_to_dataset(ex, tree, lambda task: internal[task.nodes], out, args, keywords)
     # true counts on disk: in a new owner-only folder inside the (private) work folder, never
-    # in a folder found there; removed when this run ends, however it ends
-    counts_dir = counts_folder(workdir)
+    # in a folder found there. A run that stops once its release has charged its budget keeps
+    # them for --resume (as the release key: the work folder is as sensitive as the data),
+    # which reads them instead of counting again; any other end removes them.
+    source = hashlib.sha256(repr(source_id).encode()).hexdigest()
+    counts_dir = kept_counts(workdir, source) if resume else None
+    done = False
     try:
-        with _source_errors(rs):
-            data = dpt.counted(counts_dir, rng=door_rng(rs.seed, 97))
+        if counts_dir is not None:
+            data = CountedDataset.reopen(counts_dir, tree)
+            if progress:
+                (stream or sys.stderr).write(f"resuming with the counts of the interrupted run ({counts_dir.name})\n")
+        else:
+            counts_dir = counts_folder(workdir)
+            if progress:
+                (stream or sys.stderr).write("counting the records\n")
+            with _source_errors(rs):
+                data = dpt.counted(counts_dir, rng=door_rng(rs.seed, 97), source=source, progress=progress)
         keywords["private_notes"] = {**dict(keywords.get("private_notes") or {}), **dict(data.notes)}
         ledger = _release_to_dataset(ex, tree, data.counts_of, out, args, keywords)
+        done = True
     finally:
-        shutil.rmtree(counts_dir, ignore_errors=True)
+        if counts_dir is not None and (done or not charged(workdir)):
+            shutil.rmtree(counts_dir, ignore_errors=True)
     for stale in workdir.glob(COUNTS + "*"):  # complete: the counts of killed runs go too
         shutil.rmtree(stale, ignore_errors=True)
     return ledger

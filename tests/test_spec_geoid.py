@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 import hierdp
@@ -64,9 +65,15 @@ def test_a_geoid_geography_releases_what_the_door_releases_from_the_prefixes(tmp
     assert np.array_equal(np.asarray(got.estimate.values), np.asarray(want.estimate.values))
     frame = got.to_frame()
     assert set(frame.loc[frame["level"] == "Block", "Block"]) == set(BLOCKS)  # text, leading zeros kept
-    # by subtree into the dataset: the same values
-    _quiet(release_dataset_spec, _spec(tmp_path, files, "execution: {split: County}\n"), tmp_path / "out")
-    assert (tmp_path / "out" / "_SUCCESS").exists()
+    # by subtree into the dataset, the records counted by the pandas engine and by DuckDB (the
+    # levels computed there as the code's prefixes): the same dataset
+    for name, engine in (("pandas", ""), ("duckdb", ", engine: duckdb")):
+        _quiet(release_dataset_spec, _spec(tmp_path, files, "execution: {split: County}\n", engine=engine),
+               tmp_path / name)
+        assert (tmp_path / name / "_SUCCESS").exists()
+    a, b = ({p.name: pq.read_table(p) for p in sorted((tmp_path / n).glob("part-*.parquet"))} for n in ("pandas",
+                                                                                                       "duckdb"))
+    assert sorted(a) == sorted(b) and all(a[n].equals(b[n]) for n in a)
 
 
 def test_what_cannot_be_a_geoid_geography_is_one_line(tmp_path, files):
@@ -78,8 +85,8 @@ def test_what_cannot_be_a_geoid_geography_is_one_line(tmp_path, files):
     pd.DataFrame({"GEOID": ["560010001009999"]}).to_csv(outside, index=False)
     with pytest.raises(DataError):  # a record's code outside the list: the door's one line
         _quiet(run_spec, _spec(tmp_path, (files[0], outside)), write=False)
-    with pytest.raises(SpecError, match="hierarchy.geoid reads the records with the pandas engine today"):
-        validate(_spec(tmp_path, files, engine=", engine: duckdb"))
+    with pytest.raises(SpecError, match="hierarchy.geoid reads the records with the pandas or duckdb engine today"):
+        validate(_spec(tmp_path, files, engine=", engine: polars"))
     text = SPEC.replace("  geoid:", "  levels: [{{name: State, domain: observed}}]\n  geoid:")
     f = tmp_path / "both.yaml"
     f.write_text(text.format(records=files[1], blocks=files[0], extra="", engine=""))

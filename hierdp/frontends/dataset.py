@@ -250,6 +250,9 @@ class DatasetDPTree(TreeDoor):
     threads : DuckDB's threads (default: its own, one per core; at most 1024).
     labels_as_text : read the level and cell columns as text (CSV always is: codes such as
         ``"01"`` keep their leading zeros; declare text domains).
+    prefixes : ``{level: (column, length)}``: a level read as the first ``length`` characters of
+        another column (a census GEOID's State, County, ...: :meth:`hierdp.Tree.from_geoids`),
+        computed in DuckDB; that column must be in every file.
     """
 
     _accessor = "dataset"
@@ -260,8 +263,10 @@ class DatasetDPTree(TreeDoor):
                  max_contributions: int | None = None, unknown: str = "raise", root: str = "total",
                  cells: Mapping[str, Any] | None = None, format: str | None = None, memory: Any = None,
                  temp_directory: str | os.PathLike[str] | None = None, threads: int | None = None,
-                 labels_as_text: bool = False, spent: list[dict[str, Any]] | None = None) -> None:
+                 labels_as_text: bool = False, spent: list[dict[str, Any]] | None = None,
+                 prefixes: Mapping[str, tuple[str, int]] | None = None) -> None:
         duckdb = _duckdb()
+        self._prefixes = {str(k): (str(c), int(n)) for k, (c, n) in (prefixes or {}).items()}
         self.files, self.format = dataset_files(source, format)
         self.memory = _memory_bytes(memory)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -275,6 +280,12 @@ class DatasetDPTree(TreeDoor):
         self._labels_as_text = self._text_asked or self.format == "csv"
         self._duckdb = duckdb
         headers = self._headers()
+        for f, cols in headers.items():  # a level read as a prefix: the code's column, then the level
+            for name, (col, _) in self._prefixes.items():
+                if col not in cols:
+                    raise DataError(f"{self._part_name(f)}: {expected_one_of('code column', col, cols)}".replace(
+                        "unknown code column", "missing code column"))
+                cols.append(name)
         union = list(dict.fromkeys(c for h in headers.values() for c in h))
         if spent is None:  # every door on the same files shares the count of their releases
             spent = _SPENT_BY_FILES.setdefault(tuple(str(f.resolve()) for f in self.files), [])
@@ -389,9 +400,14 @@ class DatasetDPTree(TreeDoor):
         files = "[" + ", ".join(_lit(_glob_escape(str(f))) for f in self.files) + "]"
         extra = ", filename = true" if filename else ""
         if self.format == "parquet":
-            return f"read_parquet({files}, union_by_name = true{extra})"
-        # the separator pandas reads: DuckDB's guess on a ragged file is "no separator at all"
-        return f"read_csv({files}, header = true, delim = ',', all_varchar = true, union_by_name = true{extra})"
+            read = f"read_parquet({files}, union_by_name = true{extra})"
+        else:  # the separator pandas reads: DuckDB's guess on a ragged file is "no separator at all"
+            read = f"read_csv({files}, header = true, delim = ',', all_varchar = true, union_by_name = true{extra})"
+        if not self._prefixes:
+            return read
+        derived = ", ".join(f"substr(CAST({_q(col)} AS VARCHAR), 1, {n}) AS {_q(name)}"
+                            for name, (col, n) in self._prefixes.items())
+        return f"(SELECT *, {derived} FROM {read})"
 
     def _column_types(self, con: Any) -> dict[str, str]:
         rows = con.execute(f"DESCRIBE SELECT * FROM {self._reader()}").fetchall()

@@ -418,9 +418,11 @@ def prepare(spec: ReleaseSpec, data: Any = None):
     df = read_source(spec) if data is None else data
     if spec.engine == "duckdb" and isinstance(df, list):
         # label columns as text, as the pandas engine reads them (hierdp.io.readers rules)
+        prefixes = None if spec.geoid is None else {name: (spec.geoid[1], n) for name, n in spec.geoid[2].items()}
         return DatasetDPTree(df, [lv.name for lv in spec.levels], _domains(spec), count=spec.count,
                              unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,
-                             root=spec.root, cells=_cells(spec), format=spec.source_format, labels_as_text=True)
+                             root=spec.root, cells=_cells(spec), format=spec.source_format, labels_as_text=True,
+                             prefixes=prefixes)
     if spec.engine == "spark":  # a Spark DataFrame has no accessor: the functional door
         return dptree(df, levels=[lv.name for lv in spec.levels], domains=_domains(spec), count=spec.count,
                       unit=spec.unit, max_contributions=spec.max_contributions, unknown=spec.unknown,

@@ -100,9 +100,10 @@ class HierarchyChecks(Context):
             self.err(here, "give the geography once: hierarchy.geoid, or hierarchy.levels (and paths), not both")
             return [], root, None, unknown
         engine = get(self.data.get("source"), "engine", str, "pandas")
-        if engine != "pandas":
-            self.err(here, f"hierarchy.geoid reads the records with the pandas engine today; source.engine "
-                           f"{engine!r} cannot derive the levels from the code column yet: use engine: pandas")
+        if engine not in ("pandas", "duckdb"):
+            self.err(here, f"hierarchy.geoid reads the records with the pandas or duckdb engine today; source.engine "
+                           f"{engine!r} cannot derive the levels from the code column yet: use engine: pandas or "
+                           "duckdb")
         col = get(g, "column", str)
         raw = get(g, "levels", dict, {})
         levels: list[LevelSpec] = []

@@ -231,8 +231,8 @@ def gmc(tree: Tree, values: np.ndarray, *, formula: int = 39, out: np.ndarray | 
             for_size(GK.gmc_39_2d, y2.size)(st.parent1, st.n1, st.inv_theta, st.leaf_starts, st.leaf_parents, y2,
                                             o2, work)
         else:
-            for_size(GK.gmc_36_2d, tree.n_nodes)(st.parent1, st.n1, np.sqrt(st.theta), st.leaf_starts, st.leaf_parents,
-                                                 y2, o2, work)
+            for_size(GK.gmc_36_2d, y2.size)(st.parent1, st.n1, np.sqrt(st.theta), st.leaf_starts, st.leaf_parents,
+                                            y2, o2, work)
     finally:
         st._pool.append(work)
     if not np.all(np.isfinite(o2[0])):
@@ -340,15 +340,15 @@ def gmc_weighted(tree: Tree, values: np.ndarray, variance: np.ndarray) -> tuple[
         if y2.shape[1] == 1 and d2.shape[1] == 1 and n >= PARALLEL_MIN and tree_pieces(tree).one_run_per_parent:
             _gmc_weighted_pieces(st, tree_pieces(tree), f, y2[:, 0], o2[:, 0], work[:, 0])
         else:
-            for_size(GK.gmc_weighted_2d, tree.n_nodes)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u,
-                                                       st.leaf_starts, st.leaf_parents, y2, o2, work)
+            for_size(GK.gmc_weighted_2d, y2.size)(st.parent1, st.n1, f.d, f.inv_theta, f.rho, f.u,
+                                                  st.leaf_starts, st.leaf_parents, y2, o2, work)
     finally:
         st._pool.append(work)
     if f.variance is None:
         x = np.empty((n, d2.shape[1]))
         xv = np.empty_like(x)
-        for_size(BK.blue_2d, tree.n_nodes)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
-                                           np.zeros_like(d2), d2, x, xv)
+        for_size(BK.blue_2d, d2.size)(tree.internal.parent, tree.internal.n_children, tree.internal.leafcount,
+                                      np.zeros_like(d2), d2, x, xv)
         xv.flags.writeable = False  # shared by every call with these variances (cached): read-only, not copied
         f.variance = xv
     return o2.reshape(y.shape), f.variance.reshape(v.shape)

@@ -409,18 +409,9 @@ def release_keywords(plan: str, seed: int | None) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> None:
     import hierdp
-    from hierdp._kernels import jit
     from hierdp.pipeline import release_by_subtree
 
     warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
-    if not args.as_is:
-        # hierdp runs a kernel interpreted (plain Python) when the tree has at most
-        # jit.SMALL_INPUT nodes, whatever the cells: a task of 8k units x 2,016 cells then
-        # runs 16M cells in Python (DC did not finish in 15 min). Reported to the lead;
-        # until for_size counts node-cells, the benchmark always runs the compiled kernels.
-        jit.SMALL_INPUT = 0
-        print("note: compiled kernels forced for every size (jit.SMALL_INPUT = 0; --as-is to keep the library's "
-              "choice by node count)")
     states = cus.parse_states(args.states, args.us)
     t0 = time.perf_counter()
     gen = cus.ensure_states(args.data, states, args.seed_data, verbose=True)
@@ -561,8 +552,6 @@ def main() -> None:
     ap.add_argument("--seed-data", type=int, default=cus.DEFAULT_SEED, help="generator seed")
     ap.add_argument("--out", help="output folder (default: a temporary one, removed)")
     ap.add_argument("--tree-only", action="store_true", help="build the tree and the partition, no release")
-    ap.add_argument("--as-is", action="store_true",
-                    help="keep hierdp's interpreted kernels for trees of <= 16,384 nodes (slow with 2,016 cells)")
     ap.add_argument("--profile", action="store_true", help="cProfile the run; top 25 by cumulative time")
     ap.add_argument("--system-malloc", action="store_true",
                     help="leave glibc's allocator as it is (by default freed memory is kept and reused, as the "

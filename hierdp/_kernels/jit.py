@@ -23,11 +23,13 @@ import os
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 __all__ = ["numba", "cache_dir", "preferred_cache_dir", "shared_kernels_tag", "notify_first_compile", "CACHE_ENV",
            "SMALL_INPUT", "REUSE", "interpreted", "for_size", "ready", "prefer_compiled", "release_finished",
+           "LARGE_JOB", "large_job",
            "reusing", "INLINED_KERNELS",
            "COMPILE_SECONDS", "compile_logger", "compile_notice"]
 
@@ -193,8 +195,13 @@ SMALL_INPUT = 1 << 14
 #: always the numpy passes or the interpreted kernel (the test suite sets it to test those)
 REUSE = True
 
+#: A job of at least this many node-cells (a release by subtree) runs every kernel compiled,
+#: however small a call (see :func:`large_job`)
+LARGE_JOB = 1 << 22
+
 _WARM = False
 _HERE: contextvars.ContextVar[bool] = contextvars.ContextVar("hierdp_reuse_kernels", default=False)
+_LARGE: contextvars.ContextVar[bool] = contextvars.ContextVar("hierdp_large_job", default=False)
 _MISSED: set = set()
 _INDEXED: dict = {}
 _LOAD_ONLY = threading.local()
@@ -211,6 +218,24 @@ def release_finished() -> None:
     costs); a process that releases again is one that will release many times."""
     global _WARM
     _WARM = True
+
+
+@contextlib.contextmanager
+def large_job(on: bool = True) -> Iterator[None]:
+    """While open (in this context: a task's thread opens its own), every kernel runs
+    compiled, however small the call (:func:`for_size`, :func:`prefer_compiled`): a job of
+    many small calls (the thousands of small noise requests of a release by subtree)
+    amortises a compile many times over, while running each call interpreted costs it
+    milliseconds. The values do not change: an interpreted kernel gives the compiled
+    one's bits (tests/test_interpreted_kernels.py), and the keyed samplers' numpy passes
+    their draws. Opened by the split driver for a release of at least :data:`LARGE_JOB`
+    node-cells, whether its noise is seeded or not (a release's path then depends on the
+    release only)."""
+    token = _LARGE.set(bool(on))
+    try:
+        yield
+    finally:
+        _LARGE.reset(token)
 
 
 @contextlib.contextmanager
@@ -246,6 +271,8 @@ def prefer_compiled(*kernels) -> bool:
     this process already, or, after a first release (:func:`release_finished`), found in
     the on-disk cache and not found missing before. The call itself then goes through
     :func:`for_size`, which checks the exact signature (:func:`ready`)."""
+    if _LARGE.get():
+        return all(hasattr(k, "py_func") for k in kernels)
     if not (REUSE and _HERE.get()):
         return False
     return all(hasattr(k, "py_func") and (bool(k.overloads) or (_WARM and k not in _MISSED and _indexed(k)))
@@ -328,7 +355,7 @@ def for_size(kernel, n: int):
     otherwise. A small input costs milliseconds interpreted, while compiling a kernel
     costs 0.5-1.5 s on a fresh install and loading a chain's kernels from the cache about
     0.3 s: a process's first small release (the demo) loads and compiles nothing."""
-    if n > SMALL_INPUT or not hasattr(kernel, "py_func"):
+    if n > SMALL_INPUT or _LARGE.get() or not hasattr(kernel, "py_func"):
         return kernel
     return functools.partial(_small_call, kernel)
 

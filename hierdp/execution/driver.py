@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from hierdp import subtrees
+from hierdp._kernels import jit
 from hierdp.errors import DataError, NotForPublicationWarning, warn
 from hierdp.execution.executors import WorkersDied
 from hierdp.execution.stages import SplitStages, top_task
@@ -64,6 +65,8 @@ class StageContext:
         self.r, self.part, self.step, self.tail, self.n_cells = r, part, step, tail, n_cells
         self.total, self.check_counts, self.store, self.sink = total, check_counts, store, sink
         self.counts_of = counts_of
+        #: a release of many node-cells: every kernel runs compiled however small a call (the same values)
+        self.large = part.tree.n_nodes * int(n_cells) >= jit.LARGE_JOB
         self._key: NoiseKey | ExportedNoiseKey = key
         self.solution: tuple[Any, Any, list[Any]] | None = None
         self._stages: SplitStages | None = stages  # built already by the caller (the same arrays)
@@ -101,11 +104,12 @@ def measure_task(item: tuple[StageContext, int, Any]) -> Any:
     ``counts_of``. Returns what the store's driver half keeps (:meth:`done`)."""
     ctx, t, counts = item
     task = ctx.part.task(t)
-    if counts is None:
-        counts = cast(Callable[[subtrees.SubtreeTask], Any], ctx.counts_of)(task)
-    st = ctx.stages()
-    noisy, var, roots, z, u = st.up(task, counts)
-    return ctx.store.put(st, task, noisy, var, (roots, z, u))
+    with jit.large_job(ctx.large):  # this thread's context: a task's thread does not inherit the driver's
+        if counts is None:
+            counts = cast(Callable[[subtrees.SubtreeTask], Any], ctx.counts_of)(task)
+        st = ctx.stages()
+        noisy, var, roots, z, u = st.up(task, counts)
+        return ctx.store.put(st, task, noisy, var, (roots, z, u))
 
 
 def pass_down_task(item: tuple[StageContext, int, Any, Any]) -> Any:
@@ -120,11 +124,12 @@ def pass_down_task(item: tuple[StageContext, int, Any, Any]) -> Any:
         s = ctx.part.root_slice(t)
         x, v, fixed = cast(tuple[Any, Any, list[Any]], ctx.solution)
         sol = (x[s], v[s], [f[s] for f in fixed])
-    st = ctx.stages()
-    noisy, var = ctx.store.get(st, task, ctx.store.load(t) if state is None else state)
-    est, meas = st.down(task, noisy, var, *sol)
-    st.exact.pop(t, None)
-    return ctx.sink.part(task, est, meas)
+    with jit.large_job(ctx.large):
+        st = ctx.stages()
+        noisy, var = ctx.store.get(st, task, ctx.store.load(t) if state is None else state)
+        est, meas = st.down(task, noisy, var, *sol)
+        st.exact.pop(t, None)
+        return ctx.sink.part(task, est, meas)
 
 
 class CallbackSink:
@@ -201,7 +206,7 @@ def run_split(ctx: StageContext, executor: Executor, *,
             store.done("up", t, kept)
             tick()
 
-    with stage("top", 0):
+    with stage("top", 0), jit.large_job(ctx.large):
         if not store.top_solved():
             solve_top(ctx, st, fetch)
     ctx.solution = store.top_solution()

@@ -111,7 +111,13 @@ class MemoryStore:
         """Stage 2's inputs: every root's counts and ``(z, u)`` (``None`` without a GLS),
         handed over (the store keeps no reference: the solve drops them once solved)."""
         zu, self._zu = self._zu, []
-        return self.root_counts(), *(zu if zu else (None, None))
+        return self._hand_roots(), *(zu if zu else (None, None))
+
+    def _hand_roots(self) -> np.ndarray:
+        """Every root's counts, handed over: the store lets go of them, so the top solve
+        frees them once it has checked and measured the top part."""
+        roots, self._roots = self._roots.value(), RootCounts(0, 1)
+        return roots
 
     def top_solved(self) -> bool:
         """Whether the top is solved already (a resumed release): never, in memory."""
@@ -195,7 +201,7 @@ class SpillStore(MemoryStore):
         zu, self._zu = self._zu, []
         for cols in zu:
             cols.finish()
-        return self.root_counts(), *(zu if zu else (None, None))
+        return self._hand_roots(), *(zu if zu else (None, None))
 
     def load(self, t: int) -> Any:
         path = self._path(t)

@@ -661,18 +661,18 @@ def _release_on_spark(door: SparkDPTree, out: Path, split: Any, dense: bool, std
         store.done("up", int(t), (got["roots"], got.get("z"), got.get("u")))
     del ups, got
     top = top_task(part)
-
-    def top_counts(task: Any) -> np.ndarray:  # the leaves above the split and every root's counts, summed up
+    top_vals = None
+    if top.n_nodes:  # the leaves above the split and every root's counts, summed up (before the store hands them on)
         top_leaves = counts.where(F.col("task") < 0).select("key", "w").toPandas()
         tk = top_leaves["key"].to_numpy(np.int64)
         ext = tk // n_cells
         internal = ext if ti.inverse_perm is None else ti.inverse_perm[ext]
-        vals = np.zeros((top.n_nodes, n_cells), np.int64)
-        np.add.at(vals, (np.searchsorted(part.top, internal), tk % n_cells), top_leaves["w"].to_numpy(np.int64))
-        np.add.at(vals, np.searchsorted(part.top, ti.parent[part.roots]), store.root_counts().reshape(-1, n_cells))
-        return _sum_up(vals, top.parent, ti.depth[part.top])
-
-    ctx.counts_of = top_counts
+        top_vals = np.zeros((top.n_nodes, n_cells), np.int64)
+        np.add.at(top_vals, (np.searchsorted(part.top, internal), tk % n_cells), top_leaves["w"].to_numpy(np.int64))
+        np.add.at(top_vals, np.searchsorted(part.top, ti.parent[part.roots]),
+                  store.root_counts().reshape(-1, n_cells))
+        top_vals = _sum_up(top_vals, top.parent, ti.depth[part.top])
+    ctx.counts_of = lambda task: top_vals
     solve_top(ctx, st, lambda obj: obj)
     ctx.counts_of = None
     x_roots, v_roots, fixed = store.top_solution()

@@ -730,6 +730,11 @@ class DatasetDPTree(TreeDoor):
         rng : RandomSource, optional
             The randomness that picks the rows kept per unit (``max_contributions``);
             ``None`` uses the secure source.
+        source : str, optional
+            The input's identity, recorded with the counts so that a resumed run finds them
+            (:meth:`CountedDataset.reopen`) instead of counting again.
+        progress : bool, default False
+            DuckDB's progress bar while it counts (on a terminal only).
 
         Returns
         -------
@@ -801,7 +806,20 @@ class CountedDataset:
     def reopen(cls, folder: str | os.PathLike[str], tree: Tree) -> CountedDataset:
         """The counts :meth:`DatasetDPTree.counted` wrote in ``folder`` (complete: its
         ``counts.json``), for ``tree``: a resumed release reads them instead of counting the
-        records again (the same counts, the same sample of a unit's rows)."""
+        records again (the same counts, the same sample of a unit's rows).
+
+        Parameters
+        ----------
+        folder : str or os.PathLike
+            The counts folder (PRIVATE), as :meth:`DatasetDPTree.counted` left it.
+        tree : Tree
+            The public tree the counts are of (its node count is checked).
+
+        Returns
+        -------
+        CountedDataset
+            The counts, with their private notes.
+        """
         folder = Path(os.fspath(folder))
         meta = json.loads((folder / "counts.json").read_text(encoding="utf-8"))
         if meta.get("n_nodes") != tree.n_nodes:

@@ -64,7 +64,7 @@ METHOD_TEXT = ("parametric bootstrap, {r} repetitions, the release's noise law a
                "({chain}); the released values as the truth. No true count is read.")
 #: the steps whose parameter ``method`` changes their output: tried when the ledger's names
 #: with the recorded parameters do not give back the released values
-_METHOD_STEPS = {"nonneg": ("topdown", "global"), "round": ("remainder", "topdown")}
+_METHOD_STEPS = {"nonneg": ("topdown", "global"), "round": ("topdown", "remainder")}
 
 
 def _candidates(ledger: Ledger, estimate: Estimate, meta: Mapping[str, Any]) -> list[list[Any]]:

@@ -94,7 +94,7 @@ from hierdp._kernels.jit import for_size
 from hierdp._kernels.jit import numba as nb
 from hierdp.rng import RandomSource, _WordSource, chacha20_fill
 
-__all__ = ["NoiseKey", "ExportedNoiseKey", "KeyedStream", "chacha_block", "segment_words", "draw_ids",
+__all__ = ["NoiseKey", "ExportedNoiseKey", "KeyedStream", "chacha_block", "segment_words", "draw_ids", "tiebreak_seed",
            "SegmentStream", "segment_stream",
            "KIND_SEGMENT", "KIND_EXTENSION", "KIND_NODE", "MAX_MEASUREMENT", "nonce_word"]
 
@@ -419,6 +419,21 @@ def segment_words(key: NoiseKey, n0: int, draws: np.ndarray, seg: int, out: np.n
             ow[a * seg: a * seg + ln] = tmp[o:o + ln]
             o += ln
     return out
+
+
+#: the measurement id of the post-processing tie-break seed (:func:`tiebreak_seed`): the last one,
+#: no plan measures with it
+TIEBREAK_MEASUREMENT = MAX_MEASUREMENT - 1
+
+
+def tiebreak_seed(key: NoiseKey) -> int:
+    """The release's 64-bit tie-break seed: word 0 of the kind-1 stream of measurement
+    :data:`TIEBREAK_MEASUREMENT` under ``key``. The integer steps break ties among equal
+    weighted distances by uniforms keyed on it and on public node identities
+    (:mod:`hierdp.postprocessors._passes_kernels`), so every subtree task, executor and thread
+    count breaks them alike. A keystream position no noise draw reads (no plan uses that
+    measurement id), so publishing the ties reveals nothing of the noise (ChaCha20 is a PRF)."""
+    return int(segment_words(key, nonce_word(KIND_SEGMENT, TIEBREAK_MEASUREMENT), np.zeros(1, np.int64), 1)[0])
 
 
 def draw_ids(ids: np.ndarray, k: int) -> np.ndarray:

@@ -38,6 +38,9 @@ class Measurements:
     #: order), when a release keeps node totals exact (``invariants_cover="total"``); the
     #: top-down ``nonneg``/``round`` solve those nodes' cells jointly under them
     exact_totals: np.ndarray | None = None
+    #: the release's tie-break seed (:func:`hierdp.keyed_noise.tiebreak_seed`): the integer
+    #: steps break ties by uniforms keyed on it and the node; None: 0 (still keyed on the node)
+    tiebreak: int | None = None
 
     def as_estimate(self) -> Estimate:
         """The measurements as the first estimate of a chain: linear in the noise, and not
@@ -51,7 +54,8 @@ class Measurements:
         """
         return Estimate(values=self.values, variance=self.variance, info={},
                         measurement_variance=self.variance, linear=bool(self.info.get("linear", True)),
-                        consistent=bool(self.info.get("consistent", False)), exact_totals=self.exact_totals)
+                        consistent=bool(self.info.get("consistent", False)), exact_totals=self.exact_totals,
+                        tiebreak=self.tiebreak)
 
 
 @dataclass
@@ -79,6 +83,8 @@ class Estimate:
     #: the invariant nodes' published totals over their cells (NaN elsewhere), handed on by
     #: the chain (:attr:`Measurements.exact_totals`)
     exact_totals: np.ndarray | None = None
+    #: the release's tie-break seed, handed on by the chain (:attr:`Measurements.tiebreak`)
+    tiebreak: int | None = None
 
     @property
     def weights_variance(self) -> np.ndarray | None:

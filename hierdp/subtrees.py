@@ -63,7 +63,7 @@ from hierdp.errors import DataError, PluginError, did_you_mean
 from hierdp.plans import per_level as PL
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _totals as TT
-from hierdp.postprocessors.topdown import topdown_nonneg, topdown_round
+from hierdp.postprocessors.topdown import topdown_nonneg, topdown_passes, topdown_round
 from hierdp.rules import delta_mechanism_problem, enforce
 from hierdp.tree import Tree
 
@@ -781,22 +781,35 @@ class SplitTopDown:
     the split level are fine).
     """
 
-    def __init__(self, part: Partition, tail: Sequence[PostProcessor], invariants: np.ndarray | None) -> None:
+    def __init__(self, part: Partition, tail: Sequence[PostProcessor], invariants: np.ndarray | None,
+                 tiebreak: int | None = None) -> None:
         if invariants is not None and bool(np.any(invariants & (part.tree.internal.depth > part.depth))):
             raise PluginError("a split release with 'nonneg'/'round' needs its invariants at or above the split "
                               f"level {part.level!r}; split lower, or leave split out")
         self.part = part
         self.tail = list(tail)
+        #: the release's tie-break seed (:func:`hierdp.keyed_noise.tiebreak_seed`), as in memory
+        self.tiebreak = 0 if tiebreak is None else int(tiebreak)
+
+    def _passes(self, pp: PostProcessor, k: int) -> bool:
+        """Whether step ``pp`` runs in passes (:func:`hierdp.postprocessors.topdown.topdown_passes`):
+        its cells couple through the children's totals, so it needs all cells at once."""
+        return getattr(pp, "method", "topdown") == "topdown" and getattr(pp, "ordering", "cells") == "total" and k > 1
+
+    def _coupled(self, k: int) -> bool:
+        return any(self._passes(pp, k) for pp in self.tail)
 
     def _run(self, tree: Tree, x: np.ndarray, v: np.ndarray, held: np.ndarray | None,
-             fixed: list[np.ndarray] | None, pinned: tuple[np.ndarray, list[np.ndarray]] | None = None
-             ) -> tuple[np.ndarray, list[np.ndarray]]:
+             fixed: list[np.ndarray] | None, pinned: tuple[np.ndarray, list[np.ndarray]] | None = None,
+             gids: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
         """The steps on ``tree`` (values ``x`` (n, k), variances ``v`` (n,), in ``tree``'s
         external order); ``held`` rows take ``fixed[j]`` before step ``j`` (variance 0) and
         the root then takes their sum; ``v`` may also be per cell (n, k). ``pinned``: rows
         (the root among them) that take the given values before each step, variance 0 (the
-        invariant-total nodes, solved jointly by :meth:`_pinned`). Returns the last step's
-        values and every step's."""
+        invariant-total nodes, solved jointly by :meth:`_pinned`). ``gids``: each row's node
+        in the full tree's internal order (a stand-in root any): the steps in passes key their
+        ties on it and solve in passes where the full tree's node has grandchildren, as in
+        memory. Returns the last step's values and every step's."""
         y = np.asarray(x, dtype=np.float64)
         outs: list[np.ndarray] = []
         for j, pp in enumerate(self.tail):
@@ -813,6 +826,16 @@ class SplitTopDown:
                 var[held] = 0.0
                 root = fixed[j].sum(axis=0)
             yi, vi = tree.to_internal(y), tree.to_internal(var)
+            if self._passes(pp, np.shape(y)[1] if np.ndim(y) == 2 else 1):
+                if gids is None:
+                    raise ValueError("a split step in passes needs the rows' node ids")
+                g_int = tree.to_internal(np.asarray(gids, dtype=np.int64))
+                at = self.part.tree.internal.height[g_int] >= 3
+                out = topdown_passes(tree, yi, vi, integer=pp.name != "nonneg", fixed_root=root, node_ids=g_int,
+                                     passes_at=at, seed=self.tiebreak, atol=getattr(pp, "atol", 1e-7))
+                y = tree.to_external(out)
+                outs.append(y)
+                continue
             if pp.name == "nonneg":
                 out = topdown_nonneg(tree, yi, vi, fixed_root=root)
             else:
@@ -867,6 +890,9 @@ class SplitTopDown:
         # own, as the split pipeline does) gets their memory back before the steps run
         del x_top, v_top, x_roots, v_roots, vr, vt
         kb = part.top_block(k) if block is None else int(block)
+        if self._coupled(k):
+            kb = k  # the children's totals couple the cells
+        gids = np.concatenate((part.top, part.roots))
         if kb < 1:
             raise DataError(f"the top-down steps' block must be a positive number of cells, got {block!r}")
         pin = None if totals is None else self._pinned(t2, lambda rows: (x2[rows], v2[rows]), k,
@@ -876,7 +902,7 @@ class SplitTopDown:
         for a in range(0, k, kb):
             b = min(a + kb, k)
             pb = None if pin is None else (pin[0], [f[:, a:b] for f in pin[1]])
-            lb, ob = self._run(t2, x2[:, a:b], v2[:, a:b] if v2.ndim == 2 else v2, None, None, pb)
+            lb, ob = self._run(t2, x2[:, a:b], v2[:, a:b] if v2.ndim == 2 else v2, None, None, pb, gids)
             if last is None:
                 last = np.empty((nt, k), lb.dtype)
                 outs = [np.empty((part.roots.size, k), o.dtype) for o in ob]
@@ -884,7 +910,7 @@ class SplitTopDown:
             for o, o_b in zip(outs, ob, strict=True):
                 o[:, a:b] = o_b[nt:]
         if last is None:  # no cells
-            lb, ob = self._run(t2, x2, v2, None, None, pin)
+            lb, ob = self._run(t2, x2, v2, None, None, pin, gids)
             return lb[:nt], [o[nt:] for o in ob]
         return last, outs
 
@@ -906,8 +932,21 @@ class SplitTopDown:
         ``x_roots``). The same numbers as :meth:`top` with blocks of those columns; memory
         holds the top part and one block of the roots."""
         part = self.part
-        t2 = self._top_tree()
         k, nt = x_roots.n_cols, part.top.size
+        if self._coupled(k):
+            # the steps in passes couple the cells through the children's totals: all columns at once
+            xr = np.concatenate([x_roots.block(b) for b in range(x_roots.n_blocks)], axis=1)
+            vr = np.concatenate([v_roots.block(b) for b in range(v_roots.n_blocks)], axis=1)
+            last_m, outs_m = self.top(x_top, v_top, xr, vr[:, 0] if vr.shape[1] == 1 else vr, totals=totals)
+            del xr, vr
+            written: list[ColumnsOnDisk] = []
+            for j, o_m in enumerate(outs_m):
+                o = out(j, o_m.dtype)
+                for b in range(x_roots.n_blocks):
+                    o.write_block(b, o_m[:, x_roots.bounds[b]:x_roots.bounds[b + 1]])
+                written.append(o)
+            return last_m, written
+        t2 = self._top_tree()
         shared = v_roots.n_cols == 1  # one variance per node (as _per_node gives it to top())
         if not shared and v_roots.bounds != x_roots.bounds:
             raise ValueError("per-cell variances on disk need the values' blocks of columns")
@@ -937,7 +976,7 @@ class SplitTopDown:
             xb = np.concatenate((x_top[:, lo:hi], x_roots.block(b)))
             vb = v_shared if v_shared is not None else np.concatenate((vt[:, lo:hi], v_roots.block(b)))
             pb = None if pin is None else (pin[0], [f[:, lo:hi] for f in pin[1]])
-            lb, ob = self._run(t2, xb, vb, None, None, pb)
+            lb, ob = self._run(t2, xb, vb, None, None, pb, np.concatenate((part.top, part.roots)))
             del xb, vb
             if last is None:
                 last = np.empty((nt, k), lb.dtype)
@@ -956,5 +995,6 @@ class SplitTopDown:
         pv = _per_node(xv, x.shape[0])
         v2 = np.concatenate((np.full((1,) + pv.shape[1:], np.inf), pv))
         held = 1 + task.root_pos
-        last, _ = self._run(tt, x2, v2, held, [f.reshape(-1, k) for f in fixed])
+        gids = np.concatenate(([0], task.nodes))
+        last, _ = self._run(tt, x2, v2, held, [f.reshape(-1, k) for f in fixed], gids=gids)
         return last[1:]

@@ -381,11 +381,12 @@ def test_a_split_release_with_real_noise_is_consistent_and_unbiased_in_shape() -
 @pytest.mark.parametrize("kw, match", [
     ({"postprocess": ["blue", {"name": "nonneg", "method": "global"}]},
      r"post-processor 'nonneg' cannot run by subtree \(split=\) \(its top-down method does"),
-    ({"postprocess": ["blue", "nonneg", "round"]}, r"post-processor 'round' cannot run by subtree after a top-down"),
+    ({"postprocess": ["blue", "nonneg", {"name": "round", "method": "remainder"}]},
+     r"post-processor 'round' cannot run by subtree after a top-down"),
     ({"postprocess": ["nonneg"]}, r"put 'blue' \(or 'gmc'\) first"),
     ({"postprocess": ["blue", "nonneg"], "invariants": ["L3"], "neighbours": "substitute"},
      r"invariants at or above the split level"),
-    ({"postprocess": ["blue", "round"]}, r"post-processor 'round' cannot run by subtree"),
+    ({"postprocess": ["blue", {"name": "round", "method": "remainder"}]}, r"post-processor 'round' cannot run by subtree"),
     ({"plan": {"name": "ghazi", "alpha": 0.5}, "delta": 1e-6}, r"plan 'ghazi' cannot run by subtree"),
     ({"budget": "optimal_oracle"}, r"reads true counts"),
 ])

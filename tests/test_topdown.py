@@ -260,7 +260,12 @@ def test_chain_through_release_and_parameters():
     steps = resolve_postprocessors(["blue", {"name": "nonneg", "method": "topdown"},
                                     {"name": "round", "method": "topdown"}])
     assert [getattr(s, "method", None) for s in steps] == [None, "topdown", "topdown"]
-    assert NonNegative().method == "topdown" and ControlledRounding().method == "remainder"
+    assert NonNegative().method == "topdown" and ControlledRounding().method == "topdown"
+    assert NonNegative().ordering == "total" and ControlledRounding().ordering == "total"
+    with pytest.raises(DataError, match="unknown ordering 'first'.*'total', 'cells'"):
+        ControlledRounding(ordering="first")
+    with pytest.raises(DataError, match="unknown ordering"):
+        NonNegative(ordering="first")
     assert NonNegative.splittable and ControlledRounding.splittable
     with pytest.raises(DataError, match="unknown method 'bottomup'.*'topdown', 'global'"):
         NonNegative(method="bottomup")

@@ -18,7 +18,7 @@ from hierdp.errors import (
 )
 from hierdp.execution.counts import part_count_problem, task_counts
 from hierdp.execution.steps import Resolved, check_invariants_kept, exact_totals, resolve, unmeasured_missing
-from hierdp.keyed_noise import NoiseKey
+from hierdp.keyed_noise import NoiseKey, tiebreak_seed
 from hierdp.measurements import Estimate, Measurements
 from hierdp.plans import per_level as PL
 from hierdp.plans.marginals import Marginals, MarginalsDesign
@@ -181,7 +181,7 @@ class SplitStages:
         #: ``marginals`` with invariants on every cell: those cells are exact after the rotation back
         self.exact_cells = marg and inv is not None and not cast(MarginalsDesign, self.des).totals_only
         self.engine = subtrees.SplitGLS(part)
-        self.down_steps = subtrees.SplitTopDown(part, tail, inv) if tail else None
+        self.down_steps = subtrees.SplitTopDown(part, tail, inv, tiebreak_seed(key)) if tail else None
         self.exact: dict[int, np.ndarray] = {}  # invariant values per task (published exactly)
         self._root_exact: tuple[np.ndarray, np.ndarray] | None = None
         self._totals2: np.ndarray | None = None  # node-total invariants of the top part and the roots

@@ -22,7 +22,7 @@ from hierdp.errors import (
     PrivacyError,
     expected_one_of,
 )
-from hierdp.keyed_noise import NoiseKey
+from hierdp.keyed_noise import NoiseKey, tiebreak_seed
 from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
@@ -357,9 +357,10 @@ def measure(resolved: Resolved, tree: Tree, values_internal: np.ndarray, *, tota
     :attr:`Plan.keyed_noise` gets ``key`` (:func:`noise_key`): noise keyed per node."""
     extra = resolved.measure_keywords()
     if resolved.plan.keyed_noise:
-        extra["key"] = key if key is not None else NoiseKey.from_rng(rng)
-    return resolved.plan.measure(tree, values_internal, total=total, delta=resolved.loss.delta,
+        extra["key"] = key = key if key is not None else NoiseKey.from_rng(rng)
+    meas = resolved.plan.measure(tree, values_internal, total=total, delta=resolved.loss.delta,
                                  sensitivity=resolved.sensitivity, rng=rng, **extra)
+    return meas if key is None else replace(meas, tiebreak=tiebreak_seed(key))
 
 
 def noise_key(seed: int | None) -> NoiseKey:

@@ -64,5 +64,6 @@ def run_chain(tree: Tree, measurements: Measurements, steps: list[PostProcessor]
         out = pp.apply(tree, est)
         est = Estimate(values=out.values, variance=out.variance, info=dict(out.info),
                        measurement_variance=measurements.variance, linear=est.linear and bool(pp.linear),
-                       consistent=bool(pp.consistent), exact_totals=measurements.exact_totals)
+                       consistent=bool(pp.consistent), exact_totals=measurements.exact_totals,
+                       tiebreak=measurements.tiebreak)
     return est

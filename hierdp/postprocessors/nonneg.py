@@ -61,7 +61,7 @@ from hierdp.postprocessors.base import (
     node_variance,
 )
 from hierdp.postprocessors.blue import blue
-from hierdp.postprocessors.topdown import topdown_nonneg
+from hierdp.postprocessors.topdown import ORDERINGS, topdown_nonneg, topdown_passes
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -464,8 +464,18 @@ class NonNegative(PostProcessor):
     aim; with many empty declared nodes it moves mass up the tree (the total's bias in
     ``docs/comparison.md``).
 
-    Parameters: ``method`` (``"topdown"``), and for ``"global"`` ``max_iter`` (200) and
-    ``tol`` (1e-9).
+    ``ordering`` (top-down only): ``"total"`` (the default) solves each parent's children in
+    passes, TopDown's production query ordering (Abowd et al. 2022, Sec. 7.2): their totals
+    first (the non-negative totals summing to the parent's closest to the totals of their
+    estimates), then their cells with both margins held (each column summing to the parent's
+    cell, each row to the child's total; :func:`hierdp.postprocessors.topdown.topdown_passes`);
+    the bottom level (children all leaves) cell by cell, as TopDown's Block level. So a unit's
+    total keeps what the GLS estimate knows of it instead of becoming the sum of its clipped
+    cells. ``"cells"``: every cell alone under the parent's cell (the method before issue 47).
+    With one cell per node the two agree.
+
+    Parameters: ``method`` (``"topdown"``), ``ordering`` (``"total"``), and for ``"global"``
+    ``max_iter`` (200) and ``tol`` (1e-9).
     """
 
     name = "nonneg"
@@ -475,7 +485,8 @@ class NonNegative(PostProcessor):
     #: (:func:`hierdp.postprocessors.topdown.topdown_nonneg`, ``fixed_root=``)
     splittable = True
 
-    def __init__(self, max_iter: int = 200, tol: float = 1e-9, method: str = "topdown") -> None:
+    def __init__(self, max_iter: int = 200, tol: float = 1e-9, method: str = "topdown",
+                 ordering: str = "total") -> None:
         ok = (isinstance(max_iter, (int, np.integer)) and not isinstance(max_iter, bool) and max_iter >= 1
               and isinstance(tol, (int, float, np.floating)) and 0 < float(tol) < 1e-2)
         if not ok:
@@ -483,9 +494,12 @@ class NonNegative(PostProcessor):
                             f"got {max_iter!r}, {tol!r}")
         if method not in METHODS:
             raise DataError(f"nonneg: unknown method {method!r}; use one of {', '.join(map(repr, METHODS))}")
+        if ordering not in ORDERINGS:
+            raise DataError(f"nonneg: unknown ordering {ordering!r}; use one of {', '.join(map(repr, ORDERINGS))}")
         self.max_iter = int(max_iter)
         self.tol = float(tol)
         self.method = method
+        self.ordering = ordering
         # top-down runs per subtree from its root's value; the global projection cannot
         self.split_mode = "top_down" if method == "topdown" else None
 
@@ -514,7 +528,10 @@ class NonNegative(PostProcessor):
             checked = None if wv is None else checked_variance(tree, wv, y.shape)
             b = blue(tree, y, np.ones(tree.n_nodes) if checked is None else checked)
             values, var = b.values, b.variance
-        x = topdown_nonneg(tree, values, var, totals=estimate.exact_totals)
+        if self.ordering == "total" and np.ndim(values) == 2 and np.shape(values)[1] > 1:
+            x = topdown_passes(tree, values, var, integer=False, totals=estimate.exact_totals)
+        else:
+            x = topdown_nonneg(tree, values, var, totals=estimate.exact_totals)
         # a direct solution (one exact projection per parent and cell), not an iteration:
         # "converged" and "iterations" keep the global method's keys meaningful
         info: dict[str, Any] = {"method": "nonneg", "mode": "topdown", "converged": True, "iterations": 0}

@@ -1,9 +1,11 @@
 """Consistent non-negative integer counts by top-down controlled rounding.
 
-Two methods (:class:`ControlledRounding`, parameter ``method``): ``"remainder"``, the
-default, below (unweighted, within 1 of a consistent input); ``"topdown"``, the closest
-integers under each fixed parent in the norm weighted by the input's variances
-(:func:`hierdp.postprocessors.topdown.topdown_round`).
+Two methods (:class:`ControlledRounding`, parameter ``method``): ``"topdown"``, the
+default, the closest integers under each fixed parent in the norm weighted by the input's
+variances, in TopDown's query ordering (totals first, then the cells with both margins
+exact; ties broken by the release's key, :func:`hierdp.postprocessors.topdown.topdown_passes`),
+or cell by cell (``ordering="cells"``, :func:`hierdp.postprocessors.topdown.topdown_round`);
+``"remainder"``, below (unweighted, within 1 of a consistent input; ties in label order).
 
 Beyond the papers. Given a consistent, non-negative real estimate (e.g. the output of
 ``nonneg``), the root is rounded to the nearest integer and, top-down, each node's
@@ -36,7 +38,7 @@ from hierdp._kernels.tree_pieces import PARALLEL_MIN, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
-from hierdp.postprocessors.topdown import cuts_by_children, topdown_round, wide
+from hierdp.postprocessors.topdown import ORDERINGS, cuts_by_children, topdown_passes, topdown_round, wide
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["ControlledRounding", "controlled_round", "METHODS"]
 
 #: the methods of :class:`ControlledRounding`, the default first
-METHODS = ("remainder", "topdown")
+METHODS = ("topdown", "remainder")
 
 
 def _refuse(tree: Tree, y: np.ndarray) -> NoReturn:
@@ -98,16 +100,24 @@ class ControlledRounding(PostProcessor):
     """Consistent non-negative integers, top-down from the rounded root, by one of two
     methods (parameter ``method``).
 
-    ``"remainder"`` (the default): each parent's integer is split among its children by
-    the largest-remainder rule (:func:`controlled_round`): every node within 1 of a
-    consistent non-negative input, unweighted. ``atol``: distance to an integer treated
-    as 0.
+    ``"topdown"`` (the default): each parent's children are the non-negative integers
+    summing to the parent's integers closest to their input in the norm weighted by the
+    input's variances. ``ordering="total"`` (the default; TopDown's rounder, Abowd et al.
+    2022, Sec. 7.2): the children's totals first (controlled rounding of their weighted
+    projection under the parent's total), then their cells by controlled rounding with
+    both margins exact (each column the parent's cell, each row the child's total: every
+    cell within 1 of the real two-margin projection, the weighted distance minimal;
+    :func:`hierdp.postprocessors.topdown.topdown_passes`); the bottom level cell by cell.
+    Ties among equal distances are broken by uniforms keyed on the release's key and the
+    node's identity, so no unit gains by its label, and a split release gives the same
+    integers. ``ordering="cells"``: every cell alone, ties in label order
+    (:func:`hierdp.postprocessors.topdown.topdown_round`, the method before issue 47). It
+    also accepts an input that is not consistent or not non-negative (e.g. BLUE's).
 
-    ``"topdown"``: each parent's children are the non-negative integers summing to the
-    parent's integer closest to their input in the norm weighted by the input's
-    variances (:func:`hierdp.postprocessors.topdown.topdown_round`, exact); with equal
-    variances among siblings it is the same rule as ``"remainder"``. It also accepts an
-    input that is not consistent or not non-negative (e.g. BLUE's, directly).
+    ``"remainder"``: each parent's integer is split among its children by the
+    largest-remainder rule (:func:`controlled_round`): every node within 1 of a consistent
+    non-negative input, unweighted, ties in label order (the default before issue 47).
+    ``atol``: distance to an integer treated as 0.
     """
 
     name = "round"
@@ -118,19 +128,28 @@ class ControlledRounding(PostProcessor):
     #: (:func:`hierdp.postprocessors.topdown.topdown_round`, ``fixed_root=``)
     splittable = True
 
-    def __init__(self, atol: float = 1e-7, method: str = "remainder") -> None:
+    def __init__(self, atol: float = 1e-7, method: str = "topdown", ordering: str = "total") -> None:
         if not 0 <= float(atol) < 0.5:
             raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
         if method not in METHODS:
             raise DataError(f"round: unknown method {method!r}; use one of {', '.join(map(repr, METHODS))}")
+        if ordering not in ORDERINGS:
+            raise DataError(f"round: unknown ordering {ordering!r}; use one of {', '.join(map(repr, ORDERINGS))}")
         self.atol = float(atol)
         self.method = method
+        self.ordering = ordering
         # a split release runs the top-down integer step per subtree (method "topdown"); the
         # remainder rule breaks ties among siblings its own way, so it is not offered there
         self.split_mode = "top_down" if method == "topdown" else None
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
+        if self.method == "topdown" and self.ordering == "total":
+            seed = 0 if estimate.tiebreak is None else int(estimate.tiebreak)
+            return Estimate(topdown_passes(tree, estimate.values, var, integer=True, totals=estimate.exact_totals,
+                                           seed=seed, atol=self.atol),
+                            None if var is None else var.copy(),
+                            {"method": "round", "mode": "topdown", "ordering": "total"})
         if self.method == "topdown":
             return Estimate(topdown_round(tree, estimate.values, var, totals=estimate.exact_totals),
                             None if var is None else var.copy(),

@@ -63,9 +63,14 @@ from hierdp.postprocessors.base import checked_variance, finite_values
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["topdown_nonneg", "topdown_round", "cuts_by_children", "wide"]
+__all__ = ["topdown_nonneg", "topdown_round", "topdown_passes", "cuts_by_children", "wide", "ORDERINGS"]
 
 _CUTS_KEY = "round.cuts"
+
+#: the query orderings of the top-down steps, the default first: ``"total"`` each parent's
+#: children's totals first, then their cells with both margins held (:func:`topdown_passes`);
+#: ``"cells"`` every cell alone (:func:`topdown_nonneg`, :func:`topdown_round`)
+ORDERINGS = ("total", "cells")
 
 #: inputs of SMALL_NUMPY_MIN to ``hierdp._kernels.jit.SMALL_INPUT`` node-cells on trees of at most
 #: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes
@@ -307,4 +312,162 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
     if sum(r[0] for r in res):
         raise DataError("round (top-down): the values known exactly (variance 0) exceed their parent's integer or "
                         "a parent has no child free to move; give consistent exact values (invariants from the top)")
+    return out.reshape(shape)
+
+
+def _check_maps(maps: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The held marginals of an ordering as ``(maps (P, k), sizes (P,))``: each row maps a cell
+    to its group (0 .. G-1, every group used), each refining the row before."""
+    if maps is None:
+        return np.zeros((0, k), np.int64), np.zeros(0, np.int64)
+    m = np.asarray(maps)
+    if m.ndim != 2 or m.shape[1] != k or (m.size and not np.issubdtype(m.dtype, np.integer)):
+        raise DataError(f"an ordering's marginals must map each of the {k} cells to a group (integers, shape (P, {k}))")
+    m = np.ascontiguousarray(m, dtype=np.int64)
+    sizes = np.zeros(m.shape[0], np.int64)
+    prev = np.zeros(k, np.int64)
+    for t, row in enumerate(m):
+        if row.min(initial=0) < 0 or np.unique(row).size != int(row.max(initial=-1)) + 1:
+            raise DataError(f"ordering pass {t + 1}: groups must be numbered 0 .. G-1, every one used")
+        pairs = np.unique(np.stack((row, prev)), axis=1)
+        if np.unique(pairs[0]).size != pairs.shape[1]:
+            raise DataError(f"ordering pass {t + 1} does not refine the pass before it (the held marginals must be "
+                            "nested, coarsest first)")
+        sizes[t] = int(row.max(initial=-1)) + 1
+        prev = row
+    return m, sizes
+
+
+#: the variances weigh the passes to this many significant bits (of float64's 53)
+WEIGHT_BITS = 24
+
+
+def _weights_bits(v: np.ndarray) -> np.ndarray:
+    """Finite positive variances rounded to :data:`WEIGHT_BITS` significant bits (0 and inf
+    kept): a GLS estimate's variances computed by another path (a subtree task's passes) differ
+    from the in-memory ones in the last bit or two, and the weights would carry that into the
+    ties of the integers; rounded, both paths weigh alike (unless a variance lies within an ulp
+    of a rounding boundary, about one in 2**28)."""
+    v = np.array(v, dtype=np.float64)
+    fin = np.isfinite(v) & (v > 0)
+    if fin.any():
+        drop = 52 - WEIGHT_BITS
+        b = v[fin].view(np.uint64)
+        b = (b + np.uint64(1 << (drop - 1))) & ~np.uint64((1 << drop) - 1)
+        v[fin] = b.view(np.float64)
+    return v
+
+
+def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *, integer: bool,
+                   fixed_root: float | np.ndarray | None = None, totals: np.ndarray | None = None,
+                   marginals: np.ndarray | None = None, passes_at: np.ndarray | None = None,
+                   node_ids: np.ndarray | None = None, seed: int = 0, atol: float = 1e-7) -> np.ndarray:
+    """Top-down consistent non-negative values (or integers), each parent's children solved in
+    passes: their totals first, then each held marginal, then the cells, every pass holding the
+    parent's final values and the earlier passes exactly (TopDown's query ordering, Abowd et al.
+    2022, Sec. 7.2; :mod:`hierdp.postprocessors._passes_kernels`).
+
+    Parameters
+    ----------
+    tree : Tree
+        The public tree.
+    values : ndarray, shape (n, k)
+        The estimate to start from, normally the GLS estimate (internal order).
+    variance : ndarray, optional
+        Its variances, (n,), (n, 1) or (n, k): the weights ``1 / var`` (``inf``: unmeasured,
+        takes the adjustment first; ``0`` on every cell of a node: known exactly, kept).
+    integer : bool
+        Integers (controlled rounding in each pass, every held margin exact) or reals.
+    fixed_root : float or ndarray (k,), optional
+        The root's final cells (a subtree root's from the levels above).
+    totals : ndarray (n,), optional
+        Exact totals over the cells on a top of the tree (node-total invariants), solved jointly
+        first (:mod:`hierdp.postprocessors._totals`), then held.
+    marginals : ndarray (P, k), optional
+        The held marginals between the totals and the cells, coarsest first: row ``t`` maps each
+        cell to its group; each row refines the one before.
+    passes_at : ndarray (n,) of bool, optional
+        The parents whose children are solved in passes (internal order); the others' children
+        cell by cell, no total held (TopDown's Block level). Default: every parent whose
+        children are not all leaves.
+    node_ids : ndarray (n,), optional
+        Each node's index in the full tree's internal order (default: ``arange(n)``): with
+        ``seed`` it keys the tie-breaks, so a subtree gives the whole tree's integers.
+    seed : int
+        The release's tie-break seed (64 bits; :func:`hierdp.keyed_noise.tiebreak_seed`).
+    atol : float
+        Values within ``atol`` of an integer count as that integer (integers only).
+
+    Returns
+    -------
+    ndarray, shape (n, k)
+        float64, or int64 when ``integer``: each parent equal to the sum of its children.
+    """
+    from hierdp.postprocessors import _passes_kernels as PK
+
+    y2, v2, exact2, shape = _inputs(tree, values, variance)
+    if totals is not None:
+        if fixed_root is not None:
+            raise DataError("give either fixed_root or totals (the totals fix the root's cells)")
+        y2, v2, exact2 = _pin_totals(tree, y2, v2, totals, integer=integer)
+    n, k = y2.shape
+    if integer and not (-(2.0**52) < float(y2.min(initial=0.0)) and float(y2.max(initial=0.0)) < 2.0**52):
+        raise DataError("round works on counts below 2**52; scale the values down first")
+    exact_all = np.asarray(exact2.all(axis=1), dtype=bool)
+    if np.any(exact2.any(axis=1) & ~exact_all):
+        raise DataError("the passes hold a node exact only in all its cells (variance 0 on every cell); use "
+                        "ordering='cells' for per-cell exact values")
+    v2 = _weights_bits(v2)
+    maps, sizes = _check_maps(marginals, k)
+    ids = np.arange(n, dtype=np.int64) if node_ids is None else np.ascontiguousarray(node_ids, dtype=np.int64)
+    if ids.shape != (n,):
+        raise DataError(f"node_ids must hold one id per node ({n})")
+    out = np.empty((n, k), np.int64 if integer else np.float64)
+    if fixed_root is not None:
+        r = _root_value(fixed_root, k, "round" if integer else "nonneg")
+        if integer and np.any(r != np.rint(r)):
+            raise DataError(f"round: fixed_root must be integers, got {fixed_root!r:.60}")
+        out[0] = r
+    elif exact_all[0]:
+        out[0] = np.rint(y2[0]) if integer else y2[0]
+    else:
+        t0 = max(float(y2[0].sum()), 0.0)
+        t0 = float(np.floor(t0 + 0.5)) if integer else t0
+        r0 = np.empty(k)
+        v0 = np.ascontiguousarray(np.broadcast_to(v2[0], (k,)), dtype=np.float64)
+        if PK.root_passes(np.ascontiguousarray(y2[0]), v0, t0, integer, np.uint64(seed), int(ids[0]), float(atol), r0):
+            raise DataError("round: the root's cells could not be rounded to its total")
+        out[0] = r0
+    ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
+    seed64 = np.uint64(int(seed) & (2**64 - 1))
+    if passes_at is None:
+        mode = np.zeros(n, np.int8)
+        n1 = ptr.size - 1
+        # a parent in passes unless all its children are leaves (their own child pointers are empty)
+        kids_inner = np.zeros(n, bool)
+        kids_inner[:n1] = np.diff(ptr) > 0
+        has_inner = np.zeros(idx.size + 1, np.int64)
+        np.cumsum(kids_inner[idx], out=has_inner[1:])
+        mode[:n1] = (has_inner[ptr[1:]] - has_inner[ptr[:-1]]) > 0
+    else:
+        mode = np.ascontiguousarray(passes_at, dtype=np.int8).reshape(-1)
+        if mode.size != n:
+            raise DataError(f"passes_at must hold one flag per node ({n})")
+
+    def step(lo: int, hi: int, small: bool) -> tuple[int, int, int]:
+        f, b, mx = PK.passes_parents(ptr, idx, y2, v2, exact_all, ids, maps, sizes, mode, out, lo, hi, integer,
+                                     seed64, float(atol))
+        return int(f), int(b), int(mx)
+
+    res = _by_class(tree, step, k)
+    if sum(r[2] for r in res):
+        raise DataError("the passes need each parent's children all known exactly or none (invariants whole levels "
+                        "from the top)")
+    if sum(r[1] for r in res):
+        raise DataError("round: a parent's integers could not meet its held margins (values known exactly that "
+                        "exceed their parent's?)")
+    if sum(r[0] for r in res):
+        import warnings
+        warnings.warn(f"the two-margin projection did not converge on {sum(r[0] for r in res)} parent(s); their "
+                      "children are approximate (please report it)", RuntimeWarning, stacklevel=2)
     return out.reshape(shape)

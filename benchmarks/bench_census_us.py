@@ -394,17 +394,24 @@ class Sink:
 
 # -- the runs ---------------------------------------------------------------------------------------
 
-def release_keywords(plan: str, seed: int | None) -> dict[str, Any]:
+def integer_chain(ordering: str) -> list[Any]:
+    """The integer steps with the query ordering (``none``: no post-processing, the GLS estimate)."""
+    if ordering == "none":
+        return []
+    return [{"name": "nonneg", "ordering": ordering}, {"name": "round", "method": "topdown", "ordering": ordering}]
+
+
+def release_keywords(plan: str, seed: int | None, ordering: str = "total") -> dict[str, Any]:
     budgets = level_budgets()
     if plan == "marginals":
         strategy, _ = marginal_strategy()
         return dict(rho=float(RHO), seed=seed, invariants=["US", "State"], invariants_cover="total",
                     allow_invariants_with_add_remove=True,
-                    postprocess=["nonneg", {"name": "round", "method": "topdown"}],
+                    postprocess=integer_chain(ordering),
                     plan={"name": "marginals", "strategy": strategy, "cells": CELL_DIMS,
                           "mechanism": "discrete_gaussian", "budget": budgets})
     return dict(rho=float(RHO), seed=seed, mechanism="discrete_gaussian", budget=budgets,
-                postprocess=["blue", "nonneg", {"name": "round", "method": "topdown"}])
+                postprocess=["blue", *integer_chain(ordering)])
 
 
 def run(args: argparse.Namespace) -> None:
@@ -453,7 +460,7 @@ def run(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     geo.write_nodes(out)
     counts = Counts(args.data, geo)
-    kw = release_keywords(args.plan, args.seed)
+    kw = release_keywords(args.plan, args.seed, args.ordering)
     t0, c0 = time.perf_counter(), time.process_time()
     if args.in_memory:
         if n * k * 8 > 4 * 2**30:
@@ -539,6 +546,9 @@ def main() -> None:
     ap.add_argument("--states", help="FIPS or postal codes, comma-separated, e.g. 56 or 10,11,56")
     ap.add_argument("--us", action="store_true", help="the 50 states and DC")
     ap.add_argument("--plan", choices=("per_level", "marginals"), default="per_level")
+    ap.add_argument("--ordering", choices=("total", "cells", "none"), default="total",
+                    help="the integer steps' query ordering: total (the default: each unit's total first), cells "
+                         "(cell by cell, before issue 47), none (no integer steps: the GLS estimate, BLUE)")
     ap.add_argument("--in-memory", action="store_true", help="one release in memory (small states only)")
     ap.add_argument("--split", default="Tract", help="split level (default %(default)s)")
     ap.add_argument("--memory", default="1GiB", help="memory per task (default %(default)s)")

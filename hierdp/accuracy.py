@@ -42,7 +42,7 @@ import pandas as pd
 from hierdp.errors import DataError, HierDPError
 from hierdp.measurements import Estimate, Measurements
 from hierdp.postprocessors.base import PostProcessor
-from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
+from hierdp.postprocessors.chain import resolve_postprocessors, run_chain, run_chain_replicates
 from hierdp.uncertainty import _batch, _check_confidence, _noise, _noise_law, _sources
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def _reproduce_chain(tree: Tree, estimate: Estimate, measurements: Estimate, led
     var = None if measurements.variance is None else np.asarray(tree.to_internal(measurements.variance), float)
     x = np.asarray(tree.to_internal(estimate.values), dtype=np.float64)
     known = np.isfinite(x)
-    meas = Measurements(y, var, info=dict(measurements.info))
+    meas = Measurements(y, var, info=dict(measurements.info), tiebreak=measurements.tiebreak)
     tried: set[str] = set()
     for chain in _candidates(ledger, estimate, meta):
         try:
@@ -244,8 +244,8 @@ def accuracy_tables(tree: Tree, estimate: Estimate, measurements: Estimate, ledg
         m = min(b, reps - done)
         z = _noise(tree, levels, (k, m), rng, key, done, reps)                  # (n, k, m)
         y = (base[:, :, None] + z).reshape(n, k * m)
-        out = np.asarray(run_chain(tree, Measurements(y, mvar, info=dict(measurements.info)), steps).values,
-                         dtype=np.float64).reshape(n, k, m)
+        out = run_chain_replicates(tree, y, mvar, steps, k, tiebreak=measurements.tiebreak,
+                                   info=measurements.info).reshape(n, k, m)
         err = np.abs(out.sum(axis=1) - truth[:, None])                          # unit totals, (n, m)
         abs_sum += np.bincount(gid, weights=err[ids].sum(axis=1), minlength=n_groups)
         kept.append(err[kept_ids].astype(np.float32))

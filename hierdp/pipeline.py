@@ -58,6 +58,7 @@ from hierdp.execution.steps import (
     unmeasured_missing,
 )
 from hierdp.execution.stores import MemoryStore, SpillStore
+from hierdp.keyed_noise import tiebreak_seed
 from hierdp.measurements import Estimate, Measurements
 from hierdp.plans.marginals import Marginals
 from hierdp.postprocessors.base import node_values, node_variance
@@ -292,7 +293,8 @@ def release(
     return ReleaseResult(
         tree=tree,
         estimate=external_estimate(tree, est),
-        measurements=external_estimate(tree, Estimate(meas.values, meas.variance, dict(meas.info))),
+        measurements=external_estimate(tree, Estimate(meas.values, meas.variance, dict(meas.info),
+                                                      tiebreak=meas.tiebreak)),
         ledger=ledger,
     )
 
@@ -386,7 +388,8 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
             mx_full[task.nodes] = meas.values
         last[:] = [est]
 
-    ctx = StageContext(r, part, step, tail, n_cells, total=r.total - acc.total, key=noise_key(r.seed),
+    key = noise_key(r.seed)
+    ctx = StageContext(r, part, step, tail, n_cells, total=r.total - acc.total, key=key,
                        check_counts=False, store=store, sink=CallbackSink(sink),
                        counts_of=lambda task: vals_internal[task.nodes])  # checked whole
     try:
@@ -425,7 +428,7 @@ def _release_split(tree: Tree, vals: np.ndarray, split: Any, *, structure: Struc
     return ReleaseResult(
         tree=tree,
         estimate=external_estimate(tree, est),
-        measurements=external_estimate(tree, Estimate(noisy, var, dict(meas.info))),
+        measurements=external_estimate(tree, Estimate(noisy, var, dict(meas.info), tiebreak=tiebreak_seed(key))),
         ledger=ledger,
     )
 

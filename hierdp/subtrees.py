@@ -879,9 +879,16 @@ class SplitTopDown:
         consistency check compares its residual with the block's largest root value,
         not all cells' (a residual of round-off size passes either way)."""
         part = self.part
-        t2 = self._top_tree()
         k = x_roots.shape[1]
         nt = part.top.size
+        if self._coupled(k) and nt:
+            vr_all = _per_node(v_roots, part.roots.size)
+            xr_all = np.reshape(x_roots, (part.roots.size, k))
+            by_rows = self._top_by_rows(np.reshape(x_top, (nt, k)), _per_node(v_top, nt),
+                                        lambda pos: (xr_all[pos], vr_all[pos]), k, totals)
+            if by_rows is not None:
+                return by_rows
+        t2 = self._top_tree()
         x2 = np.concatenate((np.reshape(x_top, (nt, k)), np.reshape(x_roots, (part.roots.size, k))))
         vr = _per_node(v_roots, part.roots.size)
         vt = _per_node(v_top, nt) if nt else np.zeros((0,) + vr.shape[1:])
@@ -914,6 +921,78 @@ class SplitTopDown:
             return lb[:nt], [o[nt:] for o in ob]
         return last, outs
 
+    #: the steps in passes solve the roots under their parents this many root-cells at a time
+    ROWS_CELLS = 1 << 22
+
+    def _top_by_rows(self, x_top: np.ndarray, v_top: np.ndarray,
+                     roots_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], k: int,
+                     totals: np.ndarray | None, out: Callable[[int, Any], ColumnsOnDisk] | None = None
+                     ) -> tuple[np.ndarray, list[Any]] | None:
+        """:meth:`top` for steps in passes (they couple a node's cells, so no block of cells can
+        run alone): the top part first (its own tree), then the subtree roots a few parents at
+        a time (:data:`ROWS_CELLS` root-cells), each batch under its parents' final values held
+        (a stand-in root above them, as :meth:`down` does) — the same per-parent solves, with
+        the same inputs, as the whole top tree, so the same numbers. ``roots_of(positions)``:
+        those roots' values and variances. None when node-total invariants reach the roots
+        (their joint solve spans the roots: the caller runs the whole top tree). ``out(step,
+        dtype)``: columns on disk each step's roots' values are appended to, batch by batch,
+        when every parent's roots are consecutive (the census's are; else they are gathered in
+        memory and written at the end)."""
+        part = self.part
+        nt, nr = part.top.size, part.roots.size
+        tt = None if totals is None else np.asarray(totals, dtype=np.float64)
+        if tt is not None and np.isfinite(tt[nt:]).any():
+            return None
+        par = part.tree.internal.parent
+        t_top = Tree.from_parent(np.where(par[part.top] >= 0, np.searchsorted(part.top, par[part.top]), -1)
+                                 .astype(np.int64))
+        pin = None if tt is None else self._pinned(t_top, lambda rows: (x_top[rows], v_top[rows]), k, tt[:nt])
+        last, outs_top = self._run(t_top, x_top, v_top, None, None, pin, part.top)
+        rp = np.searchsorted(part.top, par[part.roots])  # each root's parent, a position in the top
+        order = np.argsort(rp, kind="stable")
+        streamed = out is not None and bool(np.all(order == np.arange(nr)))
+        outs: list[Any] = ([out(j, o.dtype) for j, o in enumerate(outs_top)] if streamed and out is not None
+                           else [np.empty((nr, k), o.dtype) for o in outs_top])
+        starts = np.flatnonzero(np.r_[True, rp[order][1:] != rp[order][:-1]]) if nr else np.zeros(0, np.int64)
+        ends = np.r_[starts[1:], nr].astype(np.int64)
+        per = max(1, self.ROWS_CELLS // max(1, k))
+        g = 0
+        while g < starts.size:
+            h = g + 1
+            while h < starts.size and ends[h] - starts[g] <= per:
+                h += 1
+            pos = order[starts[g]:ends[h - 1]]
+            ps = rp[pos]
+            P = np.unique(ps)
+            xr, vr = roots_of(pos)
+            vr = np.asarray(vr, dtype=np.float64)
+            vp = np.asarray(v_top[P], dtype=np.float64)
+            tc = Tree.from_parent(np.concatenate(([-1], np.zeros(P.size, np.int64),
+                                                  1 + np.searchsorted(P, ps))).astype(np.int64))
+            xc = np.concatenate((np.zeros((1, k)), x_top[P], np.reshape(xr, (pos.size, k))))
+            vc = np.concatenate((np.full((1,) + vp.shape[1:], np.inf), vp, vr.reshape((pos.size,) + vp.shape[1:])))
+            gids = np.concatenate(([0], part.top[P], part.roots[pos]))
+            _, oc = self._run(tc, xc, vc, np.arange(1, 1 + P.size), [o[P] for o in outs_top], gids=gids)
+            for o, o_c in zip(outs, oc, strict=True):
+                if streamed:
+                    o.append(o_c[1 + P.size:])
+                else:
+                    o[pos] = o_c[1 + P.size:]
+            del xr, vr, xc, vc, oc
+            g = h
+        if streamed:
+            for o in outs:
+                o.finish()
+        elif out is not None:
+            written = []
+            for j, o_m in enumerate(outs):
+                o = out(j, o_m.dtype)
+                for b in range(o.n_blocks):
+                    o.write_block(b, o_m[:, o.bounds[b]:o.bounds[b + 1]])
+                written.append(o)
+            outs = written
+        return last, outs
+
     def _top_tree(self) -> Tree:
         """The top part with the subtree roots as its leaves (external order: the top part,
         then the roots)."""
@@ -934,11 +1013,23 @@ class SplitTopDown:
         part = self.part
         k, nt = x_roots.n_cols, part.top.size
         if self._coupled(k):
-            # the steps in passes couple the cells through the children's totals: all columns at once
-            xr = np.concatenate([x_roots.block(b) for b in range(x_roots.n_blocks)], axis=1)
-            vr = np.concatenate([v_roots.block(b) for b in range(v_roots.n_blocks)], axis=1)
-            last_m, outs_m = self.top(x_top, v_top, xr, vr[:, 0] if vr.shape[1] == 1 else vr, totals=totals)
-            del xr, vr
+            # the steps in passes couple the cells through the children's totals: the roots a few
+            # parents at a time, all their columns (rows read across the blocks)
+            vt1 = _per_node(v_top, nt) if nt else np.zeros((0,))
+
+            def roots_of(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                v = v_roots.take(pos)
+                return x_roots.take(pos), (v[:, 0] if v_roots.n_cols == 1 else v)
+
+            got = self._top_by_rows(np.reshape(x_top, (nt, k)), vt1, roots_of, k, totals, out) if nt else None
+            if got is not None:
+                return got
+            if got is None:  # invariant totals down to the roots, or no top: the whole top tree in memory
+                xr = np.concatenate([x_roots.block(b) for b in range(x_roots.n_blocks)], axis=1)
+                vr = np.concatenate([v_roots.block(b) for b in range(v_roots.n_blocks)], axis=1)
+                got = self.top(x_top, v_top, xr, vr[:, 0] if vr.shape[1] == 1 else vr, totals=totals)
+                del xr, vr
+            last_m, outs_m = got
             written: list[ColumnsOnDisk] = []
             for j, o_m in enumerate(outs_m):
                 o = out(j, o_m.dtype)

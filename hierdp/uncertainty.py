@@ -69,7 +69,7 @@ from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
 from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
 from hierdp.postprocessors.blue import BLUE, blue
-from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
+from hierdp.postprocessors.chain import resolve_postprocessors, run_chain, run_chain_replicates
 from hierdp.rng import make_rng
 
 if TYPE_CHECKING:
@@ -300,8 +300,9 @@ class _Extremes:
         return lo.astype(np.float64), hi.astype(np.float64)
 
 
-def _run(tree: Tree, steps: list, values: np.ndarray, variance: np.ndarray) -> np.ndarray:
-    return np.asarray(run_chain(tree, Measurements(values, variance), steps).values, dtype=np.float64)
+def _run(tree: Tree, steps: list, values: np.ndarray, variance: np.ndarray, k: int = 1) -> np.ndarray:
+    """The chain on replicates stacked as columns (``(n, k * m)``; see :func:`run_chain_replicates`)."""
+    return run_chain_replicates(tree, values, variance, steps, k)
 
 
 def _is_unbiased(tree: Tree, steps: list, variance: np.ndarray, consistent: bool, rng_seed: int = 12345) -> bool:
@@ -359,7 +360,7 @@ def _simulate_bootstrap(tree: Tree, levels: list[_Level], steps: list, variance:
         m = min(b, draws - done)
         z = _noise(tree, levels, (k, m), rng, key, done, draws)       # (n, k, m)
         y = (base[:, :, None] + z).reshape(n, k * m)
-        out = _run(tree, steps, y, variance).reshape(n, k, m)
+        out = _run(tree, steps, y, variance, k).reshape(n, k, m)
         d = out - p2[:, :, None]
         ext.add(d if jitter is None else d + jitter.uniform(-0.5, 0.5, d.shape), raw=d)
         done += m

@@ -164,10 +164,14 @@ class ColumnsOnDisk:
         return out
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        """The rows ``rows`` (any order), every column: one block in memory at a time."""
+        """The rows ``rows`` (any order), every column: each block mapped, only those rows read."""
         rows = np.asarray(rows, dtype=np.int64)
         out = np.empty((rows.size, self.n_cols), self.dtype)
-        if rows.size:
+        if rows.size and self.n_rows:
             for b in range(self.n_blocks):
-                out[:, self.bounds[b]:self.bounds[b + 1]] = self.block(b)[rows]
+                w = self.bounds[b + 1] - self.bounds[b]
+                if w:
+                    m = np.memmap(self.path(b), dtype=self.dtype, mode="r", shape=(self.n_rows, w))
+                    out[:, self.bounds[b]:self.bounds[b + 1]] = m[rows]
+                    del m
         return out

@@ -164,7 +164,7 @@ def check_invariants_kept(est: Estimate, exact: np.ndarray, mask: np.ndarray,
         if np.any(np.abs(got - truth) > 1e-7 * (1.0 + np.abs(truth))):
             raise PluginError(f"the post-processing chain {[pp.name for pp in pps]} does not keep the invariant node "
                               "totals exact (it treats cells one by one); for non-negative integers that keep them, "
-                              "use plan={'name': 'marginals', ..., 'integer': True} with postprocess=[]")
+                              "use postprocess=['nonneg', 'round'] (the top-down steps hold them)")
         return est
     truth = exact.astype(np.float64)
     got = np.asarray(x[mask], dtype=np.float64)
@@ -478,4 +478,5 @@ def external_estimate(tree: Tree, est: Estimate) -> Estimate:
         variance=None if est.variance is None else tree.to_external(est.variance),
         info=info, linear=est.linear, consistent=est.consistent,
         measurement_variance=None if est.measurement_variance is None else tree.to_external(est.measurement_variance),
+        tiebreak=est.tiebreak,
     )

@@ -39,8 +39,9 @@ __all__ = ["passes_parents", "root_passes", "keyed_uniform", "VAR_RATIO"]
 
 _jit = nb.njit(cache=True, nogil=True)
 
-#: within one parent's children, variances are clamped to at most this times the smallest positive one
-VAR_RATIO = 1e8
+#: within one parent's children, variances are clamped to at most this times the smallest positive one (an
+#: unmeasured cell, inf, among measured ones: the two-margin Newton steps stall from ratios of 1e6 on)
+VAR_RATIO = 1e4
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from hierdp import registry, rules
 from hierdp.errors import PluginError
 from hierdp.postprocessors.base import Estimate, Measurements, PostProcessor
@@ -45,6 +47,31 @@ def resolve_postprocessors(postprocess: Any) -> list[PostProcessor]:
             raise PluginError(f"cannot use {item!r} as a post-processor; give a registered name such as 'blue'")
     rules.check_chain(out)
     return out
+
+
+def couples_cells(steps: list[PostProcessor]) -> bool:
+    """Whether a step of ``steps`` solves a node's cells together (the top-down steps in
+    passes hold each child's total over its cells): then columns stacked from several
+    replicates (a bootstrap's) must run one replicate at a time."""
+    return any(bool(getattr(pp, "couples_cells", False)) for pp in steps)
+
+
+def run_chain_replicates(tree: Tree, values: np.ndarray, variance: np.ndarray | None, steps: list[PostProcessor],
+                         k: int, *, tiebreak: int | None = None, info: dict[str, Any] | None = None) -> np.ndarray:
+    """The chain's values on ``values`` (n, k * m): ``m`` replicates of ``k`` cells stacked as
+    ``(n, k, m)`` reshaped, in one run when no step couples the cells, else one run per
+    replicate. Returns float64 (n, k * m) in the same layout."""
+    n = values.shape[0]
+    if k == 1 or not couples_cells(steps):  # one cell: the passes solve each column alone
+        return np.asarray(run_chain(tree, Measurements(values, variance, info=dict(info or {}), tiebreak=tiebreak),
+                                    steps).values, dtype=np.float64).reshape(n, -1)
+    y3 = np.asarray(values).reshape(n, k, -1)
+    out = np.empty(y3.shape)
+    for r in range(y3.shape[2]):
+        est = run_chain(tree, Measurements(np.ascontiguousarray(y3[:, :, r]), variance, info=dict(info or {}),
+                                           tiebreak=tiebreak), steps)
+        out[:, :, r] = np.asarray(est.values, dtype=np.float64).reshape(n, k)
+    return out.reshape(n, -1)
 
 
 def run_chain(tree: Tree, measurements: Measurements, steps: list[PostProcessor]) -> Estimate:

@@ -503,6 +503,11 @@ class NonNegative(PostProcessor):
         # top-down runs per subtree from its root's value; the global projection cannot
         self.split_mode = "top_down" if method == "topdown" else None
 
+    @property
+    def couples_cells(self) -> bool:
+        """Whether a node's cells are solved together (ordering ``"total"``: each child's total held)."""
+        return self.method == "topdown" and self.ordering == "total"
+
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         if self.method == "topdown":
             return self._topdown(tree, estimate)

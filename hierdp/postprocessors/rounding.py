@@ -142,6 +142,11 @@ class ControlledRounding(PostProcessor):
         # remainder rule breaks ties among siblings its own way, so it is not offered there
         self.split_mode = "top_down" if method == "topdown" else None
 
+    @property
+    def couples_cells(self) -> bool:
+        """Whether a node's cells are solved together (ordering ``"total"``: each child's total held)."""
+        return self.method == "topdown" and self.ordering == "total"
+
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
         if self.method == "topdown" and self.ordering == "total":

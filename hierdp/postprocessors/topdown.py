@@ -440,7 +440,9 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
         out[0] = r0
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
     seed64 = np.uint64(int(seed) & (2**64 - 1))
-    if passes_at is None:
+    if k == 1:  # one cell: its total is the cell, the passes would solve it twice
+        mode = np.zeros(n, np.int8)
+    elif passes_at is None:
         mode = np.zeros(n, np.int8)
         n1 = ptr.size - 1
         # a parent in passes unless all its children are leaves (their own child pointers are empty)

@@ -338,20 +338,22 @@ def _check_maps(maps: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     return m, sizes
 
 
-#: the variances weigh the passes to this many significant bits (of float64's 53)
+#: the passes read the variances to this many significant bits, the values to VALUE_BITS (of float64's 53)
 WEIGHT_BITS = 24
+VALUE_BITS = 32
 
 
-def _weights_bits(v: np.ndarray) -> np.ndarray:
-    """Finite positive variances rounded to :data:`WEIGHT_BITS` significant bits (0 and inf
-    kept): a GLS estimate's variances computed by another path (a subtree task's passes) differ
-    from the in-memory ones in the last bit or two, and the weights would carry that into the
-    ties of the integers; rounded, both paths weigh alike (unless a variance lies within an ulp
-    of a rounding boundary, about one in 2**28)."""
+def _bits(v: np.ndarray, bits: int) -> np.ndarray:
+    """A copy of ``v`` with its finite non-zero entries rounded to ``bits`` significant bits
+    (0, inf and the sign kept). A GLS estimate computed by another path (a subtree task's
+    passes) differs from the in-memory one in the last bits, and the passes would carry that
+    into the integers' near-ties; rounded, both paths read the same numbers (unless an entry
+    lies within a few ulps of a rounding boundary: about one in 2**(50 - bits) of the entries
+    that differ at all). The change is far below the noise (2**-32 relative for values)."""
     v = np.array(v, dtype=np.float64)
-    fin = np.isfinite(v) & (v > 0)
+    fin = np.isfinite(v) & (v != 0)
     if fin.any():
-        drop = 52 - WEIGHT_BITS
+        drop = 52 - bits
         b = v[fin].view(np.uint64)
         b = (b + np.uint64(1 << (drop - 1))) & ~np.uint64((1 << drop) - 1)
         v[fin] = b.view(np.float64)
@@ -417,7 +419,8 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     if np.any(exact2.any(axis=1) & ~exact_all):
         raise DataError("the passes hold a node exact only in all its cells (variance 0 on every cell); use "
                         "ordering='cells' for per-cell exact values")
-    v2 = _weights_bits(v2)
+    v2 = _bits(v2, WEIGHT_BITS)
+    y2 = np.where(exact2, y2, _bits(y2, VALUE_BITS))  # known values (a subtree's held roots) as given
     maps, sizes = _check_maps(marginals, k)
     ids = np.arange(n, dtype=np.int64) if node_ids is None else np.ascontiguousarray(node_ids, dtype=np.int64)
     if ids.shape != (n,):

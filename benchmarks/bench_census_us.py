@@ -546,8 +546,9 @@ def main() -> None:
     ap.add_argument("--states", help="FIPS or postal codes, comma-separated, e.g. 56 or 10,11,56")
     ap.add_argument("--us", action="store_true", help="the 50 states and DC")
     ap.add_argument("--plan", choices=("per_level", "marginals"), default="per_level")
-    ap.add_argument("--ordering", choices=("total", "cells", "none"), default="total",
-                    help="the integer steps' query ordering: total (the default: each unit's total first), cells "
+    ap.add_argument("--ordering", choices=("total", "pl94", "cells", "none"), default="total",
+                    help="the integer steps' query ordering: total (the default: each unit's total first), pl94 (the "
+                         "production rounder's passes: total, hhgq, hhgq x hispanic, hhgq x hispanic x cenrace), cells "
                          "(cell by cell, before issue 47), none (no integer steps: the GLS estimate, BLUE)")
     ap.add_argument("--in-memory", action="store_true", help="one release in memory (small states only)")
     ap.add_argument("--split", default="Tract", help="split level (default %(default)s)")

@@ -5,7 +5,9 @@ Poisson leaf counts in ``k`` cells; one release each of
 
 * ``noise+blue``: discrete Gaussian noise (keyed per node and cell, as every release draws
   it) and ``blue``;
-* ``chain``: the same, then top-down ``nonneg`` and ``round`` (the census chain);
+* ``chain``: the same, then top-down ``nonneg`` and ``round`` (the census chain; their
+  default ordering, each unit's total first then its cells with both margins held);
+* ``chain cells``: the same steps cell by cell (``ordering="cells"``, before issue 47);
 
 warm (the kernels compiled, one release run before), best of ``--repeat``, on 1 and 2
 threads. Printed: ns per node-cell and two floors measured in the same run on the same
@@ -63,7 +65,10 @@ def main() -> None:
         print(f"{t.n_nodes:8,d} {k:6d} {'':>7s} {'floors':>11s} sampler {floor_s * 1e9 / nk:.1f} ns, "
               f"stream {floor_x * 1e9 / nk:.1f} ns per value")
         rho = 0.5 / sigma**2 * (height + 1)  # about sigma per level with the equal split
-        chains = {"noise+blue": ["blue"], "chain": ["blue", "nonneg", {"name": "round", "method": "topdown"}]}
+        chains = {"noise+blue": ["blue"],
+                  "chain": ["blue", "nonneg", "round"],  # the default: totals first (issue 47)
+                  "chain cells": ["blue", {"name": "nonneg", "ordering": "cells"},
+                                  {"name": "round", "method": "topdown", "ordering": "cells"}]}
         for threads in (1, 2):
             old = hierdp.set_threads(threads)
             try:

@@ -63,7 +63,7 @@ from hierdp.errors import DataError, PluginError, did_you_mean
 from hierdp.plans import per_level as PL
 from hierdp.postprocessors import _blue_kernels as BK
 from hierdp.postprocessors import _totals as TT
-from hierdp.postprocessors.topdown import topdown_nonneg, topdown_passes, topdown_round
+from hierdp.postprocessors.topdown import ordering_maps, topdown_nonneg, topdown_passes, topdown_round
 from hierdp.rules import delta_mechanism_problem, enforce
 from hierdp.tree import Tree
 
@@ -794,7 +794,7 @@ class SplitTopDown:
     def _passes(self, pp: PostProcessor, k: int) -> bool:
         """Whether step ``pp`` runs in passes (:func:`hierdp.postprocessors.topdown.topdown_passes`):
         its cells couple through the children's totals, so it needs all cells at once."""
-        return getattr(pp, "method", "topdown") == "topdown" and getattr(pp, "ordering", "cells") == "total" and k > 1
+        return getattr(pp, "method", "topdown") == "topdown" and getattr(pp, "ordering", "cells") != "cells" and k > 1
 
     def _coupled(self, k: int) -> bool:
         return any(self._passes(pp, k) for pp in self.tail)
@@ -831,8 +831,10 @@ class SplitTopDown:
                     raise ValueError("a split step in passes needs the rows' node ids")
                 g_int = tree.to_internal(np.asarray(gids, dtype=np.int64))
                 at = self.part.tree.internal.height[g_int] >= 3
+                kk = int(np.shape(yi)[1])
                 out = topdown_passes(tree, yi, vi, integer=pp.name != "nonneg", fixed_root=root, node_ids=g_int,
-                                     passes_at=at, seed=self.tiebreak, atol=getattr(pp, "atol", 1e-7))
+                                     passes_at=at, seed=self.tiebreak, atol=getattr(pp, "atol", 1e-7),
+                                     marginals=ordering_maps(getattr(pp, "ordering", "total"), kk, pp.name))
                 y = tree.to_external(out)
                 outs.append(y)
                 continue

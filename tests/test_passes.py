@@ -183,3 +183,44 @@ def test_the_default_integer_chain_by_subtree_equals_memory_bit_for_bit(plan: st
         for split in ("L2", "L3", {"level": "L2", "memory": 1 << 24, "task_memory": 30 * 8 * 400}, {"level": "L3", "memory": 1 << 24, "task_memory": 30 * 8 * 200}):
             got = release(t, vals, split=split, **kw).estimate.values
             np.testing.assert_array_equal(got, ref)
+
+
+def test_a_held_marginal_pass_equals_the_brute_force_chain() -> None:
+    """``ordering={"passes": [["a"]], "cells": {"a": 2, "b": 2}}``: the totals, then each
+    child's ``a`` marginal (a two-margin table under the parent's marginal and the totals),
+    then the cells within each ``a`` group, every pass the brute-force projection."""
+    from hierdp.postprocessors.topdown import ordering_maps
+
+    maps = ordering_maps({"passes": [["a"]], "cells": {"a": 2, "b": 2}}, 4)
+    np.testing.assert_array_equal(maps, [[0, 0, 1, 1]])
+    t, y, v, kids, col = _instance(7, 3, 4)
+    x = topdown_passes(t, y, v, integer=False, fixed_root=col, marginals=maps)
+    yk, vk = y[kids], v[kids]
+    tot = _brute_simplex(yk.sum(1), 1.0 / vk.sum(1), col.sum())
+    ya = np.stack([yk[:, :2].sum(1), yk[:, 2:].sum(1)], 1)
+    va = np.stack([vk[:, :2].sum(1), vk[:, 2:].sum(1)], 1)
+    ca = np.array([col[:2].sum(), col[2:].sum()])
+    xa, _ = _brute_project(ya, 1.0 / va, ca, tot[:, None], np.zeros(2, np.int64))
+    ref, _ = _brute_project(yk, 1.0 / vk, col, xa, np.array([0, 0, 1, 1]))
+    np.testing.assert_allclose(x[kids], ref, rtol=1e-9, atol=1e-9)
+
+
+def test_orderings_by_name_and_their_refusals() -> None:
+    from hierdp.postprocessors.nonneg import NonNegative
+    from hierdp.postprocessors.rounding import ControlledRounding
+    from hierdp.postprocessors.topdown import ordering_maps
+
+    m = ordering_maps("pl94", 2016)
+    assert m.shape == (3, 2016) and [int(r.max()) + 1 for r in m] == [8, 16, 1008]
+    # nested: each pass refines the one before (hhgq ⊂ hhgq x hispanic ⊂ hhgq x hispanic x cenrace)
+    for a, b in zip(m[:-1], m[1:], strict=True):
+        assert all(np.unique(a[b == g]).size == 1 for g in range(int(b.max()) + 1))
+    assert ordering_maps("total", 5).shape == (0, 5) and ordering_maps("cells", 5) is None
+    with pytest.raises(DataError, match="P.L. 94 cells"):
+        ordering_maps("pl94", 16)
+    with pytest.raises(DataError, match="unknown ordering 'pl95'"):
+        ControlledRounding(ordering="pl95")
+    with pytest.raises(DataError, match="'passes' and 'cells'"):
+        NonNegative(ordering={"passes": [["a"]]})
+    with pytest.raises(DataError, match="dimensions of 'cells'"):
+        NonNegative(ordering={"passes": [["c"]], "cells": {"a": 2}})

@@ -61,7 +61,7 @@ from hierdp.postprocessors.base import (
     node_variance,
 )
 from hierdp.postprocessors.blue import blue
-from hierdp.postprocessors.topdown import ORDERINGS, topdown_nonneg, topdown_passes
+from hierdp.postprocessors.topdown import check_ordering, ordering_maps, topdown_nonneg, topdown_passes
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -486,7 +486,7 @@ class NonNegative(PostProcessor):
     splittable = True
 
     def __init__(self, max_iter: int = 200, tol: float = 1e-9, method: str = "topdown",
-                 ordering: str = "total") -> None:
+                 ordering: Any = "total") -> None:
         ok = (isinstance(max_iter, (int, np.integer)) and not isinstance(max_iter, bool) and max_iter >= 1
               and isinstance(tol, (int, float, np.floating)) and 0 < float(tol) < 1e-2)
         if not ok:
@@ -494,8 +494,7 @@ class NonNegative(PostProcessor):
                             f"got {max_iter!r}, {tol!r}")
         if method not in METHODS:
             raise DataError(f"nonneg: unknown method {method!r}; use one of {', '.join(map(repr, METHODS))}")
-        if ordering not in ORDERINGS:
-            raise DataError(f"nonneg: unknown ordering {ordering!r}; use one of {', '.join(map(repr, ORDERINGS))}")
+        ordering = check_ordering(ordering, "nonneg")
         self.max_iter = int(max_iter)
         self.tol = float(tol)
         self.method = method
@@ -506,7 +505,7 @@ class NonNegative(PostProcessor):
     @property
     def couples_cells(self) -> bool:
         """Whether a node's cells are solved together (ordering ``"total"``: each child's total held)."""
-        return self.method == "topdown" and self.ordering == "total"
+        return self.method == "topdown" and self.ordering != "cells"
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         if self.method == "topdown":
@@ -533,8 +532,10 @@ class NonNegative(PostProcessor):
             checked = None if wv is None else checked_variance(tree, wv, y.shape)
             b = blue(tree, y, np.ones(tree.n_nodes) if checked is None else checked)
             values, var = b.values, b.variance
-        if self.ordering == "total" and np.ndim(values) == 2 and np.shape(values)[1] > 1:
-            x = topdown_passes(tree, values, var, integer=False, totals=estimate.exact_totals)
+        k = int(np.prod(np.shape(values)[1:], dtype=np.int64))
+        if self.ordering != "cells" and k > 1:
+            x = topdown_passes(tree, values, var, integer=False, totals=estimate.exact_totals,
+                               marginals=ordering_maps(self.ordering, k, "nonneg"))
         else:
             x = topdown_nonneg(tree, values, var, totals=estimate.exact_totals)
         # a direct solution (one exact projection per parent and cell), not an iteration:

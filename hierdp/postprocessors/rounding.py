@@ -27,7 +27,7 @@ checks it and refuses an exact node that is not an integer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -38,7 +38,14 @@ from hierdp._kernels.tree_pieces import PARALLEL_MIN, tree_pieces
 from hierdp.errors import DataError
 from hierdp.postprocessors import _rounding_kernels as RK
 from hierdp.postprocessors.base import Estimate, PostProcessor, checked_variance, finite_values, node_values
-from hierdp.postprocessors.topdown import ORDERINGS, cuts_by_children, topdown_passes, topdown_round, wide
+from hierdp.postprocessors.topdown import (
+    check_ordering,
+    cuts_by_children,
+    ordering_maps,
+    topdown_passes,
+    topdown_round,
+    wide,
+)
 
 if TYPE_CHECKING:
     from hierdp.tree import Tree
@@ -128,16 +135,14 @@ class ControlledRounding(PostProcessor):
     #: (:func:`hierdp.postprocessors.topdown.topdown_round`, ``fixed_root=``)
     splittable = True
 
-    def __init__(self, atol: float = 1e-7, method: str = "topdown", ordering: str = "total") -> None:
+    def __init__(self, atol: float = 1e-7, method: str = "topdown", ordering: Any = "total") -> None:
         if not 0 <= float(atol) < 0.5:
             raise DataError(f"atol must be in [0, 0.5), got {atol!r}")
         if method not in METHODS:
             raise DataError(f"round: unknown method {method!r}; use one of {', '.join(map(repr, METHODS))}")
-        if ordering not in ORDERINGS:
-            raise DataError(f"round: unknown ordering {ordering!r}; use one of {', '.join(map(repr, ORDERINGS))}")
         self.atol = float(atol)
         self.method = method
-        self.ordering = ordering
+        self.ordering = check_ordering(ordering, "round")
         # a split release runs the top-down integer step per subtree (method "topdown"); the
         # remainder rule breaks ties among siblings its own way, so it is not offered there
         self.split_mode = "top_down" if method == "topdown" else None
@@ -145,16 +150,18 @@ class ControlledRounding(PostProcessor):
     @property
     def couples_cells(self) -> bool:
         """Whether a node's cells are solved together (ordering ``"total"``: each child's total held)."""
-        return self.method == "topdown" and self.ordering == "total"
+        return self.method == "topdown" and self.ordering != "cells"
 
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         var = checked_variance(tree, estimate.variance, np.shape(estimate.values))
-        if self.method == "topdown" and self.ordering == "total":
+        k = int(np.prod(np.shape(estimate.values)[1:], dtype=np.int64))
+        if self.method == "topdown" and self.ordering != "cells":
             seed = 0 if estimate.tiebreak is None else int(estimate.tiebreak)
             return Estimate(topdown_passes(tree, estimate.values, var, integer=True, totals=estimate.exact_totals,
-                                           seed=seed, atol=self.atol),
+                                           marginals=ordering_maps(self.ordering, k, "round"), seed=seed,
+                                           atol=self.atol),
                             None if var is None else var.copy(),
-                            {"method": "round", "mode": "topdown", "ordering": "total"})
+                            {"method": "round", "mode": "topdown", "ordering": self.ordering})
         if self.method == "topdown":
             return Estimate(topdown_round(tree, estimate.values, var, totals=estimate.exact_totals),
                             None if var is None else var.copy(),

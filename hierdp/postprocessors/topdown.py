@@ -63,14 +63,75 @@ from hierdp.postprocessors.base import checked_variance, finite_values
 if TYPE_CHECKING:
     from hierdp.tree import Tree
 
-__all__ = ["topdown_nonneg", "topdown_round", "topdown_passes", "cuts_by_children", "wide", "ORDERINGS"]
+__all__ = ["topdown_nonneg", "topdown_round", "topdown_passes", "cuts_by_children", "wide", "ORDERINGS",
+           "PL94_ORDERING", "check_ordering", "ordering_maps"]
 
 _CUTS_KEY = "round.cuts"
 
-#: the query orderings of the top-down steps, the default first: ``"total"`` each parent's
-#: children's totals first, then their cells with both margins held (:func:`topdown_passes`);
-#: ``"cells"`` every cell alone (:func:`topdown_nonneg`, :func:`topdown_round`)
-ORDERINGS = ("total", "cells")
+#: the query orderings of the top-down steps by name, the default first: ``"total"`` each
+#: parent's children's totals first, then their cells with both margins held
+#: (:func:`topdown_passes`); ``"pl94"`` the 2020 P.L. 94 production rounder's passes
+#: (:data:`PL94_ORDERING`); ``"cells"`` every cell alone (:func:`topdown_nonneg`,
+#: :func:`topdown_round`). A mapping ``{"passes": [[dim, ...], ...], "cells": {dim: size, ...}}``
+#: gives any chain of nested marginals held between the totals and the cells.
+ORDERINGS = ("total", "pl94", "cells")
+
+#: the rounder's passes of the 2020 P.L. 94 persons production run below the US (strategy
+#: ``Strategy1b_ST_CTY_TR_BG_isoTot_Ordering_dsepJune3``; ``shared/census/pl94_persons_2020.yaml``,
+#: ``query_ordering``): the total, then hhgq, hhgq x hispanic, hhgq x hispanic x cenrace, then
+#: the cells (hhgq x votingage x hispanic x cenrace is every cell), over the P.L. 94 cells in
+#: their production order
+PL94_ORDERING: dict[str, Any] = {"passes": [["hhgq"], ["hhgq", "hispanic"], ["hhgq", "hispanic", "cenrace"]],
+                                 "cells": {"hhgq": 8, "votingage": 2, "hispanic": 2, "cenrace": 63}}
+
+
+def check_ordering(ordering: Any, where: str) -> Any:
+    """``ordering`` checked (a name of :data:`ORDERINGS` or a passes mapping); one clear line otherwise."""
+    if isinstance(ordering, str):
+        if ordering not in ORDERINGS:
+            raise DataError(f"{where}: unknown ordering {ordering!r}; use one of {', '.join(map(repr, ORDERINGS))} "
+                            "or {'passes': [[dim, ...], ...], 'cells': {dim: size, ...}}")
+        return ordering
+    if not isinstance(ordering, dict) or set(ordering) != {"passes", "cells"}:
+        raise DataError(f"{where}: an ordering is a name ({', '.join(map(repr, ORDERINGS))}) or a mapping with keys "
+                        f"'passes' and 'cells', got {ordering!r:.80}")
+    cells, passes = ordering["cells"], ordering["passes"]
+    if not isinstance(cells, dict) or not cells or not all(
+            isinstance(n, str) and isinstance(c, int) and not isinstance(c, bool) and c >= 1 for n, c in cells.items()):
+        raise DataError(f"{where}: ordering 'cells' maps each cell dimension, in the histogram's order, to its size "
+                        "(e.g. {'sex': 2, 'age': 5})")
+    if not isinstance(passes, list) or not all(isinstance(q, list) and all(d in cells for d in q) for q in passes):
+        raise DataError(f"{where}: ordering 'passes' is a list of marginals, each a list of dimensions of 'cells' "
+                        f"({', '.join(cells)})")
+    return {"passes": [list(q) for q in passes], "cells": dict(cells)}
+
+
+def ordering_maps(ordering: Any, k: int, where: str = "ordering") -> np.ndarray | None:
+    """The held marginals of ``ordering`` as :func:`topdown_passes` takes them (``(P, k)``
+    group of each cell per pass), or None for ``"cells"`` (no pass: every cell alone)."""
+    if ordering == "cells":
+        return None
+    if ordering == "total":
+        return np.zeros((0, k), np.int64)
+    spec = PL94_ORDERING if ordering == "pl94" else ordering
+    sizes = list(spec["cells"].values())
+    if int(np.prod(sizes)) != k:
+        what = "the P.L. 94 cells (hhgq 8 x votingage 2 x hispanic 2 x cenrace 63)" if ordering == "pl94" else \
+            f"its cells ({' x '.join(f'{n} {c}' for n, c in spec['cells'].items())})"
+        raise DataError(f"{where}: the ordering is over {what} = {int(np.prod(sizes)):,} cells, the release has {k:,}")
+    names = list(spec["cells"])
+    grid = np.indices(sizes).reshape(len(sizes), k)  # each cell's coordinate per dimension, row-major
+    rows = []
+    for q in spec["passes"]:
+        dims = [names.index(d) for d in names if d in q]  # the histogram's order
+        if len(dims) == len(names):
+            continue  # every dimension: the cells themselves, the last pass anyway
+        g = np.zeros(k, np.int64)
+        for d in dims:
+            g = g * sizes[d] + grid[d]
+        _, g = np.unique(g, return_inverse=True)
+        rows.append(g.astype(np.int64))
+    return np.array(rows, dtype=np.int64).reshape(len(rows), k)
 
 #: inputs of SMALL_NUMPY_MIN to ``hierdp._kernels.jit.SMALL_INPUT`` node-cells on trees of at most
 #: ``_blue_small.MAX_CLASSES`` height classes run as numpy passes

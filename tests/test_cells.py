@@ -128,18 +128,20 @@ def test_observed_cells_are_the_sorted_values_seen(people):
 
 def test_post_processing_is_per_cell_consistent_non_negative_and_integer(people):
     r = people.dptree(levels=LEVELS, domains=DOMAINS, cells=CELLS).release(
-        epsilon=0.3, seed=2, postprocess=["blue", {"name": "nonneg", "method": "global"}, "round"])
+        epsilon=0.3, seed=2, postprocess=["blue", {"name": "nonneg", "method": "global"},
+                                          {"name": "round", "method": "remainder"}])
     vals = r.values
     assert vals.shape == (r.tree.n_nodes, 6) and np.issubdtype(vals.dtype, np.integer)
     assert (vals >= 0).all()
     for c in range(6):
         assert r.tree.is_consistent(vals[:, c])
-    # the (n, k) chain is the chain run on each cell's column of the same measurements
+    # the (n, k) chain is the chain run on each cell's column of the same measurements (the
+    # remainder rule is per cell; the default top-down round holds each unit's total across cells)
     noisy, var = r.measurements.values, r.measurements.variance
     for c in range(6):
         est = hierdp.postprocess("blue", r.tree, noisy[:, c].astype(float), variance=var)
         est = hierdp.postprocess("nonneg", r.tree, est.values, variance=var, method="global")
-        col = hierdp.postprocess("round", r.tree, est.values)
+        col = hierdp.postprocess("round", r.tree, est.values, method="remainder")
         np.testing.assert_array_equal(col.values, vals[:, c])
 
 

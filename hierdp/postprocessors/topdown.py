@@ -44,7 +44,7 @@ on deep ones).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -53,8 +53,9 @@ from hierdp._kernels import tree_pieces as TP
 from hierdp._kernels.jit import for_size
 from hierdp._kernels.threads import run_pieces
 from hierdp._kernels.tree_pieces import PARALLEL_MIN, Pieces, tree_pieces
-from hierdp.errors import DataError
+from hierdp.errors import DataError, warn
 from hierdp.postprocessors import _blue_small
+from hierdp.postprocessors import _passes_kernels as PK
 from hierdp.postprocessors import _topdown_kernels as TK
 from hierdp.postprocessors import _topdown_small as TS
 from hierdp.postprocessors import _totals as TT
@@ -421,6 +422,18 @@ def _bits(v: np.ndarray, bits: int) -> np.ndarray:
     return v
 
 
+def _exact_from_the_top(tree: Tree, exact2: np.ndarray, exact_all: np.ndarray, root_fixed: bool) -> bool:
+    """Whether the nodes known exactly are whole nodes (every cell) closed upwards (each one's
+    parent known too; the root when fixed): what the passes hold (a parent's children all
+    known or none, and no unknown node above a known one)."""
+    if np.any(exact2.any(axis=1) & ~exact_all):
+        return False
+    known = exact_all.copy()
+    known[0] |= root_fixed
+    par = tree.internal.parent
+    return bool(np.all(known[par[1:]] | ~known[1:]))
+
+
 def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *, integer: bool,
                    fixed_root: float | np.ndarray | None = None, totals: np.ndarray | None = None,
                    marginals: np.ndarray | None = None, passes_at: np.ndarray | None = None,
@@ -466,8 +479,6 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     ndarray, shape (n, k)
         float64, or int64 when ``integer``: each parent equal to the sum of its children.
     """
-    from hierdp.postprocessors import _passes_kernels as PK
-
     y2, v2, exact2, shape = _inputs(tree, values, variance)
     if totals is not None:
         if fixed_root is not None:
@@ -477,9 +488,12 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     if integer and not (-(2.0**52) < float(y2.min(initial=0.0)) and float(y2.max(initial=0.0)) < 2.0**52):
         raise DataError("round works on counts below 2**52; scale the values down first")
     exact_all = np.asarray(exact2.all(axis=1), dtype=bool)
-    if np.any(exact2.any(axis=1) & ~exact_all):
-        raise DataError("the passes hold a node exact only in all its cells (variance 0 on every cell); use "
-                        "ordering='cells' for per-cell exact values")
+    if not _exact_from_the_top(tree, exact2, exact_all, fixed_root is not None):
+        # nodes known exactly that are not whole sibling groups from the top (an invariant leaf,
+        # a node exact in some cells): the cell-by-cell steps carry their lower bounds
+        if integer:
+            return topdown_round(tree, values, variance, fixed_root=cast(Any, fixed_root), totals=totals)
+        return topdown_nonneg(tree, values, variance, fixed_root=fixed_root, totals=totals)
     v2 = _bits(v2, WEIGHT_BITS)
     y2 = np.where(exact2, y2, _bits(y2, VALUE_BITS))  # known values (a subtree's held roots) as given
     maps, sizes = _check_maps(marginals, k)
@@ -499,7 +513,10 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
         t0 = float(np.floor(t0 + 0.5)) if integer else t0
         r0 = np.empty(k)
         v0 = np.ascontiguousarray(np.broadcast_to(v2[0], (k,)), dtype=np.float64)
-        if PK.root_passes(np.ascontiguousarray(y2[0]), v0, t0, integer, np.uint64(seed), int(ids[0]), float(atol), r0):
+        with np.errstate(over="ignore"):  # the keyed draws' uint64 arithmetic wraps when interpreted
+            bad0 = for_size(PK.root_passes, n * k)(np.ascontiguousarray(y2[0]), v0, t0, integer, np.uint64(seed),
+                                                   int(ids[0]), float(atol), r0)
+        if bad0:
             raise DataError("round: the root's cells could not be rounded to its total")
         out[0] = r0
     ptr, idx = tree.internal.child_ptr, tree.internal.child_idx
@@ -521,8 +538,10 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
             raise DataError(f"passes_at must hold one flag per node ({n})")
 
     def step(lo: int, hi: int, small: bool) -> tuple[int, int, int]:
-        f, b, mx = PK.passes_parents(ptr, idx, y2, v2, exact_all, ids, maps, sizes, mode, out, lo, hi, integer,
-                                     seed64, float(atol))
+        kern = for_size(PK.passes_parents, n * k) if small else PK.passes_parents
+        with np.errstate(over="ignore"):  # the keyed draws' uint64 arithmetic wraps when interpreted
+            f, b, mx = kern(ptr, idx, y2, v2, exact_all, ids, maps, sizes, mode, out, lo, hi, integer, seed64,
+                            float(atol))
         return int(f), int(b), int(mx)
 
     res = _by_class(tree, step, k)
@@ -533,7 +552,6 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
         raise DataError("round: a parent's integers could not meet its held margins (values known exactly that "
                         "exceed their parent's?)")
     if sum(r[0] for r in res):
-        import warnings
-        warnings.warn(f"the two-margin projection did not converge on {sum(r[0] for r in res)} parent(s); their "
-                      "children are approximate (please report it)", RuntimeWarning, stacklevel=2)
+        warn(f"the two-margin projection did not converge on {sum(r[0] for r in res)} parent(s); their children "
+             "are approximate (please report it)", RuntimeWarning)
     return out.reshape(shape)

@@ -225,3 +225,22 @@ def test_orderings_by_name_and_their_refusals() -> None:
         NonNegative(ordering={"passes": [["a"]]})
     with pytest.raises(DataError, match="dimensions of 'cells'"):
         NonNegative(ordering={"passes": [["c"]], "cells": {"a": 2}})
+
+
+def test_exact_nodes_that_are_not_whole_sibling_groups_take_the_cell_by_cell_step() -> None:
+    """An invariant county among free siblings (its parent exact too): the passes cannot hold a
+    parent's children partly, so the cell-by-cell step runs (it carries the known mass)."""
+    t = _one_parent_tree(3)
+    rng = np.random.default_rng(3)
+    y = rng.normal(5.0, 2.0, (t.n_nodes, 2))
+    v = np.full((t.n_nodes, 2), 2.0)
+    kids = t.internal.child_idx[t.internal.child_ptr[0]:t.internal.child_ptr[1]]
+    v[0] = 0.0
+    v[kids[0]] = 0.0
+    y[0] = [20.0, 20.0]
+    y[kids[0]] = [4.0, 6.0]
+    from hierdp.postprocessors.topdown import topdown_round
+
+    z = topdown_passes(t, y, v, integer=True)
+    np.testing.assert_array_equal(z, topdown_round(t, y, v))
+    assert z[kids[0]].tolist() == [4, 6] and z[kids].sum(0).tolist() == [20, 20]

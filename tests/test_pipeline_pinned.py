@@ -64,7 +64,7 @@ def _per_level() -> hierdp.ReleaseResult:
 def _per_level_gaussian_chain() -> hierdp.ReleaseResult:
     t, v = _tree_and_values()
     return hierdp.release(t, v, rho=0.5, delta=1e-6, mechanism="discrete_gaussian", budget="greedy",
-                          postprocess=["blue", "nonneg", "round"], seed=4)
+                          postprocess=["blue", "nonneg", {"name": "round", "method": "remainder"}], seed=4)
 
 
 def _approx_gaussian() -> hierdp.ReleaseResult:

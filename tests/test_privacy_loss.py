@@ -145,7 +145,8 @@ def test_a_ready_loss_gives_the_same_bits_as_keywords():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hierdp.NotForPublicationWarning)
         r = hierdp.release(t, v, epsilon=PrivacyLoss(rho=0.5, delta=1e-6), mechanism="discrete_gaussian",
-                           budget="greedy", postprocess=["blue", "nonneg", "round"], seed=4)
+                           budget="greedy", postprocess=["blue", "nonneg", {"name": "round", "method": "remainder"}],
+                           seed=4)
     assert _digest(r) == CASES["per_level_gaussian_chain"][1]
     with pytest.raises(BudgetError, match="give the privacy loss once"):
         hierdp.release(t, v, epsilon=PrivacyLoss(rho=0.5), rho=0.5, mechanism="gaussian", seed=4)

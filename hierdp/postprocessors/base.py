@@ -117,6 +117,12 @@ class PostProcessor(ABC):
         if params:
             raise TypeError(f"post-processor {self.name!r} takes no parameters, got {sorted(params)}")
 
+    @property
+    def couples_cells(self) -> bool:
+        """Whether a node's cells are solved together (the top-down steps in passes hold each
+        unit's total): then a chain's columns are not independent problems. Default False."""
+        return False
+
     @abstractmethod
     def apply(self, tree: Tree, estimate: Estimate) -> Estimate:
         """Post-process ``estimate`` (internal order) on ``tree``."""

@@ -431,7 +431,11 @@ def _exact_from_the_top(tree: Tree, exact2: np.ndarray, exact_all: np.ndarray, r
     known = exact_all.copy()
     known[0] |= root_fixed
     par = tree.internal.parent
-    return bool(np.all(known[par[1:]] | ~known[1:]))
+    if not np.all(known[par[1:]] | ~known[1:]):
+        return False
+    n_known = np.bincount(par[1:], weights=known[1:], minlength=tree.n_nodes)
+    n_kids = np.bincount(par[1:], minlength=tree.n_nodes)
+    return bool(np.all((n_known == 0) | (n_known == n_kids)))
 
 
 def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None = None, *, integer: bool,

@@ -178,6 +178,9 @@ class BasePostProcessorTests:
                                    atol=1e-8 * (1 + np.abs(a).max()))
 
     def test_columns_are_independent(self, postprocessor, tree, allowed_warnings) -> None:
+        if getattr(postprocessor, "couples_cells", False):
+            pytest.skip(f"{postprocessor.name!r} declares couples_cells: it solves a node's cells together "
+                        "(each unit's total held), so its columns are not independent by design")
         y, var = self._noisy(tree, 3, seed=5)
         both = np.asarray(self._run(postprocessor, tree, Estimate(y, var), allowed_warnings).values, float)
         for c in range(3):

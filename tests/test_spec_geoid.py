@@ -92,3 +92,13 @@ def test_what_cannot_be_a_geoid_geography_is_one_line(tmp_path, files):
     f.write_text(text.format(records=files[1], blocks=files[0], extra="", engine=""))
     with pytest.raises(SpecError):
         validate(f)
+
+
+def test_a_level_name_that_is_not_text_is_one_spec_line(tmp_path, files):
+    """Found by tests/test_spec_fuzz.py: a level key renamed to a number made the split-level
+    check join the names and fail with a TypeError instead of a spec error."""
+    text = SPEC.replace("County: 5", "0: 5")
+    f = tmp_path / "numbered.yaml"
+    f.write_text(text.format(records=files[1], blocks=files[0], extra="execution: {split: Tract}\n", engine=""))
+    with pytest.raises(SpecError, match="level names are text"):
+        validate(f)

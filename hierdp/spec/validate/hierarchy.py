@@ -109,6 +109,10 @@ class HierarchyChecks(Context):
         levels: list[LevelSpec] = []
         lengths: list[int] = []
         for name, n in raw.items():
+            if not isinstance(name, str) or not name:
+                self.err(here + ("levels",), f"level names are text (the level's name, then its prefix length: "
+                                             f"County: 5), got {name!r}")
+                continue
             if name == root or name in RESERVED_COLUMNS or name == col:
                 self.err(here + ("levels", name), f"level name {name!r} is the root's, an output column's or the "
                                                   "code column's name; rename the level")

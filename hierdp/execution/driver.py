@@ -88,7 +88,7 @@ class StageContext:
 
     def stages(self) -> SplitStages:
         """The release's stages, built once in this process."""
-        with self._lock:
+        with self._lock, jit.large_job(self.large):  # its probe of the chain runs as the tasks do
             if self._stages is None:
                 key = self._key if isinstance(self._key, NoiseKey) else self._key.key()
                 self._stages = SplitStages(self.r, self.part, self.step, self.tail, self.n_cells, total=self.total,

@@ -262,7 +262,7 @@ def test_chain_through_release_and_parameters():
     assert [getattr(s, "method", None) for s in steps] == [None, "topdown", "topdown"]
     assert NonNegative().method == "topdown" and ControlledRounding().method == "topdown"
     assert NonNegative().ordering == "total" and ControlledRounding().ordering == "total"
-    with pytest.raises(DataError, match="unknown ordering 'first'.*'total', 'cells'"):
+    with pytest.raises(DataError, match="unknown ordering 'first'.*'total', 'pl94', 'cells'"):
         ControlledRounding(ordering="first")
     with pytest.raises(DataError, match="unknown ordering"):
         NonNegative(ordering="first")

@@ -188,6 +188,31 @@ def test_project_larger_instances_satisfy_kkt(seed):
     _kkt_ok(X, xhat, w, col, row, group)
 
 
+@pytest.mark.parametrize("shape", [(40, 60), (150, 200)])
+def test_project_long_lines_and_many_multipliers(shape):
+    # lines longer than 24 take Newton's method on their multiplier (not the sort), and more than
+    # _DENSE multipliers take conjugate-gradient Newton directions: both certified by the KKT
+    # conditions, and the two direction solvers (Cholesky, CG) reach the same table
+    m, n = shape
+    rng = np.random.default_rng(m)
+    xhat, w, col, row, group = _instance(rng, m, n, 1)
+    X = M.project_margins(xhat, w, col, row, group)
+    _kkt_ok(X, xhat, w, col, row, group)
+    # the kernel's orientation: lines are the longer side (the cells here), Newton on the children
+    assert n > m
+    D = np.ascontiguousarray((xhat * w).T)
+    S = np.ascontiguousarray((1.0 / w).T)
+    r = row[:, 0] * (col.sum() / row[:, 0].sum())
+    tables = []
+    for dense in (True, False):
+        Y = np.empty((n, m))
+        assert M._project_core(D, S, col.copy(), r.copy(), Y, dense) == 0
+        tables.append(Y.T)
+    np.testing.assert_allclose(tables[0], tables[1], rtol=0, atol=1e-9 * col.max())
+    np.testing.assert_allclose(tables[1], X, rtol=0, atol=1e-9 * col.max())
+    assert (m > M._DENSE) == (m == 150)  # project_margins itself took the CG directions there
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_project_no_worse_than_scipy(seed):
     rng = np.random.default_rng(200 + seed)

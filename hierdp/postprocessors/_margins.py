@@ -47,6 +47,9 @@ _ROUNDS = 6
 _SWEEPS = 2000
 #: the column residual (relative to the largest margin of the group) counted as converged
 _GTOL = 1e-13
+#: Newton directions by a dense factorisation up to this many multipliers, by conjugate
+#: gradients beyond (a county of 2,346 tracts: k = 2,016 cells)
+_DENSE = 128
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,26 +76,63 @@ def _sort_desc(key, idx, k):
 
 
 @_jit
-def _solve_lines(D, S, r, b, a, X, key, order):
-    """For every line i, the multiplier ``a[i]`` with ``sum_j max(0, (D_ij + a_i + b_j) S_ij) == r_i``
-    (exact: the breakpoints sorted; ``order[i]`` keeps line i's order for the next call), and the
-    table ``X``. ``r > 0``."""
-    p, k = D.shape
-    for i in range(p):
-        idx = order[i]
-        for j in range(k):
-            key[j] = D[i, j] + b[j]
-        _sort_desc(key, idx, k)
+def _line_newton(key, S, i, r, a0, k):
+    """The root ``a`` of ``f(a) = sum_j max(0, (key_j + a) S_ij) - r`` (convex, piecewise linear,
+    non-decreasing) by Newton's method from ``a0``: the first step lands at or right of the
+    root, later steps descend to it and stop when the support repeats; then ``a`` is the exact
+    formula on the root's support, as the sorted search gives it. O(k) a step and a few steps
+    from the previous iteration's multiplier, where sorting costs O(k log k). NaN if it has not
+    settled in 64 steps (the caller sorts)."""
+    a = a0
+    T0 = np.nan
+    S0 = np.nan
+    for _it in range(64):
         T = 0.0
         Ssum = 0.0
-        ai = 0.0
-        for q in range(k):
-            j = idx[q]
-            T += key[j] * S[i, j]
-            Ssum += S[i, j]
-            ai = (r[i] - T) / Ssum
-            if q == k - 1 or ai + key[idx[q + 1]] <= 0.0:
-                break
+        for j in range(k):
+            if key[j] + a > 0.0:
+                T += key[j] * S[i, j]
+                Ssum += S[i, j]
+        if Ssum == 0.0:
+            jm = 0
+            for j in range(1, k):
+                if key[j] > key[jm]:
+                    jm = j
+            T = key[jm] * S[i, jm]
+            Ssum = S[i, jm]
+        a = (r - T) / Ssum
+        if T == T0 and Ssum == S0:
+            return a
+        T0 = T
+        S0 = Ssum
+    return np.nan
+
+
+@_jit
+def _solve_lines(D, S, r, b, a, X, key, order):
+    """For every line i, the multiplier ``a[i]`` with ``sum_j max(0, (D_ij + a_i + b_j) S_ij) == r_i``
+    (exact: on short lines the breakpoints sorted, ``order[i]`` keeping line i's order for the
+    next call; on long lines Newton's method from the multiplier ``a[i]`` holds on entry), and
+    the table ``X``. ``r > 0``."""
+    p, k = D.shape
+    for i in range(p):
+        for j in range(k):
+            key[j] = D[i, j] + b[j]
+        ai = np.nan
+        if k > 24 and np.isfinite(a[i]):
+            ai = _line_newton(key, S, i, r[i], a[i], k)
+        if not np.isfinite(ai):
+            idx = order[i]
+            _sort_desc(key, idx, k)
+            T = 0.0
+            Ssum = 0.0
+            for q in range(k):
+                j = idx[q]
+                T += key[j] * S[i, j]
+                Ssum += S[i, j]
+                ai = (r[i] - T) / Ssum
+                if q == k - 1 or ai + key[idx[q + 1]] <= 0.0:
+                    break
         a[i] = ai
         for j in range(k):
             v = (key[j] + ai) * S[i, j]
@@ -172,24 +212,122 @@ def _cholesky_solve(M, g, d, k):
 
 
 @_jit
+def _support(X, S, sp, sj, ss, sa, diag):
+    """Each line's support (CSR ``sp``/``sj``, its ``1 / w`` in ``ss``, their sum in ``sa``) and
+    the diagonal of the generalised Hessian of :func:`_newton_matrix`."""
+    p, k = X.shape
+    for j in range(k):
+        diag[j] = 0.0
+    n = 0
+    for i in range(p):
+        sp[i] = n
+        Sa = 0.0
+        for j in range(k):
+            if X[i, j] > 0.0:
+                sj[n] = j
+                ss[n] = S[i, j]
+                Sa += S[i, j]
+                n += 1
+        sa[i] = Sa
+        for t in range(sp[i], n):
+            diag[sj[t]] += ss[t] * (1.0 - ss[t] / Sa)
+    sp[p] = n
+
+
+@_jit
+def _hessian_times(sp, sj, ss, sa, tau, mu, v, out):
+    """``out = (H + tau 11' + mu I) v`` for the generalised Hessian ``H`` held as supports."""
+    k = v.shape[0]
+    total = 0.0
+    for j in range(k):
+        total += v[j]
+    for j in range(k):
+        out[j] = mu * v[j] + tau * total
+    for i in range(sp.shape[0] - 1):
+        lo = sp[i]
+        hi = sp[i + 1]
+        if hi == lo:
+            continue
+        t = 0.0
+        for q in range(lo, hi):
+            t += ss[q] * v[sj[q]]
+        t /= sa[i]
+        for q in range(lo, hi):
+            j = sj[q]
+            out[j] += ss[q] * (v[j] - t)
+
+
+@_jit
+def _cg_direction(X, S, g, d, mu, tau, eta, sp, sj, ss, sa, diag, r, z, pv, hp):
+    """The Newton direction ``(H + tau 11' + mu I) d = g`` by conjugate gradients preconditioned
+    by the diagonal, to the relative residual ``eta`` (an inexact Newton step: each product costs
+    the support's size, not the k**3 of a factorisation). False when the system is not positive
+    definite along the way."""
+    k = g.shape[0]
+    _support(X, S, sp, sj, ss, sa, diag)
+    gg = 0.0
+    for j in range(k):
+        d[j] = 0.0
+        r[j] = g[j]
+        gg += g[j] * g[j]
+        diag[j] += tau + mu
+    stop = eta * eta * gg
+    rz = 0.0
+    for j in range(k):
+        z[j] = r[j] / diag[j]
+        pv[j] = z[j]
+        rz += r[j] * z[j]
+    for _it in range(max(50, 2 * k)):
+        _hessian_times(sp, sj, ss, sa, tau, mu, pv, hp)
+        php = 0.0
+        for j in range(k):
+            php += pv[j] * hp[j]
+        if not php > 0.0:
+            return _it > 0
+        alpha = rz / php
+        rr = 0.0
+        for j in range(k):
+            d[j] += alpha * pv[j]
+            r[j] -= alpha * hp[j]
+            rr += r[j] * r[j]
+        if rr <= stop:
+            return True
+        rz_new = 0.0
+        for j in range(k):
+            z[j] = r[j] / diag[j]
+            rz_new += r[j] * z[j]
+        beta = rz_new / rz
+        rz = rz_new
+        for j in range(k):
+            pv[j] = z[j] + beta * pv[j]
+    return True
+
+
+@_jit
 def _solve_columns(DT, ST, c, a, b, XT, key, order):
     """Coordinate ascent's other half: every ``b[j]`` exact given ``a`` (on the transposed arrays)."""
     _solve_lines(DT, ST, c, a, b, XT, key, order)
 
 
 @_jit
-def _project_core(D, S, r, c, X):
+def _project_core(D, S, r, c, X, dense):
     """The projection of one group, lines ``r`` (p) x nodes ``c`` (k), ``D = xhat w``, ``S = 1 / w``,
     ``sum(r) == sum(c)`` to round-off, every margin > 0, p >= 2, k >= 2. Writes ``X``;
-    returns 0, or 1 when it did not converge."""
+    returns 0, or 1 when it did not converge. ``dense``: Newton directions by a Cholesky factor
+    (k**3; small k), else by conjugate gradients on the supports."""
     p, k = D.shape
     b = np.zeros(k)
-    a = np.empty(p)
+    a = np.zeros(p)
     g = np.empty(k)
     d = np.empty(k)
     bt = np.empty(k)
     gt = np.empty(k)
-    M = np.empty((k, k))
+    M = np.empty((k, k)) if dense else np.empty((1, 1))
+    sp = np.empty(p + 1, np.int64)
+    sj = np.empty(1 if dense else p * k, np.int64)
+    ss = np.empty(1 if dense else p * k)
+    sa = np.empty(p)
+    cgv = np.empty((5, k))
     key = np.empty(max(p, k))
     idx = np.empty((p, k), np.int64)
     for i in range(p):
@@ -197,7 +335,7 @@ def _project_core(D, S, r, c, X):
             idx[i, j] = j
     act = np.empty(k, np.int64)
     Xt = np.empty((p, k))
-    at = np.empty(p)
+    at = np.zeros(p)
     scale = 0.0
     ref = 0.0
     for j in range(k):
@@ -222,15 +360,21 @@ def _project_core(D, S, r, c, X):
     for _round in range(_ROUNDS):
         stall = 0
         for _it in range(_NEWTON_ITERS):
-            _newton_matrix(X, S, M, act)
             mu = ref * (1e-14 + min(1e-6, gmax / scale))
             tau = ref / k
-            for j in range(k):
-                for q in range(k):
-                    M[j, q] += tau
-                M[j, j] += mu
-            if not _cholesky_solve(M, g, d, k):
-                break
+            if dense:
+                _newton_matrix(X, S, M, act)
+                for j in range(k):
+                    for q in range(k):
+                        M[j, q] += tau
+                    M[j, j] += mu
+                if not _cholesky_solve(M, g, d, k):
+                    break
+            else:
+                eta = min(1e-2, np.sqrt(gmax / scale))
+                if not _cg_direction(X, S, g, d, mu, tau, eta, sp, sj, ss, sa, cgv[0], cgv[1], cgv[2],
+                                     cgv[3], cgv[4]):
+                    break
             slope = 0.0
             for j in range(k):
                 slope += g[j] * d[j]
@@ -366,7 +510,7 @@ def project_groups(xhat, w, col, row, cells, ptr, out):
             for v in range(ncell):
                 cc[v] = col[pos[v]]
             X = np.empty((nrow, ncell))
-            failed += _project_core(D, S, rr, cc, X)
+            failed += _project_core(D, S, rr, cc, X, ncell <= _DENSE)
             for t in range(nrow):
                 for v in range(ncell):
                     out[rows[t], pos[v]] = X[t, v]
@@ -385,7 +529,7 @@ def project_groups(xhat, w, col, row, cells, ptr, out):
             for t in range(nrow):
                 rr[t] = row[rows[t], gi] * f
             X = np.empty((ncell, nrow))
-            failed += _project_core(D, S, cc, rr, X)
+            failed += _project_core(D, S, cc, rr, X, nrow <= _DENSE)
             for v in range(ncell):
                 for t in range(nrow):
                     out[rows[t], pos[v]] = X[v, t]

@@ -410,6 +410,20 @@ def test_spec_execution_is_validated(tmp_path):
         load_spec(SPEC + "execution: {split: {level: county, task_memory: lots}}\n")
 
 
+def test_spec_output_path_of_a_dataset_is_a_folder(tmp_path):
+    # with execution: (or a trailing /) output.path names the dataset's folder, which has no
+    # table suffix; without either, a path the format cannot be told from is still refused
+    from hierdp.errors import SpecError
+    from hierdp.spec.runner import load_spec
+
+    for extra in (EXECUTION + "output: {path: out/census/}\n", EXECUTION + "output: {path: out/census}\n",
+                  "output: {path: out/census/}\n"):
+        assert load_spec(SPEC + extra).output["format"] == "parquet"
+    with pytest.raises(SpecError, match="cannot tell the output format from 'out/census'"):
+        load_spec(SPEC + "output: {path: out/census}\n")
+    assert load_spec(SPEC + "output: {path: out/census.csv}\n").output["format"] == "csv"
+
+
 def test_a_torn_journal_line_and_a_busy_work_folder(tmp_path, prepared):
     import fcntl
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,10 @@ class OutputChecks(PluginChecks):
         out = {"path": get(o, "path", str), "format": get(o, "format", str),
                "columns": get(o, "columns", list, ["estimate", "std"]), "ci_level": get(o, "ci_level", float, 0.95),
                "ledger": get(o, "ledger", str), "report": get(o, "report", str)}
-        if out["path"] is not None and out["format"] is None:
+        dataset = "execution" in self.data or (out["path"] or "").endswith(("/", os.sep))
+        if out["path"] is not None and out["format"] is None and dataset:
+            out["format"] = "parquet"  # a dataset folder of Parquet parts (hierdp.outofcore)
+        elif out["path"] is not None and out["format"] is None:
             fmt = format_of(Path(out["path"]))
             if fmt is None or Path(out["path"]).suffix.lower() in (".txt", ".tsv"):
                 self.err(("output", "path"), f"cannot tell the output format from {out['path']!r}; end it in "

@@ -1,6 +1,6 @@
 """The 2020 P.L. 94 persons release, shape for shape, on a synthetic US: one state, a few, all.
 
-Issue 31 item 7. The data come from :mod:`_census_us` (generated once, cached on disk:
+Issue 31 item 7. The data come from :mod:`census_us_data` (generated once, cached on disk:
 51 states, ~8.1M blocks, ~331M persons, 2,016 cells per unit); the facts from
 ``shared/census/pl94_persons_2020.yaml``. The release is the production one as far as
 hierdp expresses it:
@@ -26,22 +26,31 @@ hierdp expresses it:
   and ``round`` (method ``topdown``) by subtree; no invariants (``per_level`` can only
   hold every cell of a node exact, which publishes more than the Census does).
 
-The release runs by subtree (``hierdp.pipeline.release_by_subtree``, ``--split`` a level,
-default ``Tract`` with tasks of ``--memory`` each) with ``counts_of`` reading each
-task's blocks from the counts Parquet of its state (one state's counts in memory at a
-time) and a sink that writes each part's non-zero cells to ``OUT/part-NNNNN.parquet``
-(``node, cell, value``; ``OUT/nodes.parquet`` maps node ids to level and GEOID) and
-accumulates the error per level against the true counts (non-private evaluation: MAE
-of each unit's total population and, per cell, of its ``votingage * hispanic * cenrace``
-marginal — the Census detailed summary metrics; only these means are printed, never a
-count). Printed: time per stage (read the geography and build the tree, count, release,
-write, evaluate), node-cells per second, peak RSS, output size, errors per level.
+Two doors, both public:
 
-    PYTHONPATH=. python benchmarks/bench_census_us.py --states 56                     # WY, per_level, split
-    PYTHONPATH=. python benchmarks/bench_census_us.py --states 10,11,56
-    PYTHONPATH=. python benchmarks/bench_census_us.py --states 11 --plan marginals --in-memory
-    PYTHONPATH=. python benchmarks/bench_census_us.py --us                            # all 51
-    PYTHONPATH=. python benchmarks/bench_census_us.py --states 56 --profile           # where the time goes
+* ``--door cli`` (default): what a user with the Census's inputs runs. The counts become a
+  folder of Parquet parts (one per state: ``geoid``, the four codes, ``count``; links to the
+  cache) and the public block list ``blocks.csv`` (one ``geoid`` per block, empty blocks
+  included); the bundled ``pl94`` example spec (``hierdp.data.resolve_spec("pl94")``) is
+  pointed at them (``engine: duckdb``, ``hierarchy.geoid``) with ``execution: {split:
+  --split/--memory/--task-memory, workers: --workers}``, and ``hierdp release SPEC -o
+  DATASET/ [--seed N]`` runs in a process of its own: its wall time, CPU and peak RSS (from
+  the operating system) are printed, then the dataset is evaluated against the truth in
+  DuckDB (non-private: MAE of each unit's total population and, per cell, of its
+  ``votingage * hispanic * cenrace`` marginal, the Census detailed summary metrics; only
+  these means are printed, never a count). ``--out`` keeps the inputs, spec and dataset.
+* ``--door python``: ``hierdp.pipeline.release_by_subtree`` (``--split`` a level, tasks of
+  ``--memory`` each) with ``counts_of`` reading each task's blocks from the counts Parquet of
+  its state and a sink that writes each part's non-zero cells to ``OUT/part-NNNNN.parquet``
+  and accumulates the same errors; ``--in-memory`` (one small state), ``--tree-only`` and
+  ``--profile`` go with it. The process restarts itself with glibc's allocator set as the
+  ``hierdp`` command sets it (``MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0
+  MALLOC_TRIM_THRESHOLD_=2147483647``; ``--system-malloc`` to leave it).
+
+    PYTHONPATH=. python benchmarks/bench_census_us.py --us --memory 6GiB --task-memory 256MiB --seed 1
+    PYTHONPATH=. python benchmarks/bench_census_us.py --states 56 --door python --plan per_level  # WY, split
+    PYTHONPATH=. python benchmarks/bench_census_us.py --states 11 --door python --plan marginals --in-memory
+    PYTHONPATH=. python benchmarks/bench_census_us.py --states 56 --door python --profile
 
 The machine is shared (2 cores, other jobs): times are indicative; RSS is steadier.
 
@@ -91,32 +100,15 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 
-def _keep_freed_memory_first() -> None:
-    """Set glibc's allocator as the ``hierdp`` command does (:mod:`hierdp._kernels.malloc`)
-    before numpy loads: once numpy's threads have made arenas, ``M_ARENA_MAX`` no longer
-    keeps a task thread off them (measured on Wyoming: 62 fresh arena heaps and 8.9 s,
-    against none and 8.0 s with the limit set first). The module is run from its file, not
-    imported: importing any ``hierdp`` module here would load numpy first."""
-    if "--system-malloc" in sys.argv:
-        return
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "_hierdp_malloc_first", Path(__file__).resolve().parents[1] / "hierdp" / "_kernels" / "malloc.py")
-    if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.keep_freed_memory()
-
-
-_keep_freed_memory_first()
-
-import numpy as np  # noqa: E402
+#: glibc's allocator told to keep freed memory for reuse, as the ``hierdp`` command does first
+#: thing (one arena, no mmap for large blocks, no trimming; read by glibc when a process starts)
+MALLOC_KEEP = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import _census_us as cus  # noqa: E402
+import census_us_data as cus  # noqa: E402
 
 RHO = Fraction("2.56")
 #: the production level shares (pl94_persons_2020.yaml)
@@ -532,6 +524,137 @@ def run(args: argparse.Namespace) -> None:
         shutil.rmtree(out)
 
 
+# -- the front door: the bundled pl94 spec through the hierdp command ------------------------------
+
+GEOID_LENGTHS = {"State": 2, "County": 5, "Tract": 11, "Block_Group": 12, "Block": 15}
+
+
+def write_cli_inputs(data: Path, states: list[str], work: Path) -> tuple[Path, Path]:
+    """What a user with the Census's inputs has: the counts as a folder of Parquet parts (one
+    per state, links to the cache's ``counts.parquet``: ``geoid``, the four codes, ``count``)
+    and the public block list (``blocks.csv``: one ``geoid`` per block, empty blocks
+    included)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    counts = work / "counts"
+    counts.mkdir(parents=True, exist_ok=True)
+    blocks = work / "blocks.csv"
+    with pacsv.CSVWriter(blocks, pa.schema([("geoid", pa.string())])) as w:
+        for fips in states:
+            link = counts / f"{fips}.parquet"
+            if not link.exists():
+                link.symlink_to(cus.state_dir(data, fips).resolve() / "counts.parquet")
+            geo = pq.read_table(cus.state_dir(data, fips) / "geography.parquet", columns=["geoid"])
+            w.write_table(geo.cast(pa.schema([("geoid", pa.string())])))
+    return counts, blocks
+
+
+def write_cli_spec(work: Path, counts: Path, blocks: Path, args: argparse.Namespace) -> Path:
+    """The bundled ``pl94`` example spec pointed at the inputs, run by subtree as ``--split``,
+    ``--memory``, ``--task-memory`` and ``--workers`` say; the ordering of ``--ordering``."""
+    import yaml
+
+    from hierdp.data import resolve_spec
+
+    spec = yaml.safe_load(Path(resolve_spec("pl94")).read_text())
+    spec["source"] = {"path": str(counts), "count": "count", "engine": "duckdb"}
+    spec["hierarchy"]["geoid"].update(file=str(blocks), column="geoid")
+    spec["execution"] = {"split": split_of(args), "workers": args.workers, "workdir": str(work / "dataset.work")}
+    if args.ordering != "total":
+        spec["postprocess"] = [{"name": step.pop("name"), "params": step} for step in integer_chain(args.ordering)]
+    spec["output"] = {"path": f"{work / 'dataset'}/"}
+    path = work / "pl94-bench.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def evaluate_dataset(dataset: Path, data: Path, states: list[str]) -> dict[str, tuple[int, float, float]]:
+    """Non-private evaluation of the released dataset against the true counts, in DuckDB: per
+    level ``(units, MAE of unit totals, MAE of votingage x hispanic x cenrace cells)``, means
+    over every unit of the public list, empty ones included (only means are printed)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET memory_limit='6GB'")
+    con.execute("SET preserve_insertion_order=false")
+    files = lambda name: "[" + ", ".join(f"'{cus.state_dir(data, s) / name}'" for s in states) + "]"  # noqa: E731
+    con.execute(f"CREATE VIEW truth AS SELECT * FROM read_parquet({files('counts.parquet')})")
+    con.execute(f"CREATE VIEW geo AS SELECT geoid FROM read_parquet({files('geography.parquet')})")
+    con.execute(f"CREATE VIEW out AS SELECT * FROM read_parquet('{dataset}/part-*.parquet')")
+    vhc = "votingage, hispanic, cenrace"
+    cast = ", ".join(f"CAST({c} AS INTEGER) AS {c}" for c in vhc.split(", "))
+    errors = {}
+    for lv, n in {"US": 0, **GEOID_LENGTHS}.items():
+        unit_out = "'US'" if lv == "US" else f'"{lv}"'
+        unit_true = "'US'" if lv == "US" else f"substr(geoid, 1, {n})"
+        units = 1 if lv == "US" else con.execute(f"SELECT count(DISTINCT substr(geoid, 1, {n})) FROM geo").fetchone()[0]
+        tot = con.execute(f"""
+            WITH o AS (SELECT {unit_out} AS u, sum(estimate) AS e FROM out WHERE level = '{lv}' GROUP BY 1),
+                 t AS (SELECT {unit_true} AS u, sum(count) AS c FROM truth GROUP BY 1)
+            SELECT sum(abs(coalesce(e, 0) - coalesce(c, 0))) FROM o FULL JOIN t USING (u)""").fetchone()[0]
+        cell = con.execute(f"""
+            WITH o AS (SELECT {unit_out} AS u, {cast}, sum(estimate) AS e FROM out WHERE level = '{lv}'
+                       GROUP BY ALL),
+                 t AS (SELECT {unit_true} AS u, {cast}, sum(count) AS c FROM truth GROUP BY ALL)
+            SELECT sum(abs(coalesce(e, 0) - coalesce(c, 0))) FROM o FULL JOIN t USING (u, {vhc})""").fetchone()[0]
+        errors[lv] = (int(units), float(tot or 0) / units, float(cell or 0) / (units * 252))
+    return errors
+
+
+def error_lines(errors: dict[str, tuple[int, float, float]]) -> list[str]:
+    """The table of :func:`evaluate_dataset`."""
+    return [f"  {'level':<12}{'units':>11}{'MAE total':>12}{'MAE vhc cell':>14}"] + [
+        f"  {lv:<12}{n:>11,}{tot:>12.2f}{cell:>14.3f}" for lv, (n, tot, cell) in errors.items()]
+
+
+def run_cli(args: argparse.Namespace) -> None:
+    """The release as a user runs it: ``hierdp release pl94-bench.yaml -o DATASET/`` in a process
+    of its own (the command sets its allocator itself), timed whole, its peak RSS from the
+    operating system; then the dataset evaluated against the truth."""
+    import subprocess
+
+    states = cus.parse_states(args.states, args.us)
+    t0 = time.perf_counter()
+    gen = cus.ensure_states(args.data, states, args.seed_data, verbose=True)
+    t_gen = time.perf_counter() - t0
+    work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="census-cli-"))
+    if (work / "dataset").exists():
+        shutil.rmtree(work / "dataset")
+    shutil.rmtree(work / "dataset.work", ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    counts, blocks = write_cli_inputs(args.data, states, work)
+    spec = write_cli_spec(work, counts, blocks, args)
+    t_inputs = time.perf_counter() - t0
+    cmd = [sys.executable, "-m", "hierdp", "release", str(spec), "-o", f"{work / 'dataset'}/"]
+    if args.seed is not None:
+        cmd += ["--seed", str(args.seed)]
+    print(f"states {','.join(states)}: inputs written in {t_inputs:.1f} s ({len(gen)} states generated now, "
+          f"{t_gen:.1f} s); running\n  {' '.join(cmd)}", flush=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    rc = subprocess.call(cmd)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if rc != 0:
+        raise SystemExit(f"hierdp release exited {rc}")
+    cpu_user, cpu_sys = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    size = sum(f.stat().st_size for f in (work / "dataset").iterdir())
+    print(f"\nhierdp release: {wall:.1f} s wall ({wall / 60:.1f} min), CPU {cpu_user:.0f} user + {cpu_sys:.0f} "
+          f"system s; peak RSS {after.ru_maxrss / 2**20:.2f} GiB (the command's process); dataset "
+          f"{size / 2**20:.0f} MiB")
+    t0 = time.perf_counter()
+    lines = error_lines(evaluate_dataset(work / "dataset", args.data, states))
+    print(f"error per level (non-private evaluation in DuckDB, {time.perf_counter() - t0:.0f} s; means over units; "
+          "vhc = votingage x hispanic x cenrace, per cell):")
+    print("\n".join(lines))
+    print("(shared 2-core VM: times are noisy)")
+    if not args.out:
+        shutil.rmtree(work)
+
+
 def split_of(args: argparse.Namespace) -> dict[str, Any]:
     """The ``split=`` of the run: the level, the memory budget and, when given, a task's."""
     split: dict[str, Any] = {"level": args.split, "memory": args.memory}
@@ -545,7 +668,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=cus.default_data_dir(), help="data cache (default %(default)s)")
     ap.add_argument("--states", help="FIPS or postal codes, comma-separated, e.g. 56 or 10,11,56")
     ap.add_argument("--us", action="store_true", help="the 50 states and DC")
-    ap.add_argument("--plan", choices=("per_level", "marginals"), default="per_level")
+    ap.add_argument("--plan", choices=("per_level", "marginals"), default="marginals")
     ap.add_argument("--ordering", choices=("total", "pl94", "cells", "none"), default="total",
                     help="the integer steps' query ordering: total (the default: each unit's total first), pl94 (the "
                          "production rounder's passes: total, hhgq, hhgq x hispanic, hhgq x hispanic x cenrace), cells "
@@ -564,15 +687,23 @@ def main() -> None:
     ap.add_argument("--out", help="output folder (default: a temporary one, removed)")
     ap.add_argument("--tree-only", action="store_true", help="build the tree and the partition, no release")
     ap.add_argument("--profile", action="store_true", help="cProfile the run; top 25 by cumulative time")
+    ap.add_argument("--door", choices=("cli", "python"), default="cli",
+                    help="cli (default): the bundled pl94 spec through `hierdp release` on the counts as a Parquet "
+                         "folder and the block list, as a user runs it; python: hierdp.pipeline.release_by_subtree "
+                         "with this file's counts reader (--in-memory, --tree-only, --profile)")
     ap.add_argument("--system-malloc", action="store_true",
-                    help="leave glibc's allocator as it is (by default freed memory is kept and reused, as the "
-                         "hierdp command does: hierdp._kernels.malloc)")
+                    help="--door python: leave glibc's allocator as it is (by default the process restarts with "
+                         "MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647, what the "
+                         "hierdp command sets)")
     args = ap.parse_args()
-    if not args.system_malloc:
-        from hierdp._kernels.malloc import keep_freed_memory
-
-        print(f"allocator: freed memory kept for reuse ({'on' if keep_freed_memory() else 'not glibc: as is'}; "
-              "--system-malloc to leave it)")
+    if args.door == "python" and not args.system_malloc and os.environ.get("MALLOC_ARENA_MAX") != "1":
+        # glibc reads these when the process starts: restart with them (the documented equivalent of
+        # what `hierdp` does before numpy loads; docs/scale.md)
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_KEEP})
+    if args.door == "python" and not args.system_malloc:
+        print("allocator: freed memory kept for reuse (MALLOC_ARENA_MAX=1 ...; --system-malloc to leave it)")
+    if args.door == "cli" and (args.in_memory or args.tree_only or args.profile or args.plan != "marginals"):
+        ap.error("--in-memory, --tree-only, --profile and --plan per_level go with --door python")
     if args.states is None and not args.us:
         ap.error("give --states (e.g. 56) or --us")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
@@ -584,6 +715,8 @@ def main() -> None:
         pr.runcall(run, args)
         pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
         pstats.Stats(pr).sort_stats("tottime").print_stats(15)
+    elif args.door == "cli":
+        run_cli(args)
     else:
         run(args)
 

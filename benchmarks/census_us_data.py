@@ -49,9 +49,9 @@ Vectorised: per state one multinomial over its blocks, per person a handful of a
 operations, counts by one sort (persons of a few million at a time, so memory stays far
 below 2 GB); no Python loop per block or person. ::
 
-    PYTHONPATH=. python benchmarks/_census_us.py --states 56            # Wyoming
-    PYTHONPATH=. python benchmarks/_census_us.py --us                   # all 51 (cached)
-    PYTHONPATH=. python benchmarks/_census_us.py --states 11 --records  # + one row per person
+    PYTHONPATH=. python benchmarks/census_us_data.py --states 56            # Wyoming
+    PYTHONPATH=. python benchmarks/census_us_data.py --us                   # all 51 (cached)
+    PYTHONPATH=. python benchmarks/census_us_data.py --states 11 --records  # + one row per person
 """
 
 from __future__ import annotations

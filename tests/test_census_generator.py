@@ -1,4 +1,4 @@
-"""The synthetic US of benchmarks/_census_us.py on a 2-state miniature (DC and Wyoming).
+"""The synthetic US of benchmarks/census_us_data.py on a 2-state miniature (DC and Wyoming).
 
 Checked against the facts of shared/census/pl94_persons_2020.yaml (hand-copied numbers)
 and the Census code formats, not against the generator's own constants.
@@ -18,8 +18,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import _census_us as cus  # noqa: E402
 import bench_census_us as bench  # noqa: E402
+import census_us_data as cus  # noqa: E402
 
 STATES = ["11", "56"]
 
@@ -169,3 +169,78 @@ def test_records_expand_the_counts(tmp_path: Path):
     assert (sd.geography["geoid"][block] == geoid).all()
     key, n = np.unique(block * 2016 + cell, return_counts=True)
     assert np.array_equal(key, sd.block.astype(np.int64) * 2016 + sd.cell) and np.array_equal(n, sd.count)
+
+
+def _cli_args(**kw):
+    import argparse
+
+    base = dict(split="Tract", memory="6GiB", task_memory="256MiB", workers=2, ordering="total")
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_cli_door_inputs_and_spec_validate(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    # the front door's inputs: one Parquet part per state (links), the public block list with
+    # every block (empty ones too), and the bundled pl94 spec pointed at them; `hierdp
+    # validate` accepts it (the geography built from the GEOIDs by prefix length)
+    from hierdp.cli import main as cli
+
+    counts, blocks = bench.write_cli_inputs(data, STATES, tmp_path)
+    assert sorted(p.name for p in counts.iterdir()) == ["11.parquet", "56.parquet"]
+    import pyarrow.csv as pacsv
+
+    text = pacsv.ConvertOptions(column_types={"geoid": pa.string()})
+    listed = pacsv.read_csv(blocks, convert_options=text).column("geoid").to_pylist()
+    geoids = np.concatenate([_geo(data, f)["geoid"] for f in STATES])
+    assert listed == geoids.tolist() and all(len(g) == 15 for g in listed[:100])
+    spec = bench.write_cli_spec(tmp_path, counts, blocks, _cli_args(ordering="pl94"))
+    import yaml
+
+    doc = yaml.safe_load(spec.read_text())
+    assert doc["source"] == {"path": str(counts), "count": "count", "engine": "duckdb"}
+    assert doc["execution"]["split"] == {"level": "Tract", "memory": "6GiB", "task_memory": "256MiB"}
+    assert doc["postprocess"][1] == {"name": "round", "params": {"method": "topdown", "ordering": "pl94"}}
+    rc = cli(["validate", str(spec)])
+    shown = capsys.readouterr()
+    assert rc == 0, shown.err
+    assert ": valid (US > State > County > Tract > Block_Group > Block" in shown.out
+    assert len(listed) == sum(cus.state_plans()[f].blocks for f in STATES)
+
+
+def test_cli_door_evaluation_against_hand_errors(data: Path, tmp_path: Path):
+    # the evaluation of a released dataset: the truth written in the dataset's layout gives 0
+    # everywhere; one Block cell raised by 3 and a row of another block dropped give, at Block
+    # only, (3 + the dropped count) / blocks per unit and the same / (blocks x 252) per vhc cell
+    pytest.importorskip("duckdb")
+    import pandas as pd
+
+    c = _counts(data, "11")
+    blocks = len(_geo(data, "11")["geoid"])
+    t = pd.DataFrame({k: c[k] for k in ("geoid", "hhgq", "votingage", "hispanic", "cenrace", "count")})
+    dims = ["hhgq", "votingage", "hispanic", "cenrace"]
+    parts = [t.groupby(dims, as_index=False)["count"].sum().assign(level="US")]
+    for lv, n in bench.GEOID_LENGTHS.items():
+        agg = t.assign(u=t.geoid.str.slice(0, n)).groupby(["u", *dims], as_index=False)["count"].sum()
+        agg["level"] = lv
+        for lv2, n2 in bench.GEOID_LENGTHS.items():
+            agg[lv2] = agg.u.str.slice(0, n2) if n2 <= n else None
+        parts.append(agg.drop(columns="u"))
+    out = pd.concat(parts, ignore_index=True).rename(columns={"count": "estimate"})
+    out[dims] = out[dims].astype(str)
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    out.to_parquet(ds / "part-00000.parquet")
+    got = bench.evaluate_dataset(ds, data, ["11"])
+    assert got["Block"][0] == blocks and got["County"][0] == 1 and got["US"][0] == 1
+    assert all(e[1:] == (0.0, 0.0) for e in got.values())
+    blk = out.index[out.level == "Block"]
+    first = blk[0]
+    other = next(i for i in blk if out.loc[i, "Block"] != out.loc[first, "Block"])
+    dropped = int(out.loc[other, "estimate"])
+    out.loc[first, "estimate"] += 3
+    out.drop(index=other).to_parquet(ds / "part-00000.parquet")
+    got = bench.evaluate_dataset(ds, data, ["11"])
+    for lv in ("US", "State", "County", "Tract", "Block_Group"):
+        assert got[lv][1:] == (0.0, 0.0)
+    assert got["Block"][1] == pytest.approx((3 + dropped) / blocks, rel=1e-12)
+    assert got["Block"][2] == pytest.approx((3 + dropped) / (blocks * 252), rel=1e-12)
+    assert len(bench.error_lines(got)) == 7

@@ -76,6 +76,23 @@ def test_a_geoid_geography_releases_what_the_door_releases_from_the_prefixes(tmp
     assert sorted(a) == sorted(b) and all(a[n].equals(b[n]) for n in a)
 
 
+def test_a_file_column_named_as_a_derived_level_is_replaced_by_the_prefix(tmp_path, files):
+    # DuckDB's column names ignore case: a records column 'block' (here the row number of the
+    # block, as the census files have it) must not stand in for the level 'Block' the prefix
+    # defines; the dataset equals the one from the records without that column
+    people = pd.read_csv(files[1], dtype=str)
+    with_col = tmp_path / "with.parquet"
+    people.assign(block=np.arange(len(people)), COUNTY="x").to_parquet(with_col)
+    without = tmp_path / "without.parquet"
+    people.to_parquet(without)
+    for name, path in (("with", with_col), ("without", without)):
+        _quiet(release_dataset_spec, _spec(tmp_path, (files[0], path), "execution: {split: County}\n",
+                                           engine=", engine: duckdb"), tmp_path / name)
+    a, b = ({p.name: pq.read_table(p) for p in sorted((tmp_path / n).glob("part-*.parquet"))}
+            for n in ("with", "without"))
+    assert sorted(a) == sorted(b) and all(a[n].equals(b[n]) for n in a)
+
+
 def test_what_cannot_be_a_geoid_geography_is_one_line(tmp_path, files):
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"GEOID": BLOCKS[:-1] + ["5600300020020"]}).to_csv(bad, index=False)

@@ -280,7 +280,14 @@ class DatasetDPTree(TreeDoor):
         self._labels_as_text = self._text_asked or self.format == "csv"
         self._duckdb = duckdb
         headers = self._headers()
+        # a file's own column named as a derived level (DuckDB's names ignore case: 'block' is
+        # 'Block') is replaced by the prefix, not mistaken for it
+        derived = {name.lower() for name in self._prefixes}
+        codes = {col for col, _ in self._prefixes.values()}
+        self._shadowed = sorted({c for cols in headers.values() for c in cols
+                                 if c.lower() in derived and c not in codes})
         for f, cols in headers.items():  # a level read as a prefix: the code's column, then the level
+            cols[:] = [c for c in cols if c not in self._shadowed]
             for name, (col, _) in self._prefixes.items():
                 if col not in cols:
                     raise DataError(f"{self._part_name(f)}: {expected_one_of('code column', col, cols)}".replace(
@@ -407,7 +414,8 @@ class DatasetDPTree(TreeDoor):
             return read
         derived = ", ".join(f"substr(CAST({_q(col)} AS VARCHAR), 1, {n}) AS {_q(name)}"
                             for name, (col, n) in self._prefixes.items())
-        return f"(SELECT *, {derived} FROM {read})"
+        drop = f" EXCLUDE ({', '.join(_q(c) for c in self._shadowed)})" if self._shadowed else ""
+        return f"(SELECT *{drop}, {derived} FROM {read})"
 
     def _column_types(self, con: Any) -> dict[str, str]:
         rows = con.execute(f"DESCRIBE SELECT * FROM {self._reader()}").fetchall()

@@ -338,7 +338,8 @@ def test_round_margins_ties_pick_least_u():
 
 def test_round_margins_larger_tables_exact_and_deterministic():
     rng = np.random.default_rng(11)
-    for m, n, G in [(60, 24, 3), (5, 40, 1), (200, 16, 2)]:
+    # the last two take the shortest paths on the bipartite graph (more than _EXCHANGE nodes)
+    for m, n, G in [(60, 24, 3), (5, 40, 1), (200, 16, 2), (70, 50, 1), (40, 90, 1)]:
         X, col, row, group = _round_instance(rng, m, n, G)
         w = rng.uniform(0.5, 2.0, (m, n))
         u = rng.random((m, n))
@@ -367,6 +368,33 @@ def test_round_margins_larger_tables_exact_and_deterministic():
         assert lp.status == 0
         ours = float(np.sum((w * (1 - 2 * frac))[(Z > fl) & el]))
         assert abs(ours - lp.fun) <= 1e-9 * max(1.0, abs(lp.fun))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_round_flow_equals_the_exchange_graph(seed):
+    # two exact methods for the same choice (lines take need_line entries, nodes need_node, the
+    # lexicographic sum of (K1, K2) least): the exchange graph (_round_core) and the prices plus
+    # shortest paths on the bipartite graph (_round_flow) choose the same entries; K2 random, so
+    # the optimum is unique; a third of the instances tie every primary cost
+    rng = np.random.default_rng(seed)
+    for trial in range(40):
+        p, k = (int(v) for v in rng.integers(2, 70, 2))
+        el = rng.random((p, k)) < rng.uniform(0.3, 1.0)
+        K1 = rng.integers(-50, 50, (p, k)) * (10**6 if trial % 2 else 1)
+        if trial % 3 == 0:
+            K1[:] = 7
+        K2 = rng.integers(0, 2**40, (p, k))
+        Z = el & (rng.random((p, k)) < 0.5)
+        need_line, need_node = Z.sum(1).astype(np.int64), Z.sum(0).astype(np.int64)
+        a, b = np.zeros((p, k), bool), np.zeros((p, k), bool)
+        assert M._round_core(K1, K2, el, need_line, need_node, a) == 0
+        assert M._round_flow(K1, K2, el, need_line, need_node, b) == 0
+        np.testing.assert_array_equal(a, b)
+    # inconsistent needs: both refuse
+    el = np.ones((3, 3), bool)
+    K = np.zeros((3, 3), np.int64)
+    for core in (M._round_core, M._round_flow):
+        assert core(K, K, el, np.array([1, 1, 1]), np.array([3, 1, 0]), np.zeros((3, 3), bool)) == 1
 
 
 def test_round_margins_interpreted_equals_compiled():

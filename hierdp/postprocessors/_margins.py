@@ -50,6 +50,12 @@ _GTOL = 1e-13
 #: Newton directions by a dense factorisation up to this many multipliers, by conjugate
 #: gradients beyond (a county of 2,346 tracts: k = 2,016 cells)
 _DENSE = 128
+#: controlled rounding by the exchange graph on the shorter side up to this many nodes, by
+#: shortest paths on the bipartite residual graph beyond (:func:`_round_flow`)
+_EXCHANGE = 32
+#: price sweeps before the shortest paths of :func:`_round_flow` (stopped when a sweep moves
+#: less than a quarter of the excess)
+_PRICE_SWEEPS = 30
 
 
 # ----------------------------------------------------------------------------------------------
@@ -541,6 +547,16 @@ def project_groups(xhat, w, col, row, cells, ptr, out):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def _primary(n):
+    """The primary costs' bound for a group of ``n`` lines and nodes: ``_PRIMARY``, lowered on
+    large groups so that path sums of up to ``2 n`` costs and their potentials stay in int64."""
+    b = 1
+    while (1 << b) < 2 * n + 2:
+        b += 1
+    return min(_PRIMARY, 2.0 ** (60 - b))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _less(a1, a2, b1, b2):
     """(a1, a2) < (b1, b2) lexicographically."""
     return (a1 < b1) | ((a1 == b1) & (a2 < b2))
@@ -706,6 +722,403 @@ def _round_core(K1, K2, elig, need_line, need_node, chosen):
     return 0
 
 
+@_jit
+def _take_cheapest(K1, K2, elig, need_line, chosen, cnt):
+    """Each line's ``need_line[i]`` cheapest eligible entries chosen (by (K1, K2), first index of
+    equal ones), ``cnt`` the nodes' counts; False when a line cannot take its need."""
+    p, k = K1.shape
+    idx = np.empty(k, np.int64)
+    for j in range(k):
+        cnt[j] = 0
+    for i in range(p):
+        ne = 0
+        for j in range(k):
+            chosen[i, j] = False
+            if elig[i, j]:
+                idx[ne] = j
+                ne += 1
+        need = need_line[i]
+        if need < 0 or need > ne:
+            return False
+        if need == 0:
+            continue
+        if need < ne:
+            if ne > 24:
+                o = np.empty(ne, np.int64)
+                for t in range(ne):
+                    o[t] = idx[t]
+                _sort_pairs(K1[i], K2[i], o)
+                for t in range(ne):
+                    idx[t] = o[t]
+            else:
+                for t in range(1, ne):  # insertion sort by (K1, K2) ascending
+                    v = idx[t]
+                    q = t - 1
+                    while q >= 0 and _less(K1[i, v], K2[i, v], K1[i, idx[q]], K2[i, idx[q]]):
+                        idx[q + 1] = idx[q]
+                        q -= 1
+                    idx[q + 1] = v
+        for t in range(need):
+            chosen[i, idx[t]] = True
+            cnt[idx[t]] += 1
+    return True
+
+
+@_jit
+def _sort_pairs(a1, a2, o):
+    """Sort the indices ``o`` by ``(a1[o], a2[o], o)`` ascending (stable merge sort on the keys)."""
+    n = o.shape[0]
+    tmp = np.empty(n, np.int64)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            x = lo
+            y = mid
+            t = lo
+            while x < mid and y < hi:
+                if _less(a1[o[y]], a2[o[y]], a1[o[x]], a2[o[x]]):
+                    tmp[t] = o[y]
+                    y += 1
+                else:
+                    tmp[t] = o[x]
+                    x += 1
+                t += 1
+            while x < mid:
+                tmp[t] = o[x]
+                x += 1
+                t += 1
+            while y < hi:
+                tmp[t] = o[y]
+                y += 1
+                t += 1
+        for t in range(n):
+            o[t] = tmp[t]
+        width *= 2
+
+
+@_jit
+def _heap_push(h1, h2, hv, size, a1, a2, v):
+    t = size
+    h1[t] = a1
+    h2[t] = a2
+    hv[t] = v
+    while t > 0:
+        par = (t - 1) // 2
+        if _less(h1[t], h2[t], h1[par], h2[par]) or (h1[t] == h1[par] and h2[t] == h2[par] and hv[t] < hv[par]):
+            h1[t], h1[par] = h1[par], h1[t]
+            h2[t], h2[par] = h2[par], h2[t]
+            hv[t], hv[par] = hv[par], hv[t]
+            t = par
+        else:
+            break
+    return size + 1
+
+
+@_jit
+def _heap_pop(h1, h2, hv, size):
+    """Moves the least (key, vertex) to position ``size - 1``; returns the new size."""
+    size -= 1
+    h1[0], h1[size] = h1[size], h1[0]
+    h2[0], h2[size] = h2[size], h2[0]
+    hv[0], hv[size] = hv[size], hv[0]
+    t = 0
+    while True:
+        a = 2 * t + 1
+        if a >= size:
+            break
+        b = a + 1
+        c = a
+        if b < size and (_less(h1[b], h2[b], h1[a], h2[a]) or (h1[b] == h1[a] and h2[b] == h2[a] and hv[b] < hv[a])):
+            c = b
+        if _less(h1[c], h2[c], h1[t], h2[t]) or (h1[c] == h1[t] and h2[c] == h2[t] and hv[c] < hv[t]):
+            h1[t], h1[c] = h1[c], h1[t]
+            h2[t], h2[c] = h2[c], h2[t]
+            hv[t], hv[c] = hv[c], hv[t]
+            t = c
+        else:
+            break
+    return size
+
+
+@_jit
+def _round_flow(K1, K2, elig, need_line, need_node, chosen):
+    """:func:`_round_core` for large tables: the same minimum (the lexicographic optimum, unique
+    for tie-break values in general position), by successive shortest paths on the bipartite
+    residual graph (node -> line: give back a chosen entry, cost -K; line -> node: take an
+    eligible one, cost +K) with Dijkstra on reduced costs (Johnson potentials: lines start at
+    minus their dearest chosen entry, which the cheapest-first start makes feasible), stopped
+    at the sink. O(E log V) a path on the E eligible entries, against the exchange graph's
+    O(k**2 p) arcs. Returns 0, or 1 when no choice exists."""
+    p, k = K1.shape
+    cnt = np.zeros(k, np.int64)
+    if not _take_cheapest(K1, K2, elig, need_line, chosen, cnt):
+        return 1
+    excess = 0
+    for j in range(k):
+        if need_node[j] < 0:
+            return 1
+        if cnt[j] > need_node[j]:
+            excess += cnt[j] - need_node[j]
+    if excess == 0:
+        for j in range(k):
+            if cnt[j] != need_node[j]:
+                return 1
+        return 0
+    # eligible entries by line (lp, lq) and by node (cp, ni)
+    lp = np.zeros(p + 1, np.int64)
+    cp = np.zeros(k + 1, np.int64)
+    for i in range(p):
+        for j in range(k):
+            if elig[i, j]:
+                lp[i + 1] += 1
+                cp[j + 1] += 1
+    for i in range(p):
+        lp[i + 1] += lp[i]
+    for j in range(k):
+        cp[j + 1] += cp[j]
+    E = lp[p]
+    lq = np.empty(E, np.int64)
+    ni = np.empty(E, np.int64)
+    fill = cp[:k].copy()
+    t = 0
+    for i in range(p):
+        for j in range(k):
+            if elig[i, j]:
+                lq[t] = j
+                t += 1
+                ni[fill[j]] = i
+                fill[j] += 1
+    # node prices (p1, p2): each line keeps its need cheapest entries by K + price, so the choice
+    # stays a minimum for the counts it gives; raising an over-chosen node's price just enough
+    # for its excess of lines to move to their next best entry (Gauss-Seidel sweeps, an auction
+    # start) leaves the shortest paths below far fewer units to move
+    p1 = np.zeros(k, np.int64)
+    p2 = np.zeros(k, np.int64)
+    tl = np.empty(p, np.int64)
+    t1a = np.empty(p, np.int64)
+    t2a = np.empty(p, np.int64)
+    alt = np.empty(p, np.int64)
+    for _sweep in range(_PRICE_SWEEPS):
+        before = excess
+        for j in range(k):
+            e = cnt[j] - need_node[j]
+            if e <= 0:
+                continue
+            nl = 0
+            for x in range(cp[j], cp[j + 1]):
+                i = ni[x]
+                if not chosen[i, j]:
+                    continue
+                best = -1
+                b1 = 0
+                b2 = 0
+                for y in range(lp[i], lp[i + 1]):
+                    q = lq[y]
+                    if chosen[i, q]:
+                        continue
+                    c1 = K1[i, q] + p1[q]
+                    c2 = K2[i, q] + p2[q]
+                    if best < 0 or _less(c1, c2, b1, b2):
+                        best = q
+                        b1 = c1
+                        b2 = c2
+                if best < 0:
+                    continue
+                tl[nl] = i
+                alt[nl] = best
+                t1a[nl] = b1 - (K1[i, j] + p1[j])
+                t2a[nl] = b2 - (K2[i, j] + p2[j])
+                nl += 1
+            if nl == 0:
+                continue
+            o = np.arange(nl)
+            _sort_pairs(t1a, t2a, o)
+            take = min(e, nl)
+            last = o[take - 1]
+            d1_ = t1a[last]
+            d2_ = t2a[last] + 1
+            if take < nl and t1a[o[take]] == d1_ and t2a[o[take]] == d2_ - 1:
+                continue  # a tie at the cut: moving exactly e lines is not a price; leave it to the paths
+            p1[j] += d1_
+            p2[j] += d2_
+            for r in range(take):
+                z = o[r]
+                i = tl[z]
+                q = alt[z]
+                chosen[i, j] = False
+                chosen[i, q] = True
+                cnt[q] += 1
+            cnt[j] -= take
+        excess = 0
+        for j in range(k):
+            if cnt[j] > need_node[j]:
+                excess += cnt[j] - need_node[j]
+        if excess == 0 or excess * 4 > before * 3:
+            break
+    if excess == 0:
+        for j in range(k):
+            if cnt[j] != need_node[j]:
+                return 1
+        return 0
+    V = k + p + 1  # nodes 0..k-1, lines k..k+p-1, the sink k+p
+    sink = k + p
+    pi1 = np.zeros(V, np.int64)
+    pi2 = np.zeros(V, np.int64)
+    for j in range(k):
+        pi1[j] = -p1[j]
+        pi2[j] = -p2[j]
+    for i in range(p):
+        has = False
+        b1 = 0
+        b2 = 0
+        for e in range(lp[i], lp[i + 1]):
+            j = lq[e]
+            if chosen[i, j]:
+                c1 = K1[i, j] + p1[j]
+                c2 = K2[i, j] + p2[j]
+                if not has or _less(b1, b2, c1, c2):
+                    b1 = c1
+                    b2 = c2
+                has = True
+        if not has:
+            for e in range(lp[i], lp[i + 1]):
+                j = lq[e]
+                c1 = K1[i, j] + p1[j]
+                c2 = K2[i, j] + p2[j]
+                if not has or _less(c1, c2, b1, b2):
+                    b1 = c1
+                    b2 = c2
+                has = True
+        pi1[k + i] = -b1
+        pi2[k + i] = -b2
+    d1 = np.empty(V, np.int64)
+    d2 = np.empty(V, np.int64)
+    seen = np.empty(V, np.bool_)
+    done = np.empty(V, np.bool_)
+    pred = np.empty(V, np.int64)
+    cap = E + 2 * V + 8
+    h1 = np.empty(cap, np.int64)
+    h2 = np.empty(cap, np.int64)
+    hv = np.empty(cap, np.int64)
+    while excess > 0:
+        # the super-source's potential: the largest of the excess nodes' (its arcs reduced >= 0)
+        s1 = 0
+        s2 = 0
+        first = True
+        t1 = 0
+        t2 = 0
+        tfirst = True
+        for j in range(k):
+            if cnt[j] > need_node[j] and (first or _less(s1, s2, pi1[j], pi2[j])):
+                s1 = pi1[j]
+                s2 = pi2[j]
+                first = False
+            if cnt[j] < need_node[j] and (tfirst or _less(pi1[j], pi2[j], t1, t2)):
+                t1 = pi1[j]
+                t2 = pi2[j]
+                tfirst = False
+        if tfirst:
+            return 1
+        for v in range(V):
+            seen[v] = False
+            done[v] = False
+            pred[v] = -1
+        size = 0
+        for j in range(k):
+            if cnt[j] > need_node[j]:
+                d1[j] = s1 - pi1[j]
+                d2[j] = s2 - pi2[j]
+                seen[j] = True
+                size = _heap_push(h1, h2, hv, size, d1[j], d2[j], j)
+        D1 = 0
+        D2 = 0
+        reached = False
+        while size > 0:
+            size = _heap_pop(h1, h2, hv, size)
+            a1 = h1[size]
+            a2 = h2[size]
+            v = hv[size]
+            if done[v] or a1 != d1[v] or a2 != d2[v]:
+                continue
+            done[v] = True
+            if v == sink:
+                D1 = a1
+                D2 = a2
+                reached = True
+                break
+            if v < k:  # a node: give back a chosen entry of a line, or end here at a deficit
+                if cnt[v] < need_node[v]:
+                    n1 = a1 + pi1[v] - t1
+                    n2 = a2 + pi2[v] - t2
+                    if not seen[sink] or _less(n1, n2, d1[sink], d2[sink]):
+                        d1[sink] = n1
+                        d2[sink] = n2
+                        seen[sink] = True
+                        pred[sink] = v
+                        size = _heap_push(h1, h2, hv, size, n1, n2, sink)
+                for e in range(cp[v], cp[v + 1]):
+                    i = ni[e]
+                    if not chosen[i, v]:
+                        continue
+                    w = k + i
+                    if done[w]:
+                        continue
+                    n1 = a1 - K1[i, v] + pi1[v] - pi1[w]
+                    n2 = a2 - K2[i, v] + pi2[v] - pi2[w]
+                    if not seen[w] or _less(n1, n2, d1[w], d2[w]):
+                        d1[w] = n1
+                        d2[w] = n2
+                        seen[w] = True
+                        pred[w] = v
+                        size = _heap_push(h1, h2, hv, size, n1, n2, w)
+            else:  # a line: take an eligible entry it does not hold
+                i = v - k
+                for e in range(lp[i], lp[i + 1]):
+                    q = lq[e]
+                    if chosen[i, q] or done[q]:
+                        continue
+                    n1 = a1 + K1[i, q] + pi1[v] - pi1[q]
+                    n2 = a2 + K2[i, q] + pi2[v] - pi2[q]
+                    if not seen[q] or _less(n1, n2, d1[q], d2[q]):
+                        d1[q] = n1
+                        d2[q] = n2
+                        seen[q] = True
+                        pred[q] = v
+                        size = _heap_push(h1, h2, hv, size, n1, n2, q)
+        if not reached:
+            return 1
+        # potentials: settled vertices by their distance, the rest by the sink's
+        for v in range(V - 1):
+            if done[v] and _less(d1[v], d2[v], D1, D2):
+                pi1[v] += d1[v]
+                pi2[v] += d2[v]
+            else:
+                pi1[v] += D1
+                pi2[v] += D2
+        end = pred[sink]
+        q = end
+        steps = 0
+        while pred[q] >= 0:  # q a node reached from line i = pred[q] - k, reached from node pred[i]
+            w = pred[q]
+            i = w - k
+            j = pred[w]
+            chosen[i, q] = True
+            chosen[i, j] = False
+            q = j
+            steps += 1
+            if steps > V:
+                return 1
+        cnt[q] -= 1
+        cnt[end] += 1
+        excess -= 1
+    for j in range(k):
+        if cnt[j] != need_node[j]:
+            return 1
+    return 0
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
 def _snap(xv, atol):
     """(floor, fractional part) of ``xv >= 0``; parts within ``atol`` of 0 or 1 count as whole."""
@@ -755,7 +1168,7 @@ def round_groups(X, w, col_int, row_int, cells, ptr, u, atol, out):
             for v in range(ng):
                 bad += C[v] != 0
             continue
-        scale = _PRIMARY / cmax if cmax > 0.0 else 1.0
+        scale = _primary(nrow + ng) / cmax if cmax > 0.0 else 1.0
         if ng <= nrow:  # lines: children; exchange graph on the cells
             K1 = np.empty((nrow, ng), np.int64)
             K2 = np.empty((nrow, ng), np.int64)
@@ -771,7 +1184,7 @@ def round_groups(X, w, col_int, row_int, cells, ptr, u, atol, out):
                     el[t, v] = f > 0.0
                     K1[t, v] = np.int64(np.rint(w[i, j] * (1.0 - 2.0 * f) * scale))
                     K2[t, v] = np.int64(u[i, j] * _SECONDARY)
-            fail = _round_core(K1, K2, el, nl, C, ch)
+            fail = _round_core(K1, K2, el, nl, C, ch) if ng <= _EXCHANGE else _round_flow(K1, K2, el, nl, C, ch)
             if fail:
                 bad += 1
                 continue
@@ -794,7 +1207,7 @@ def round_groups(X, w, col_int, row_int, cells, ptr, u, atol, out):
                     el[v, t] = f > 0.0
                     K1[v, t] = np.int64(np.rint(w[i, j] * (1.0 - 2.0 * f) * scale))
                     K2[v, t] = np.int64(u[i, j] * _SECONDARY)
-            fail = _round_core(K1, K2, el, C, nn, ch)
+            fail = _round_core(K1, K2, el, C, nn, ch) if nrow <= _EXCHANGE else _round_flow(K1, K2, el, C, nn, ch)
             if fail:
                 bad += 1
                 continue

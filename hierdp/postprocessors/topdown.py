@@ -235,6 +235,19 @@ def _pin_totals(tree: Tree, y2: np.ndarray, v2: np.ndarray, totals: Any, *, inte
     return y2, v2, v2 == 0
 
 
+def _setup(tree: Tree, values: Any, variance: Any, fixed_root: Any, totals: Any, *, integer: bool
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """The top-down steps' inputs (:func:`_inputs`) with the node-total invariants pinned
+    (:func:`_pin_totals`); ``fixed_root`` and ``totals`` both given is one line."""
+    y2, v2, exact, shape = _inputs(tree, values, variance)
+    if totals is not None:
+        if fixed_root is not None:
+            raise DataError(f"{'round' if integer else 'nonneg'}: give either fixed_root or totals (the totals fix "
+                            "the root's cells)")
+        y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=integer)
+    return y2, v2, exact, shape
+
+
 def _root_value(fixed_root: Any, k: int, what: str) -> np.ndarray:
     r = np.asarray(fixed_root, dtype=np.float64).reshape(-1)
     if r.size == 1:
@@ -274,11 +287,7 @@ def topdown_nonneg(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     ndarray
         Non-negative values, each parent equal to the sum of its children (in every cell).
     """
-    y2, v2, exact, shape = _inputs(tree, values, variance)
-    if totals is not None:
-        if fixed_root is not None:
-            raise DataError("nonneg: give either fixed_root or totals (the totals fix the root's cells)")
-        y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=False)
+    y2, v2, exact, shape = _setup(tree, values, variance, fixed_root, totals, integer=False)
     n, k = y2.shape
     small = _small_numpy(tree, n * k, TK.project_parents)
     low = np.zeros((n, k) if small else (1, 1))  # (1, 1): no bounds, and no node-cell sized zeros to read
@@ -327,11 +336,7 @@ def topdown_round(tree: Tree, values: np.ndarray, variance: np.ndarray | None = 
     first by controlled rounding (:func:`hierdp.postprocessors._totals.round_table`), then
     held; ``values`` must keep them (``topdown_nonneg`` with the same ``totals``).
     """
-    y2, v2, exact, shape = _inputs(tree, values, variance)
-    if totals is not None:
-        if fixed_root is not None:
-            raise DataError("round: give either fixed_root or totals (the totals fix the root's cells)")
-        y2, v2, exact = _pin_totals(tree, y2, v2, totals, integer=True)
+    y2, v2, exact, shape = _setup(tree, values, variance, fixed_root, totals, integer=True)
     n, k = y2.shape
     # two reductions, no copies (np.abs and a comparison made two node-cell sized arrays)
     if not (-(2.0**53) < float(y2.min(initial=0.0)) and float(y2.max(initial=0.0)) < 2.0**53):
@@ -483,11 +488,7 @@ def topdown_passes(tree: Tree, values: np.ndarray, variance: np.ndarray | None =
     ndarray, shape (n, k)
         float64, or int64 when ``integer``: each parent equal to the sum of its children.
     """
-    y2, v2, exact2, shape = _inputs(tree, values, variance)
-    if totals is not None:
-        if fixed_root is not None:
-            raise DataError("give either fixed_root or totals (the totals fix the root's cells)")
-        y2, v2, exact2 = _pin_totals(tree, y2, v2, totals, integer=integer)
+    y2, v2, exact2, shape = _setup(tree, values, variance, fixed_root, totals, integer=integer)
     n, k = y2.shape
     if integer and not (-(2.0**52) < float(y2.min(initial=0.0)) and float(y2.max(initial=0.0)) < 2.0**52):
         raise DataError("round works on counts below 2**52; scale the values down first")

@@ -42,7 +42,7 @@ import pandas as pd
 from hierdp.errors import DataError, HierDPError
 from hierdp.measurements import Estimate, Measurements
 from hierdp.postprocessors.base import PostProcessor
-from hierdp.postprocessors.chain import resolve_postprocessors, run_chain, run_chain_replicates
+from hierdp.postprocessors.chain import ledger_chain, resolve_postprocessors, run_chain, run_chain_replicates
 from hierdp.uncertainty import _batch, _check_confidence, _noise, _noise_law, _sources
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ def _candidates(ledger: Ledger, estimate: Estimate, meta: Mapping[str, Any]) -> 
     names with the last step's reported mode, then every method of nonneg/round."""
     names = list(ledger.postprocess)
     out: list[list[Any]] = []
+    if len(ledger.postprocess_params) == len(names):  # the chain as recorded, parameters and all
+        out.append(ledger_chain(names, ledger.postprocess_params))
     spec = meta.get("spec")
     spec_pp = getattr(spec, "postprocess", None)
     if spec_pp:

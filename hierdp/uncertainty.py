@@ -69,7 +69,7 @@ from hierdp.mechanisms.base import Mechanism, Sensitivity
 from hierdp.mechanisms.discrete_gaussian import DiscreteGaussian
 from hierdp.mechanisms.discrete_laplace import DiscreteLaplace
 from hierdp.postprocessors.blue import BLUE, blue
-from hierdp.postprocessors.chain import resolve_postprocessors, run_chain, run_chain_replicates
+from hierdp.postprocessors.chain import ledger_chain, resolve_postprocessors, run_chain, run_chain_replicates
 from hierdp.rng import make_rng
 
 if TYPE_CHECKING:
@@ -384,7 +384,8 @@ def _linear_intervals(tree: Tree, levels: list[_Level], steps: list, mvar: np.nd
     jmax = max(js.values())
     jset = tuple(sorted(set(js.values())))
     key = (_CACHE_KEY, ledger.mechanism, tuple((lv.depth, lv.budget, lv.sensitivity) for lv in levels),
-           key_chain or tuple(ledger.postprocess), draws, jset, sim_seed, jitter is not None)
+           key_chain or (tuple(ledger.postprocess), repr(ledger.postprocess_params)), draws, jset, sim_seed,
+           jitter is not None)
     cached = tree.cache.get(key)
     if cached is None:  # keep only the order statistics asked for: O(n) per j
         ext, same = _simulate_linear(tree, levels, steps, mvar, draws, jmax, sim_seed, jitter)
@@ -450,7 +451,7 @@ def release_intervals(tree: Tree, estimate: Estimate, measurements: Estimate, le
     levels, reason = _noise_law(ledger)
     if levels is not None and (mvar is None or mvar.ndim != 1):
         levels, reason = None, "the measurements carry no per-node variances"
-    steps = resolve_postprocessors(ledger.postprocess)
+    steps = resolve_postprocessors(ledger_chain(ledger.postprocess, ledger.postprocess_params))
     consistent_chain = any(s.consistent for s in steps)
     integer = levels is not None and all(lv.mechanism.integer for lv in levels)
     nonneg_chain = any(s.name in _NONNEG_STEPS for s in steps)

@@ -171,3 +171,29 @@ def test_subsampled_margin_stays_close(monkeypatch):
     part = r.accuracy(repetitions=200, seed=9)
     np.testing.assert_allclose(part["mae"], full["mae"], rtol=1e-12)      # the mean reads every error
     assert np.all(np.abs(part["moe"].to_numpy() - full["moe"].to_numpy()) <= 1)
+
+
+def test_the_ledger_records_each_steps_parameters_and_a_rerun_takes_them():
+    # the ledger keeps each step's parameters beside its name (and through JSON); the chain
+    # rebuilt from it gives back the released integers from the measurements, where the names
+    # alone (round's default method, topdown in passes) give other integers
+    from hierdp.postprocessors.base import Measurements
+    from hierdp.postprocessors.chain import ledger_chain, resolve_postprocessors, run_chain
+
+    tree, values = _sparse_tree()
+    r = _release(tree, values, epsilon=0.5, postprocess=["blue", "nonneg", {"name": "round", "method": "remainder"}],
+                 seed=5)
+    assert r.ledger.postprocess == ["blue", "nonneg", "round"]
+    assert r.ledger.postprocess_params == [{}, {}, {"method": "remainder"}]
+    again = hierdp.Ledger.from_json(r.ledger.to_json())
+    assert again.postprocess_params == r.ledger.postprocess_params
+    m = r.measurements
+    meas = Measurements(np.asarray(tree.to_internal(m.values), float), np.asarray(tree.to_internal(m.variance), float),
+                        info=dict(m.info), tiebreak=m.tiebreak)
+    released = np.asarray(tree.to_internal(r.estimate.values))
+    rerun = run_chain(tree, meas, resolve_postprocessors(ledger_chain(again.postprocess, again.postprocess_params)))
+    np.testing.assert_array_equal(np.asarray(rerun.values), released)
+    names_only = run_chain(tree, meas, resolve_postprocessors(again.postprocess))
+    assert not np.array_equal(np.asarray(names_only.values), released)
+    # a ledger written before the parameters were recorded: the names, as before
+    assert ledger_chain(["blue", "round"], []) == ["blue", "round"]

@@ -113,6 +113,8 @@ class Ledger:
     levels: list[LevelSpend] = field(default_factory=list)
     structure: dict[str, str] = field(default_factory=dict)  # level -> where its domain came from
     postprocess: list[str] = field(default_factory=list)
+    #: each post-processing step's parameters as given (``{}``: its defaults), beside ``postprocess``
+    postprocess_params: list[dict[str, Any]] = field(default_factory=list)
     seed: int | None = None
     secure_randomness: bool = True
     randomness: str = ""  # the source, e.g. "SecureRandom(method='chacha20')"
@@ -448,7 +450,11 @@ class Ledger:
                          for s in self.decomposition.get("spends", []))
         lines.extend(self._level_lines())
         if self.postprocess:
-            lines.append(f"  post-processing (no extra cost): {' -> '.join(self.postprocess)}")
+            params = self.postprocess_params if len(self.postprocess_params) == len(self.postprocess) else \
+                [{}] * len(self.postprocess)
+            steps = [n + (f"({', '.join(f'{k}={v!r}' for k, v in p.items())})" if p else "")
+                     for n, p in zip(self.postprocess, params)]
+            lines.append(f"  post-processing (no extra cost): {' -> '.join(steps)}")
         if self.seed is not None or not self.secure_randomness:
             lines.append(f"  NOT FOR PUBLICATION: seeded randomness (seed={self.seed})")
         lines.extend(f"  NOT PRIVATE: {r}" for r in self.non_private)

@@ -27,7 +27,7 @@ from hierdp.measurements import Estimate, Measurements
 from hierdp.mechanisms.base import Sensitivity
 from hierdp.plans.base import Plan
 from hierdp.postprocessors.base import PostProcessor
-from hierdp.postprocessors.chain import resolve_postprocessors, run_chain
+from hierdp.postprocessors.chain import chain_spec, resolve_postprocessors, run_chain
 from hierdp.tree import Tree
 
 if TYPE_CHECKING:
@@ -425,7 +425,8 @@ def build_ledger(resolved: Resolved, tree: Tree, meas: Measurements, guarantee: 
         rho=guarantee.get("rho"), privacy_unit=resolved.privacy_unit, max_contributions=resolved.max_contributions,
         mechanism=fields["mechanism"], budget_strategy=fields["budget_strategy"], plan=the_plan.name,
         levels=list(meas.levels), structure=tree.provenance if structure is None else structure.provenance,
-        postprocess=[pp.name for pp in resolved.postprocessors], seed=resolved.seed,
+        postprocess=[pp.name for pp in resolved.postprocessors],
+        postprocess_params=chain_spec(list(resolved.postprocessors)), seed=resolved.seed,
         secure_randomness=bool(rng.secure), randomness=repr(rng), notes=list(resolved.notes),
         private_notes=dict(resolved.private_notes), decomposition=dict(decomposition or {}),
         neighbours=resolved.neighbours, invariants=inv_names,

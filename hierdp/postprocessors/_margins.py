@@ -592,41 +592,11 @@ def _round_core(K1, K2, elig, need_line, need_node, chosen):
     free of negative cycles, so the result is optimal (successive shortest paths)."""
     p, k = K1.shape
     cnt = np.zeros(k, np.int64)
-    idx = np.empty(k, np.int64)
-    for i in range(p):
-        ne = 0
-        for j in range(k):
-            chosen[i, j] = False
-            if elig[i, j]:
-                idx[ne] = j
-                ne += 1
-        need = need_line[i]
-        if need < 0 or need > ne:
-            return 1
-        if need == 0:
-            continue
-        if need < ne:
-            for t in range(1, ne):  # insertion sort by (K1, K2) ascending
-                v = idx[t]
-                q = t - 1
-                while q >= 0 and _less(K1[i, v], K2[i, v], K1[i, idx[q]], K2[i, idx[q]]):
-                    idx[q + 1] = idx[q]
-                    q -= 1
-                idx[q + 1] = v
-        for t in range(need):
-            chosen[i, idx[t]] = True
-            cnt[idx[t]] += 1
-    excess = 0
-    for j in range(k):
-        if need_node[j] < 0:
-            return 1
-        if cnt[j] > need_node[j]:
-            excess += cnt[j] - need_node[j]
-    if excess == 0:
-        for j in range(k):
-            if cnt[j] != need_node[j]:
-                return 1
-        return 0
+    if not _take_cheapest(K1, K2, elig, need_line, chosen, cnt):
+        return 1
+    excess = _excess(cnt, need_node)
+    if excess <= 0:
+        return -excess
     A1 = np.empty((k, k), np.int64)
     A2 = np.empty((k, k), np.int64)
     arow = np.empty((k, k), np.int64)
@@ -720,6 +690,23 @@ def _round_core(K1, K2, elig, need_line, need_node, chosen):
         if cnt[j] != need_node[j]:
             return 1
     return 0
+
+
+@_jit
+def _excess(cnt, need_node):
+    """The units the nodes hold above their needs; when none: 0 if every node has its need,
+    else -1 (a negative need or a deficit no excess can fill: inconsistent margins)."""
+    excess = 0
+    for j in range(cnt.shape[0]):
+        if need_node[j] < 0:
+            return -1
+        if cnt[j] > need_node[j]:
+            excess += cnt[j] - need_node[j]
+    if excess == 0:
+        for j in range(cnt.shape[0]):
+            if cnt[j] != need_node[j]:
+                return -1
+    return excess
 
 
 @_jit
@@ -855,17 +842,9 @@ def _round_flow(K1, K2, elig, need_line, need_node, chosen):
     cnt = np.zeros(k, np.int64)
     if not _take_cheapest(K1, K2, elig, need_line, chosen, cnt):
         return 1
-    excess = 0
-    for j in range(k):
-        if need_node[j] < 0:
-            return 1
-        if cnt[j] > need_node[j]:
-            excess += cnt[j] - need_node[j]
-    if excess == 0:
-        for j in range(k):
-            if cnt[j] != need_node[j]:
-                return 1
-        return 0
+    excess = _excess(cnt, need_node)
+    if excess <= 0:
+        return -excess
     # eligible entries by line (lp, lq) and by node (cp, ni)
     lp = np.zeros(p + 1, np.int64)
     cp = np.zeros(k + 1, np.int64)
@@ -951,17 +930,11 @@ def _round_flow(K1, K2, elig, need_line, need_node, chosen):
                 chosen[i, q] = True
                 cnt[q] += 1
             cnt[j] -= take
-        excess = 0
-        for j in range(k):
-            if cnt[j] > need_node[j]:
-                excess += cnt[j] - need_node[j]
-        if excess == 0 or excess * 4 > before * 3:
+        excess = _excess(cnt, need_node)
+        if excess <= 0 or excess * 4 > before * 3:
             break
-    if excess == 0:
-        for j in range(k):
-            if cnt[j] != need_node[j]:
-                return 1
-        return 0
+    if excess <= 0:
+        return -excess
     V = k + p + 1  # nodes 0..k-1, lines k..k+p-1, the sink k+p
     sink = k + p
     pi1 = np.zeros(V, np.int64)

@@ -112,6 +112,10 @@ class PostProcessor(ABC):
     #: ``method="topdown"``, ``round``; :class:`hierdp.subtrees.SplitTopDown`). An instance
     #: may set it from its parameters.
     split_mode: str | None = None
+    #: the parameters the step was built with by name (set by
+    #: :func:`hierdp.postprocessors.chain.resolve_postprocessors`; ``{}`` otherwise), recorded
+    #: in the ledger so that a bootstrap re-runs the same chain
+    params: dict[str, Any] = {}
 
     def __init__(self, **params: Any) -> None:
         if params:

@@ -10,6 +10,7 @@ the measurements' variances on as ``measurement_variance``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,17 +37,47 @@ def resolve_postprocessors(postprocess: Any) -> list[PostProcessor]:
         if isinstance(item, PostProcessor):
             out.append(item)
         elif isinstance(item, str):
-            out.append(registry.create("postprocessor", item))
+            out.append(_built(registry.create("postprocessor", item), {}))
         elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-            out.append(registry.create("postprocessor", item[0], **dict(item[1] or {})))
+            params = dict(item[1] or {})
+            out.append(_built(registry.create("postprocessor", item[0], **params), params))
         elif isinstance(item, Mapping) and "name" in item:
             params = {k: v for k, v in item.items() if k not in ("name", "params")}
             params.update(item.get("params") or {})
-            out.append(registry.create("postprocessor", item["name"], **params))
+            out.append(_built(registry.create("postprocessor", item["name"], **params), params))
         else:
             raise PluginError(f"cannot use {item!r} as a post-processor; give a registered name such as 'blue'")
     rules.check_chain(out)
     return out
+
+
+def _built(step: PostProcessor, params: dict[str, Any]) -> PostProcessor:
+    """``step`` with the parameters it was built with (:attr:`PostProcessor.params`), which the
+    ledger records so that a bootstrap re-runs the same chain."""
+    step.params = dict(params)
+    return step
+
+
+def chain_spec(steps: list[PostProcessor]) -> list[dict[str, Any]]:
+    """The parameters of each step as built (``{}`` for an instance given as such), for the
+    ledger (:attr:`hierdp.Ledger.postprocess_params`); JSON-safe values only, else ``{}``."""
+    out: list[dict[str, Any]] = []
+    for step in steps:
+        params = dict(getattr(step, "params", None) or {})
+        try:
+            json.dumps(params)
+        except (TypeError, ValueError):
+            params = {}
+        out.append(params)
+    return out
+
+
+def ledger_chain(names: list[str], params: list[dict[str, Any]]) -> list[Any]:
+    """The chain a ledger records: its names with their parameters (names alone when a
+    ledger written before the parameters were recorded has none)."""
+    if len(params) != len(names):
+        return list(names)
+    return [{"name": n, **dict(p)} for n, p in zip(names, params)]
 
 
 def couples_cells(steps: list[PostProcessor]) -> bool:

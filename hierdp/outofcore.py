@@ -409,10 +409,16 @@ def _cpu_seconds() -> float:
 
 
 def _bar(total: int, desc: str, enabled: bool, stream: TextIO) -> Any:
+    """A stage's progress bar: redrawn twice a second on a terminal, once a minute into a log
+    file (where every redraw is kept: thousands of tasks made megabytes of bars)."""
     from tqdm import tqdm
 
+    try:
+        terminal = bool(stream.isatty())
+    except (AttributeError, ValueError):
+        terminal = False
     return tqdm(total=total, desc=desc, unit="task", disable=not enabled, file=stream, leave=True,
-                dynamic_ncols=True, mininterval=0.5)
+                dynamic_ncols=True, mininterval=0.5 if terminal else 60.0)
 
 
 def release_to_dataset(

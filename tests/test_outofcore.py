@@ -491,3 +491,22 @@ def test_the_top_waits_on_disk_and_an_older_work_folder_still_resumes(tmp_path, 
         run(o, w, resume=True)
         assert _files(o) == prepared["files"]
         assert not list(w.glob("top*"))
+
+
+def test_progress_bars_into_a_log_redraw_once_a_minute():
+    # a bar redrawn twice a second into a log file keeps every redraw (the whole-US run wrote
+    # megabytes of them); on a terminal it redraws in place
+    import io
+
+    from hierdp.outofcore import _bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    log, tty = io.StringIO(), Terminal()
+    with _bar(10, "stage", True, log) as a, _bar(10, "stage", True, tty) as b:
+        assert a.mininterval == 60.0 and b.mininterval == 0.5
+        for _ in range(10):
+            a.update(1)
+    assert log.getvalue().count("\r") <= 3 and "10/10" in log.getvalue()

@@ -191,3 +191,58 @@ def test_the_kernel_cache_folder_follows_the_shared_inlined_kernels(monkeypatch,
     (tmp_path / inlined).write_bytes((package / inlined).read_bytes() + b"\n# an edit\n")
     assert jit.shared_kernels_tag() != before
     assert f"kernels-{jit.shared_kernels_tag()}" not in str(jit.CACHE_DIR)  # the live folder is this install's
+
+
+def test_every_kernel_called_across_modules_keys_the_cache_folder():
+    # numba keys a cached kernel by its own file: a kernel that calls a compiled kernel of
+    # another module keeps the callee's old machine code after an edit of the callee unless
+    # the callee's file keys the cache folder (the whole-US run of 2026-11-29 ran the top-down
+    # passes with a stale two-margin solver this way). Every numba dispatcher that a kernel
+    # body names, imported from another hierdp module, must come from a file of INLINED_KERNELS.
+    import ast
+    import importlib
+
+    import hierdp._kernels.jit as jit
+
+    package = Path(jit.__file__).resolve().parent.parent
+
+    def is_kernel(fn: ast.AST) -> bool:
+        return isinstance(fn, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in fn.decorator_list)
+
+    missing, seen = [], 0
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        kernels = [fn for fn in ast.walk(tree) if is_kernel(fn)]
+        if not kernels:
+            continue
+        imported: dict[str, tuple[str, str | None]] = {}  # local name -> (module, attribute or None)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hierdp"):
+                for a in node.names:
+                    imported[a.asname or a.name] = (node.module, a.name)
+        used: set[tuple[str, str | None]] = set()
+        for fn in kernels:
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported:
+                    mod, attr = imported[node.value.id]
+                    used.add((f"{mod}.{attr}", node.attr))
+                elif isinstance(node, ast.Name) and node.id in imported:
+                    used.add(imported[node.id])
+        for mod_name, attr in used:
+            try:
+                obj = getattr(importlib.import_module(mod_name), attr) if attr else importlib.import_module(mod_name)
+            except (ImportError, AttributeError):
+                try:  # "from hierdp.x import module" then module.kernel
+                    obj = importlib.import_module(mod_name)
+                    obj = getattr(obj, attr) if attr else obj
+                except (ImportError, AttributeError):
+                    continue
+            if not hasattr(obj, "py_func"):
+                continue
+            seen += 1
+            src = Path(obj.py_func.__code__.co_filename).resolve()
+            rel = src.relative_to(package).as_posix()
+            if src != path.resolve() and rel not in jit.INLINED_KERNELS:
+                missing.append(f"{path.relative_to(package)} calls {obj.py_func.__name__} of {rel}")
+    assert seen >= 5  # the scan finds the cross-module calls there are (kernel_common, samplers, margins)
+    assert not missing, missing

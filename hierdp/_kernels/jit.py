@@ -87,7 +87,8 @@ def cache_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
 
 
 #: the files (from the package's folder) whose kernels kernels of other files inline
-INLINED_KERNELS = ("_kernels/kernel_common.py", "mechanisms/_sampler_kernel.py")
+INLINED_KERNELS = ("_kernels/kernel_common.py", "mechanisms/_sampler_kernel.py", "postprocessors/_margins.py",
+                   "keyed_noise.py")
 
 
 def shared_kernels_tag() -> str:

@@ -791,6 +791,19 @@ def _sort_pairs(a1, a2, o):
         width *= 2
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _heap_less(h1, h2, hv, a, b):
+    """Heap entry ``a`` before ``b``: by (key1, key2), then vertex."""
+    return _less(h1[a], h2[a], h1[b], h2[b]) or (h1[a] == h1[b] and h2[a] == h2[b] and hv[a] < hv[b])
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _heap_swap(h1, h2, hv, a, b):
+    h1[a], h1[b] = h1[b], h1[a]
+    h2[a], h2[b] = h2[b], h2[a]
+    hv[a], hv[b] = hv[b], hv[a]
+
+
 @_jit
 def _heap_push(h1, h2, hv, size, a1, a2, v):
     t = size
@@ -799,13 +812,10 @@ def _heap_push(h1, h2, hv, size, a1, a2, v):
     hv[t] = v
     while t > 0:
         par = (t - 1) // 2
-        if _less(h1[t], h2[t], h1[par], h2[par]) or (h1[t] == h1[par] and h2[t] == h2[par] and hv[t] < hv[par]):
-            h1[t], h1[par] = h1[par], h1[t]
-            h2[t], h2[par] = h2[par], h2[t]
-            hv[t], hv[par] = hv[par], hv[t]
-            t = par
-        else:
+        if not _heap_less(h1, h2, hv, t, par):
             break
+        _heap_swap(h1, h2, hv, t, par)
+        t = par
     return size + 1
 
 
@@ -813,25 +823,17 @@ def _heap_push(h1, h2, hv, size, a1, a2, v):
 def _heap_pop(h1, h2, hv, size):
     """Moves the least (key, vertex) to position ``size - 1``; returns the new size."""
     size -= 1
-    h1[0], h1[size] = h1[size], h1[0]
-    h2[0], h2[size] = h2[size], h2[0]
-    hv[0], hv[size] = hv[size], hv[0]
+    _heap_swap(h1, h2, hv, 0, size)
     t = 0
     while True:
         a = 2 * t + 1
         if a >= size:
             break
-        b = a + 1
-        c = a
-        if b < size and (_less(h1[b], h2[b], h1[a], h2[a]) or (h1[b] == h1[a] and h2[b] == h2[a] and hv[b] < hv[a])):
-            c = b
-        if _less(h1[c], h2[c], h1[t], h2[t]) or (h1[c] == h1[t] and h2[c] == h2[t] and hv[c] < hv[t]):
-            h1[t], h1[c] = h1[c], h1[t]
-            h2[t], h2[c] = h2[c], h2[t]
-            hv[t], hv[c] = hv[c], hv[t]
-            t = c
-        else:
+        c = a + 1 if a + 1 < size and _heap_less(h1, h2, hv, a + 1, a) else a
+        if not _heap_less(h1, h2, hv, c, t):
             break
+        _heap_swap(h1, h2, hv, t, c)
+        t = c
     return size
 
 

@@ -408,17 +408,42 @@ def _cpu_seconds() -> float:
     return float(ru.ru_utime + ru.ru_stime)
 
 
-def _bar(total: int, desc: str, enabled: bool, stream: TextIO) -> Any:
+#: seconds between redraws of a terminal's bar while no task finishes (its clock keeps running)
+_TICK = 1.0
+
+
+@contextmanager
+def _bar(total: int, desc: str, enabled: bool, stream: TextIO) -> Iterator[Any]:
     """A stage's progress bar: redrawn twice a second on a terminal, once a minute into a log
-    file (where every redraw is kept: thousands of tasks made megabytes of bars)."""
+    file (where every redraw is kept: thousands of tasks made megabytes of bars). On a
+    terminal its elapsed time also moves between tasks (every :data:`_TICK` s): a stage of one
+    long task (a split whose subtrees all fit one task) showed ``0/1`` frozen for minutes."""
+    import threading
+
     from tqdm import tqdm
 
     try:
         terminal = bool(stream.isatty())
     except (AttributeError, ValueError):
         terminal = False
-    return tqdm(total=total, desc=desc, unit="task", disable=not enabled, file=stream, leave=True,
-                dynamic_ncols=True, mininterval=0.5 if terminal else 60.0)
+    bar = tqdm(total=total, desc=desc, unit="task", disable=not enabled, file=stream, leave=True,
+               dynamic_ncols=True, mininterval=0.5 if terminal else 60.0)
+    stop = threading.Event()
+    ticker = None
+    if enabled and terminal:
+        def tick() -> None:
+            while not stop.wait(_TICK):
+                bar.refresh()
+
+        ticker = threading.Thread(target=tick, name="hierdp-progress", daemon=True)
+        ticker.start()
+    try:
+        with bar:
+            yield bar
+    finally:
+        stop.set()
+        if ticker is not None:
+            ticker.join()
 
 
 def release_to_dataset(
@@ -517,6 +542,10 @@ def release_to_dataset(
     fp = fingerprint(tree, settings)
     checkpoint = Checkpoints()
     say = (lambda text: err.write(text + "\n")) if progress else (lambda text: None)
+    if part.n_tasks < workers and part.roots.size > part.n_tasks:
+        say(f"the {part.roots.size:,} subtrees at level {part.level!r} fit {part.n_tasks} task"
+            f"{'s' if part.n_tasks > 1 else ''} for {workers} workers: a smaller split task_memory cuts more tasks "
+            "(the same release, more of it at once)")
 
     # ---- the work folder: new, resumed, or finished
     release_file = work / RELEASE

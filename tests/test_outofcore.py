@@ -510,3 +510,38 @@ def test_progress_bars_into_a_log_redraw_once_a_minute():
         for _ in range(10):
             a.update(1)
     assert log.getvalue().count("\r") <= 3 and "10/10" in log.getvalue()
+
+
+def test_a_terminal_bar_keeps_its_clock_running_through_one_long_task(monkeypatch):
+    # a split whose subtrees all fit one task showed '0/1' frozen for minutes (issue 53 item 5):
+    # on a terminal the bar is redrawn between tasks, so its elapsed time moves
+    import io
+    import re
+    import time
+
+    import hierdp.outofcore as oc
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(oc, "_TICK", 0.1)
+    tty = Terminal()
+    with oc._bar(1, "up", True, tty) as bar:
+        time.sleep(1.3)
+        bar.update(1)
+    clocks = re.findall(r"0/1 \[00:(\d\d)<", tty.getvalue())
+    assert "00" in clocks and "01" in clocks, tty.getvalue()
+
+
+def test_fewer_tasks_than_workers_says_how_to_cut_more(tmp_path):
+    import io
+
+    err = io.StringIO()
+    run(tmp_path / "out", tmp_path / "work", split={"level": "county", "memory": "1GiB"}, workers=2,
+        progress=True, stream=err)
+    assert "the 25 subtrees at level 'county' fit 1 task for 2 workers: a smaller split task_memory" \
+        in err.getvalue()
+    err = io.StringIO()
+    run(tmp_path / "out2", tmp_path / "work2", workers=2, progress=True, stream=err)  # 25 tasks: no word
+    assert "task_memory" not in err.getvalue()

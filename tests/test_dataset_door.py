@@ -324,29 +324,32 @@ def test_counts_of_task_is_the_brute_force_sum(tmp_path):
 
 
 def test_counts_of_a_task_reads_only_its_row_groups(tmp_path, monkeypatch):
+    # DuckDB writes the counts file itself (the whole US's 52M block-cells were 8.7 GB as
+    # numpy arrays), in row groups of whole vectors (2,048 rows): two counties of 1,024 cells
     import hierdp.frontends.dataset as ds
 
-    monkeypatch.setattr(ds, "_ROW_GROUP", 10)
-    n_counties = 40
-    df = pd.DataFrame({"state": [f"{c // 10}" for c in range(n_counties) for _ in range(3)],
-                       "county": [f"{c:03d}" for c in range(n_counties) for _ in range(3)]})
-    df["age"] = np.arange(len(df)) % 3
+    monkeypatch.setattr(ds, "_ROW_GROUP", 2048)
+    n_counties, k = 40, 1024
+    df = pd.DataFrame({"state": [f"{c // 10}" for c in range(n_counties) for _ in range(k)],
+                       "county": [f"{c:03d}" for c in range(n_counties) for _ in range(k)]})
+    df["age"] = np.arange(len(df)) % k
     df.to_parquet(tmp_path / "r.parquet", index=False)
-    door = hierdp.dptree(str(tmp_path / "r.parquet"), levels=LEVELS, domains="observed", cells={"age": [0, 1, 2]})
+    door = hierdp.dptree(str(tmp_path / "r.parquet"), levels=LEVELS, domains="observed",
+                         cells={"age": list(range(k))})
     counted = door.counted(tmp_path / "w")
     assert counted.path.stat().st_mode & 0o077 == 0  # true counts on disk: owner-only
-    assert not list((tmp_path / "w").glob("*.partial"))
+    assert not [p.name for p in (tmp_path / "w").iterdir() if p.name not in ("counts.parquet", "counts.json")]
     import pyarrow.parquet as pq
 
     meta = pq.ParquetFile(counted.path).metadata
-    assert meta.num_row_groups == math.ceil(len(df) / 10)
+    assert meta.num_row_groups == math.ceil(len(df) / 2048)
     stats = [meta.row_group(i).column(0).statistics for i in range(meta.num_row_groups)]
     assert all(a.max <= b.min for a, b in zip(stats, stats[1:]))  # sorted by leaf: groups in order
-    part = subtrees.partition(door.tree, {"level": "state", "memory": 13 * 60 * 3}, n_cells=3)  # a state a task
+    part = subtrees.partition(door.tree, {"level": "state", "memory": 13 * 60 * k}, n_cells=k)  # a state a task
     task = part.task(1)
     leaves = task.nodes[door.tree.internal.n_children[task.nodes] == 0]
     touched = [i for i, s in enumerate(stats) if s.max >= leaves.min() and s.min <= leaves.max()]
-    assert touched == [3, 4, 5]  # one state: 10 counties x 3 cells = 30 rows, 3 of the 12 groups of 10
+    assert touched == [5, 6, 7, 8, 9]  # one state: 10 counties x 1,024 cells, 5 of the 20 groups
     full = door.tree.to_internal(door.true_counts())
     np.testing.assert_array_equal(counted.counts_of(task), full[task.nodes])
 
@@ -432,3 +435,34 @@ def test_a_bad_value_in_a_row_the_bound_drops_still_raises_whatever_the_key(tmp_
     for seed in range(6):
         with pytest.raises(DataError, match="'sex' values outside the declared cell domain"):
             hierdp.dptree(str(tmp_path / "p"), **BAD_KW).node_values(make_rng(seed))
+
+
+def test_counts_file_written_by_duckdb_equals_the_keys_placed_in_numpy(tmp_path):
+    # the counts file DuckDB sorts and writes itself holds what the numpy path (kept for
+    # records that join no leaf) makes of the same keys: internal leaf ids, cells, counts
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    n = 40
+    df = pd.DataFrame({"state": rng.choice(["02", "01", "10"], n), "county": rng.choice(["b", "a", "c", "007"], n),
+                       "age": rng.integers(0, 3, n), "w": rng.integers(1, 4, n)})
+    df.to_parquet(tmp_path / "r.parquet", index=False)
+    door = hierdp.dptree(str(tmp_path / "r.parquet"), levels=LEVELS, domains="observed", count="w",
+                         cells={"age": [0, 1, 2]})
+    keys, w, _ = door._leaf_keys()
+    assert door.tree.internal.inverse_perm is None  # a level-complete tree: leaf ids as they are
+    got = pq.read_table(door.counted(tmp_path / "w").path).to_pandas()
+    for inv in (None, rng.permutation(door.tree.n_nodes)):  # and an internal order of another tree
+        if inv is not None:
+            from types import SimpleNamespace
+
+            stub = SimpleNamespace(internal=SimpleNamespace(inverse_perm=inv))
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(type(door), "tree", property(lambda self, stub=stub: stub))
+                assert door._leaf_keys(into=tmp_path / "w" / "again.parquet") is None
+            got = pq.read_table(tmp_path / "w" / "again.parquet").to_pandas()
+        leaf = keys // 3 if inv is None else inv[keys // 3]
+        want = pd.DataFrame({"leaf": leaf, "cell": keys % 3, "count": w})
+        want = want[want["count"] != 0].sort_values(["leaf", "cell"]).reset_index(drop=True)
+        assert list(got.dtypes) == [np.int64, np.int32, np.int64]
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)

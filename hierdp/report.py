@@ -46,6 +46,7 @@ from hierdp._report_facts import (
     _variant,
     accuracy_rows,
     budget_rows,
+    chain_steps,
     exact_rational,
     guarantee_text,
     level_accuracy,
@@ -407,14 +408,18 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
 
     # 3. mechanism
     add('<h2 id="mechanism">3. Mechanism, plan and processing</h2>')
-    chain = " → ".join(ledger.postprocess) or "none"
+    steps = chain_steps(ledger)
+    chain = " → ".join(steps) or "none"
     info = getattr(getattr(result, "estimate", None), "info", None) or {}
     if isinstance(info.get("method"), str) and info["method"] and info["method"] not in ledger.postprocess:
         chain += f" (the plan's own estimate: {info['method']})"
     seeded = ledger.seed is not None or not ledger.secure_randomness
     mfacts = [("Mechanism", _e(ledger.mechanism or "—")), ("Plan", _e(ledger.plan or "—")),
               ("Budget strategy", _e(ledger.budget_strategy or "—")),
-              ("Post-processing (no privacy cost)", _e(chain)),
+              ("Post-processing (no privacy cost)", _e(chain) + (
+                  '<br><span class="muted">Each step with the parameters it ran with: those given at release '
+                  "(recorded in the ledger), the rest its defaults.</span>"
+                  if steps != [str(n) for n in ledger.postprocess] else "")),
               ("Randomness", _e(ledger.randomness or ("secure" if ledger.secure_randomness else "not secure"))),
               ("Seed", f'<strong class="invariant">seeded (seed = {_e(ledger.seed)}): NOT FOR PUBLICATION</strong>'
                if seeded else "none: a cryptographically secure source")]
@@ -573,7 +578,7 @@ def registry_record(ledger: Ledger, result: Any = None, *, title: str | None = N
                 "access_type": "Non-interactive",
             },
             "accounting": {
-                "post_processing": " -> ".join(ledger.postprocess) or "none",
+                "post_processing": " -> ".join(chain_steps(ledger)) or "none",
                 "composition": ledger.accounting or "basic composition",
             },
             "implementation": {

@@ -10,8 +10,10 @@ opendp/deployments-registry-data, schemas/deployments-schema.yaml @3e9c812a).
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from fractions import Fraction
 from html.parser import HTMLParser
 from pathlib import Path
@@ -588,3 +590,48 @@ def test_the_released_values_of_a_deep_chain_are_runs_not_one_row_per_level(tmp_
     table = _parse(_html(result, tmp_path)).tables["released"]
     std = math.sqrt(result.ledger.levels[0].noise_variance)    # each value is its own measurement
     assert table["body"] == [["30 levels total … level_29", "1", f"{std:.4g}", "0"]]
+
+
+# ------------------------------------------------------------------ the post-processing chain
+def _dd(text: str, term: str) -> str:
+    """The text of the ``<dd>`` after ``<dt>term</dt>`` (tags dropped)."""
+    m = re.search(r"<dt>" + re.escape(term) + r"</dt><dd>(.*?)</dd>", text, re.S)
+    assert m, f"no {term!r} in the page"
+    return html_text(m.group(1))
+
+
+def html_text(fragment: str) -> str:
+    """The text of an HTML fragment, tags as spaces, runs of spaces as one."""
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
+def test_the_chain_shows_each_steps_parameters_given_and_default(tmp_path):
+    tree = hierdp.Tree.complete(fanout=3, height=3)
+    result = hierdp.release(tree, tree.aggregate(np.arange(9) * 4), epsilon=1.0,
+                            postprocess=["blue", "nonneg", {"name": "round", "method": "remainder"}])
+    assert result.ledger.postprocess_params == [{}, {}, {"method": "remainder"}]
+    # given first, then the defaults in the constructors' order (rounding.py, nonneg.py)
+    want = ["blue", "nonneg (max_iter: 200, tol: 1e-09, method: topdown, ordering: total)",
+            "round (method: remainder, atol: 1e-07, ordering: total)"]
+    assert facts.chain_steps(result.ledger) == want
+    text = _html(result, tmp_path)
+    assert _dd(text, "Post-processing (no privacy cost)").startswith(" → ".join(want))
+    rec = yaml.safe_load(_yaml(result, tmp_path))
+    assert rec["deployment"]["accounting"]["post_processing"] == " -> ".join(want)
+
+
+def test_an_older_ledger_shows_the_chains_names_and_another_version_names_its_defaults(tmp_path):
+    tree = hierdp.Tree.complete(fanout=3, height=3)
+    result = hierdp.release(tree, tree.aggregate(np.arange(9) * 4), epsilon=1.0,
+                            postprocess=["blue", "nonneg", {"name": "round", "method": "remainder", "atol": 1e-6}])
+    d = json.loads(result.ledger.to_json())
+    del d["postprocess_params"]                              # written before the parameters were recorded
+    old = Ledger.from_dict(d)
+    assert facts.chain_steps(old) == ["blue", "nonneg", "round"]
+    text = rep.report_html(old)
+    assert _dd(text, "Post-processing (no privacy cost)") == "blue → nonneg → round"
+    d = json.loads(result.ledger.to_json())
+    d["hierdp_version"] = "0.0.1"                            # its defaults may not be today's
+    other = Ledger.from_dict(d)
+    assert facts.chain_steps(other) == ["blue", "nonneg (the defaults of hierdp 0.0.1)",
+                                        "round (method: remainder, atol: 1e-06; the defaults of hierdp 0.0.1)"]

@@ -109,6 +109,7 @@ font-weight:700}
 dl.facts{display:grid;grid-template-columns:minmax(10rem,16rem) 1fr;gap:.3rem 1rem;margin:0}
 dl.facts dt{font-weight:600}
 dl.facts dd{margin:0}
+.chart-note{margin:.6rem 0}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.88rem;margin:.4rem 0}
 th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
@@ -201,6 +202,34 @@ def _released_accuracy_html(by_level: Any, by_band: Any, ledger: Ledger) -> str:
     return "".join(out)
 
 
+def _names_list(names: Sequence[str], most: int = 6) -> str:
+    """``a, b and c``; ``the 12 levels a … l`` when there are more than ``most``."""
+    names = [str(n) for n in names]
+    if len(names) > most:
+        return f"the {len(names)} levels {names[0]} … {names[-1]}"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _equal_split(measured: Sequence[dict[str, Any]], unit_sym: dict[str, str]) -> str:
+    """The sentence that replaces the budget chart when every measured entry has the same
+    budget (its bars would all be equal)."""
+    first = measured[0]
+    sym = unit_sym.get(first["unit"], first["unit"])
+    names = [n for r in measured for n in (r["names"] if r["kind"] == "run" else [r["name"]])]
+    b, rat = float(first["budget"]), first["rational"]
+    if float(f"{b:.6g}") == b:
+        amount = f"{sym} = {b:g}"
+    elif rat.denominator <= 1000:
+        amount = f"{sym} = {_frac(rat)} ≈ {b:.4g}"
+    else:
+        amount = f"{sym} ≈ {b:.6g}"
+    if len(names) == 1:
+        return f"The whole budget, {amount}, goes to {names[0]}; no chart is drawn."
+    share = "" if first["share"] is None else f" ({_frac(first['share'])} of the total)"
+    return (f"The budget is split equally: {amount}{share} each for {_names_list(names)}; no chart is drawn, "
+            "its bars would all be equal.")
+
+
 def _names_cell(row: dict[str, Any]) -> str:
     if row["kind"] != "run":
         return _e(row["name"])
@@ -209,10 +238,26 @@ def _names_cell(row: dict[str, Any]) -> str:
             f"{_e(', '.join(names))}</details>")
 
 
+#: the smallest font size (px, at the chart's own width) of any text in an SVG chart
+CHART_MIN_FONT = 12
+
+
+def _constant(values: Sequence[float | None]) -> bool:
+    """Whether every value is finite and equal to the first (to 12 digits)."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return bool(values) and len(finite) == len(values) and all(math.isclose(v, finite[0], rel_tol=1e-12)
+                                                               for v in finite)
+
+
 def _bar_chart(title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]],
-               unit: str = "") -> str:
+               unit: str = "", *, same: str = "") -> str:
     """A horizontal grouped bar chart as inline SVG (log scale when the values span more
-    than a factor 50); every text is escaped."""
+    than a factor 50); every text is escaped and at least :data:`CHART_MIN_FONT` px.
+
+    When every series has one value for all labels (an equal split draws identical bars that
+    say nothing) and ``same`` is given, ``same`` is returned as one sentence instead."""
+    if same and labels and all(_constant(vs) for _, _, vs in series):
+        return f'<p class="chart-note">{_e(same)}</p>'
     vals = [v for _, _, vs in series for v in vs if v is not None and math.isfinite(v) and v > 0]
     if not labels or not vals:
         return ""
@@ -224,33 +269,36 @@ def _bar_chart(title: str, labels: Sequence[str], series: Sequence[tuple[str, st
         x = (math.log10(v) - lo) / (hi - lo) if log else v / hi
         return max(0.0, min(1.0, x))
 
-    width, left, right, bar, gap = 900, 200, 90, 11, 10
+    # 760 px wide: drawn at its own size (never scaled down) in a page at least 800 px wide
+    font = CHART_MIN_FONT
+    width, left, right, bar, gap = 760, 190, 80, 17, 12
     per = bar * len(series) + gap
-    top = 34
-    height = top + per * len(labels) + 30
+    top = 44
+    height = top + per * len(labels) + 16
     plot_w = width - left - right
     out = [f'<svg role="img" aria-label="{_e(title)}" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" font-size="12" font-family="system-ui,sans-serif">',
-           f'<text x="{left}" y="16" font-weight="600">{_e(title)}{_e(" (log scale)" if log else "")}</text>']
+           f'height="{height}" font-size="{font}" font-family="system-ui,sans-serif">',
+           f'<text x="0" y="16" font-size="{font + 2}" font-weight="600">{_e(title)}'
+           f'{_e(" (log scale)" if log else "")}</text>']
     lx = left
     for name, color, _ in series:  # legend
-        out.append(f'<rect x="{lx}" y="22" width="10" height="10" fill="{color}"/>'
-                   f'<text x="{lx + 14}" y="31">{_e(name)}</text>')
-        lx += 14 + 8 * len(name) + 18
+        out.append(f'<rect x="{lx}" y="26" width="12" height="12" fill="{color}"/>'
+                   f'<text x="{lx + 16}" y="37">{_e(name)}</text>')
+        lx += 16 + round(0.62 * font * len(name)) + 20
     for i, lab in enumerate(labels):
         y0 = top + 8 + i * per
-        short = lab if len(lab) <= 28 else lab[:27] + "…"
-        out.append(f'<text x="{left - 6}" y="{y0 + per / 2 - 2:.1f}" text-anchor="end">{_e(short)}</text>')
+        short = lab if len(lab) <= 26 else lab[:25] + "…"
+        out.append(f'<text x="{left - 8}" y="{y0 + (per - gap) / 2 + font / 3:.1f}" text-anchor="end">'
+                   f"{_e(short)}</text>")
         for j, (_, color, vs) in enumerate(series):
             v = vs[i]
             y = y0 + j * bar
             if v is None or not math.isfinite(v):
                 continue
             w = pos(v) * plot_w if v > 0 else 0.0
-            out.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar - 2}" fill="{color}"/>'
-                       f'<text x="{left + w + 4:.1f}" y="{y + bar - 3:.1f}" font-size="10">{_e(_g(v))}{_e(unit)}'
-                       "</text>")
-    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - 24}" stroke="#888"/>')
+            out.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar - 3}" fill="{color}"/>'
+                       f'<text x="{left + w + 4:.1f}" y="{y + bar - 5:.1f}">{_e(_g(v))}{_e(unit)}</text>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - 8}" stroke="#888"/>')
     out.append("</svg>")
     return "".join(out)
 
@@ -401,7 +449,9 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
                      _e(_frac(exact_rational(r["budget"]))), _e(_num(r["variance"]))] for r in q],
                    ident="queries", numeric=(2, 3, 4, 5)))
     measured = [r for r in rows if r["budget"] > 0]
-    if measured and len(measured) <= CHART_MAX_ROWS:
+    if measured and len({r["unit"] for r in measured}) == 1 and len({r["rational"] for r in measured}) == 1:
+        add(f'<p class="chart-note" id="budget-equal">{_e(_equal_split(measured, unit_sym))}</p>')
+    elif measured and len(measured) <= CHART_MAX_ROWS:
         add(_bar_chart("Budget per level", [r["name"] for r in measured],
                        [(f"budget ({unit_sym.get(measured[0]['unit'], measured[0]['unit'])})", "#1f5fae",
                          [r["budget"] for r in measured])]))
@@ -447,7 +497,11 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
             add(_bar_chart("Expected error of one measurement per level", [r["name"] for r in shown],
                            [("std", "#1f5fae", [r["std"] for r in shown]),
                             ("90 % half-width", "#e69f00", [r["hw"].get(0.9) for r in shown]),
-                            ("95 % half-width", "#b2182b", [r["hw"].get(0.95) for r in shown])]))
+                            ("95 % half-width", "#b2182b", [r["hw"].get(0.95) for r in shown])],
+                           same=(f"Every level's measurement has the same expected error (std {_g(shown[0]['std'])}, "
+                                 f"90 % half-width {_g(shown[0]['hw'].get(0.9))}, 95 % half-width "
+                                 f"{_g(shown[0]['hw'].get(0.95))}), so no chart is drawn."
+                                 if shown else "")))
     else:
         add('<p class="muted">No level was measured with noise.</p>')
     if result is not None:
@@ -467,7 +521,9 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
                        ident="released", numeric=(1, 2, 3)))
             if len(rel) <= CHART_MAX_ROWS:
                 add(_bar_chart("Expected RMSE of the released values per level", [r["level"] for r in rel],
-                               [("RMSE", "#21918c", [r["rmse"] for r in rel])]))
+                               [("RMSE", "#21918c", [r["rmse"] for r in rel])],
+                               same=f"The released values of every level have the same expected RMSE, "
+                                    f"{_g(rel[0]['rmse'])}, so no chart is drawn."))
         elif by_level is None:
             add(f'<p class="muted">Not shown: {_e(why)}.</p>')
         m = decomposition_svg(result)

@@ -183,10 +183,10 @@ def _defaults(name: str) -> dict[str, Any]:
     signature); ``{}`` when it takes none or is not installed here."""
     try:
         cls = registry.get("postprocessor", name)
-        sig = inspect.signature(cls.__init__)
+        sig = inspect.signature(cls)
     except (HierDPError, TypeError, ValueError):
         return {}
-    return {p.name: p.default for p in list(sig.parameters.values())[1:]
+    return {p.name: p.default for p in sig.parameters.values()
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty}
 
 

@@ -55,6 +55,7 @@ from hierdp._report_facts import (
     released_rows,
     spec_files,
 )
+from hierdp._report_plain import plain_language
 from hierdp._version import __version__
 from hierdp.accounting.ledger import Ledger
 from hierdp.errors import DataError
@@ -110,6 +111,7 @@ dl.facts{display:grid;grid-template-columns:minmax(10rem,16rem) 1fr;gap:.3rem 1r
 dl.facts dt{font-weight:600}
 dl.facts dd{margin:0}
 .chart-note{margin:.6rem 0}
+#plain-language p{max-width:52rem}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.88rem;margin:.4rem 0}
 th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
@@ -366,6 +368,17 @@ def decomposition_svg(result: Any) -> str:
             "the cells themselves are a private output paid from the budget.</p>")
 
 
+def _plain_html(ledger: Ledger, result: Any) -> str:
+    """The plain-language part (:func:`hierdp._report_plain.plain_language`) as a section."""
+    out = ['<section id="plain-language"><h2>In plain words</h2>']
+    for p in plain_language(ledger, result):
+        body = _e(p.text).replace("e^ε", "e<sup>ε</sup>")
+        cls = ' class="invariant"' if p.ident == "plain-caution" else ""
+        out.append(f"<h3>{_e(p.heading)}</h3><p id=\"{p.ident}\"{cls}>{body}</p>")
+    out.append("</section>")
+    return "".join(out)
+
+
 def _registry_defaults(ledger: Ledger, title: str | None, curator: str | None, intended_use: str | None,
                        region: str | None, authors: Sequence[str] | None) -> dict[str, Any]:
     return {"title": title or f"hierdp release {ledger.release_id or '(no id)'}",
@@ -393,6 +406,8 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
     if reasons:
         add('<div class="banner" id="not-for-publication">NOT FOR PUBLICATION<ul>'
             + "".join(f"<li>{_e(r)}</li>" for r in reasons) + "</ul></div>")
+
+    add(_plain_html(ledger, result))
 
     # 1. guarantee
     add('<h2 id="guarantee">1. Guarantee</h2>')

@@ -114,7 +114,7 @@ dl.facts dd{margin:0}
 #plain-language p{max-width:52rem}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.88rem;margin:.4rem 0}
-th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
+th,td{border:1px solid var(--line);padding:4px 5px;text-align:left;vertical-align:top}
 th{background:#f3f5f8}
 td.num{font-variant-numeric:tabular-nums;text-align:right;white-space:nowrap}
 tfoot td{font-weight:700}
@@ -440,7 +440,7 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
     body = [[_names_cell(r), _e(r["depth"]), _e(r["nodes"]), _e(unit_sym.get(r["unit"], r["unit"])),
              _e(_num(r["budget"])), _e(_frac(r["rational"])),
              _e("" if r["share"] is None else f"{_frac(r['share'])} ({100 * float(r['share']):.4g} %)"),
-             _e(_num(r["delta"]) if r["delta"] else ""), _e(r["mechanism"]),
+             _e(_num(r["delta"]) if r["delta"] else ""), _e(r["mechanism"]).replace("_", "_<wbr>"),
              _e("" if r["l1"] is None else f"{_sensitivity(r['l1'])} / {_sensitivity(r['l2'])}"),
              _e("" if r["variance"] is None else _g(float(r["variance"]), 6)),
              _e(r["implied"])] for r in rows]

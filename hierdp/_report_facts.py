@@ -16,6 +16,8 @@
   ``b·ln(1/(1-c))``, ``E|Z| = b``; Gaussian σ: ``σ·Φ⁻¹((1+c)/2)``, ``E|Z| = σ·√(2/π)``.
   With a release, the expected RMSE of the released (post-processed) values per level,
   from their variances (a linear unbiased chain: RMSE² = mean variance);
+* the post-processing chain, each step with the parameters it ran with (the ledger's
+  ``postprocess_params``, then the step's constructor defaults);
 * provenance: the SHA-256 of a spec and of its public input files (never of the private
   source: a hash is an exact function of the private data, so it would not be
   differentially private).

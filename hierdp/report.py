@@ -7,7 +7,8 @@ facts as a draft record of the OpenDP deployments registry. ``hierdp report
 LEDGER.json`` writes either from a saved ledger alone (what the ledger holds).
 
 :mod:`hierdp._report_facts` computes what the report says (guarantee, budget, accuracy,
-provenance) and from where; this module renders it with the mechanism, plan, chain,
+provenance, the chain with its parameters) and from where, :mod:`hierdp._report_plain` the
+plain-language part that opens the page; this module renders it with the mechanism, plan, chain,
 randomness source and seed status, the accuracy of the released values (a parametric
 bootstrap on the released table, :mod:`hierdp.accuracy`: in words, per level and by size),
 the **invariants in bold as not protected**, a NOT FOR PUBLICATION banner on a seeded or

@@ -16,6 +16,8 @@
   ``b·ln(1/(1-c))``, ``E|Z| = b``; Gaussian σ: ``σ·Φ⁻¹((1+c)/2)``, ``E|Z| = σ·√(2/π)``.
   With a release, the expected RMSE of the released (post-processed) values per level,
   from their variances (a linear unbiased chain: RMSE² = mean variance);
+* the post-processing chain, each step with the parameters it ran with (the ledger's
+  ``postprocess_params``, then the step's constructor defaults);
 * provenance: the SHA-256 of a spec and of its public input files (never of the private
   source: a hash is an exact function of the private data, so it would not be
   differentially private).
@@ -26,6 +28,8 @@ Nothing here reads the true counts or ``ledger.private_notes``.
 from __future__ import annotations
 
 import hashlib
+import inspect
+import json
 import math
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -36,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from hierdp import registry, rules
+from hierdp._version import __version__
 from hierdp.accounting import zcdp_to_approx_dp
 from hierdp.accounting.ledger import Ledger, LevelSpend, _compact_levels
 from hierdp.accuracy import accuracy_tables
@@ -161,6 +166,69 @@ def _provenance_kind(text: str) -> str:
     if "observed" in low:
         return "observed (values seen in the data, asserted public by the user)"
     return "declared (public)"
+
+
+# -- the post-processing chain -------------------------------------------------------------
+def _param_value(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bool, int, float)) or v is None:
+        return _num(v) if isinstance(v, float) else str(v)
+    try:
+        return json.dumps(v, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def _defaults(name: str) -> dict[str, Any]:
+    """The parameters a registered post-processor takes and their defaults (its constructor's
+    signature); ``{}`` when it takes none or is not installed here."""
+    try:
+        cls = registry.get("postprocessor", name)
+        sig = inspect.signature(cls)
+    except (HierDPError, TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty}
+
+
+def chain_steps(ledger: Ledger) -> list[str]:
+    """Each post-processing step of ``ledger`` as the report shows it: its name and the
+    parameters it ran with, ``round (method: topdown, ordering: total, atol: 1e-07)``.
+
+    The parameters given at release come from ``ledger.postprocess_params``, in the order
+    given; the others are the step's defaults, read from its constructor when the ledger was
+    written by this version of hierdp, else named as that version's defaults. A step that
+    takes no parameters shows its name alone, and so does every step of a ledger written
+    before the parameters were recorded.
+
+    Parameters
+    ----------
+    ledger : Ledger
+        The release's ledger.
+
+    Returns
+    -------
+    list of str
+        One text per step, in chain order (empty for no post-processing).
+    """
+    names = [str(n) for n in ledger.postprocess]
+    params = ledger.postprocess_params
+    if len(params) != len(names) or not all(isinstance(p, dict) for p in params):
+        return names                       # an older ledger: the names are all it holds
+    same_version = (ledger.hierdp_version or "") == __version__
+    out = []
+    for name, given in zip(names, params):
+        defaults = _defaults(name)
+        shown = {str(k): v for k, v in given.items()}
+        rest = [k for k in defaults if k not in shown]
+        if same_version:
+            shown.update((k, defaults[k]) for k in rest)
+        text = ", ".join(f"{k}: {_param_value(v)}" for k, v in shown.items())
+        if rest and not same_version:
+            text += ("; " if text else "") + f"the defaults of hierdp {ledger.hierdp_version or '(version unknown)'}"
+        out.append(f"{name} ({text})" if text else name)
+    return out
 
 
 # -- the budget ---------------------------------------------------------------------------

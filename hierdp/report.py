@@ -7,7 +7,8 @@ facts as a draft record of the OpenDP deployments registry. ``hierdp report
 LEDGER.json`` writes either from a saved ledger alone (what the ledger holds).
 
 :mod:`hierdp._report_facts` computes what the report says (guarantee, budget, accuracy,
-provenance) and from where; this module renders it with the mechanism, plan, chain,
+provenance, the chain with its parameters) and from where, :mod:`hierdp._report_plain` the
+plain-language part that opens the page; this module renders it with the mechanism, plan, chain,
 randomness source and seed status, the accuracy of the released values (a parametric
 bootstrap on the released table, :mod:`hierdp.accuracy`: in words, per level and by size),
 the **invariants in bold as not protected**, a NOT FOR PUBLICATION banner on a seeded or
@@ -46,6 +47,7 @@ from hierdp._report_facts import (
     _variant,
     accuracy_rows,
     budget_rows,
+    chain_steps,
     exact_rational,
     guarantee_text,
     level_accuracy,
@@ -54,6 +56,7 @@ from hierdp._report_facts import (
     released_rows,
     spec_files,
 )
+from hierdp._report_plain import plain_language
 from hierdp._version import __version__
 from hierdp.accounting.ledger import Ledger
 from hierdp.errors import DataError
@@ -108,9 +111,11 @@ font-weight:700}
 dl.facts{display:grid;grid-template-columns:minmax(10rem,16rem) 1fr;gap:.3rem 1rem;margin:0}
 dl.facts dt{font-weight:600}
 dl.facts dd{margin:0}
+.chart-note{margin:.6rem 0}
+#plain-language p{max-width:52rem}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.88rem;margin:.4rem 0}
-th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
+th,td{border:1px solid var(--line);padding:4px 5px;text-align:left;vertical-align:top}
 th{background:#f3f5f8}
 td.num{font-variant-numeric:tabular-nums;text-align:right;white-space:nowrap}
 tfoot td{font-weight:700}
@@ -200,6 +205,34 @@ def _released_accuracy_html(by_level: Any, by_band: Any, ledger: Ledger) -> str:
     return "".join(out)
 
 
+def _names_list(names: Sequence[str], most: int = 6) -> str:
+    """``a, b and c``; ``the 12 levels a … l`` when there are more than ``most``."""
+    names = [str(n) for n in names]
+    if len(names) > most:
+        return f"the {len(names)} levels {names[0]} … {names[-1]}"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _equal_split(measured: Sequence[dict[str, Any]], unit_sym: dict[str, str]) -> str:
+    """The sentence that replaces the budget chart when every measured entry has the same
+    budget (its bars would all be equal)."""
+    first = measured[0]
+    sym = unit_sym.get(first["unit"], first["unit"])
+    names = [n for r in measured for n in (r["names"] if r["kind"] == "run" else [r["name"]])]
+    b, rat = float(first["budget"]), first["rational"]
+    if float(f"{b:.6g}") == b:
+        amount = f"{sym} = {b:g}"
+    elif rat.denominator <= 1000:
+        amount = f"{sym} = {_frac(rat)} ≈ {b:.4g}"
+    else:
+        amount = f"{sym} ≈ {b:.6g}"
+    if len(names) == 1:
+        return f"The whole budget, {amount}, goes to {names[0]}; no chart is drawn."
+    share = "" if first["share"] is None else f" ({_frac(first['share'])} of the total)"
+    return (f"The budget is split equally: {amount}{share} each for {_names_list(names)}; no chart is drawn, "
+            "its bars would all be equal.")
+
+
 def _names_cell(row: dict[str, Any]) -> str:
     if row["kind"] != "run":
         return _e(row["name"])
@@ -208,10 +241,26 @@ def _names_cell(row: dict[str, Any]) -> str:
             f"{_e(', '.join(names))}</details>")
 
 
+#: the smallest font size (px, at the chart's own width) of any text in an SVG chart
+CHART_MIN_FONT = 12
+
+
+def _constant(values: Sequence[float | None]) -> bool:
+    """Whether every value is finite and equal to the first (to 12 digits)."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return bool(values) and len(finite) == len(values) and all(math.isclose(v, finite[0], rel_tol=1e-12)
+                                                               for v in finite)
+
+
 def _bar_chart(title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]],
-               unit: str = "") -> str:
+               unit: str = "", *, same: str = "") -> str:
     """A horizontal grouped bar chart as inline SVG (log scale when the values span more
-    than a factor 50); every text is escaped."""
+    than a factor 50); every text is escaped and at least :data:`CHART_MIN_FONT` px.
+
+    When every series has one value for all labels (an equal split draws identical bars that
+    say nothing) and ``same`` is given, ``same`` is returned as one sentence instead."""
+    if same and labels and all(_constant(vs) for _, _, vs in series):
+        return f'<p class="chart-note">{_e(same)}</p>'
     vals = [v for _, _, vs in series for v in vs if v is not None and math.isfinite(v) and v > 0]
     if not labels or not vals:
         return ""
@@ -223,33 +272,36 @@ def _bar_chart(title: str, labels: Sequence[str], series: Sequence[tuple[str, st
         x = (math.log10(v) - lo) / (hi - lo) if log else v / hi
         return max(0.0, min(1.0, x))
 
-    width, left, right, bar, gap = 900, 200, 90, 11, 10
+    # 760 px wide: drawn at its own size (never scaled down) in a page at least 800 px wide
+    font = CHART_MIN_FONT
+    width, left, right, bar, gap = 760, 190, 80, 17, 12
     per = bar * len(series) + gap
-    top = 34
-    height = top + per * len(labels) + 30
+    top = 44
+    height = top + per * len(labels) + 16
     plot_w = width - left - right
     out = [f'<svg role="img" aria-label="{_e(title)}" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" font-size="12" font-family="system-ui,sans-serif">',
-           f'<text x="{left}" y="16" font-weight="600">{_e(title)}{_e(" (log scale)" if log else "")}</text>']
+           f'height="{height}" font-size="{font}" font-family="system-ui,sans-serif">',
+           f'<text x="0" y="16" font-size="{font + 2}" font-weight="600">{_e(title)}'
+           f'{_e(" (log scale)" if log else "")}</text>']
     lx = left
     for name, color, _ in series:  # legend
-        out.append(f'<rect x="{lx}" y="22" width="10" height="10" fill="{color}"/>'
-                   f'<text x="{lx + 14}" y="31">{_e(name)}</text>')
-        lx += 14 + 8 * len(name) + 18
+        out.append(f'<rect x="{lx}" y="26" width="12" height="12" fill="{color}"/>'
+                   f'<text x="{lx + 16}" y="37">{_e(name)}</text>')
+        lx += 16 + round(0.62 * font * len(name)) + 20
     for i, lab in enumerate(labels):
         y0 = top + 8 + i * per
-        short = lab if len(lab) <= 28 else lab[:27] + "…"
-        out.append(f'<text x="{left - 6}" y="{y0 + per / 2 - 2:.1f}" text-anchor="end">{_e(short)}</text>')
+        short = lab if len(lab) <= 26 else lab[:25] + "…"
+        out.append(f'<text x="{left - 8}" y="{y0 + (per - gap) / 2 + font / 3:.1f}" text-anchor="end">'
+                   f"{_e(short)}</text>")
         for j, (_, color, vs) in enumerate(series):
             v = vs[i]
             y = y0 + j * bar
             if v is None or not math.isfinite(v):
                 continue
             w = pos(v) * plot_w if v > 0 else 0.0
-            out.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar - 2}" fill="{color}"/>'
-                       f'<text x="{left + w + 4:.1f}" y="{y + bar - 3:.1f}" font-size="10">{_e(_g(v))}{_e(unit)}'
-                       "</text>")
-    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - 24}" stroke="#888"/>')
+            out.append(f'<rect x="{left}" y="{y:.1f}" width="{w:.1f}" height="{bar - 3}" fill="{color}"/>'
+                       f'<text x="{left + w + 4:.1f}" y="{y + bar - 5:.1f}">{_e(_g(v))}{_e(unit)}</text>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - 8}" stroke="#888"/>')
     out.append("</svg>")
     return "".join(out)
 
@@ -317,6 +369,17 @@ def decomposition_svg(result: Any) -> str:
             "the cells themselves are a private output paid from the budget.</p>")
 
 
+def _plain_html(ledger: Ledger, result: Any) -> str:
+    """The plain-language part (:func:`hierdp._report_plain.plain_language`) as a section."""
+    out = ['<section id="plain-language"><h2>In plain words</h2>']
+    for p in plain_language(ledger, result):
+        body = _e(p.text).replace("e^ε", "e<sup>ε</sup>")
+        cls = ' class="invariant"' if p.ident == "plain-caution" else ""
+        out.append(f"<h3>{_e(p.heading)}</h3><p id=\"{p.ident}\"{cls}>{body}</p>")
+    out.append("</section>")
+    return "".join(out)
+
+
 def _registry_defaults(ledger: Ledger, title: str | None, curator: str | None, intended_use: str | None,
                        region: str | None, authors: Sequence[str] | None) -> dict[str, Any]:
     return {"title": title or f"hierdp release {ledger.release_id or '(no id)'}",
@@ -344,6 +407,8 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
     if reasons:
         add('<div class="banner" id="not-for-publication">NOT FOR PUBLICATION<ul>'
             + "".join(f"<li>{_e(r)}</li>" for r in reasons) + "</ul></div>")
+
+    add(_plain_html(ledger, result))
 
     # 1. guarantee
     add('<h2 id="guarantee">1. Guarantee</h2>')
@@ -376,7 +441,7 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
     body = [[_names_cell(r), _e(r["depth"]), _e(r["nodes"]), _e(unit_sym.get(r["unit"], r["unit"])),
              _e(_num(r["budget"])), _e(_frac(r["rational"])),
              _e("" if r["share"] is None else f"{_frac(r['share'])} ({100 * float(r['share']):.4g} %)"),
-             _e(_num(r["delta"]) if r["delta"] else ""), _e(r["mechanism"]),
+             _e(_num(r["delta"]) if r["delta"] else ""), _e(r["mechanism"]).replace("_", "_<wbr>"),
              _e("" if r["l1"] is None else f"{_sensitivity(r['l1'])} / {_sensitivity(r['l2'])}"),
              _e("" if r["variance"] is None else _g(float(r["variance"]), 6)),
              _e(r["implied"])] for r in rows]
@@ -400,21 +465,27 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
                      _e(_frac(exact_rational(r["budget"]))), _e(_num(r["variance"]))] for r in q],
                    ident="queries", numeric=(2, 3, 4, 5)))
     measured = [r for r in rows if r["budget"] > 0]
-    if measured and len(measured) <= CHART_MAX_ROWS:
+    if measured and len({r["unit"] for r in measured}) == 1 and len({r["rational"] for r in measured}) == 1:
+        add(f'<p class="chart-note" id="budget-equal">{_e(_equal_split(measured, unit_sym))}</p>')
+    elif measured and len(measured) <= CHART_MAX_ROWS:
         add(_bar_chart("Budget per level", [r["name"] for r in measured],
                        [(f"budget ({unit_sym.get(measured[0]['unit'], measured[0]['unit'])})", "#1f5fae",
                          [r["budget"] for r in measured])]))
 
     # 3. mechanism
     add('<h2 id="mechanism">3. Mechanism, plan and processing</h2>')
-    chain = " → ".join(ledger.postprocess) or "none"
+    steps = chain_steps(ledger)
+    chain = " → ".join(steps) or "none"
     info = getattr(getattr(result, "estimate", None), "info", None) or {}
     if isinstance(info.get("method"), str) and info["method"] and info["method"] not in ledger.postprocess:
         chain += f" (the plan's own estimate: {info['method']})"
     seeded = ledger.seed is not None or not ledger.secure_randomness
     mfacts = [("Mechanism", _e(ledger.mechanism or "—")), ("Plan", _e(ledger.plan or "—")),
               ("Budget strategy", _e(ledger.budget_strategy or "—")),
-              ("Post-processing (no privacy cost)", _e(chain)),
+              ("Post-processing (no privacy cost)", _e(chain) + (
+                  '<br><span class="muted">Each step with the parameters it ran with: those given at release '
+                  "(recorded in the ledger), the rest its defaults.</span>"
+                  if steps != [str(n) for n in ledger.postprocess] else "")),
               ("Randomness", _e(ledger.randomness or ("secure" if ledger.secure_randomness else "not secure"))),
               ("Seed", f'<strong class="invariant">seeded (seed = {_e(ledger.seed)}): NOT FOR PUBLICATION</strong>'
                if seeded else "none: a cryptographically secure source")]
@@ -442,7 +513,11 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
             add(_bar_chart("Expected error of one measurement per level", [r["name"] for r in shown],
                            [("std", "#1f5fae", [r["std"] for r in shown]),
                             ("90 % half-width", "#e69f00", [r["hw"].get(0.9) for r in shown]),
-                            ("95 % half-width", "#b2182b", [r["hw"].get(0.95) for r in shown])]))
+                            ("95 % half-width", "#b2182b", [r["hw"].get(0.95) for r in shown])],
+                           same=(f"Every level's measurement has the same expected error (std {_g(shown[0]['std'])}, "
+                                 f"90 % half-width {_g(shown[0]['hw'].get(0.9))}, 95 % half-width "
+                                 f"{_g(shown[0]['hw'].get(0.95))}), so no chart is drawn."
+                                 if shown else "")))
     else:
         add('<p class="muted">No level was measured with noise.</p>')
     if result is not None:
@@ -462,7 +537,9 @@ def report_html(ledger: Ledger, result: Any = None, *, title: str | None = None,
                        ident="released", numeric=(1, 2, 3)))
             if len(rel) <= CHART_MAX_ROWS:
                 add(_bar_chart("Expected RMSE of the released values per level", [r["level"] for r in rel],
-                               [("RMSE", "#21918c", [r["rmse"] for r in rel])]))
+                               [("RMSE", "#21918c", [r["rmse"] for r in rel])],
+                               same=f"The released values of every level have the same expected RMSE, "
+                                    f"{_g(rel[0]['rmse'])}, so no chart is drawn."))
         elif by_level is None:
             add(f'<p class="muted">Not shown: {_e(why)}.</p>')
         m = decomposition_svg(result)
@@ -573,7 +650,7 @@ def registry_record(ledger: Ledger, result: Any = None, *, title: str | None = N
                 "access_type": "Non-interactive",
             },
             "accounting": {
-                "post_processing": " -> ".join(ledger.postprocess) or "none",
+                "post_processing": " -> ".join(chain_steps(ledger)) or "none",
                 "composition": ledger.accounting or "basic composition",
             },
             "implementation": {

@@ -10,8 +10,10 @@ opendp/deployments-registry-data, schemas/deployments-schema.yaml @3e9c812a).
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from fractions import Fraction
 from html.parser import HTMLParser
 from pathlib import Path
@@ -588,3 +590,143 @@ def test_the_released_values_of_a_deep_chain_are_runs_not_one_row_per_level(tmp_
     table = _parse(_html(result, tmp_path)).tables["released"]
     std = math.sqrt(result.ledger.levels[0].noise_variance)    # each value is its own measurement
     assert table["body"] == [["30 levels total … level_29", "1", f"{std:.4g}", "0"]]
+
+
+# ------------------------------------------------------------------ the post-processing chain
+def _dd(text: str, term: str) -> str:
+    """The text of the ``<dd>`` after ``<dt>term</dt>`` (tags dropped)."""
+    m = re.search(r"<dt>" + re.escape(term) + r"</dt><dd>(.*?)</dd>", text, re.S)
+    assert m, f"no {term!r} in the page"
+    return html_text(m.group(1))
+
+
+def html_text(fragment: str) -> str:
+    """The text of an HTML fragment, tags as spaces, runs of spaces as one."""
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
+def test_the_chain_shows_each_steps_parameters_given_and_default(tmp_path):
+    tree = hierdp.Tree.complete(fanout=3, height=3)
+    result = hierdp.release(tree, tree.aggregate(np.arange(9) * 4), epsilon=1.0,
+                            postprocess=["blue", "nonneg", {"name": "round", "method": "remainder"}])
+    assert result.ledger.postprocess_params == [{}, {}, {"method": "remainder"}]
+    # given first, then the defaults in the constructors' order (rounding.py, nonneg.py)
+    want = ["blue", "nonneg (max_iter: 200, tol: 1e-09, method: topdown, ordering: total)",
+            "round (method: remainder, atol: 1e-07, ordering: total)"]
+    assert facts.chain_steps(result.ledger) == want
+    text = _html(result, tmp_path)
+    assert _dd(text, "Post-processing (no privacy cost)").startswith(" → ".join(want))
+    rec = yaml.safe_load(_yaml(result, tmp_path))
+    assert rec["deployment"]["accounting"]["post_processing"] == " -> ".join(want)
+
+
+def test_an_older_ledger_shows_the_chains_names_and_another_version_names_its_defaults(tmp_path):
+    tree = hierdp.Tree.complete(fanout=3, height=3)
+    result = hierdp.release(tree, tree.aggregate(np.arange(9) * 4), epsilon=1.0,
+                            postprocess=["blue", "nonneg", {"name": "round", "method": "remainder", "atol": 1e-6}])
+    d = json.loads(result.ledger.to_json())
+    del d["postprocess_params"]                              # written before the parameters were recorded
+    old = Ledger.from_dict(d)
+    assert facts.chain_steps(old) == ["blue", "nonneg", "round"]
+    text = rep.report_html(old)
+    assert _dd(text, "Post-processing (no privacy cost)") == "blue → nonneg → round"
+    d = json.loads(result.ledger.to_json())
+    d["hierdp_version"] = "0.0.1"                            # its defaults may not be today's
+    other = Ledger.from_dict(d)
+    assert facts.chain_steps(other) == ["blue", "nonneg (the defaults of hierdp 0.0.1)",
+                                        "round (method: remainder, atol: 1e-06; the defaults of hierdp 0.0.1)"]
+
+
+# ------------------------------------------------------------------ readable charts
+class _SvgText(HTMLParser):
+    """The font size every ``<text>`` of every inline ``<svg>`` is drawn at: its own
+    ``font-size`` or the nearest ancestor's (the browser's 16 px when none says)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.svgs = 0
+        self.sizes: list[tuple[float, str]] = []
+        self._stack: list[float | None] = []
+        self._text: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "svg":
+            self.svgs += 1
+            self._stack = []
+        if tag == "svg" or self._stack:
+            size = a.get("font-size")
+            m = re.search(r"font-size:\s*([\d.]+)", a.get("style") or "")
+            self._stack.append(float(m.group(1)) if m else float(size) if size else None)
+            if tag in ("text", "tspan"):
+                self._text = []
+
+    def handle_endtag(self, tag):
+        if not self._stack:
+            return
+        if tag in ("text", "tspan") and self._text is not None:
+            eff = next((s for s in reversed(self._stack) if s is not None), 16.0)
+            self.sizes.append((eff, "".join(self._text)))
+            self._text = None
+        self._stack.pop()
+
+    def handle_data(self, data):
+        if self._text is not None:
+            self._text.append(data)
+
+
+def svg_text_sizes(text: str) -> _SvgText:
+    p = _SvgText()
+    p.feed(text)
+    return p
+
+
+def _uneven() -> hierdp.ReleaseResult:
+    tree = hierdp.Tree.complete(fanout=3, height=4, level_names=["nation", "region", "district", "block"])
+    return hierdp.release(tree, tree.aggregate(np.arange(27) * 3), epsilon=1.0, postprocess=["blue"],
+                          budget={"nation": 0.1, "region": 0.2, "district": 0.3, "block": 0.4})
+
+
+def test_the_font_reader_sees_small_text():
+    p = svg_text_sizes('<svg font-size="12"><text>a</text><g font-size="9"><text>b</text></g>'
+                       '<text style="font-size: 8px">c</text></svg><svg><text>d</text></svg>')
+    assert p.svgs == 2 and p.sizes == [(12.0, "a"), (9.0, "b"), (8.0, "c"), (16.0, "d")]
+
+
+def test_no_chart_text_is_smaller_than_11px(releases, tmp_path):
+    pages = {"uneven": _uneven(), "marginals": releases["marginals"], "privtree": releases["privtree"]}
+    for kind, result in pages.items():
+        p = svg_text_sizes(_html(result, tmp_path, f"{kind}.html"))
+        assert p.svgs >= 1 and p.sizes, kind
+        small = [(s, t) for s, t in p.sizes if s < 11]
+        assert small == [], (kind, small)
+    # the uneven release draws its three charts, with every value labelled
+    p = svg_text_sizes(_html(pages["uneven"], tmp_path, "u.html"))
+    assert p.svgs == 3
+    shown = [t for _, t in p.sizes]
+    assert {"0.1", "0.2", "0.3", "0.4"} <= set(shown)                  # the budget bars' labels
+    assert {"23", "11", "8", "6"} <= set(shown)                        # 90 % half-widths (discrete Laplace)
+
+
+def test_an_equal_split_is_one_sentence_not_a_chart_of_identical_bars(releases, tmp_path):
+    text = _html(releases["per_level"], tmp_path)            # ε = 1 split equally over three levels
+    assert 'aria-label="Budget per level"' not in text
+    m = re.search(r'<p class="chart-note" id="budget-equal">([^<]*)</p>', text)
+    assert m and html.unescape(m.group(1)) == ("The budget is split equally: ε = 1/3 ≈ 0.3333 (1/3 of the total) "
+                                               "each for nation, region and district; no chart is drawn, its "
+                                               "bars would all be equal.")
+    # the same law on every level: one sentence instead of three identical groups of bars
+    assert 'aria-label="Expected error of one measurement per level"' not in text
+    assert "Every level&#x27;s measurement has the same expected error (std " in text
+    # an uneven split draws its chart
+    uneven = _html(_uneven(), tmp_path, "u.html")
+    assert 'aria-label="Budget per level"' in uneven and 'id="budget-equal"' not in uneven
+
+
+def test_one_measured_level_is_named_not_drawn(tmp_path):
+    tree = hierdp.Tree.complete(fanout=2, height=3, level_names=["total", "half", "quarter"])
+    result = hierdp.release(tree, tree.aggregate(np.arange(4)), epsilon=0.5, budget={"quarter": 0.5},
+                            postprocess=["blue"])
+    text = _html(result, tmp_path)
+    m = re.search(r'<p class="chart-note" id="budget-equal">([^<]*)</p>', text)
+    assert m and html.unescape(m.group(1)) == "The whole budget, ε = 0.5, goes to quarter; no chart is drawn."

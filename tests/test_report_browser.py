@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import http.server
 import json
+import math
 import os
 import re
 import shutil
@@ -96,23 +97,31 @@ _PROBE = ("<script>window.addEventListener('load', function () {"
           "out.setAttribute('data-wide', JSON.stringify(wide.slice(0, 20)));"
           "var scrolled = []; document.querySelectorAll('.scroll').forEach(function (el) {"
           "if (el.scrollWidth > el.clientWidth + 1) scrolled.push(el.firstChild && el.firstChild.id || '?'); });"
-          "out.setAttribute('data-scrolled', JSON.stringify(scrolled)); document.body.appendChild(out); });"
+          "out.setAttribute('data-scrolled', JSON.stringify(scrolled));"
+          "var fonts = []; document.querySelectorAll('svg text').forEach(function (t) {"
+          "var m = t.getScreenCTM(), k = m ? Math.sqrt(m.a * m.a + m.b * m.b) : 1;"
+          "fonts.push(parseFloat(getComputedStyle(t).fontSize) * k); });"
+          "out.setAttribute('data-min-font', fonts.length ? Math.min.apply(null, fonts) : -1);"
+          "document.body.appendChild(out); });"
           "</script>")
 
 
-def probe(tmp: Path, text: str, name: str) -> dict:
+def probe(tmp: Path, text: str, name: str, width: int = 1280) -> dict:
     """Load a copy of ``text`` with a measuring script (and without the page's CSP, so the
-    script may run and the page's own loads are not blocked): its width and the loads it
-    started (Resource Timing lists failed ones too)."""
+    script may run and the page's own loads are not blocked) in a window ``width`` px wide:
+    its width, the loads it started (Resource Timing lists failed ones too) and the smallest
+    size any SVG text is drawn at (its font size times its chart's scale on screen; -1
+    without SVG text)."""
     page = tmp / name
     page.write_text(_without_csp(text).replace("</body>", _PROBE + "</body>"), encoding="utf-8")
-    dom = dump_dom(tmp, page, "--host-resolver-rules=MAP * ~NOTFOUND")
+    dom = dump_dom(tmp, page, "--host-resolver-rules=MAP * ~NOTFOUND", width=width)
     m = re.search(r'<div id="probe" data-scroll-width="(\d+)" data-client-width="(\d+)" '
-                  r'data-resources="([^"]*)" data-wide="([^"]*)" data-scrolled="([^"]*)"', dom)
+                  r'data-resources="([^"]*)" data-wide="([^"]*)" data-scrolled="([^"]*)" '
+                  r'data-min-font="([-\d.e]+)"', dom)
     assert m, "the probe did not run"
     return {"scroll": int(m.group(1)), "client": int(m.group(2)),
             "resources": json.loads(html.unescape(m.group(3))), "wide": json.loads(html.unescape(m.group(4))),
-            "scrolled": json.loads(html.unescape(m.group(5)))}
+            "scrolled": json.loads(html.unescape(m.group(5))), "min_font": float(m.group(6))}
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -273,6 +282,41 @@ def test_nothing_overflows_horizontally_at_1280px(pages, tmp_path):
         assert m["wide"] == [], (kind, m["wide"])
         if kind != "long labels":       # the tables of an ordinary release fit: no box needs scrolling
             assert m["scrolled"] == [], (kind, m["scrolled"])
+
+
+def test_nothing_overflows_and_no_chart_text_is_under_11px_at_1000px(pages, tmp_path):
+    # the detectors fire: a wide block, and a chart whose 12 px text is drawn at half size
+    wide = probe(tmp_path, '<html><body><div style="width:1400px">wide</div></body></html>', "wide.html", 1000)
+    assert wide["scroll"] > wide["client"] and wide["wide"]
+    shrunk = probe(tmp_path, '<html><body><div style="width:450px"><svg viewBox="0 0 900 50" width="900" '
+                             'style="max-width:100%;height:auto" font-size="12"><text y="20">x</text></svg></div>'
+                             "</body></html>", "shrunk.html", 1000)
+    assert 5.5 < shrunk["min_font"] < 6.5
+    tree = hierdp.Tree.complete(fanout=3, height=3)
+    uneven = hierdp.release(tree, tree.aggregate(np.arange(9) * 4), epsilon=1.0,
+                            budget={"total": 0.2, "level_1": 0.3, "level_2": 0.5})
+    texts = {k: p.read_text(encoding="utf-8") for k, (_, p) in pages.items()}
+    texts["uneven"] = uneven.report(tmp_path / "uneven.html").read_text(encoding="utf-8")
+    for kind, text in texts.items():
+        m = probe(tmp_path, text, f"{kind}-1000.html", 1000)
+        assert m["client"] <= 1000 and m["scroll"] <= m["client"], (kind, m)
+        assert m["wide"] == [], (kind, m["wide"])
+        assert m["scrolled"] == [], (kind, m["scrolled"])             # the tables fit too: no box scrolls
+        assert m["min_font"] >= 11, (kind, m["min_font"])           # every page here draws a chart
+    # the uneven split draws its three bar charts (the detector above reads them)
+    assert texts["uneven"].count("<svg") == 3
+
+
+def test_the_plain_language_section_is_rendered_first(pages, tmp_path):
+    for kind, (result, page) in pages.items():
+        dom = dump_dom(tmp_path, page, width=1000)
+        assert dom.index('id="plain-language"') < dom.index('id="guarantee"'), kind
+        section = dom[dom.index('id="plain-language"'):dom.index('id="guarantee"')]
+        ids = re.findall(r'<p id="(plain-[a-z]+)"', section)
+        assert ids[-4:] == ["plain-loss", "plain-neighbours", "plain-published", "plain-exact"], kind
+        assert ("plain-caution" in ids) == (not result.ledger.for_publication), kind
+        assert f"= {math.exp(result.ledger.epsilon):.3g} times as likely" in html.unescape(section), kind
+        assert "e<sup>ε</sup>" in section
 
 
 def test_screenshots_at_1280px(pages, tmp_path, artefacts):

@@ -3,10 +3,15 @@
 Each executed copy is stored (docs/_nbcache.py) for the docs build, which shows its outputs
 and figures; a copy stored by the docs build (or an earlier run) from the same notebook
 and code is reused here. Either way each notebook executes once in CI.
+
+The outputs are what the site shows, so they must show the notebook, not the machine that
+ran it: no home, temporary or site-packages path, no "compiling kernels" notice (issue 53;
+the kernels start with docs/_nbcache.py's ``KERNEL_SETUP``).
 """
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +34,42 @@ def _nbcache():
 
 NBCACHE = _nbcache() if (ROOT / "docs" / "_nbcache.py").is_file() else None
 
+#: what a page must not show: a home, root or temporary folder, an installed package's path, the
+#: compile notice (whose text names the builder's cache folder)
+MACHINE = re.compile(r"/root/|/home/|/tmp/|/var/folders/|site-packages|[A-Z]:\\{1,2}Users|compiling kernels")
+
+
+def _text(output: dict) -> str:
+    """The text of one output as the page shows it (stream, plain-text results, errors)."""
+    parts = [output.get("text", "")]
+    data = output.get("data", {})
+    parts += [data.get(m, "") for m in ("text/plain", "text/html", "text/markdown")]
+    parts += output.get("traceback", [])
+    return "".join("".join(p) if isinstance(p, list) else str(p) for p in parts)
+
+
+def machine_lines(nb) -> list[str]:
+    """Every output line of ``nb`` that shows the machine, as ``[cell] line``."""
+    return [f"[{i}] {line.strip()[:160]}" for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for o in c.get("outputs", []) for line in _text(o).splitlines() if MACHINE.search(line)]
+
+
+def test_the_machine_check_sees_paths_and_notices():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stderr",
+                               text="/tmp/ipykernel_18424/623643295.py:1: NotForPublicationWarning: release\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="compiling kernels for first use, ~15 s of CPU\n"),
+        nbformat.v4.new_output("execute_result", data={"text/plain": "PosixPath('/home/ann/out.csv')"}),
+        nbformat.v4.new_output("stream", name="stdout", text="release_report.html 20,000 characters\n")]
+    assert [line[:3] for line in machine_lines(nb)] == ["[0]"] * 3
+
+
+def _client(nb, cwd):
+    if NBCACHE is not None:
+        return NBCACHE.client(nb, cwd, timeout=300)
+    return nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path, monkeypatch):
@@ -46,14 +87,14 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
         assert [c.source for c in done.cells] == [c.source for c in nbformat.read(path, as_version=4).cells]
         assert not [o for c in done.cells if c.cell_type == "code" for o in c.get("outputs", [])
                     if o.get("output_type") == "error"]
+        assert machine_lines(done) == [], f"{path.name} shows the machine that ran it"
         return
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+    _client(nb, tmp_path).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
+    assert machine_lines(nb) == [], f"{path.name} shows the machine that ran it"
     if NBCACHE is not None:
         NBCACHE.store(path, nb, stamp)  # for the docs build (None where the folder is read-only)
 

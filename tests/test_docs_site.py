@@ -108,6 +108,20 @@ def test_the_landing_page_shows_install_example_and_a_picture(site):
     assert guide.index("_notebooks/01_getting_started") < guide.index("spec")
 
 
+def test_the_sidebar_numbers_every_notebook_and_no_guide_page(site):
+    """The navigation lists the notebooks as "NN · title" (their files' numbers), whichever
+    caption they sit under, and the guide pages without a number (issue 53)."""
+    text = (site / "index.html").read_text(encoding="utf-8")
+    nav = text[text.index('class="sphinxsidebar'):] if 'class="sphinxsidebar' in text else text
+    links = re.findall(r'<a class="reference internal" href="([^"#]+)\.html">(.*?)</a>', nav)
+    notebooks = {href: re.sub(r"<[^>]+>", "", label) for href, label in links if href.startswith("_notebooks/")}
+    assert set(notebooks) == {f"_notebooks/{p.stem}" for p in NOTEBOOKS}, notebooks
+    for href, label in notebooks.items():
+        assert label.startswith(f"{href.split('/')[1][:2]} · "), (href, label)
+    guide = [re.sub(r"<[^>]+>", "", label) for href, label in links if "/" not in href and href != "index"]
+    assert guide and not [g for g in guide if re.match(r"\d", g)], guide
+
+
 def test_the_performance_log_is_an_appendix_and_the_summary_is_short(site):
     assert (site / "appendix" / "performance-log.html").is_file()
     summary = (DOCS / "performance.md").read_text(encoding="utf-8")

@@ -110,3 +110,14 @@ def test_every_notebook_asserts_its_claims(path):
     nb = nbformat.read(path, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "assert " in code, f"{path.name} asserts none of its claims"
+
+
+def test_every_notebook_title_carries_its_number():
+    """One numbering scheme in the sidebar (issue 53): every notebook's title starts with the
+    number of its file ("05 · Deep trees: ..."), the guide pages' titles with none."""
+    for path in NOTEBOOKS:
+        title = nbformat.read(path, as_version=4).cells[0].source.partition("\n")[0]
+        assert title.startswith(f"# {path.name[:2]} · "), f"{path.name}: title {title!r} lacks '# {path.name[:2]} · '"
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        title = next(ln for ln in page.read_text(encoding="utf-8").splitlines() if ln.startswith("# "))
+        assert not re.match(r"# \d", title), f"docs/{page.name}: a guide page is not numbered ({title!r})"

@@ -122,6 +122,26 @@ def test_the_sidebar_numbers_every_notebook_and_no_guide_page(site):
     assert guide and not [g for g in guide if re.match(r"\d", g)], guide
 
 
+def test_the_testing_page_describes_every_suite_and_check(site):
+    """api/testing (issue 53: it was nearly empty): every suite of ``hierdp.testing`` with
+    what it checks (its module's list) and every one of its tests by name, and an example
+    of a plugin's test module."""
+    import inspect
+
+    import hierdp.testing
+
+    text = (site / "api" / "testing.html").read_text(encoding="utf-8")
+    body = re.sub(r"<[^>]+>", "", text[text.index('<div class="body"'):])
+    for name in hierdp.testing.__all__:
+        suite = getattr(hierdp.testing, name)
+        assert f"hierdp.testing.{suite.__module__.rsplit('.', 1)[1]}.{name}" in text, f"{name} is not documented"
+        assert "What is checked" in (inspect.getmodule(suite).__doc__ or "") or inspect.isfunction(suite)
+        for test in (t for t in dir(suite) if t.startswith("test_")):
+            assert test in body, f"{name}.{test} is not listed"
+    assert body.count("What is checked") >= 4                    # the suites' lists, not only their names
+    assert "class TestMyMechanism(BaseMechanismTests)" in body and "check_executor(MyExecutor" in body
+
+
 def test_the_performance_log_is_an_appendix_and_the_summary_is_short(site):
     assert (site / "appendix" / "performance-log.html").is_file()
     summary = (DOCS / "performance.md").read_text(encoding="utf-8")

@@ -46,6 +46,12 @@ else:
     _how = _nbcache.executed_copies(DOCS / "_notebooks")
 print("notebooks:", ", ".join(f"{k} {v}" for k, v in _how.items()))
 
+# the guide pages' figures (docs/_figures/: one module per figure, drawn from this checkout's
+# code and numbers into docs/_generated/, git-ignored; the pages include them from there)
+import _figures  # noqa: E402
+
+_figures.build(DOCS / "_generated")
+
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints"]

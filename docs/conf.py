@@ -75,3 +75,5 @@ html_title = f"hierdp {release}"
 # wide enough for the code blocks (88-column lines) on a laptop screen; never wider than the
 # window (the browser test checks nothing overflows at 1280 px)
 html_theme_options = {"page_width": "min(1200px, 96vw)", "sidebar_width": "220px", "body_max_width": "none"}
+html_static_path = ["_static"]
+html_css_files = ["hierdp.css"]  # wide tables scroll within the column (docs/_static/hierdp.css)

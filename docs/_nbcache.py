@@ -7,10 +7,14 @@ slowest part of CI, so whoever executes a notebook first stores the executed cop
 under ``docs/_build/notebooks/`` (git-ignored; ``.ci/lint-and-docs`` clears only
 ``docs/_build/html``), stamped with a key, and the other reuses it while the key matches.
 
-The key is a SHA-256 over the notebook file and every source and data file of the code it
-runs (``hierdp/`` and ``benchmarks/``, whose tree builders notebook 02 imports): change a
-cell, a kernel, a plot or a default and the copy is stale, and the docs build executes the
-notebook again. Matplotlib or numpy upgrades do not change the key; delete the folder to
+The key is a SHA-256 over the notebook file, every source and data file of the code it
+runs (``hierdp/`` and ``benchmarks/``, whose tree builders notebook 02 imports) and this
+file (its :data:`KERNEL_SETUP` shapes the outputs): change a cell, a kernel, a plot or a
+default and the copy is stale, and the docs build executes the notebook again.
+
+Both executors (this module's and ``tests/test_notebooks.py``) start their kernels through
+:func:`client`, with :data:`KERNEL_SETUP`: a page shows what the notebook computes, not
+the machine that built the site. Matplotlib or numpy upgrades do not change the key; delete the folder to
 force a fresh run.
 """
 
@@ -31,9 +35,25 @@ STAMP = "hierdp_executed_key"  # the notebook-level metadata entry holding the k
 _CODE = ("hierdp", "benchmarks")
 _SKIP = {"__pycache__", ".ipynb_checkpoints", "out", "results"}
 
+#: Python lines every kernel that executes a notebook for the site runs before the first cell
+#: (IPython's ``IPKernelApp.exec_lines``: no execution count, no name left in the notebook's
+#: namespace). Without them the pages showed the builder's machine, not the notebook:
+KERNEL_SETUP = (
+    # hierdp's one-line notice before its kernels first compile ("compiling kernels for first
+    # use ... caches them in /root/.cache/hierdp/...") comes from a cold cache on the machine
+    # that builds the site and names its home folder; it goes through the documented
+    # ``hierdp.compile`` logger (README), quietened here as a user would quieten it
+    '__import__("logging").getLogger("hierdp.compile").setLevel("ERROR")',
+    # a warning prints as "<file>:<line>: Category: message" and its source line; in a kernel the
+    # file is the temporary one IPython runs each cell from (/tmp/ipykernel_<pid>/<hash>.py):
+    # the category and the message are what the reader needs (e.g. NotForPublicationWarning)
+    '__import__("warnings").formatwarning = lambda message, category, *_, **__: f"{category.__name__}: {message}\\n"',
+)
+
 
 def _code_digest() -> bytes:
     h = hashlib.sha256()
+    h.update(Path(__file__).read_bytes() + b"\0")  # KERNEL_SETUP and how a notebook runs
     for top in _CODE:
         base = ROOT / top
         for path in sorted(p for p in base.rglob("*") if p.is_file()):
@@ -86,17 +106,26 @@ def store(notebook: Path, executed: Any, stamp: str) -> Path | None:
     return target
 
 
-def execute(notebook: Path, timeout: int = 600) -> Any:
-    """Execute ``notebook`` in a fresh kernel, in an empty temporary folder; returns the
-    executed notebook (a failing cell raises). The kernel inherits the environment: put this
-    checkout first on ``PYTHONPATH`` (as :func:`executed_copies` does)."""
+def client(nb: Any, cwd: str | Path, timeout: int = 600) -> Any:
+    """An ``nbclient.NotebookClient`` that executes ``nb`` (an nbformat notebook, filled in
+    place) in a fresh ``python3`` kernel working in ``cwd``, the kernel started with
+    :data:`KERNEL_SETUP`."""
     import nbclient
+
+    return nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                   resources={"metadata": {"path": str(cwd)}},
+                                   extra_arguments=[f"--IPKernelApp.exec_lines={line}" for line in KERNEL_SETUP])
+
+
+def execute(notebook: Path, timeout: int = 600) -> Any:
+    """Execute ``notebook`` in a fresh kernel (:func:`client`), in an empty temporary folder;
+    returns the executed notebook (a failing cell raises). The kernel inherits the
+    environment: put this checkout first on ``PYTHONPATH`` (as :func:`executed_copies` does)."""
     import nbformat
 
     nb = nbformat.read(notebook, as_version=4)
     with tempfile.TemporaryDirectory(prefix="hierdp-nb-") as cwd:
-        nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": cwd}}).execute()
+        client(nb, cwd, timeout).execute()
     return nb
 
 

@@ -46,6 +46,12 @@ else:
     _how = _nbcache.executed_copies(DOCS / "_notebooks")
 print("notebooks:", ", ".join(f"{k} {v}" for k, v in _how.items()))
 
+# the guide pages' figures (docs/_figures/: one module per figure, drawn from this checkout's
+# code and numbers into docs/_generated/, git-ignored; the pages include them from there)
+import _figures  # noqa: E402
+
+_figures.build(DOCS / "_generated")
+
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints"]
@@ -69,3 +75,5 @@ html_title = f"hierdp {release}"
 # wide enough for the code blocks (88-column lines) on a laptop screen; never wider than the
 # window (the browser test checks nothing overflows at 1280 px)
 html_theme_options = {"page_width": "min(1200px, 96vw)", "sidebar_width": "220px", "body_max_width": "none"}
+html_static_path = ["_static"]
+html_css_files = ["hierdp.css"]  # wide tables scroll within the column (docs/_static/hierdp.css)

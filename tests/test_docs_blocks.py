@@ -12,12 +12,20 @@ A block that continues the block before it (a worked example in two steps) is ma
 
 and runs after the block before it, in the same fresh process. Both markers need a reason,
 and stay rare.
+
+A block that imports an optional extra's package (Polars, PySpark, Dask, DuckDB, matplotlib)
+runs where that extra is installed, and skips saying which extra to install where it is not
+(a PySpark block also needs a Java runtime): the docs' Polars and Spark examples are tested
+wherever they can run, with no marker to forget.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +44,10 @@ FENCE = re.compile(r"^```(?:python|\{code-cell\}(?:[ \t]+\w+)?)[ \t]*\n(?:[ \t]*
                    flags=re.S | re.M)
 MAX_MARKED = 4  # skipped or continued blocks, over all documents
 TIMEOUT = 300
+#: the packages of optional extras, by the top-level name a block imports: such a block runs
+#: where the extra is installed and skips, naming it, where it is not
+EXTRAS = {"polars": "polars", "pyspark": "spark", "dask": "dask", "distributed": "dask", "duckdb": "dataset",
+          "matplotlib": "plot", "xarray": "xarray"}
 
 
 @dataclass(frozen=True)
@@ -70,10 +82,57 @@ def _blocks() -> list[Block]:
 BLOCKS = _blocks()
 
 
+def _imports(code: str) -> set[str]:
+    """The top-level names of the modules ``code`` imports (``hierdp.frontends.spark`` counts
+    as ``pyspark``: it runs on it)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            full = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            full = [node.module]
+        else:
+            continue
+        names |= {n.split(".")[0] for n in full}
+        names |= {"pyspark" for n in full if n.startswith("hierdp.frontends.spark")}
+    return names
+
+
+def missing(code: str, *, installed=lambda name: importlib.util.find_spec(name) is not None,
+            java=lambda: shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))) -> str | None:
+    """Why the block ``code`` cannot run here (an extra's package missing, or Java for Spark),
+    or ``None`` when it can."""
+    needs = sorted(_imports(code) & set(EXTRAS))
+    for name in needs:
+        if not installed(name):
+            return f"needs the {EXTRAS[name]} extra: pip install 'hierdp[{EXTRAS[name]}]' ({name} is not installed)"
+    if "pyspark" in needs and not java():
+        return "needs a Java 17+ runtime for Spark (no java on the PATH, no JAVA_HOME)"
+    return None
+
+
+def test_a_block_needing_a_missing_extra_is_skipped_with_its_name():
+    spark = "from hierdp.frontends.spark import local_session\nspark = local_session()"
+    assert missing("import polars as pl", installed=lambda n: n != "polars") == \
+        "needs the polars extra: pip install 'hierdp[polars]' (polars is not installed)"
+    assert "pip install 'hierdp[spark]'" in missing(spark, installed=lambda n: n != "pyspark")
+    assert "Java" in missing(spark, installed=lambda n: True, java=lambda: False)
+    assert missing(spark, installed=lambda n: True, java=lambda: True) is None
+    assert missing("import numpy as np\nimport hierdp", installed=lambda n: False) is None
+
+
+def test_the_scale_guide_runs_a_polars_and_a_spark_example():
+    """Issue 53: runnable Polars and Spark examples, executed where the extra is installed."""
+    scale = [b for b in BLOCKS if b.doc.name == "scale.md" and b.marker is None]
+    assert any("polars" in _imports(b.code) for b in scale), "no Polars example in docs/scale.md"
+    assert any("pyspark" in _imports(b.code) for b in scale), "no Spark example in docs/scale.md"
+
+
 def _run(block: Block) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["MPLBACKEND"] = "Agg"
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this interpreter, not PATH's python3
     with tempfile.TemporaryDirectory(prefix="hierdp-docs-block-") as cwd:
         script = Path(cwd) / "block.py"
         script.write_text(block.before + block.code, encoding="utf-8")
@@ -86,7 +145,7 @@ def runs():
     """Every runnable block started at once on two workers: each in its own process, sharing nothing."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures: dict[str, Future[subprocess.CompletedProcess[str]]] = {
-            b.id: pool.submit(_run, b) for b in BLOCKS if b.marker != "skip"}
+            b.id: pool.submit(_run, b) for b in BLOCKS if b.marker != "skip" and missing(b.before + b.code) is None}
         yield futures
         for f in futures.values():
             f.cancel()
@@ -106,5 +165,8 @@ def test_the_documents_have_blocks_and_few_are_marked():
 def test_the_block_runs_on_its_own(block: Block, runs):
     if block.marker == "skip":
         pytest.skip(f"marked: {block.reason}")
+    why = missing(block.before + block.code)
+    if why is not None:
+        pytest.skip(f"{block.id} {why}")
     proc = runs[block.id].result()
     assert proc.returncode == 0, f"{block.id} fails when run on its own:\n{proc.stderr[-3000:]}"

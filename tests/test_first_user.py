@@ -156,6 +156,18 @@ def test_version_imports_no_heavy_package():
     assert not heavy, f"`hierdp --version` imports {sorted(heavy)}"
 
 
+def test_import_hierdp_leaves_the_slow_optional_modules_alone():
+    # issue 53 item 5: `import hierdp` took ~5 s on a loaded machine; scipy.stats alone was
+    # ~1.4 s of it there, used only by the exact accountant's binomial and the audit
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import hierdp"], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
+    slow = {"scipy.stats", "matplotlib", "pyarrow.dataset", "duckdb", "polars", "pyspark", "dask"} & imported
+    assert not slow, f"`import hierdp` imports {sorted(slow)}"
+
+
 def test_every_warning_goes_through_the_helper():
     """hierdp.errors.warn finds the caller's line; a bare warnings.warn would name a hierdp file."""
     import re

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
 
 from hierdp.accounting import zcdp_to_approx_dp
 from hierdp.errors import BudgetError
@@ -58,6 +57,8 @@ class AuditResult:
 
 def clopper_pearson(k: np.ndarray | int, n: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Two-sided exact binomial interval (each side at level alpha/2) for k successes of n."""
+    from scipy.stats import beta  # here: scipy.stats is slow to import and most releases never audit
+
     k = np.asarray(k, dtype=np.float64)
     lo = np.where(k > 0, beta.ppf(alpha / 2, np.maximum(k, 1e-300), n - k + 1), 0.0)
     hi = np.where(k < n, beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1e-300)), 1.0)

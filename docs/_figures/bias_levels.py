@@ -46,25 +46,28 @@ def _rows(text: str) -> list[list[str]]:
     return rows[1:]  # without the header
 
 
+def _section(text: str, heading: str, name: str, page: Path) -> str:
+    """The text under the ``### `` heading matching ``heading`` up to the next one."""
+    found = re.search(rf"^### {heading}$(.*?)(?=^### )", text, flags=re.S | re.M)
+    if found is None:
+        raise ValueError(f"{page.name}: no section '### {name}' with the bias table")
+    return found.group(1)
+
+
 def read_tables(page: Path = PAGE) -> dict[str, dict[str, dict[str, float]]]:
     """``{tree: {series: {level: z}}}`` from the page's tables, levels in the tables' order."""
     text = page.read_text(encoding="utf-8")
     out: dict[str, dict[str, dict[str, float]]] = {tree: {} for tree in TREES.values()}
     for tag, tree in TREES.items():
-        section = re.search(rf"^### {re.escape(tag)} .*?$(.*?)(?=^### )", text, flags=re.S | re.M)
-        if section is None:
-            raise ValueError(f"{page.name}: no section '### {tag} ...' with the bias table")
         method = ""
-        for cells in _rows(section.group(1)):
+        for cells in _rows(_section(text, rf"{re.escape(tag)} .*?", f"{tag} ...", page)):
             method = cells[0] or method
             for label, (start, _, _) in SERIES.items():
                 if method.startswith(start) and cells[5]:
                     out[tree].setdefault(label, {})[cells[1]] = _number(cells[5])  # column z
-    rerun = re.search(r"^### Rerun with the integer steps of issue 47$(.*?)(?=^### )", text, flags=re.S | re.M)
-    if rerun is None:
-        raise ValueError(f"{page.name}: no section '### Rerun with the integer steps of issue 47'")
+    rerun = "Rerun with the integer steps of issue 47"
     tree = ""
-    for cells in _rows(rerun.group(1)):
+    for cells in _rows(_section(text, re.escape(rerun), rerun, page)):
         tree = cells[0] or tree
         out[tree].setdefault("top-down, issue 47's round (rerun)", {})[cells[1]] = _number(cells[4])
     for tree, series in out.items():

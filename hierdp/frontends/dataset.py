@@ -667,6 +667,8 @@ class DatasetDPTree(TreeDoor):
             con.execute(f"COPY (SELECT CAST({leaf} AS BIGINT) AS leaf, CAST(h.key % {k} AS INTEGER) AS cell, "
                         f"h.w AS count FROM hierdp_keyed h {join} WHERE h.w != 0 ORDER BY 1, 2) "
                         f"TO {_lit(tmp)} (FORMAT parquet, ROW_GROUP_SIZE {_ROW_GROUP})")
+            # made 0600 after the COPY: DuckDB writes the file anew (0644), so a mode set before,
+            # as hierdp.execution.folders.atomic does, would not hold (the folder is 0700)
             os.chmod(tmp, 0o600)
             fd = os.open(tmp, os.O_RDONLY)
             try:
